@@ -1,0 +1,3 @@
+from foliko_cli.cli.main import main
+
+main()

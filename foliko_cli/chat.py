@@ -1,0 +1,300 @@
+"""The turn engine (the seed's AgentChatHandler).
+
+A turn: take the session's place in its FIFO queue, lock it in storage,
+reload it if another process moved it, append the user message, call the
+model, run the tools it asks for (at most ``max_steps`` model calls), then
+append every new message in one storage write. If anything fails, the
+session is restored in memory and nothing is written (R1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from foliko_cli.clock import now_ms
+from foliko_cli.context import AgentContext, RequestContext, SessionContext
+from foliko_cli.errors import SessionBusyError, TurnTimeoutError
+from foliko_cli.framework import Framework
+from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
+from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
+
+DEFAULT_MAX_STEPS = 10
+_MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
+
+
+@dataclass
+class TurnResult:
+    success: bool
+    message: str
+    step_count: int
+    request_id: str
+    trace_id: str
+    session_id: str
+    usage: dict[str, int] = field(default_factory=dict)
+    finish_reason: str = "stop"
+    model: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+class _SessionQueue:
+    """A FIFO lock per session; dropped once nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class AgentChatHandler:
+    def __init__(
+        self,
+        framework: Framework,
+        model: ModelProvider,
+        *,
+        agent: AgentContext | None = None,
+        system_prompt: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+    ):
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self.framework = framework
+        self.model = model
+        self.agent = agent
+        self.system_prompt = system_prompt
+        self.max_steps = max_steps
+        self._queues: dict[str, _SessionQueue] = {}
+
+    # public
+
+    async def chat(
+        self, message: str, *, session_id: str, request: RequestContext | None = None
+    ) -> TurnResult:
+        result: TurnResult | None = None
+        async for event in self.chat_stream(message, session_id=session_id, request=request):
+            if event["type"] == "done":
+                result = event["result"]
+        assert result is not None
+        return result
+
+    async def chat_stream(
+        self, message: str, *, session_id: str, request: RequestContext | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``."""
+        request = request or self.framework.get_request_context() or RequestContext()
+        events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                result = await self._serialised_turn(message, session_id, request, events)
+                await events.put({"type": "done", "result": result})
+            except BaseException as exc:
+                await events.put(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                await events.put(None)
+
+        task = asyncio.ensure_future(produce())
+        request.on_cancel(task.cancel)
+        try:
+            while (event := await events.get()) is not None:
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def clear_history(self, session_id: str, timeout: float = 30.0) -> None:
+        """Drop the session's messages, keeping its variables."""
+        storage = self.framework.session_storage
+        async with self._queued(session_id, timeout), storage.lock(session_id, timeout):
+            record = await storage.load(session_id)
+            if record is None:
+                return
+            record.messages = []
+            revision = await storage.save(record)
+            session = self.framework.context_manager.get_session_context(session_id)
+            if session is not None:
+                session.apply_record(record)
+                session.revision = revision
+
+    # the turn
+
+    @contextlib.asynccontextmanager
+    async def _queued(self, session_id: str, wait: float) -> AsyncIterator[None]:
+        """This process's FIFO place for the session (asyncio.Lock wakes waiters in order)."""
+        queue = self._queues.get(session_id)
+        if queue is None:
+            queue = self._queues[session_id] = _SessionQueue()
+        queue.users += 1
+        try:
+            try:
+                async with asyncio.timeout(wait):
+                    await queue.lock.acquire()
+            except TimeoutError:
+                raise SessionBusyError(session_id, wait, "another turn in this process") from None
+            try:
+                yield
+            finally:
+                queue.lock.release()
+        finally:
+            queue.users -= 1
+            if queue.users == 0:
+                self._queues.pop(session_id, None)
+
+    async def _serialised_turn(
+        self, message: str, session_id: str, request: RequestContext, events: asyncio.Queue
+    ) -> TurnResult:
+        storage = self.framework.session_storage
+        async with (
+            self._queued(session_id, request.remaining()),
+            storage.lock(session_id, request.remaining()),
+        ):
+            session = self.framework.get_or_create_session_context(session_id)
+            try:
+                async with asyncio.timeout(request.remaining()):
+                    return await self._locked_turn(message, session, request, events)
+            except TimeoutError:
+                raise TurnTimeoutError(request.timeout) from None
+            finally:
+                self.framework.release_session_context(session_id)
+
+    async def _locked_turn(
+        self,
+        message: str,
+        session: SessionContext,
+        request: RequestContext,
+        events: asyncio.Queue,
+    ) -> TurnResult:
+        storage = self.framework.session_storage
+        await self._sync_history(session)
+        checkpoint = session.checkpoint()
+        try:
+            with self.framework.bind(request=request, session=session, agent=self.agent):
+                result = await self._run_steps(message, session, request, events)
+            new_messages = session.messages[checkpoint.message_count :]
+            session.revision = await storage.append(
+                session.session_id,
+                new_messages,
+                SessionState(session.variables, session.metadata, session.compression_state),
+                expected_revision=checkpoint.revision,
+            )
+        except BaseException:
+            session.restore(checkpoint)
+            raise
+        return result
+
+    async def _sync_history(self, session: SessionContext) -> None:
+        """Load the history once, and again only when another writer moved it."""
+        stored_revision = await self.framework.session_storage.revision(session.session_id)
+        if session.history_loaded and stored_revision == session.revision:
+            return
+        if stored_revision is None:
+            session.apply_record(SessionRecord(session.session_id, metadata=new_metadata()))
+        else:
+            await session.load_from_storage()
+
+    def _stamp(self, message: dict[str, Any], request: RequestContext) -> dict[str, Any]:
+        message["created_at"] = now_ms()
+        message["request_id"] = request.request_id
+        message["trace_id"] = request.trace_id
+        return message
+
+    def build_system_prompt(self) -> str | None:
+        agent_prompt = self.agent.system_prompt if self.agent else None
+        parts = [p for p in (self.system_prompt, agent_prompt) if p]
+        return "\n\n".join(parts) or None
+
+    def outgoing_messages(self, session: SessionContext) -> list[dict[str, Any]]:
+        """What the model is sent: every stored message, reduced to the model's keys."""
+        return [{k: m[k] for k in _MODEL_KEYS if k in m} for m in session.messages]
+
+    async def _run_steps(
+        self,
+        message: str,
+        session: SessionContext,
+        request: RequestContext,
+        events: asyncio.Queue,
+    ) -> TurnResult:
+        session.add_message(self._stamp({"role": "user", "content": message}, request))
+        tools = self.framework.resolve_tools()
+        specs = [tool.spec() for tool in tools.values()]
+        session.system_prompt = self.build_system_prompt()
+        usage: dict[str, int] = {}
+        response = ModelResponse(text="")
+        step = 0
+        while step < self.max_steps:
+            step += 1
+            response = await self._call_model(
+                ModelRequest(self.outgoing_messages(session), session.system_prompt, specs),
+                events,
+            )
+            for key, value in response.usage.items():
+                usage[key] = usage.get(key, 0) + value
+            reply: dict[str, Any] = {"role": "assistant", "content": response.text}
+            if response.tool_calls:
+                reply["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments}
+                    for c in response.tool_calls
+                ]
+            session.add_message(self._stamp(reply, request))
+            if not response.tool_calls:
+                break
+            for call in response.tool_calls:
+                await events.put(
+                    {
+                        "type": "tool_call",
+                        "id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    }
+                )
+                result = await self.framework.execute_tool(call.name, call.arguments)
+                tool_message = {
+                    "role": "tool",
+                    "content": result.content,
+                    "tool_call_id": call.id,
+                    "name": call.name,
+                }
+                if result.is_error:
+                    tool_message["is_error"] = True
+                session.add_message(self._stamp(tool_message, request))
+                await events.put(
+                    {
+                        "type": "tool_result",
+                        "id": call.id,
+                        "name": call.name,
+                        "content": result.content,
+                        "is_error": result.is_error,
+                    }
+                )
+        finish = "max_steps" if response.tool_calls else response.finish_reason
+        return TurnResult(
+            success=True,
+            message=response.text,
+            step_count=step,
+            request_id=request.request_id,
+            trace_id=request.trace_id,
+            session_id=session.session_id,
+            usage=usage,
+            finish_reason=finish,
+            model=self.model.name,
+        )
+
+    async def _call_model(self, request: ModelRequest, events: asyncio.Queue) -> ModelResponse:
+        response: ModelResponse | None = None
+        async for event in self.model.stream(request):
+            if event.type == "delta":
+                await events.put({"type": "delta", "text": event.text})
+            elif event.type == "done":
+                response = event.response
+        if response is None:
+            raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
+        return response

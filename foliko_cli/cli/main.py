@@ -1,0 +1,79 @@
+"""The ``foliko`` command: global options, error-to-exit-code mapping, entry point."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from foliko_cli import __version__
+from foliko_cli.cli.output import error
+from foliko_cli.errors import ExitCode, FolikoError
+
+
+class FolikoGroup(click.Group):
+    """Maps every foliko error to its one-line message and exit code (SPEC §4)."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except FolikoError as exc:
+            error(str(exc))
+            raise click.exceptions.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            error("interrupted; the turn was not saved")
+            raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
+
+
+class LazyGroup(FolikoGroup):
+    """Imports a subcommand's module only when that subcommand runs (start-up, P1)."""
+
+    def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            import importlib
+
+            module, attribute = self.lazy[name]
+            return getattr(importlib.import_module(module), attribute)
+        return super().get_command(ctx, name)
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy={
+        "chat": ("foliko_cli.cli.chat", "chat"),
+        "sessions": ("foliko_cli.cli.sessions", "sessions"),
+    },
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.option(
+    "--storage",
+    metavar="NAME|URL",
+    help="Session storage: memory, json, sqlite (default) or a URL such as "
+    "sqlite:////abs/sessions.db. Env: FOLIKO_STORAGE.",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="foliko")
+@click.pass_context
+def cli(ctx: click.Context, storage: str | None) -> None:
+    """Language-model conversations in named, persistent sessions.
+
+    \b
+    Example:
+      foliko chat --session s1 "hi"
+      foliko sessions list --json
+    """
+    ctx.obj = {"storage": storage}
+
+
+def main() -> None:
+    try:
+        cli.main(prog_name="foliko")
+    except BrokenPipeError:
+        sys.stderr.close()
+        sys.exit(ExitCode.OK)

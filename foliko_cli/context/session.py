@@ -1,0 +1,172 @@
+"""The session layer: all per-session state lives in one SessionContext."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from foliko_cli.clock import now_ms
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.base import SessionStorageAdapter
+    from foliko_cli.storage.record import SessionRecord
+
+_MISSING = object()
+
+
+def new_compression_state() -> dict[str, Any]:
+    return {"last_compressed_at": None, "last_token_count": 0, "pending_compression": False}
+
+
+@dataclass(frozen=True)
+class SessionCheckpoint:
+    """What a failed turn restores, so that it leaves no trace (R1)."""
+
+    message_count: int
+    revision: int
+    variables: dict[str, Any]
+    metadata: dict[str, Any]
+    compression_state: dict[str, Any]
+
+
+class SessionContext:
+    """Messages, variables and metadata of one session.
+
+    ``revision`` is the storage revision the in-memory state matches; the chat
+    engine reloads when the stored revision has moved (another process wrote).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        storage: SessionStorageAdapter | None = None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ):
+        now = now_ms()
+        self.session_id = session_id
+        self.storage = storage
+        self.messages: list[dict[str, Any]] = []
+        self.variables: dict[str, Any] = {}
+        self.metadata: dict[str, Any] = {
+            "created_at": now,
+            "last_active": now,
+            "message_count": 0,
+            "compression_count": 0,
+            **(metadata or {}),
+        }
+        self.compression_state: dict[str, Any] = new_compression_state()
+        self.custom_data: dict[str, Any] = {}
+        self.system_prompt: str | None = None
+        self.history_loaded = False
+        self.revision = 0
+
+    # messages
+
+    def get_messages(self) -> list[dict[str, Any]]:
+        return self.messages
+
+    def add_message(self, message: dict[str, Any]) -> None:
+        self.messages.append(message)
+        self.metadata["message_count"] = len(self.messages)
+        self.metadata["last_active"] = now_ms()
+
+    def add_messages(self, messages: list[dict[str, Any]]) -> None:
+        for message in messages:
+            self.add_message(message)
+
+    def replace_messages(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = list(messages)
+        self.metadata["message_count"] = len(self.messages)
+
+    def clear_messages(self) -> None:
+        self.replace_messages([])
+
+    # variables
+
+    def get_variable(self, key: str, default: Any = None) -> Any:
+        return self.variables.get(key, default)
+
+    def set_variable(self, key: str, value: Any) -> None:
+        self.variables[key] = value
+
+    def delete_variable(self, key: str) -> bool:
+        return self.variables.pop(key, _MISSING) is not _MISSING
+
+    def all_variables(self) -> dict[str, Any]:
+        return dict(self.variables)
+
+    # metadata
+
+    def touch(self) -> None:
+        self.metadata["last_active"] = now_ms()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "message_count": self.metadata["message_count"],
+            "created_at": self.metadata["created_at"],
+            "last_active": self.metadata["last_active"],
+            "variables": self.all_variables(),
+        }
+
+    # turn rollback
+
+    def checkpoint(self) -> SessionCheckpoint:
+        return SessionCheckpoint(
+            message_count=len(self.messages),
+            revision=self.revision,
+            variables=copy.deepcopy(self.variables),
+            metadata=dict(self.metadata),
+            compression_state=copy.deepcopy(self.compression_state),
+        )
+
+    def restore(self, checkpoint: SessionCheckpoint) -> None:
+        del self.messages[checkpoint.message_count :]
+        self.variables = checkpoint.variables
+        self.metadata = checkpoint.metadata
+        self.compression_state = checkpoint.compression_state
+        self.revision = checkpoint.revision
+
+    # storage
+
+    def to_record(self) -> SessionRecord:
+        from foliko_cli.storage.record import SessionRecord
+
+        return SessionRecord(
+            session_id=self.session_id,
+            messages=list(self.messages),
+            variables=dict(self.variables),
+            metadata=dict(self.metadata),
+            compression_state=dict(self.compression_state),
+            revision=self.revision,
+        )
+
+    def apply_record(self, record: SessionRecord) -> None:
+        self.messages = list(record.messages)
+        self.variables = dict(record.variables)
+        self.metadata = {**self.metadata, **record.metadata}
+        self.metadata["message_count"] = len(self.messages)
+        self.compression_state = {**new_compression_state(), **record.compression_state}
+        self.revision = record.revision
+        self.history_loaded = True
+
+    def _require_storage(self) -> SessionStorageAdapter:
+        if self.storage is None:
+            raise RuntimeError(f"session {self.session_id!r} has no storage configured")
+        return self.storage
+
+    async def load_from_storage(self) -> bool:
+        record = await self._require_storage().load(self.session_id)
+        if record is None:
+            self.history_loaded = True
+            return False
+        self.apply_record(record)
+        return True
+
+    async def save_to_storage(self) -> None:
+        self.revision = await self._require_storage().save(self.to_record())
+
+    async def delete_from_storage(self) -> bool:
+        return await self._require_storage().delete(self.session_id)

@@ -1,0 +1,72 @@
+"""An offline, deterministic model for tests, demos and scripting.
+
+It answers with the last user message verbatim. A user message
+``/tool NAME {json-args}`` makes it call tool NAME with those arguments; once
+the tool results are in, it answers with them.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from foliko_cli.clock import new_tool_call_id
+from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, ToolCall
+
+_TOOL_COMMAND = re.compile(r"/tool\s+(?P<name>[A-Za-z0-9_.-]+)\s*(?P<args>.*)\Z", re.DOTALL)
+
+
+def estimate_tokens(text: str) -> int:
+    return (len(text) + 3) // 4
+
+
+def _parse_arguments(raw: str) -> Any:
+    raw = raw.strip()
+    if not raw:
+        return {}
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return raw
+
+
+class EchoModel(ModelProvider):
+    name = "echo"
+    context_window = 8192
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        messages = request.messages
+        last = messages[-1] if messages else {"role": "user", "content": ""}
+        if last["role"] == "tool":
+            text = self._report_tool_results(messages)
+            calls: list[ToolCall] = []
+        else:
+            text, calls = self._answer(str(last.get("content", "")))
+        prompt = sum(estimate_tokens(str(m.get("content", ""))) for m in messages)
+        if request.system:
+            prompt += estimate_tokens(request.system)
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            usage={"input_tokens": prompt, "output_tokens": estimate_tokens(text)},
+            finish_reason="tool_calls" if calls else "stop",
+        )
+
+    @staticmethod
+    def _answer(content: str) -> tuple[str, list[ToolCall]]:
+        command = _TOOL_COMMAND.match(content.strip())
+        if command is None:
+            return content, []
+        call = ToolCall(new_tool_call_id(), command["name"], _parse_arguments(command["args"]))
+        return "", [call]
+
+    @staticmethod
+    def _report_tool_results(messages: list[dict[str, Any]]) -> str:
+        results = []
+        for message in reversed(messages):
+            if message["role"] != "tool":
+                break
+            results.append(f"{message.get('name', 'tool')} returned: {message['content']}")
+        return "\n".join(reversed(results))

@@ -1,0 +1,118 @@
+"""The storage adapter contract every backend implements (seed §11.3).
+
+All methods are coroutines. Backends whose driver is synchronous and local
+(SQLite, files) run their short I/O inline; they never hold a write
+transaction while a model runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import SessionNotFoundError, StorageError, UsageError
+from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
+
+
+class ConflictError(StorageError):
+    """The stored session moved since it was loaded: a writer skipped the lock."""
+
+    def __init__(self, session_id: str, expected: int, found: int):
+        super().__init__(
+            f"session {session_id!r} changed while this turn ran (revision {found}, "
+            f"expected {expected}); the turn was not saved: run it again"
+        )
+
+
+class SessionExistsError(UsageError):
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} already exists; choose another name or delete it first"
+        )
+
+
+class SessionStorageAdapter(ABC):
+    """Where sessions live.
+
+    ``revision`` counts writes to a session; ``append`` refuses to write when
+    the stored revision is not the one the caller loaded, so a lost update is
+    an error, never silent. ``lock`` serialises turns on one session across
+    processes; it must not depend on anything held only in this process.
+    """
+
+    name: ClassVar[str]
+
+    @abstractmethod
+    async def load(self, session_id: str) -> SessionRecord | None: ...
+
+    @abstractmethod
+    async def save(self, record: SessionRecord) -> int:
+        """Replace the whole session; return its new revision."""
+
+    @abstractmethod
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
+        *,
+        expected_revision: int,
+    ) -> int:
+        """Add ``messages`` after the stored ones and write ``state``, atomically.
+
+        Creates the session when ``expected_revision`` is 0 and it does not
+        exist. Returns the new revision; raises ConflictError on a mismatch.
+        """
+
+    @abstractmethod
+    async def delete(self, session_id: str) -> bool: ...
+
+    @abstractmethod
+    async def list(self) -> list[str]: ...
+
+    @abstractmethod
+    async def list_summaries(self) -> list[SessionSummary]: ...
+
+    async def revision(self, session_id: str) -> int | None:
+        record = await self.load(session_id)
+        return None if record is None else record.revision
+
+    async def health_check(self) -> bool:
+        try:
+            await self.list()
+        except Exception:
+            return False
+        return True
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+        """Hold the session for one turn; raise SessionBusyError after ``timeout`` s."""
+        yield
+
+    async def copy(self, source_id: str, target_id: str) -> SessionRecord:
+        record = await self.load(source_id)
+        if record is None:
+            raise SessionNotFoundError(source_id)
+        if await self.revision(target_id) is not None:
+            raise SessionExistsError(target_id)
+        now = now_ms()
+        copied = SessionRecord(
+            session_id=target_id,
+            messages=[dict(m) for m in record.messages],
+            variables=dict(record.variables),
+            metadata={**record.metadata, "created_at": now, "last_active": now},
+            compression_state=dict(record.compression_state),
+        )
+        copied.revision = await self.save(copied)
+        return copied
+
+    async def rename(self, old_id: str, new_id: str) -> None:
+        await self.copy(old_id, new_id)
+        await self.delete(old_id)
+
+    async def close(self) -> None:
+        return None

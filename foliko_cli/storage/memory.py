@@ -1,0 +1,83 @@
+"""Sessions in this process's memory: for tests and library use."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from foliko_cli.clock import now_ms
+from foliko_cli.storage.base import ConflictError, SessionStorageAdapter
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    new_metadata,
+    preview_of,
+)
+
+
+class MemoryStorage(SessionStorageAdapter):
+    """Records are deep-copied in and out, so callers never share state with it."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._records: dict[str, SessionRecord] = {}
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        record = self._records.get(session_id)
+        return copy.deepcopy(record) if record is not None else None
+
+    async def save(self, record: SessionRecord) -> int:
+        stored = copy.deepcopy(record)
+        previous = self._records.get(record.session_id)
+        stored.revision = (previous.revision if previous else 0) + 1
+        stored.saved_at = now_ms()
+        stored.metadata["message_count"] = len(stored.messages)
+        self._records[record.session_id] = stored
+        return stored.revision
+
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
+        *,
+        expected_revision: int,
+    ) -> int:
+        stored = self._records.get(session_id)
+        found = stored.revision if stored else 0
+        if found != expected_revision:
+            raise ConflictError(session_id, expected_revision, found)
+        if stored is None:
+            stored = SessionRecord(session_id, metadata=new_metadata())
+            self._records[session_id] = stored
+        stored.messages.extend(copy.deepcopy(messages))
+        stored.variables = copy.deepcopy(state.variables)
+        stored.metadata = {**state.metadata, "message_count": len(stored.messages)}
+        stored.compression_state = copy.deepcopy(state.compression_state)
+        stored.saved_at = now_ms()
+        stored.revision += 1
+        return stored.revision
+
+    async def delete(self, session_id: str) -> bool:
+        return self._records.pop(session_id, None) is not None
+
+    async def list(self) -> list[str]:
+        return list(self._records)
+
+    async def list_summaries(self) -> list[SessionSummary]:
+        return [
+            SessionSummary(
+                session_id=r.session_id,
+                created_at=r.metadata.get("created_at", r.saved_at),
+                updated_at=r.saved_at,
+                message_count=len(r.messages),
+                preview=preview_of(r.messages),
+            )
+            for r in self._records.values()
+        ]
+
+    async def revision(self, session_id: str) -> int | None:
+        record = self._records.get(session_id)
+        return None if record is None else record.revision

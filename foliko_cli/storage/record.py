@@ -1,0 +1,255 @@
+"""The one canonical shape of a stored session, and its (de)serialisers.
+
+A message is a dict with ``role`` (system, user, assistant, tool),
+``content`` (str), ``created_at`` (ms), ``request_id`` and ``trace_id`` of the
+turn that wrote it, and optionally ``tool_calls`` (assistant: a list of
+``{id, name, arguments}``), ``tool_call_id``, ``name`` and ``is_error``
+(tool). Every backend and the migration go through the functions below.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import InvalidSessionIdError
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+METADATA_KEYS = ("created_at", "last_active", "message_count", "compression_count")
+MAX_SESSION_ID_LENGTH = 256
+PREVIEW_LENGTH = 100
+
+
+@dataclass
+class SessionRecord:
+    session_id: str
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    variables: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    compression_state: dict[str, Any] = field(default_factory=dict)
+    saved_at: int = 0
+    revision: int = 0
+
+
+@dataclass(frozen=True)
+class SessionState:
+    """What a turn writes besides its new messages."""
+
+    variables: dict[str, Any]
+    metadata: dict[str, Any]
+    compression_state: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One row of ``sessions list``: never requires loading messages."""
+
+    session_id: str
+    created_at: int
+    updated_at: int
+    message_count: int
+    preview: str = ""
+    error: str | None = None
+
+
+def check_session_id(session_id: Any) -> str:
+    """Reject ids that are empty, too long or contain control characters (R5)."""
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidSessionIdError("invalid session id: it is empty; pass a name like 'work'")
+    if len(session_id) > MAX_SESSION_ID_LENGTH:
+        raise InvalidSessionIdError(
+            f"invalid session id: longer than {MAX_SESSION_ID_LENGTH} characters; "
+            "use a shorter name"
+        )
+    for char in session_id:
+        if unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            raise InvalidSessionIdError(
+                f"invalid session id {session_id!r}: it contains the control character "
+                f"U+{ord(char):04X}; use printable characters only"
+            )
+    if session_id != session_id.strip():
+        raise InvalidSessionIdError(
+            f"invalid session id {session_id!r}: leading or trailing whitespace; remove it"
+        )
+    return session_id
+
+
+def new_metadata(now: int | None = None) -> dict[str, Any]:
+    now = now_ms() if now is None else now
+    return {"created_at": now, "last_active": now, "message_count": 0, "compression_count": 0}
+
+
+def check_message(message: Any) -> dict[str, Any]:
+    """Return ``message`` if it has the canonical shape, else raise ValueError."""
+    if not isinstance(message, dict):
+        raise ValueError(f"a message must be an object, got {type(message).__name__}")
+    role = message.get("role")
+    if role not in ROLES:
+        raise ValueError(f"unknown message role {role!r}")
+    if not isinstance(message.get("content"), str):
+        raise ValueError("message content must be a string")
+    return message
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    return orjson.dumps(message)
+
+
+def decode_message(data: bytes | str) -> dict[str, Any]:
+    """Parse one stored message; raises ValueError when it is not one."""
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from None
+    return check_message(message)
+
+
+def preview_of(messages: list[dict[str, Any]]) -> str:
+    """The latest user message, on one line, shortened for listings."""
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            text = " ".join(str(message.get("content", "")).split())
+            return text if len(text) <= PREVIEW_LENGTH else text[: PREVIEW_LENGTH - 1] + "…"
+    return ""
+
+
+def record_to_dict(record: SessionRecord) -> dict[str, Any]:
+    """The public JSON form (``sessions show --json``, export)."""
+    return {
+        "session_id": record.session_id,
+        "messages": record.messages,
+        "variables": record.variables,
+        "metadata": {**record.metadata, "message_count": len(record.messages)},
+        "compression_state": record.compression_state,
+        "saved_at": record.saved_at,
+    }
+
+
+def content_hash(record: SessionRecord) -> str:
+    """A digest of what must survive any move between backends."""
+    body = orjson.dumps([record.messages, record.variables], option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(body).hexdigest()
+
+
+# The seed's document format: camelCase keys, millisecond timestamps. Files
+# and rows written by the original foliko hold AI-SDK messages, whose
+# content may be a list of parts; they are converted on the way in.
+
+_MESSAGE_TO_SEED = {
+    "created_at": "createdAt",
+    "request_id": "requestId",
+    "trace_id": "traceId",
+    "tool_calls": "toolCalls",
+    "tool_call_id": "toolCallId",
+    "is_error": "isError",
+}
+_MESSAGE_FROM_SEED = {v: k for k, v in _MESSAGE_TO_SEED.items()}
+_METADATA_TO_SEED = {
+    "created_at": "createdAt",
+    "last_active": "lastActive",
+    "message_count": "messageCount",
+    "compression_count": "compressionCount",
+}
+_METADATA_FROM_SEED = {v: k for k, v in _METADATA_TO_SEED.items()}
+
+
+def _rename(mapping: dict[str, str], data: dict[str, Any]) -> dict[str, Any]:
+    return {mapping.get(key, key): value for key, value in data.items()}
+
+
+def _text_of(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+def _messages_from_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Split an AI-SDK message with content parts into canonical messages."""
+    base = {k: v for k, v in _rename(_MESSAGE_FROM_SEED, message).items() if k != "content"}
+    texts: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    for part in message["content"]:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(str(part.get("text", "")))
+        elif kind == "tool-call":
+            arguments = part.get("args", part.get("input", {}))
+            calls.append(
+                {"id": part.get("toolCallId"), "name": part.get("toolName"), "arguments": arguments}
+            )
+        elif kind == "tool-result":
+            output = part.get("result", part.get("output"))
+            results.append(
+                {
+                    **base,
+                    "role": "tool",
+                    "content": _text_of(output),
+                    "tool_call_id": part.get("toolCallId"),
+                    "name": part.get("toolName"),
+                }
+            )
+        else:
+            texts.append(_text_of(part))
+    if results:
+        return results
+    converted = {**base, "content": "".join(texts)}
+    if calls:
+        converted["tool_calls"] = calls
+    return [converted]
+
+
+def messages_from_seed(message: Any) -> list[dict[str, Any]]:
+    if isinstance(message, dict) and isinstance(message.get("content"), list):
+        return [check_message(m) for m in _messages_from_parts(message)]
+    if isinstance(message, dict) and message.get("content") is None and "role" in message:
+        message = {**message, "content": ""}
+    if not isinstance(message, dict):
+        raise ValueError(f"a message must be an object, got {type(message).__name__}")
+    return [check_message(_rename(_MESSAGE_FROM_SEED, message))]
+
+
+def record_to_seed(record: SessionRecord) -> dict[str, Any]:
+    return {
+        "sessionId": record.session_id,
+        "messages": [_rename(_MESSAGE_TO_SEED, m) for m in record.messages],
+        "variables": record.variables,
+        "metadata": _rename(
+            _METADATA_TO_SEED, {**record.metadata, "message_count": len(record.messages)}
+        ),
+        "compressionState": record.compression_state,
+        "savedAt": record.saved_at,
+        "revision": record.revision,
+    }
+
+
+def record_from_seed(document: Any, session_id: str | None = None) -> SessionRecord:
+    """Parse a seed-format document; raises ValueError when it is not one."""
+    if not isinstance(document, dict):
+        raise ValueError("a session document must be a JSON object")
+    stored_id = document.get("sessionId", session_id)
+    if not isinstance(stored_id, str):
+        raise ValueError("sessionId is missing or not a string")
+    raw_messages = document.get("messages", [])
+    if not isinstance(raw_messages, list):
+        raise ValueError("messages must be a list")
+    messages = [m for raw in raw_messages for m in messages_from_seed(raw)]
+    variables = document.get("variables") or {}
+    metadata = document.get("metadata") or {}
+    if not isinstance(variables, dict) or not isinstance(metadata, dict):
+        raise ValueError("variables and metadata must be objects")
+    saved_at = document.get("savedAt") or 0
+    merged = {**new_metadata(saved_at or None), **_rename(_METADATA_FROM_SEED, metadata)}
+    merged["message_count"] = len(messages)
+    return SessionRecord(
+        session_id=stored_id,
+        messages=messages,
+        variables=variables,
+        metadata=merged,
+        compression_state=document.get("compressionState") or {},
+        saved_at=int(saved_at),
+        revision=int(document.get("revision", 0) or 0),
+    )

@@ -1,0 +1,378 @@
+"""SQLite: the default backend. One row per message, WAL, versioned schema.
+
+Every write is one ``BEGIN IMMEDIATE`` transaction, so concurrent processes
+queue on SQLite's own lock (with a busy timeout) and never interleave; the
+per-turn session lock is a lock file beside the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
+from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
+from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    decode_message,
+    encode_message,
+    new_metadata,
+    preview_of,
+    record_from_seed,
+)
+
+BUSY_TIMEOUT_MS = 30_000
+
+Migration = Callable[[sqlite3.Connection], None]
+MIGRATIONS: list[Migration] = []
+
+
+def migration(function: Migration) -> Migration:
+    """Register a schema step; steps run in order, each once, each idempotent."""
+    MIGRATIONS.append(function)
+    return function
+
+
+def _columns(db: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+
+
+@migration
+def create_sessions_and_messages(db: sqlite3.Connection) -> None:
+    if "data" in _columns(db, "sessions"):
+        db.execute("ALTER TABLE sessions RENAME TO seed_sessions")
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS sessions (
+            session_id TEXT PRIMARY KEY,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            revision INTEGER NOT NULL DEFAULT 0,
+            preview TEXT NOT NULL DEFAULT '',
+            variables TEXT NOT NULL DEFAULT '{}',
+            metadata TEXT NOT NULL DEFAULT '{}',
+            compression_state TEXT NOT NULL DEFAULT '{}'
+        )"""
+    )
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS messages (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID"""
+    )
+    db.execute("CREATE INDEX IF NOT EXISTS sessions_by_updated ON sessions(updated_at)")
+
+
+@migration
+def import_seed_sessions(db: sqlite3.Connection) -> None:
+    """Copy sessions from the seed's single-table layout, leaving that table as it was."""
+    if not _columns(db, "seed_sessions"):
+        return
+    rows = db.execute("SELECT session_id, data, created_at, updated_at FROM seed_sessions")
+    for session_id, data, created_at, updated_at in rows.fetchall():
+        if db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone():
+            continue
+        try:
+            record = record_from_seed(orjson.loads(data), session_id)
+        except (orjson.JSONDecodeError, ValueError, TypeError):
+            continue  # left in seed_sessions; `storage check` reports it
+        record.session_id = session_id
+        record.metadata.setdefault("created_at", created_at)
+        record.saved_at = updated_at
+        _insert_record(db, record, revision=1)
+
+
+def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: int) -> None:
+    metadata = {**new_metadata(), **record.metadata, "message_count": len(record.messages)}
+    db.execute(
+        """INSERT INTO sessions (session_id, created_at, updated_at, message_count, revision,
+               preview, variables, metadata, compression_state)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (
+            record.session_id,
+            metadata["created_at"],
+            record.saved_at or now_ms(),
+            len(record.messages),
+            revision,
+            preview_of(record.messages),
+            orjson.dumps(record.variables).decode(),
+            orjson.dumps(metadata).decode(),
+            orjson.dumps(record.compression_state).decode(),
+        ),
+    )
+    _insert_messages(db, record.session_id, 0, record.messages)
+
+
+def _insert_messages(
+    db: sqlite3.Connection, session_id: str, first_seq: int, messages: list[dict[str, Any]]
+) -> None:
+    db.executemany(
+        "INSERT INTO messages (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)",
+        [
+            (session_id, first_seq + i, m["role"], m.get("created_at", 0), encode_message(m))
+            for i, m in enumerate(messages)
+        ],
+    )
+
+
+class SQLiteStorage(SessionStorageAdapter):
+    name = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = str(path)
+        self.in_memory = self.path == ":memory:"
+        self._local = threading.local()
+        self._locks = None if self.in_memory else SessionFileLocks(Path(self.path + ".locks"))
+        self._shared: sqlite3.Connection | None = None
+
+    def __repr__(self) -> str:
+        return f"SQLiteStorage({self.path!r})"
+
+    # connections
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.in_memory:
+            self._create_file()
+        try:
+            db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=not self.in_memory
+            )
+            db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            if not self.in_memory:
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+            self._migrate(db)
+        except sqlite3.DatabaseError as exc:
+            raise self._error(exc) from None
+        return db
+
+    def _create_file(self) -> None:
+        path = Path(self.path)
+        if path.exists():
+            return
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+        except OSError as exc:
+            raise StorageError(
+                f"cannot create the database {self.path}: {exc.strerror}; "
+                "choose a writable location with --storage or FOLIKO_HOME"
+            ) from None
+
+    @property
+    def db(self) -> sqlite3.Connection:
+        if self.in_memory:
+            if self._shared is None:
+                self._shared = self._connect()
+            return self._shared
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = self._connect()
+        return db
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == len(MIGRATIONS):
+            return
+        if version > len(MIGRATIONS):
+            raise StorageError(
+                f"{self.path} has schema version {version}, newer than this foliko knows "
+                f"({len(MIGRATIONS)}); upgrade foliko"
+            )
+        with self._write(db):
+            db.execute(
+                """CREATE TABLE IF NOT EXISTS schema_migrations (
+                    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL
+                )"""
+            )
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
+                step(db)
+                db.execute(
+                    "INSERT OR REPLACE INTO schema_migrations VALUES (?, ?, ?)",
+                    (number, step.__name__, now_ms()),
+                )
+            db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    @contextlib.contextmanager
+    def _write(self, db: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
+        db = db or self.db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def _error(self, exc: sqlite3.Error) -> StorageError:
+        return StorageError(
+            f"SQLite database {self.path} failed: {exc}; "
+            "check the file or point --storage at another database"
+        )
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+
+    # contract
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        with self._guard():
+            row = self.db.execute(
+                """SELECT variables, metadata, compression_state, updated_at, revision
+                   FROM sessions WHERE session_id = ?""",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return None
+            bodies = self.db.execute(
+                "SELECT body FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
+            ).fetchall()
+        variables, metadata, compression_state, updated_at, revision = row
+        try:
+            messages = [decode_message(body) for (body,) in bodies]
+            record = SessionRecord(
+                session_id=session_id,
+                messages=messages,
+                variables=orjson.loads(variables),
+                metadata={**orjson.loads(metadata), "message_count": len(messages)},
+                compression_state=orjson.loads(compression_state),
+                saved_at=updated_at,
+                revision=revision,
+            )
+        except (ValueError, orjson.JSONDecodeError) as exc:
+            raise CorruptSessionError(session_id, self.path, str(exc)) from None
+        return record
+
+    async def save(self, record: SessionRecord) -> int:
+        with self._guard(), self._write() as db:
+            row = db.execute(
+                "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
+            ).fetchone()
+            revision = (row[0] if row else 0) + 1
+            db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
+            db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
+            record = SessionRecord(**{**record.__dict__, "saved_at": now_ms()})
+            _insert_record(db, record, revision=revision)
+        return revision
+
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
+        *,
+        expected_revision: int,
+    ) -> int:
+        now = now_ms()
+        with self._guard(), self._write() as db:
+            row = db.execute(
+                "SELECT revision, message_count, preview FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            found, count, preview = row if row else (0, 0, "")
+            if found != expected_revision:
+                raise ConflictError(session_id, expected_revision, found)
+            total = count + len(messages)
+            metadata = {**state.metadata, "message_count": total}
+            db.execute(
+                """INSERT INTO sessions (session_id, created_at, updated_at, message_count,
+                       revision, preview, variables, metadata, compression_state)
+                   VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8)
+                   ON CONFLICT (session_id) DO UPDATE SET
+                       updated_at = ?3, message_count = ?4, revision = revision + 1,
+                       preview = ?5, variables = ?6, metadata = ?7, compression_state = ?8""",
+                (
+                    session_id,
+                    metadata.get("created_at", now),
+                    now,
+                    total,
+                    preview_of(messages) or preview,
+                    orjson.dumps(state.variables).decode(),
+                    orjson.dumps(metadata).decode(),
+                    orjson.dumps(state.compression_state).decode(),
+                ),
+            )
+            _insert_messages(db, session_id, count, messages)
+        return found + 1
+
+    async def delete(self, session_id: str) -> bool:
+        with self._guard(), self._write() as db:
+            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            return (
+                db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
+            )
+
+    async def list(self) -> list[str]:
+        with self._guard():
+            return [row[0] for row in self.db.execute("SELECT session_id FROM sessions")]
+
+    async def list_summaries(self) -> list[SessionSummary]:
+        with self._guard():
+            rows = self.db.execute(
+                """SELECT session_id, created_at, updated_at, message_count, preview
+                   FROM sessions ORDER BY updated_at DESC, session_id"""
+            ).fetchall()
+        return [SessionSummary(*row) for row in rows]
+
+    async def revision(self, session_id: str) -> int | None:
+        with self._guard():
+            row = self.db.execute(
+                "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    async def health_check(self) -> bool:
+        try:
+            with self._guard():
+                self.db.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
+        except StorageError:
+            return False
+        return True
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+        if self._locks is None:
+            yield
+            return
+        async with self._locks.hold(session_id, timeout):
+            yield
+
+    async def rename(self, old_id: str, new_id: str) -> None:
+        with self._guard(), self._write() as db:
+            if db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (new_id,)).fetchone():
+                raise SessionExistsError(new_id)
+            if (
+                db.execute(
+                    "UPDATE sessions SET session_id = ? WHERE session_id = ?", (new_id, old_id)
+                ).rowcount
+                == 0
+            ):
+                raise SessionNotFoundError(old_id)
+            db.execute("UPDATE messages SET session_id = ? WHERE session_id = ?", (new_id, old_id))
+
+    async def close(self) -> None:
+        db = getattr(self._local, "db", None) or self._shared
+        if db is not None:
+            db.close()
+        self._local = threading.local()
+        self._shared = None
