@@ -1,0 +1,41 @@
+"""Every test runs with its own FOLIKO_HOME and no FOLIKO_* settings from outside."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+FOLIKO_BIN = Path(sys.executable).with_name("foliko")
+
+
+@pytest.fixture(autouse=True)
+def foliko_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in list(os.environ):
+        if name.startswith("FOLIKO_") and name != "FOLIKO_REQUIRE_SERVICES":
+            monkeypatch.delenv(name)
+    home = tmp_path / "home"
+    monkeypatch.setenv("FOLIKO_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def run_foliko(foliko_home: Path):
+    """Run the installed ``foliko`` as a real process."""
+    executable = str(FOLIKO_BIN) if FOLIKO_BIN.exists() else shutil.which("foliko")
+    assert executable, "the foliko console script is not installed in this environment"
+
+    def run(*args: str, input: bytes | str | None = b"", env: dict[str, str] | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess:
+        environment = {**os.environ, **(env or {})}
+        data = input.encode() if isinstance(input, str) else input
+        return subprocess.run(
+            [executable, *args], input=data, capture_output=True, env=environment,
+            timeout=timeout,
+        )
+
+    return run
