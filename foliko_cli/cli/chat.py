@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from foliko_cli.cli.app import open_facade
@@ -11,7 +13,7 @@ from foliko_cli.errors import UsageError
 
 def read_stdin() -> str | None:
     """Piped input, or None when stdin is a terminal."""
-    stream = click.get_binary_stream("stdin")
+    stream = sys.stdin.buffer
     if stream.isatty():
         return None
     data = stream.read()

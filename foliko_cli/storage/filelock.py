@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from foliko_cli.errors import SessionBusyError, StorageError
+from foliko_cli.storage.paths import make_private_dirs
 
 _FIRST_DELAY = 0.001
 _MAX_DELAY = 0.05
@@ -33,7 +34,7 @@ class SessionFileLocks:
 
     def _open(self, session_id: str) -> int:
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dirs(self.directory)
             return os.open(self.directory / lock_name(session_id), os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
             raise StorageError(

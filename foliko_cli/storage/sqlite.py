@@ -21,6 +21,7 @@ from foliko_cli.clock import now_ms
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
 from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
 from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -166,7 +167,7 @@ class SQLiteStorage(SessionStorageAdapter):
         if path.exists():
             return
         try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            make_private_dirs(path.parent)
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         except OSError as exc:
             raise StorageError(
