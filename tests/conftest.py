@@ -29,12 +29,19 @@ def run_foliko(foliko_home: Path):
     executable = str(FOLIKO_BIN) if FOLIKO_BIN.exists() else shutil.which("foliko")
     assert executable, "the foliko console script is not installed in this environment"
 
-    def run(*args: str, input: bytes | str | None = b"", env: dict[str, str] | None = None,
-            timeout: float = 60) -> subprocess.CompletedProcess:
+    def run(
+        *args: str,
+        input: bytes | str | None = b"",
+        env: dict[str, str] | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess:
         environment = {**os.environ, **(env or {})}
         data = input.encode() if isinstance(input, str) else input
         return subprocess.run(
-            [executable, *args], input=data, capture_output=True, env=environment,
+            [executable, *args],
+            input=data,
+            capture_output=True,
+            env=environment,
             timeout=timeout,
         )
 
