@@ -119,6 +119,7 @@ class AgentChatHandler:
             if record is None:
                 return
             record.messages = []
+            record.saved_at = now_ms()
             revision = await storage.save(record)
             session = self.framework.context_manager.get_session_context(session_id)
             if session is not None:

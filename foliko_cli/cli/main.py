@@ -49,6 +49,7 @@ class LazyGroup(FolikoGroup):
     lazy={
         "chat": ("foliko_cli.cli.chat", "chat"),
         "sessions": ("foliko_cli.cli.sessions", "sessions"),
+        "storage": ("foliko_cli.cli.storage", "storage"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -45,7 +45,15 @@ def list_sessions(ctx: click.Context, as_json: bool) -> None:
         )
         return
     table(
-        [[s.session_id, s.message_count, format_ms(s.updated_at), s.preview] for s in summaries],
+        [
+            [
+                s.session_id,
+                s.message_count,
+                format_ms(s.updated_at),
+                f"UNREADABLE: {s.error}" if s.error else s.preview,
+            ]
+            for s in summaries
+        ],
         ["session", "messages", "updated", "last prompt"],
     )
 

@@ -10,10 +10,16 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import SessionNotFoundError, StorageError, UsageError
+from foliko_cli.errors import (
+    CorruptSessionError,
+    SessionNotFoundError,
+    StorageError,
+    UsageError,
+)
 from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
 
 
@@ -35,6 +41,15 @@ class SessionExistsError(UsageError):
         )
 
 
+@dataclass(frozen=True)
+class StoredProblem:
+    """A record that cannot be read: where it is and why."""
+
+    session_id: str
+    where: str
+    reason: str
+
+
 class SessionStorageAdapter(ABC):
     """Where sessions live.
 
@@ -51,7 +66,10 @@ class SessionStorageAdapter(ABC):
 
     @abstractmethod
     async def save(self, record: SessionRecord) -> int:
-        """Replace the whole session; return its new revision."""
+        """Replace the whole session; return its new revision.
+
+        ``record.saved_at`` is kept when set (migration preserves it); 0 means now.
+        """
 
     @abstractmethod
     async def append(
@@ -113,6 +131,35 @@ class SessionStorageAdapter(ABC):
     async def rename(self, old_id: str, new_id: str) -> None:
         await self.copy(old_id, new_id)
         await self.delete(old_id)
+
+    async def save_many(self, records: list[SessionRecord]) -> list[int]:
+        """Replace several sessions; backends batch this for migration speed."""
+        return [await self.save(record) for record in records]
+
+    async def check(self) -> list[StoredProblem]:
+        """Every record that cannot be read (``storage check``)."""
+        problems = []
+        for session_id in await self.list():
+            try:
+                await self.load(session_id)
+            except CorruptSessionError as exc:
+                problems.append(StoredProblem(session_id, exc.where, exc.reason))
+        return problems
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        """Move an unreadable record aside (never delete it); return where it went."""
+        raise StorageError(
+            f"the {self.name} backend cannot move records aside; "
+            f"remove session {problem.session_id!r} by hand"
+        )
+
+    async def info(self) -> dict[str, Any]:
+        """What ``storage info`` prints: at least backend, location, sessions."""
+        return {"backend": self.name, "location": self.location, "sessions": len(await self.list())}
+
+    @property
+    def location(self) -> str:
+        return self.name
 
     async def close(self) -> None:
         return None

@@ -32,7 +32,7 @@ class MemoryStorage(SessionStorageAdapter):
         stored = copy.deepcopy(record)
         previous = self._records.get(record.session_id)
         stored.revision = (previous.revision if previous else 0) + 1
-        stored.saved_at = now_ms()
+        stored.saved_at = record.saved_at or now_ms()
         stored.metadata["message_count"] = len(stored.messages)
         self._records[record.session_id] = stored
         return stored.revision

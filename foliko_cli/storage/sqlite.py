@@ -19,7 +19,12 @@ import orjson
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
-from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
+from foliko_cli.storage.base import (
+    ConflictError,
+    SessionExistsError,
+    SessionStorageAdapter,
+    StoredProblem,
+)
 from foliko_cli.storage.filelock import SessionFileLocks
 from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
@@ -98,6 +103,20 @@ def import_seed_sessions(db: sqlite3.Connection) -> None:
         _insert_record(db, record, revision=1)
 
 
+@migration
+def create_quarantine(db: sqlite3.Connection) -> None:
+    """Where ``storage check --repair`` moves unreadable sessions: aside, never deleted."""
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS quarantine (
+            session_id TEXT NOT NULL,
+            moved_at INTEGER NOT NULL,
+            reason TEXT NOT NULL,
+            session_row TEXT NOT NULL,
+            messages TEXT NOT NULL
+        )"""
+    )
+
+
 def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: int) -> None:
     metadata = {**new_metadata(), **record.metadata, "message_count": len(record.messages)}
     db.execute(
@@ -117,6 +136,17 @@ def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: i
         ),
     )
     _insert_messages(db, record.session_id, 0, record.messages)
+
+
+def _replace_record(db: sqlite3.Connection, record: SessionRecord) -> int:
+    row = db.execute(
+        "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
+    ).fetchone()
+    revision = (row[0] if row else 0) + 1
+    db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
+    db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
+    _insert_record(db, record, revision=revision)
+    return revision
 
 
 def _insert_messages(
@@ -265,16 +295,12 @@ class SQLiteStorage(SessionStorageAdapter):
         return record
 
     async def save(self, record: SessionRecord) -> int:
+        return (await self.save_many([record]))[0]
+
+    async def save_many(self, records: list[SessionRecord]) -> list[int]:
+        """All in one transaction: a migration batch costs one commit."""
         with self._guard(), self._write() as db:
-            row = db.execute(
-                "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
-            ).fetchone()
-            revision = (row[0] if row else 0) + 1
-            db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
-            db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
-            record = SessionRecord(**{**record.__dict__, "saved_at": now_ms()})
-            _insert_record(db, record, revision=revision)
-        return revision
+            return [_replace_record(db, record) for record in records]
 
     async def append(
         self,
@@ -370,6 +396,71 @@ class SQLiteStorage(SessionStorageAdapter):
             ):
                 raise SessionNotFoundError(old_id)
             db.execute("UPDATE messages SET session_id = ? WHERE session_id = ?", (new_id, old_id))
+
+    async def check(self) -> list[StoredProblem]:
+        problems = await super().check()
+        with self._guard():
+            if _columns(self.db, "seed_sessions"):
+                rows = self.db.execute(
+                    """SELECT session_id FROM seed_sessions
+                       WHERE session_id NOT IN (SELECT session_id FROM sessions)"""
+                ).fetchall()
+                problems.extend(
+                    StoredProblem(sid, f"{self.path} (seed_sessions)", "unreadable seed record")
+                    for (sid,) in rows
+                )
+        return problems
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        if problem.where.endswith("(seed_sessions)"):
+            return problem.where
+        with self._guard(), self._write() as db:
+            db.row_factory = sqlite3.Row
+            try:
+                row = db.execute(
+                    "SELECT * FROM sessions WHERE session_id = ?", (problem.session_id,)
+                ).fetchone()
+                bodies = db.execute(
+                    "SELECT seq, role, created_at, body FROM messages WHERE session_id = ?",
+                    (problem.session_id,),
+                ).fetchall()
+            finally:
+                db.row_factory = None
+            db.execute(
+                "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?)",
+                (
+                    problem.session_id,
+                    now_ms(),
+                    problem.reason,
+                    orjson.dumps(dict(row) if row else {}).decode(),
+                    orjson.dumps([dict(b) for b in bodies]).decode(),
+                ),
+            )
+            db.execute("DELETE FROM messages WHERE session_id = ?", (problem.session_id,))
+            db.execute("DELETE FROM sessions WHERE session_id = ?", (problem.session_id,))
+        return f"{self.path} (table quarantine)"
+
+    @property
+    def location(self) -> str:
+        return self.path
+
+    async def info(self) -> dict[str, Any]:
+        with self._guard():
+            sessions, messages = self.db.execute(
+                "SELECT COUNT(*), COALESCE(SUM(message_count), 0) FROM sessions"
+            ).fetchone()
+            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            journal = self.db.execute("PRAGMA journal_mode").fetchone()[0]
+        size = 0 if self.in_memory else os.path.getsize(self.path)
+        return {
+            "backend": self.name,
+            "location": self.path,
+            "sessions": sessions,
+            "messages": messages,
+            "schema_version": version,
+            "journal_mode": journal,
+            "size_bytes": size,
+        }
 
     async def close(self) -> None:
         db = getattr(self._local, "db", None) or self._shared

@@ -1,0 +1,124 @@
+"""Copy every session between two backends, verified, safe to re-run (F7).
+
+Each session goes through the canonical record: read from the source, written
+to the target in batches, read back and compared (message count and content
+hash). A session already in the target with the same content is skipped, so
+an interrupted run finishes the job when run again. The source is only read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from foliko_cli.errors import FolikoError, UsageError
+from foliko_cli.storage.base import SessionStorageAdapter
+from foliko_cli.storage.record import SessionRecord, content_hash
+
+BATCH_SIZE = 500
+
+
+@dataclass
+class MigrationReport:
+    total: int = 0
+    copied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    dry_run: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def to_dict(self) -> dict:
+        return {
+            "total": self.total,
+            "copied": len(self.copied),
+            "skipped": len(self.skipped),
+            "failed": [{"session_id": sid, "reason": reason} for sid, reason in self.failed],
+            "dry_run": self.dry_run,
+        }
+
+
+def same_content(a: SessionRecord, b: SessionRecord) -> bool:
+    return len(a.messages) == len(b.messages) and content_hash(a) == content_hash(b)
+
+
+async def migrate(
+    source: SessionStorageAdapter,
+    target: SessionStorageAdapter,
+    *,
+    dry_run: bool = False,
+    overwrite: bool = False,
+    batch_size: int = BATCH_SIZE,
+    progress: Callable[[int], None] | None = None,
+) -> MigrationReport:
+    if source.name == target.name and source.location == target.location:
+        raise UsageError(
+            f"source and destination are the same storage ({source.location}); "
+            "name two different backends or locations"
+        )
+    session_ids = await source.list()
+    report = MigrationReport(total=len(session_ids), dry_run=dry_run)
+    for start in range(0, len(session_ids), batch_size):
+        batch = session_ids[start : start + batch_size]
+        pending = await _collect(source, target, batch, report, overwrite)
+        if pending and not dry_run:
+            await target.save_many(pending)
+            await _verify(target, pending, report)
+        elif dry_run:
+            report.copied.extend(record.session_id for record in pending)
+        if progress:
+            progress(len(batch))
+    return report
+
+
+async def _collect(
+    source: SessionStorageAdapter,
+    target: SessionStorageAdapter,
+    batch: list[str],
+    report: MigrationReport,
+    overwrite: bool,
+) -> list[SessionRecord]:
+    pending = []
+    for session_id in batch:
+        try:
+            record = await source.load(session_id)
+            if record is None:
+                continue
+            if await target.revision(session_id) is not None:
+                existing = await target.load(session_id)
+                if existing is not None and same_content(record, existing):
+                    report.skipped.append(session_id)
+                    continue
+                if not overwrite:
+                    report.failed.append(
+                        (
+                            session_id,
+                            "exists in the destination with other content; "
+                            "rerun with --overwrite to replace it",
+                        )
+                    )
+                    continue
+        except FolikoError as exc:
+            report.failed.append((session_id, str(exc)))
+            continue
+        pending.append(record)
+    return pending
+
+
+async def _verify(
+    target: SessionStorageAdapter, written: list[SessionRecord], report: MigrationReport
+) -> None:
+    for record in written:
+        try:
+            stored = await target.load(record.session_id)
+        except FolikoError as exc:
+            report.failed.append((record.session_id, f"verification failed: {exc}"))
+            continue
+        if stored is None or not same_content(record, stored):
+            report.failed.append(
+                (record.session_id, "verification failed: the copy differs from the source")
+            )
+        else:
+            report.copied.append(record.session_id)
