@@ -10,14 +10,13 @@ session is restored in memory and nothing is written (R1).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
-from foliko_cli.errors import SessionBusyError, TurnTimeoutError
+from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
 from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
@@ -42,12 +41,28 @@ class TurnResult:
         return dict(self.__dict__)
 
 
-class _SessionQueue:
-    """A FIFO lock per session; dropped once nobody holds or waits for it."""
+@dataclass(frozen=True)
+class TurnSetup:
+    """Changes made inside the turn, before the user message, saved with it.
 
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
+    ``start_from`` replaces the stored session (an empty record starts it over,
+    a copy of another session forks it); ``system_prompt`` is kept in the
+    session's metadata for later turns.
+    """
+
+    start_from: SessionRecord | None = None
+    variables: dict[str, Any] = field(default_factory=dict)
+    system_prompt: str | None = None
+
+    def apply(self, session: SessionContext) -> bool:
+        """Change ``session``; return True when it must be saved whole."""
+        if self.start_from is not None:
+            session.apply_record(self.start_from)
+            session.metadata["message_count"] = len(session.messages)
+        session.variables.update(self.variables)
+        if self.system_prompt is not None:
+            session.metadata["system_prompt"] = self.system_prompt
+        return self.start_from is not None
 
 
 class AgentChatHandler:
@@ -67,22 +82,33 @@ class AgentChatHandler:
         self.agent = agent
         self.system_prompt = system_prompt
         self.max_steps = max_steps
-        self._queues: dict[str, _SessionQueue] = {}
 
     # public
 
     async def chat(
-        self, message: str, *, session_id: str, request: RequestContext | None = None
+        self,
+        message: str,
+        *,
+        session_id: str,
+        request: RequestContext | None = None,
+        setup: TurnSetup | None = None,
     ) -> TurnResult:
         result: TurnResult | None = None
-        async for event in self.chat_stream(message, session_id=session_id, request=request):
+        async for event in self.chat_stream(
+            message, session_id=session_id, request=request, setup=setup
+        ):
             if event["type"] == "done":
                 result = event["result"]
         assert result is not None
         return result
 
     async def chat_stream(
-        self, message: str, *, session_id: str, request: RequestContext | None = None
+        self,
+        message: str,
+        *,
+        session_id: str,
+        request: RequestContext | None = None,
+        setup: TurnSetup | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``."""
         request = request or self.framework.get_request_context() or RequestContext()
@@ -90,7 +116,9 @@ class AgentChatHandler:
 
         async def produce() -> None:
             try:
-                result = await self._serialised_turn(message, session_id, request, events)
+                result = await self._serialised_turn(
+                    message, session_id, request, events, setup or TurnSetup()
+                )
                 await events.put({"type": "done", "result": result})
             except BaseException as exc:
                 await events.put(exc)
@@ -114,7 +142,7 @@ class AgentChatHandler:
     async def clear_history(self, session_id: str, timeout: float = 30.0) -> None:
         """Drop the session's messages, keeping its variables."""
         storage = self.framework.session_storage
-        async with self._queued(session_id, timeout), storage.lock(session_id, timeout):
+        async with self.framework.hold_session(session_id, timeout):
             record = await storage.load(session_id)
             if record is None:
                 return
@@ -128,40 +156,19 @@ class AgentChatHandler:
 
     # the turn
 
-    @contextlib.asynccontextmanager
-    async def _queued(self, session_id: str, wait: float) -> AsyncIterator[None]:
-        """This process's FIFO place for the session (asyncio.Lock wakes waiters in order)."""
-        queue = self._queues.get(session_id)
-        if queue is None:
-            queue = self._queues[session_id] = _SessionQueue()
-        queue.users += 1
-        try:
-            try:
-                async with asyncio.timeout(wait):
-                    await queue.lock.acquire()
-            except TimeoutError:
-                raise SessionBusyError(session_id, wait, "another turn in this process") from None
-            try:
-                yield
-            finally:
-                queue.lock.release()
-        finally:
-            queue.users -= 1
-            if queue.users == 0:
-                self._queues.pop(session_id, None)
-
     async def _serialised_turn(
-        self, message: str, session_id: str, request: RequestContext, events: asyncio.Queue
+        self,
+        message: str,
+        session_id: str,
+        request: RequestContext,
+        events: asyncio.Queue,
+        setup: TurnSetup,
     ) -> TurnResult:
-        storage = self.framework.session_storage
-        async with (
-            self._queued(session_id, request.remaining()),
-            storage.lock(session_id, request.remaining()),
-        ):
+        async with self.framework.hold_session(session_id, request.remaining()):
             session = self.framework.get_or_create_session_context(session_id)
             try:
                 async with asyncio.timeout(request.remaining()):
-                    return await self._locked_turn(message, session, request, events)
+                    return await self._locked_turn(message, session, request, events, setup)
             except TimeoutError:
                 raise TurnTimeoutError(request.timeout) from None
             finally:
@@ -173,20 +180,26 @@ class AgentChatHandler:
         session: SessionContext,
         request: RequestContext,
         events: asyncio.Queue,
+        setup: TurnSetup,
     ) -> TurnResult:
         storage = self.framework.session_storage
         await self._sync_history(session)
         checkpoint = session.checkpoint()
         try:
+            replace = setup.apply(session)
             with self.framework.bind(request=request, session=session, agent=self.agent):
                 result = await self._run_steps(message, session, request, events)
-            new_messages = session.messages[checkpoint.message_count :]
-            session.revision = await storage.append(
-                session.session_id,
-                new_messages,
-                SessionState(session.variables, session.metadata, session.compression_state),
-                expected_revision=checkpoint.revision,
-            )
+            if replace:
+                record = session.to_record()
+                record.saved_at = 0
+                session.revision = await storage.save(record)
+            else:
+                session.revision = await storage.append(
+                    session.session_id,
+                    session.messages[checkpoint.message_count :],
+                    SessionState(session.variables, session.metadata, session.compression_state),
+                    expected_revision=checkpoint.revision,
+                )
         except BaseException:
             session.restore(checkpoint)
             raise
@@ -208,10 +221,11 @@ class AgentChatHandler:
         message["trace_id"] = request.trace_id
         return message
 
-    def build_system_prompt(self) -> str | None:
+    def build_system_prompt(self, session: SessionContext) -> str | None:
+        """The agent's prompt, then the session's own (``--system``) or the default."""
         agent_prompt = self.agent.system_prompt if self.agent else None
-        parts = [p for p in (self.system_prompt, agent_prompt) if p]
-        return "\n\n".join(parts) or None
+        own = session.metadata.get("system_prompt") or self.system_prompt
+        return "\n\n".join(p for p in (agent_prompt, own) if p) or None
 
     def outgoing_messages(self, session: SessionContext) -> list[dict[str, Any]]:
         """What the model is sent: every stored message, reduced to the model's keys."""
@@ -227,7 +241,7 @@ class AgentChatHandler:
         session.add_message(self._stamp({"role": "user", "content": message}, request))
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
-        session.system_prompt = self.build_system_prompt()
+        session.system_prompt = self.build_system_prompt(session)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")
         step = 0

@@ -12,12 +12,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
+from foliko_cli.context.queues import SessionQueues
 from foliko_cli.errors import AgentNotFoundError
 from foliko_cli.events import EventEmitter
 from foliko_cli.storage.base import SessionStorageAdapter
@@ -62,6 +64,7 @@ class Framework(EventEmitter):
             on_session_destroyed=lambda ctx: self.emit(SESSION_DESTROYED, ctx),
             **limits,
         )
+        self.session_queues = SessionQueues()
         self.tools = ToolRegistry(BUILTIN_TOOLS)
         self.home = home or Path.cwd()
         self.session_storage: SessionStorageAdapter = self.configure_storage(storage)
@@ -78,6 +81,15 @@ class Framework(EventEmitter):
 
     def get_session_storage(self) -> SessionStorageAdapter:
         return self.session_storage
+
+    @contextlib.asynccontextmanager
+    async def hold_session(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+        """Exclusive use of a session: first in this process (FIFO), then in storage."""
+        deadline = time.monotonic() + timeout
+        async with self.session_queues.hold(session_id, timeout):
+            remaining = max(0.0, deadline - time.monotonic())
+            async with self.session_storage.lock(session_id, remaining):
+                yield
 
     # running with a context set
 

@@ -23,11 +23,15 @@ def new_compression_state() -> dict[str, Any]:
 class SessionCheckpoint:
     """What a failed turn restores, so that it leaves no trace (R1)."""
 
-    message_count: int
+    messages: list[dict[str, Any]]
     revision: int
     variables: dict[str, Any]
     metadata: dict[str, Any]
     compression_state: dict[str, Any]
+
+    @property
+    def message_count(self) -> int:
+        return len(self.messages)
 
 
 class SessionContext:
@@ -115,7 +119,7 @@ class SessionContext:
 
     def checkpoint(self) -> SessionCheckpoint:
         return SessionCheckpoint(
-            message_count=len(self.messages),
+            messages=list(self.messages),
             revision=self.revision,
             variables=copy.deepcopy(self.variables),
             metadata=dict(self.metadata),
@@ -123,7 +127,7 @@ class SessionContext:
         )
 
     def restore(self, checkpoint: SessionCheckpoint) -> None:
-        del self.messages[checkpoint.message_count :]
+        self.messages = checkpoint.messages
         self.variables = checkpoint.variables
         self.metadata = checkpoint.metadata
         self.compression_state = checkpoint.compression_state

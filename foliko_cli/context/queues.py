@@ -1,0 +1,50 @@
+"""Per-session FIFO queues for this process (the in-process half of F2)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from foliko_cli.errors import SessionBusyError
+
+
+class _Queue:
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class SessionQueues:
+    """One asyncio.Lock per session, which wakes its waiters in arrival order.
+
+    A session's entry is dropped as soon as nobody holds or waits for it, so a
+    long-lived process keeps no state for idle sessions.
+    """
+
+    def __init__(self) -> None:
+        self._queues: dict[str, _Queue] = {}
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, session_id: str, wait: float) -> AsyncIterator[None]:
+        queue = self._queues.get(session_id)
+        if queue is None:
+            queue = self._queues[session_id] = _Queue()
+        queue.users += 1
+        try:
+            try:
+                async with asyncio.timeout(wait):
+                    await queue.lock.acquire()
+            except TimeoutError:
+                raise SessionBusyError(session_id, wait, "another turn in this process") from None
+            try:
+                yield
+            finally:
+                queue.lock.release()
+        finally:
+            queue.users -= 1
+            if queue.users == 0:
+                del self._queues[session_id]
