@@ -1,39 +1,172 @@
-"""Where state lives and which storage and model to use.
+"""Settings and where each came from.
 
-Precedence: explicit arguments (flags) > ``FOLIKO_*`` environment > defaults.
+Precedence: flags > ``FOLIKO_*`` environment > ``./foliko.toml`` (project) >
+the user file (``config.toml`` in the platform's config directory, or
+``$FOLIKO_CONFIG``) > defaults.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from foliko_cli.errors import UsageError
+
+PROJECT_FILE = "foliko.toml"
 
 
-def foliko_home(env: Mapping[str, str] | None = None) -> Path:
-    """``$FOLIKO_HOME``, else the platform's user data directory."""
-    env = os.environ if env is None else env
-    if env.get("FOLIKO_HOME"):
-        return Path(env["FOLIKO_HOME"]).expanduser()
+def _positive_float(value: Any) -> float:
+    number = float(value)
+    if number <= 0:
+        raise ValueError("must be greater than 0")
+    return number
+
+
+def _positive_int(value: Any) -> int:
+    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+        raise ValueError("must be a whole number")
+    number = int(value)
+    if number < 1:
+        raise ValueError("must be at least 1")
+    return number
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    return value
+
+
+@dataclass(frozen=True)
+class Field:
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+
+
+FIELDS: dict[str, Field] = {
+    "home": Field(_text, None, "where sessions and state live"),
+    "storage": Field(_text, "sqlite", "memory, json, sqlite or a storage URL"),
+    "model": Field(_text, None, "provider:model; unset means the offline echo model"),
+    "timeout": Field(_positive_float, 120.0, "seconds a turn may take"),
+    "max_steps": Field(_positive_int, 10, "model calls per turn (tool-call loop bound)"),
+    "system_prompt": Field(_text, None, "system prompt for sessions without their own"),
+}
+SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
+
+
+def env_name(key: str) -> str:
+    return "FOLIKO_" + key.upper()
+
+
+def default_home() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("foliko", appauthor=False))
 
 
+def user_config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("FOLIKO_CONFIG"):
+        return Path(env["FOLIKO_CONFIG"]).expanduser()
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("foliko", appauthor=False)) / "config.toml"
+
+
+def foliko_home(env: Mapping[str, str] | None = None) -> Path:
+    return load_settings(env=env).home
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """The file's settings, or {} when it does not exist; bad files exit 2."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise UsageError(
+            f"cannot read config file {path}: {exc.strerror}; fix its permissions"
+        ) from None
+    import tomllib
+
+    try:
+        table = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise UsageError(f"config file {path} is not valid TOML ({exc}); fix the file") from None
+    unknown = sorted(set(table) - set(FIELDS))
+    if unknown:
+        raise UsageError(
+            f"config file {path}: unknown setting {unknown[0]!r}; known: {', '.join(FIELDS)}"
+        )
+    return table
+
+
 @dataclass(frozen=True)
 class Settings:
     home: Path
-    storage: str | None
+    storage: str
     model: str | None
+    timeout: float
+    max_steps: int
+    system_prompt: str | None
+    sources: dict[str, str] = field(default_factory=dict)
+    files: dict[str, Path] = field(default_factory=dict)
+
+    def shown(self) -> list[tuple[str, Any, str]]:
+        """(key, value with secrets redacted, source) for ``config show``."""
+        return [(key, redact(key, getattr(self, key)), self.sources[key]) for key in FIELDS]
+
+
+def redact(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if SECRET.search(key):
+        return "***"
+    if isinstance(value, str):
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value)
+    return value
 
 
 def load_settings(
-    *, storage: str | None = None, model: str | None = None, env: Mapping[str, str] | None = None
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    **flags: Any,
 ) -> Settings:
+    """Resolve every setting; ``flags`` that are None do not count."""
     env = os.environ if env is None else env
+    user_path = user_config_path(env)
+    project_path = (cwd or Path.cwd()) / PROJECT_FILE
+    layers: list[tuple[str, Mapping[str, Any]]] = [
+        ("flag", {k: v for k, v in flags.items() if v is not None}),
+        ("env", {k: env[env_name(k)] for k in FIELDS if env.get(env_name(k))}),
+        (f"project {project_path}", read_toml(project_path)),
+        (f"user {user_path}", read_toml(user_path)),
+    ]
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for key, spec in FIELDS.items():
+        values[key], sources[key] = spec.default, "default"
+        for origin, layer in layers:
+            if key in layer:
+                where = f"env {env_name(key)}" if origin == "env" else origin
+                try:
+                    values[key] = spec.parse(layer[key])
+                except (TypeError, ValueError) as exc:
+                    raise UsageError(
+                        f"setting {key!r} from {where}: {exc} (got {layer[key]!r}); fix it"
+                    ) from None
+                sources[key] = where
+                break
+    home = Path(values.pop("home")).expanduser() if values["home"] else default_home()
     return Settings(
-        home=foliko_home(env),
-        storage=storage or env.get("FOLIKO_STORAGE") or None,
-        model=model or env.get("FOLIKO_MODEL") or None,
+        home=home,
+        **values,
+        sources=sources,
+        files={"user": user_path, "project": project_path},
     )

@@ -8,17 +8,26 @@ that lives as long as the facade.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from foliko_cli.chat import DEFAULT_MAX_STEPS, AgentChatHandler, TurnResult
+from foliko_cli.chat import DEFAULT_MAX_STEPS, AgentChatHandler, TurnResult, TurnSetup
+from foliko_cli.clock import now_ms
 from foliko_cli.context.request import DEFAULT_TIMEOUT
 from foliko_cli.errors import SessionNotFoundError, UsageError
 from foliko_cli.framework import Framework
 from foliko_cli.models import announce_default_model, resolve_model
-from foliko_cli.models.base import ModelProvider
-from foliko_cli.storage.record import SessionRecord, SessionSummary, check_session_id
+from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
+from foliko_cli.storage.base import SessionExistsError
+from foliko_cli.storage.migrate import same_content
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionSummary,
+    check_session_id,
+    new_metadata,
+)
 
 T = TypeVar("T")
 
@@ -45,6 +54,7 @@ class Foliko:
         home: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         max_steps: int = DEFAULT_MAX_STEPS,
+        system_prompt: str | None = None,
     ):
         if home is None:
             from foliko_cli.config import foliko_home
@@ -55,6 +65,7 @@ class Foliko:
         self.model = model
         self.timeout = timeout
         self.max_steps = max_steps
+        self.system_prompt = system_prompt
         self._runner = asyncio.Runner()
         self._handlers: dict[str, AgentChatHandler] = {}
 
@@ -79,10 +90,52 @@ class Foliko:
             if chosen is None:
                 announce_default_model()
             handler = AgentChatHandler(
-                self.framework, resolve_model(chosen), max_steps=self.max_steps
+                self.framework,
+                resolve_model(chosen),
+                max_steps=self.max_steps,
+                system_prompt=self.system_prompt,
             )
             self._handlers[key] = handler
         return handler
+
+    def _request(self, timeout: float | None):
+        return self.framework.context_manager.create_request_context(
+            timeout=timeout or self.timeout
+        )
+
+    def _turn_setup(
+        self,
+        session_id: str,
+        *,
+        new: bool,
+        fork_from: str | None,
+        variables: dict[str, Any] | None,
+        system: str | None,
+    ) -> TurnSetup:
+        start_from = None
+        if fork_from is not None:
+            check_session_id(fork_from)
+            if fork_from == session_id:
+                raise UsageError(f"cannot fork session {session_id!r} into itself; name a new one")
+            if not new and self._run(self.storage.revision(session_id)) is not None:
+                raise SessionExistsError(session_id)
+            source = self.get_session(fork_from)
+            now = now_ms()
+            start_from = SessionRecord(
+                session_id,
+                messages=source.messages,
+                variables=source.variables,
+                metadata={
+                    **source.metadata,
+                    "created_at": now,
+                    "last_active": now,
+                    "forked_from": fork_from,
+                },
+                compression_state=source.compression_state,
+            )
+        elif new:
+            start_from = SessionRecord(session_id, metadata=new_metadata())
+        return TurnSetup(start_from=start_from, variables=variables or {}, system_prompt=system)
 
     def chat(
         self,
@@ -91,23 +144,241 @@ class Foliko:
         *,
         model: str | ModelProvider | None = None,
         timeout: float | None = None,
+        new: bool = False,
+        fork_from: str | None = None,
+        variables: dict[str, Any] | None = None,
+        system: str | None = None,
     ) -> TurnResult:
+        """One turn; ``new`` starts the session over, ``fork_from`` copies another first."""
         check_session_id(session_id)
         check_message_text(message)
         handler = self.handler(model)
-        manager = self.framework.context_manager
-        request = manager.create_request_context(timeout=timeout or self.timeout)
+        setup = self._turn_setup(
+            session_id, new=new, fork_from=fork_from, variables=variables, system=system
+        )
+        request = self._request(timeout)
         try:
-            return self._run(handler.chat(message, session_id=session_id, request=request))
+            return self._run(
+                handler.chat(message, session_id=session_id, request=request, setup=setup)
+            )
         finally:
-            manager.release_request_context(request.request_id)
+            self.framework.context_manager.release_request_context(request.request_id)
+
+    def dry_run(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        model: str | ModelProvider | None = None,
+        new: bool = False,
+        fork_from: str | None = None,
+        variables: dict[str, Any] | None = None,
+        system: str | None = None,
+    ) -> dict[str, Any]:
+        """Exactly what the model would be sent for this turn; nothing is called or saved."""
+        check_session_id(session_id)
+        check_message_text(message)
+        target = resolve_model(model if model is not None else self.model)
+        capture = CaptureModel(target)
+        handler = AgentChatHandler(
+            self.framework, capture, max_steps=1, system_prompt=self.system_prompt
+        )
+        setup = self._turn_setup(
+            session_id, new=new, fork_from=fork_from, variables=variables, system=system
+        )
+        request = self._request(None)
+        try:
+            self._run(handler.chat(message, session_id=session_id, request=request, setup=setup))
+        except RequestCaptured as captured:
+            return {
+                "model": target.name,
+                "system": captured.request.system,
+                "messages": captured.request.messages,
+                "tools": captured.request.tools,
+            }
+        finally:
+            self.framework.context_manager.release_request_context(request.request_id)
+        raise AssertionError("the capture model was not called")
+
+    # sessions
+
+    @property
+    def storage(self):
+        return self.framework.session_storage
+
+    def _held(self, session_id: str, work, timeout: float | None = None):
+        """Run ``work()`` (a coroutine function) holding the session exclusively."""
+
+        async def run():
+            async with self.framework.hold_session(session_id, timeout or self.timeout):
+                return await work()
+
+        return self._run(run())
 
     def get_session(self, session_id: str) -> SessionRecord:
         check_session_id(session_id)
-        record = self._run(self.framework.session_storage.load(session_id))
+        record = self._run(self.storage.load(session_id))
         if record is None:
             raise SessionNotFoundError(session_id)
         return record
 
-    def list_sessions(self) -> list[SessionSummary]:
-        return self._run(self.framework.session_storage.list_summaries())
+    def list_sessions(
+        self, *, sort: str = "updated", limit: int | None = None, since: int | None = None
+    ) -> list[SessionSummary]:
+        """Summaries sorted by ``updated``/``created``/``messages`` (newest or largest
+        first) or ``name``; ``since`` keeps sessions updated at or after that ms time."""
+        summaries = self._run(self.storage.list_summaries())
+        if since is not None:
+            summaries = [s for s in summaries if s.updated_at >= since]
+        key, reverse = SORT_KEYS[sort]
+        summaries.sort(key=key, reverse=reverse)
+        return summaries[:limit] if limit is not None else summaries
+
+    def delete_sessions(self, session_ids: list[str]) -> tuple[list[str], list[str]]:
+        """Delete each session; return (deleted, not found)."""
+        for session_id in session_ids:
+            check_session_id(session_id)
+        deleted, missing = [], []
+        for session_id in dict.fromkeys(session_ids):
+            existed = self._held(session_id, lambda sid=session_id: self.storage.delete(sid))
+            self.framework.destroy_session_context(session_id)
+            (deleted if existed else missing).append(session_id)
+        return deleted, missing
+
+    def rename_session(self, old_id: str, new_id: str) -> None:
+        check_session_id(old_id)
+        check_session_id(new_id)
+        if old_id == new_id:
+            raise UsageError(f"session {old_id!r} already has that name")
+
+        async def work():
+            async with self.framework.hold_session(new_id, self.timeout):
+                await self.storage.rename(old_id, new_id)
+
+        self._held(old_id, work)
+        self.framework.destroy_session_context(old_id)
+        self.framework.destroy_session_context(new_id)
+
+    def clear_session(self, session_id: str, *, variables: bool = False) -> SessionRecord:
+        """Drop the history; with ``variables``, the variables too."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.storage.load(session_id)
+            if record is None:
+                raise SessionNotFoundError(session_id)
+            record.messages = []
+            if variables:
+                record.variables = {}
+            record.saved_at = now_ms()
+            record.revision = await self.storage.save(record)
+            return record
+
+        return self._held(session_id, work)
+
+    def export_sessions(self, session_ids: list[str] | None) -> Iterator[SessionRecord]:
+        """The named sessions (all when None), each loaded once, in order."""
+        ids = session_ids if session_ids is not None else sorted(self._run(self.storage.list()))
+        for session_id in ids:
+            yield self.get_session(session_id)
+
+    def import_sessions(
+        self, records: list[SessionRecord], *, on_conflict: str = "skip"
+    ) -> ImportReport:
+        """Store each record; identical ones are left alone, so re-importing is a no-op."""
+        report = ImportReport()
+        plan = []
+        for record in records:
+            check_session_id(record.session_id)
+            existing = self._run(self.storage.load(record.session_id))
+            if existing is None:
+                plan.append(record)
+            elif same_content(record, existing):
+                report.unchanged.append(record.session_id)
+            elif on_conflict == "replace":
+                plan.append(record)
+            elif on_conflict == "skip":
+                report.skipped.append(record.session_id)
+            else:
+                report.conflicts.append(record.session_id)
+        if report.conflicts:
+            return report
+        for record in plan:
+            self._held(record.session_id, lambda r=record: self.storage.save(r))
+            self.framework.destroy_session_context(record.session_id)
+            report.imported.append(record.session_id)
+        return report
+
+    def prune_sessions(self, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
+        """Delete sessions not updated for ``older_than_ms``; return their ids."""
+        cutoff = now_ms() - older_than_ms
+        stale = [
+            s.session_id for s in self._run(self.storage.list_summaries()) if s.updated_at < cutoff
+        ]
+        if dry_run:
+            return stale
+        return self.delete_sessions(stale)[0]
+
+    # variables
+
+    def get_variables(self, session_id: str) -> dict[str, Any]:
+        return self.get_session(session_id).variables
+
+    def update_variables(
+        self, session_id: str, changes: dict[str, Any], *, unset: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """Set ``changes`` and remove ``unset`` keys; a new session is created for a set."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.storage.load(session_id)
+            if record is None:
+                if unset and not changes:
+                    raise SessionNotFoundError(session_id)
+                record = SessionRecord(session_id, metadata=new_metadata())
+            missing = [key for key in unset if key not in record.variables]
+            if missing:
+                raise UsageError(
+                    f"variable {missing[0]!r} is not set in session {session_id!r}; "
+                    f"see 'foliko sessions vars {session_id}'"
+                )
+            record.variables.update(changes)
+            for key in unset:
+                del record.variables[key]
+            record.saved_at = now_ms()
+            await self.storage.save(record)
+            return record.variables
+
+        return self._held(session_id, work)
+
+
+@dataclass
+class ImportReport:
+    imported: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+SORT_KEYS: dict[str, tuple[Callable[[SessionSummary], Any], bool]] = {
+    "updated": (lambda s: (s.updated_at, s.session_id), True),
+    "created": (lambda s: (s.created_at, s.session_id), True),
+    "messages": (lambda s: (s.message_count, s.session_id), True),
+    "name": (lambda s: s.session_id, False),
+}
+
+
+class RequestCaptured(Exception):
+    def __init__(self, request: ModelRequest):
+        self.request = request
+
+
+class CaptureModel(ModelProvider):
+    """Stands in for a model during ``--dry-run``: records the request, answers nothing."""
+
+    def __init__(self, target: ModelProvider):
+        self.name = target.name
+        self.context_window = target.context_window
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        raise RequestCaptured(request)

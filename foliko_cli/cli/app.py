@@ -1,19 +1,28 @@
-"""Building the facade for a command from the global options and environment."""
+"""Building the facade for a command from the global options and the settings."""
 
 from __future__ import annotations
 
 import click
 
-from foliko_cli.config import load_settings
+from foliko_cli.config import Settings, load_settings
 from foliko_cli.facade import Foliko
 
 
-def open_facade(
-    ctx: click.Context, *, model: str | None = None, timeout: float | None = None
-) -> Foliko:
+def settings_for(ctx: click.Context, **flags) -> Settings:
+    root = ctx.find_root().obj or {}
+    return load_settings(storage=root.get("storage"), **flags)
+
+
+def open_facade(ctx: click.Context, **flags) -> Foliko:
     """A facade for this invocation, closed when the command ends."""
-    settings = load_settings(storage=ctx.obj.get("storage"), model=model)
-    options = {"timeout": timeout} if timeout else {}
-    facade = Foliko(settings.storage, settings.model, home=settings.home, **options)
+    settings = settings_for(ctx, **flags)
+    facade = Foliko(
+        settings.storage,
+        settings.model,
+        home=settings.home,
+        timeout=settings.timeout,
+        max_steps=settings.max_steps,
+        system_prompt=settings.system_prompt,
+    )
     ctx.call_on_close(facade.close)
     return facade

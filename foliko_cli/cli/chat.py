@@ -1,4 +1,4 @@
-"""``foliko chat``: one turn in a named session."""
+"""``foliko chat``: one turn in a named session, or an interactive loop."""
 
 from __future__ import annotations
 
@@ -7,16 +7,20 @@ import sys
 import click
 
 from foliko_cli.cli.app import open_facade
-from foliko_cli.cli.output import emit_json
-from foliko_cli.errors import UsageError
+from foliko_cli.cli.output import emit_json, note
+from foliko_cli.cli.params import KeyValue, complete_session_ids
+from foliko_cli.errors import FolikoError, UsageError
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin.isatty()
 
 
 def read_stdin() -> str | None:
     """Piped input, or None when stdin is a terminal."""
-    stream = sys.stdin.buffer
-    if stream.isatty():
+    if stdin_is_terminal():
         return None
-    data = stream.read()
+    data = sys.stdin.buffer.read()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -26,14 +30,10 @@ def read_stdin() -> str | None:
         ) from None
 
 
-def compose_message(argument: str | None, piped: str | None) -> str:
+def compose_message(argument: str | None, piped: str | None) -> str | None:
     """The argument, the piped text, or both (the piped text follows as context)."""
     parts = [p for p in (argument, piped) if p is not None and p.strip()]
-    if not parts:
-        raise UsageError(
-            'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
-        )
-    return "\n\n".join(parts)
+    return "\n\n".join(parts) if parts else None
 
 
 @click.command()
@@ -44,10 +44,30 @@ def compose_message(argument: str | None, piped: str | None) -> str:
     "session_id",
     required=True,
     metavar="ID",
+    shell_complete=complete_session_ids,
     help="Session name; created when new, continued otherwise.",
 )
 @click.option(
     "-m", "--model", metavar="MODEL", help="Model as provider:model, e.g. echo. Env: FOLIKO_MODEL."
+)
+@click.option("--new", is_flag=True, help="Start the session over (history and variables).")
+@click.option(
+    "--from",
+    "fork_from",
+    metavar="SRC",
+    shell_complete=complete_session_ids,
+    help="Fork SRC into this (new) session, then run the turn.",
+)
+@click.option(
+    "--system", metavar="TEXT", help="System prompt for this session; kept for its later turns."
+)
+@click.option(
+    "--var",
+    "variables",
+    type=KeyValue(),
+    multiple=True,
+    metavar="K=V",
+    help="Set a session variable before the turn (repeatable; V is JSON or text).",
 )
 @click.option(
     "--timeout",
@@ -61,29 +81,81 @@ def compose_message(argument: str | None, piped: str | None) -> str:
     is_flag=True,
     help="Print one JSON object with the reply, ids, step count and usage.",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print what would be sent to the model as JSON; call nothing, save nothing.",
+)
 @click.pass_context
 def chat(
     ctx: click.Context,
     message: str | None,
     session_id: str,
     model: str | None,
+    new: bool,
+    fork_from: str | None,
+    system: str | None,
+    variables: tuple[tuple[str, object], ...],
     timeout: float | None,
     as_json: bool,
+    dry_run: bool,
 ) -> None:
     """Run one chat turn in session ID and print the reply.
 
     MESSAGE comes from the argument, from stdin when it is not a terminal,
-    or both (stdin is appended after the argument).
+    or both (stdin is appended after the argument). With no message on a
+    terminal, starts an interactive loop that saves after every turn
+    (Ctrl-D ends it, Ctrl-C cancels the running turn).
 
     \b
     Examples:
       foliko chat --session s1 "hi"
       git diff | foliko chat -s review "Summarise this change"
+      foliko chat -s s2 --from s1 "try another way"
     """
     text = compose_message(message, read_stdin())
     facade = open_facade(ctx, model=model, timeout=timeout)
-    result = facade.chat(session_id, text)
+    options = {"new": new, "fork_from": fork_from, "variables": dict(variables), "system": system}
+    if text is None:
+        if not stdin_is_terminal():
+            raise UsageError(
+                'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
+            )
+        if dry_run or as_json:
+            raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+        interactive(facade, session_id, options)
+        return
+    if dry_run:
+        emit_json(facade.dry_run(session_id, text, **options), pretty=True)
+        return
+    result = facade.chat(session_id, text, **options)
     if as_json:
         emit_json(result.to_dict())
     else:
+        click.echo(result.message)
+
+
+def interactive(facade, session_id: str, options: dict) -> None:
+    """Read a line, run a turn, print the reply, until end of input."""
+    note(f"session {session_id!r}; Ctrl-D to end, Ctrl-C cancels a running turn")
+    while True:
+        try:
+            line = input("> ")
+        except EOFError:
+            click.echo(err=True)
+            return
+        except KeyboardInterrupt:
+            click.echo(err=True)
+            continue
+        if not line.strip():
+            continue
+        try:
+            result = facade.chat(session_id, line, **options)
+        except KeyboardInterrupt:
+            note("turn cancelled; nothing saved")
+            continue
+        except FolikoError as exc:
+            note(f"error: {exc}")
+            continue
+        options = {**options, "new": False, "fork_from": None, "variables": {}}
         click.echo(result.message)

@@ -50,6 +50,8 @@ class LazyGroup(FolikoGroup):
         "chat": ("foliko_cli.cli.chat", "chat"),
         "sessions": ("foliko_cli.cli.sessions", "sessions"),
         "storage": ("foliko_cli.cli.storage", "storage"),
+        "config": ("foliko_cli.cli.config", "config"),
+        "completion": ("foliko_cli.cli.completion", "completion"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -1,13 +1,17 @@
-"""Printing results (stdout) and diagnostics (stderr)."""
+"""Printing: results on stdout, diagnostics on stderr, lists in four formats."""
 
 from __future__ import annotations
 
+import functools
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 import click
 import orjson
+
+FORMATS = ("table", "json", "ndjson", "tsv")
 
 
 def emit_json(value: Any, *, pretty: bool = False) -> None:
@@ -23,17 +27,70 @@ def note(message: str) -> None:
     click.echo(f"foliko: {message}", err=True)
 
 
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
-
-
 def format_ms(ms: int | None) -> str:
     if not ms:
         return "-"
     return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def table(rows: list[list[Any]], headers: list[str]) -> None:
-    from tabulate import tabulate
+def format_option(command: Callable) -> Callable:
+    """``--format table|json|ndjson|tsv`` plus ``--json`` / ``--ndjson`` shorthands.
 
-    click.echo(tabulate(rows, headers=headers, tablefmt="simple", disable_numparse=True))
+    The default is a table on a terminal and TSV in a pipe.
+    """
+
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        help="Output format (default: table on a terminal, tsv otherwise).",
+    )
+    @click.option("--json", "fmt", flag_value="json", help="Same as --format json.")
+    @click.option("--ndjson", "fmt", flag_value="ndjson", help="Same as --format ndjson.")
+    @functools.wraps(command)
+    def wrapper(*args, fmt: str | None, **kwargs):
+        return command(*args, fmt=fmt or ("table" if sys.stdout.isatty() else "tsv"), **kwargs)
+
+    return wrapper
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.replace("\t", " ").replace("\n", " ")
+    return orjson.dumps(value).decode()
+
+
+def emit_rows(
+    rows: list[dict[str, Any]],
+    columns: dict[str, str],
+    fmt: str,
+    *,
+    human: dict[str, Callable[[Any], str]] | None = None,
+) -> None:
+    """Print ``rows`` (dicts) in ``fmt``; ``columns`` maps keys to table headers.
+
+    JSON and NDJSON carry every key of each row; table and TSV show ``columns``,
+    the table using ``human`` formatters where given.
+    """
+    if fmt == "json":
+        emit_json(rows)
+    elif fmt == "ndjson":
+        for row in rows:
+            emit_json(row)
+    elif fmt == "tsv":
+        click.echo("\t".join(columns))
+        for row in rows:
+            click.echo("\t".join(_cell(row.get(key)) for key in columns))
+    else:
+        from tabulate import tabulate
+
+        human = human or {}
+        body = [
+            [human[key](row.get(key)) if key in human else _cell(row.get(key)) for key in columns]
+            for row in rows
+        ]
+        click.echo(
+            tabulate(body, headers=list(columns.values()), tablefmt="simple", disable_numparse=True)
+        )

@@ -1,65 +1,95 @@
-"""``foliko sessions``: list and inspect stored sessions."""
+"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import click
+import orjson
 
 from foliko_cli.cli.app import open_facade
-from foliko_cli.cli.output import emit_json, format_ms, table
-from foliko_cli.storage.record import record_to_dict
+from foliko_cli.cli.output import emit_json, emit_rows, error, format_ms, format_option, note
+from foliko_cli.cli.params import Duration, complete_session_ids, parse_value
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import ExitCode, UsageError
+from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
+
+SESSION_ID = {"metavar": "ID", "shell_complete": complete_session_ids}
 
 
 @click.group()
 def sessions() -> None:
-    """List and inspect stored sessions.
+    """Manage stored sessions, non-interactively.
 
     \b
     Example:
       foliko sessions list --json
+      foliko sessions delete old-1 old-2
     """
 
 
 @sessions.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.option(
+    "--sort",
+    type=click.Choice(["updated", "created", "name", "messages"]),
+    default="updated",
+    show_default=True,
+    help="Order: newest/largest first, or by name.",
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Show at most this many.")
+@click.option(
+    "--since",
+    type=Duration(),
+    metavar="DURATION",
+    help="Only sessions updated within this long (e.g. 7d, 12h).",
+)
+@format_option
 @click.pass_context
-def list_sessions(ctx: click.Context, as_json: bool) -> None:
+def list_sessions(
+    ctx: click.Context, sort: str, limit: int | None, since: int | None, fmt: str
+) -> None:
     """List sessions, most recently updated first.
 
     \b
-    Example:
+    Examples:
+      foliko sessions list
       foliko sessions list --json | python -c 'import json,sys; print(len(json.load(sys.stdin)))'
+      foliko sessions list --sort messages --limit 5 --since 7d
     """
-    summaries = open_facade(ctx).list_sessions()
-    if as_json:
-        emit_json(
-            [
-                {
-                    "session_id": s.session_id,
-                    "created_at": s.created_at,
-                    "updated_at": s.updated_at,
-                    "message_count": s.message_count,
-                    "preview": s.preview,
-                }
-                for s in summaries
-            ]
-        )
-        return
-    table(
-        [
-            [
-                s.session_id,
-                s.message_count,
-                format_ms(s.updated_at),
-                f"UNREADABLE: {s.error}" if s.error else s.preview,
-            ]
-            for s in summaries
-        ],
-        ["session", "messages", "updated", "last prompt"],
+    cutoff = now_ms() - since if since is not None else None
+    summaries = open_facade(ctx).list_sessions(sort=sort, limit=limit, since=cutoff)
+    rows = [
+        {
+            "session_id": s.session_id,
+            "message_count": s.message_count,
+            "created_at": s.created_at,
+            "updated_at": s.updated_at,
+            "preview": s.preview,
+            **({"error": s.error} if s.error else {}),
+        }
+        for s in summaries
+    ]
+    for row in rows:
+        if row.get("error"):
+            row["preview"] = f"UNREADABLE: {row['error']}"
+            note(f"session {row['session_id']!r} is unreadable: {row['error']}")
+    emit_rows(
+        rows,
+        {
+            "session_id": "session",
+            "message_count": "messages",
+            "updated_at": "updated",
+            "preview": "last prompt",
+        },
+        fmt,
+        human={"updated_at": format_ms},
     )
 
 
-@sessions.command("show")
-@click.argument("session_id", metavar="ID")
+@sessions.command()
+@click.argument("session_id", **SESSION_ID)
+@click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages.")
 @click.option(
     "--json",
     "as_json",
@@ -67,29 +97,278 @@ def list_sessions(ctx: click.Context, as_json: bool) -> None:
     help="Print {session_id, messages, variables, metadata} as JSON.",
 )
 @click.pass_context
-def show(ctx: click.Context, session_id: str, as_json: bool) -> None:
+def show(ctx: click.Context, session_id: str, tail: int | None, as_json: bool) -> None:
     """Show a session's messages, variables and metadata.
 
     \b
-    Example:
-      foliko sessions show s1 --json
+    Examples:
+      foliko sessions show s1
+      foliko sessions show s1 --json --tail 2
     """
     record = open_facade(ctx).get_session(session_id)
+    data = record_to_dict(record)
+    if tail is not None:
+        data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
     if as_json:
-        emit_json(record_to_dict(record))
+        emit_json(data)
         return
-    meta = record.metadata
+    meta = data["metadata"]
     click.echo(f"session   {record.session_id}")
-    click.echo(f"messages  {len(record.messages)}")
+    click.echo(f"messages  {meta['message_count']}")
     click.echo(f"created   {format_ms(meta.get('created_at'))}")
     click.echo(f"active    {format_ms(meta.get('last_active'))}")
+    if meta.get("system_prompt"):
+        click.echo(f"system    {meta['system_prompt']}")
     for key, value in sorted(record.variables.items()):
-        click.echo(f"var       {key} = {value!r}")
-    for message in record.messages:
+        click.echo(f"var       {key} = {orjson.dumps(value).decode()}")
+    for message in data["messages"]:
         label = message["role"]
         if message.get("tool_calls"):
-            calls = ", ".join(c["name"] for c in message["tool_calls"])
-            label += f" → {calls}"
+            label += " → " + ", ".join(c["name"] for c in message["tool_calls"])
         click.echo(f"\n[{label}] {format_ms(message.get('created_at'))}")
         if message["content"]:
             click.echo(message["content"])
+
+
+@sessions.command()
+@click.argument("session_ids", nargs=-1, required=True, **SESSION_ID)
+@click.pass_context
+def delete(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
+    """Delete sessions (no prompt). Unknown ids are reported and exit 2.
+
+    \b
+    Example:
+      foliko sessions delete scratch old-1 old-2
+    """
+    deleted, missing = open_facade(ctx).delete_sessions(list(session_ids))
+    for session_id in deleted:
+        click.echo(session_id)
+    for session_id in missing:
+        error(f"session {session_id!r} not found")
+    if missing:
+        raise click.exceptions.Exit(ExitCode.USAGE)
+
+
+@sessions.command()
+@click.argument("old", **SESSION_ID)
+@click.argument("new", metavar="NEW")
+@click.pass_context
+def rename(ctx: click.Context, old: str, new: str) -> None:
+    """Rename session OLD to NEW; refuses to overwrite an existing NEW.
+
+    \b
+    Example:
+      foliko sessions rename scratch project-notes
+    """
+    open_facade(ctx).rename_session(old, new)
+
+
+@sessions.command()
+@click.argument("session_id", **SESSION_ID)
+@click.option("--all", "everything", is_flag=True, help="Clear the variables too.")
+@click.pass_context
+def clear(ctx: click.Context, session_id: str, everything: bool) -> None:
+    """Drop a session's history, keeping its variables (unless --all).
+
+    \b
+    Example:
+      foliko sessions clear s1
+    """
+    open_facade(ctx).clear_session(session_id, variables=everything)
+
+
+def _write_output(path: Path | None, lines) -> None:
+    if path is None:
+        for line in lines:
+            click.echo(line)
+        return
+    temporary = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+        temporary.replace(path)
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise UsageError(f"cannot write {path}: {exc.strerror}; choose another -o path") from None
+
+
+@sessions.command()
+@click.argument("session_ids", nargs=-1, **SESSION_ID)
+@click.option("--all", "everything", is_flag=True, help="Export every session.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["json", "ndjson"]),
+    default="json",
+    show_default=True,
+    help="A JSON array, or one session per line.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write to this file (atomically) instead of stdout.",
+)
+@click.pass_context
+def export(
+    ctx: click.Context,
+    session_ids: tuple[str, ...],
+    everything: bool,
+    fmt: str,
+    output: Path | None,
+) -> None:
+    """Export sessions as JSON (an array) or NDJSON (one per line).
+
+    \b
+    Examples:
+      foliko sessions export s1 s2 > backup.json
+      foliko sessions export --all --format ndjson -o all.ndjson
+    """
+    if everything == bool(session_ids):
+        raise UsageError("name the sessions to export, or pass --all (not both)")
+    records = open_facade(ctx).export_sessions(None if everything else list(session_ids))
+    dumps = [orjson.dumps(record_to_dict(r)).decode() for r in records]
+    lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
+    _write_output(output, lines)
+
+
+def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
+    text = data.decode("utf-8", errors="strict") if data else ""
+    stripped = text.lstrip()
+    try:
+        if stripped.startswith("["):
+            items = orjson.loads(text)
+        elif stripped.startswith("{") and "\n" in stripped.rstrip():
+            items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+        elif stripped:
+            items = [orjson.loads(text)]
+        else:
+            items = []
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{source} is not JSON or NDJSON ({exc}); export it again") from None
+    records = []
+    for number, item in enumerate(items, start=1):
+        try:
+            records.append(record_from_dict(item))
+        except ValueError as exc:
+            raise UsageError(f"{source}: session #{number} is invalid: {exc}") from None
+    return records
+
+
+@sessions.command("import")
+@click.argument("source", metavar="FILE|-")
+@click.option(
+    "--on-conflict",
+    type=click.Choice(["skip", "replace", "fail"]),
+    default="skip",
+    show_default=True,
+    help="When a session exists with other content: keep it, replace it, or "
+    "import nothing and exit 2.",
+)
+@click.pass_context
+def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
+    """Import sessions from a file (or - for stdin) written by export.
+
+    Idempotent: sessions already stored with the same content are left alone.
+
+    \b
+    Example:
+      foliko sessions import backup.json --on-conflict replace
+    """
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
+    try:
+        records = _parse_import(data, "stdin" if source == "-" else source)
+    except UnicodeDecodeError:
+        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
+    report = open_facade(ctx).import_sessions(records, on_conflict=on_conflict)
+    if report.conflicts:
+        raise UsageError(
+            f"{len(report.conflicts)} session(s) exist with other content "
+            f"(first: {report.conflicts[0]!r}); nothing imported: "
+            "rerun with --on-conflict skip or replace"
+        )
+    for session_id in report.skipped:
+        note(f"skipped {session_id!r}: exists with other content")
+    click.echo(
+        f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
+        f"skipped {len(report.skipped)}"
+    )
+
+
+@sessions.command()
+@click.option(
+    "--older-than",
+    "older_than",
+    type=Duration(),
+    required=True,
+    metavar="DURATION",
+    help="Delete sessions not updated for this long (e.g. 30d).",
+)
+@click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@click.pass_context
+def prune(ctx: click.Context, older_than: int, dry_run: bool) -> None:
+    """Delete sessions not updated for a while; prints their ids.
+
+    \b
+    Example:
+      foliko sessions prune --older-than 30d --dry-run
+    """
+    pruned = open_facade(ctx).prune_sessions(older_than, dry_run=dry_run)
+    for session_id in pruned:
+        click.echo(session_id)
+    verb = "would delete" if dry_run else "deleted"
+    note(f"{verb} {len(pruned)} session(s)")
+
+
+@sessions.command()
+@click.argument("session_id", **SESSION_ID)
+@click.argument("action", type=click.Choice(["list", "get", "set", "unset"]), default="list")
+@click.argument("key", required=False)
+@click.argument("value", required=False)
+@format_option
+@click.pass_context
+def vars(
+    ctx: click.Context, session_id: str, action: str, key: str | None, value: str | None, fmt: str
+) -> None:
+    """List, get, set or unset a session's variables.
+
+    VALUE is stored as JSON when it parses as JSON (3, true, [1,2]), else as text.
+
+    \b
+    Examples:
+      foliko sessions vars s1
+      foliko sessions vars s1 set city Paris
+      foliko sessions vars s1 get city
+      foliko sessions vars s1 unset city
+    """
+    facade = open_facade(ctx)
+    needs = {
+        "list": (False, False),
+        "get": (True, False),
+        "set": (True, True),
+        "unset": (True, False),
+    }[action]
+    if needs[0] != (key is not None) or needs[1] != (value is not None):
+        usage = {"list": "", "get": " KEY", "set": " KEY VALUE", "unset": " KEY"}[action]
+        raise UsageError(f"usage: foliko sessions vars ID {action}{usage}")
+    if action == "list":
+        variables = facade.get_variables(session_id)
+        emit_rows(
+            [{"key": k, "value": v} for k, v in sorted(variables.items())],
+            {"key": "key", "value": "value"},
+            fmt,
+        )
+    elif action == "get":
+        variables = facade.get_variables(session_id)
+        if key not in variables:
+            raise UsageError(f"variable {key!r} is not set in session {session_id!r}")
+        found = variables[key]
+        click.echo(found if isinstance(found, str) else orjson.dumps(found).decode())
+    elif action == "set":
+        facade.update_variables(session_id, {key: parse_value(value)})
+    else:
+        facade.update_variables(session_id, {}, unset=(key,))

@@ -253,3 +253,31 @@ def record_from_seed(document: Any, session_id: str | None = None) -> SessionRec
         saved_at=int(saved_at),
         revision=int(document.get("revision", 0) or 0),
     )
+
+
+def record_from_dict(data: Any) -> SessionRecord:
+    """Parse the public JSON form (or a seed document); raises ValueError."""
+    if isinstance(data, dict) and "sessionId" in data:
+        return record_from_seed(data)
+    if not isinstance(data, dict):
+        raise ValueError("a session must be a JSON object")
+    session_id = data.get("session_id")
+    if not isinstance(session_id, str):
+        raise ValueError("session_id is missing or not a string")
+    messages = data.get("messages", [])
+    variables = data.get("variables") or {}
+    metadata = data.get("metadata") or {}
+    compression_state = data.get("compression_state") or {}
+    if not isinstance(messages, list):
+        raise ValueError("messages must be a list")
+    if not all(isinstance(x, dict) for x in (variables, metadata, compression_state)):
+        raise ValueError("variables, metadata and compression_state must be objects")
+    saved_at = data.get("saved_at") or 0
+    return SessionRecord(
+        session_id=session_id,
+        messages=[check_message(m) for m in messages],
+        variables=variables,
+        metadata={**new_metadata(saved_at or None), **metadata, "message_count": len(messages)},
+        compression_state=compression_state,
+        saved_at=int(saved_at),
+    )
