@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench completions clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -30,6 +30,11 @@ test: $(VENV)/.installed-dev
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
+
+completions: $(VENV)/.installed
+	$(BIN)/foliko completion bash > completions/foliko.bash
+	$(BIN)/foliko completion zsh > completions/_foliko
+	$(BIN)/foliko completion fish > completions/foliko.fish
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
