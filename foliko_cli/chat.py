@@ -10,11 +10,13 @@ session is restored in memory and nothing is written (R1).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from foliko_cli.clock import now_ms
+from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.framework import Framework
@@ -74,6 +76,7 @@ class AgentChatHandler:
         agent: AgentContext | None = None,
         system_prompt: str | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
+        context_window: int | None = None,
     ):
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
@@ -82,6 +85,7 @@ class AgentChatHandler:
         self.agent = agent
         self.system_prompt = system_prompt
         self.max_steps = max_steps
+        self.compressor = Compressor(context_window or model.context_window)
 
     # public
 
@@ -227,9 +231,17 @@ class AgentChatHandler:
         own = session.metadata.get("system_prompt") or self.system_prompt
         return "\n\n".join(p for p in (agent_prompt, own) if p) or None
 
-    def outgoing_messages(self, session: SessionContext) -> list[dict[str, Any]]:
-        """What the model is sent: every stored message, reduced to the model's keys."""
-        return [{k: m[k] for k in _MODEL_KEYS if k in m} for m in session.messages]
+    def model_request(
+        self, session: SessionContext, tools: list[dict[str, Any]], request: RequestContext
+    ) -> ModelRequest:
+        """What the model is sent: the compressed view, reduced to the model's keys."""
+        system, messages = self.compressor.view(session, session.system_prompt)
+        return ModelRequest(
+            messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
+            system=system,
+            tools=tools,
+            deadline=time.monotonic() + request.remaining(),
+        )
 
     async def _run_steps(
         self,
@@ -241,19 +253,23 @@ class AgentChatHandler:
         session.add_message(self._stamp({"role": "user", "content": message}, request))
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
+        self.compressor.count_tools(specs)
         session.system_prompt = self.build_system_prompt(session)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")
         step = 0
         while step < self.max_steps:
             step += 1
-            response = await self._call_model(
-                ModelRequest(self.outgoing_messages(session), session.system_prompt, specs),
-                events,
-            )
+            await self.compressor.compress_if_needed(session, session.system_prompt, self.model)
+            response = await self._call_model(self.model_request(session, specs, request), events)
             for key, value in response.usage.items():
                 usage[key] = usage.get(key, 0) + value
-            reply: dict[str, Any] = {"role": "assistant", "content": response.text}
+            reply: dict[str, Any] = {
+                "role": "assistant",
+                "content": response.text,
+                "model": self.model.name,
+                "usage": response.usage,
+            }
             if response.tool_calls:
                 reply["tool_calls"] = [
                     {"id": c.id, "name": c.name, "arguments": c.arguments}

@@ -55,7 +55,9 @@ FIELDS: dict[str, Field] = {
     "timeout": Field(_positive_float, 120.0, "seconds a turn may take"),
     "max_steps": Field(_positive_int, 10, "model calls per turn (tool-call loop bound)"),
     "system_prompt": Field(_text, None, "system prompt for sessions without their own"),
+    "context_window": Field(_positive_int, None, "token budget; unset means the model's own"),
 }
+TABLES = ("models",)
 SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 
 
@@ -98,11 +100,18 @@ def read_toml(path: Path) -> dict[str, Any]:
         table = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"config file {path} is not valid TOML ({exc}); fix the file") from None
-    unknown = sorted(set(table) - set(FIELDS))
+    unknown = sorted(set(table) - set(FIELDS) - set(TABLES))
     if unknown:
         raise UsageError(
-            f"config file {path}: unknown setting {unknown[0]!r}; known: {', '.join(FIELDS)}"
+            f"config file {path}: unknown setting {unknown[0]!r}; "
+            f"known: {', '.join([*FIELDS, *TABLES])}"
         )
+    for name in TABLES:
+        entries = table.get(name, {})
+        if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
+            raise UsageError(
+                f"config file {path}: [{name}] must hold tables like [{name}.NAME]; fix the file"
+            )
     return table
 
 
@@ -114,6 +123,8 @@ class Settings:
     timeout: float
     max_steps: int
     system_prompt: str | None
+    context_window: int | None
+    models: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
@@ -142,11 +153,12 @@ def load_settings(
     env = os.environ if env is None else env
     user_path = user_config_path(env)
     project_path = (cwd or Path.cwd()) / PROJECT_FILE
+    project, user = read_toml(project_path), read_toml(user_path)
     layers: list[tuple[str, Mapping[str, Any]]] = [
         ("flag", {k: v for k, v in flags.items() if v is not None}),
         ("env", {k: env[env_name(k)] for k in FIELDS if env.get(env_name(k))}),
-        (f"project {project_path}", read_toml(project_path)),
-        (f"user {user_path}", read_toml(user_path)),
+        (f"project {project_path}", project),
+        (f"user {user_path}", user),
     ]
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
@@ -167,6 +179,7 @@ def load_settings(
     return Settings(
         home=home,
         **values,
+        models={**user.get("models", {}), **project.get("models", {})},
         sources=sources,
         files={"user": user_path, "project": project_path},
     )

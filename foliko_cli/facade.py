@@ -55,6 +55,8 @@ class Foliko:
         timeout: float = DEFAULT_TIMEOUT,
         max_steps: int = DEFAULT_MAX_STEPS,
         system_prompt: str | None = None,
+        models: dict[str, dict[str, Any]] | None = None,
+        context_window: int | None = None,
     ):
         if home is None:
             from foliko_cli.config import foliko_home
@@ -66,6 +68,8 @@ class Foliko:
         self.timeout = timeout
         self.max_steps = max_steps
         self.system_prompt = system_prompt
+        self.models = models or {}
+        self.context_window = context_window
         self._runner = asyncio.Runner()
         self._handlers: dict[str, AgentChatHandler] = {}
 
@@ -91,9 +95,10 @@ class Foliko:
                 announce_default_model()
             handler = AgentChatHandler(
                 self.framework,
-                resolve_model(chosen),
+                resolve_model(chosen, self.models),
                 max_steps=self.max_steps,
                 system_prompt=self.system_prompt,
+                context_window=self.context_window,
             )
             self._handlers[key] = handler
         return handler
@@ -148,8 +153,13 @@ class Foliko:
         fork_from: str | None = None,
         variables: dict[str, Any] | None = None,
         system: str | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> TurnResult:
-        """One turn; ``new`` starts the session over, ``fork_from`` copies another first."""
+        """One turn; ``new`` starts the session over, ``fork_from`` copies another first.
+
+        ``on_event`` receives the stream's ``delta``, ``tool_call`` and
+        ``tool_result`` events as they happen.
+        """
         check_session_id(session_id)
         check_message_text(message)
         handler = self.handler(model)
@@ -157,10 +167,20 @@ class Foliko:
             session_id, new=new, fork_from=fork_from, variables=variables, system=system
         )
         request = self._request(timeout)
+
+        async def turn() -> TurnResult:
+            result = None
+            async for event in handler.chat_stream(
+                message, session_id=session_id, request=request, setup=setup
+            ):
+                if event["type"] == "done":
+                    result = event["result"]
+                elif on_event is not None:
+                    on_event(event)
+            return result
+
         try:
-            return self._run(
-                handler.chat(message, session_id=session_id, request=request, setup=setup)
-            )
+            return self._run(turn())
         finally:
             self.framework.context_manager.release_request_context(request.request_id)
 
@@ -178,10 +198,14 @@ class Foliko:
         """Exactly what the model would be sent for this turn; nothing is called or saved."""
         check_session_id(session_id)
         check_message_text(message)
-        target = resolve_model(model if model is not None else self.model)
+        target = resolve_model(model if model is not None else self.model, self.models)
         capture = CaptureModel(target)
         handler = AgentChatHandler(
-            self.framework, capture, max_steps=1, system_prompt=self.system_prompt
+            self.framework,
+            capture,
+            max_steps=1,
+            system_prompt=self.system_prompt,
+            context_window=self.context_window,
         )
         setup = self._turn_setup(
             session_id, new=new, fork_from=fork_from, variables=variables, system=system
@@ -377,8 +401,13 @@ class CaptureModel(ModelProvider):
     """Stands in for a model during ``--dry-run``: records the request, answers nothing."""
 
     def __init__(self, target: ModelProvider):
+        self.target = target
         self.name = target.name
         self.context_window = target.context_window
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
-        raise RequestCaptured(request)
+        if request.purpose != "summary":
+            raise RequestCaptured(request)
+        if self.target.offline:
+            return await self.target.generate(request)
+        return ModelResponse(text=f"[the summary {self.name} would write]")

@@ -23,6 +23,8 @@ def open_facade(ctx: click.Context, **flags) -> Foliko:
         timeout=settings.timeout,
         max_steps=settings.max_steps,
         system_prompt=settings.system_prompt,
+        models=settings.models,
+        context_window=settings.context_window,
     )
     ctx.call_on_close(facade.close)
     return facade

@@ -79,7 +79,13 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
     "--json",
     "as_json",
     is_flag=True,
-    help="Print one JSON object with the reply, ids, step count and usage.",
+    help="Print one JSON object with the reply, ids, step count and usage "
+    "(with --stream: NDJSON events, the last one 'done').",
+)
+@click.option(
+    "--stream/--no-stream",
+    default=None,
+    help="Write the reply as it arrives (default: on a terminal).",
 )
 @click.option(
     "--dry-run",
@@ -98,6 +104,7 @@ def chat(
     variables: tuple[tuple[str, object], ...],
     timeout: float | None,
     as_json: bool,
+    stream: bool | None,
     dry_run: bool,
 ) -> None:
     """Run one chat turn in session ID and print the reply.
@@ -128,11 +135,23 @@ def chat(
     if dry_run:
         emit_json(facade.dry_run(session_id, text, **options), pretty=True)
         return
-    result = facade.chat(session_id, text, **options)
-    if as_json:
-        emit_json(result.to_dict())
+    if stream is None:
+        stream = sys.stdout.isatty() and not as_json
+    if not stream:
+        result = facade.chat(session_id, text, **options)
+        emit_json(result.to_dict()) if as_json else click.echo(result.message)
+    elif as_json:
+        result = facade.chat(session_id, text, on_event=emit_json, **options)
+        emit_json({"type": "done", "result": result.to_dict()})
     else:
-        click.echo(result.message)
+        facade.chat(session_id, text, on_event=write_delta, **options)
+        click.echo()
+
+
+def write_delta(event: dict) -> None:
+    if event["type"] == "delta":
+        sys.stdout.write(event["text"])
+        sys.stdout.flush()
 
 
 def interactive(facade, session_id: str, options: dict) -> None:
@@ -150,12 +169,13 @@ def interactive(facade, session_id: str, options: dict) -> None:
         if not line.strip():
             continue
         try:
-            result = facade.chat(session_id, line, **options)
+            facade.chat(session_id, line, on_event=write_delta, **options)
+            click.echo()
         except KeyboardInterrupt:
+            click.echo()
             note("turn cancelled; nothing saved")
             continue
         except FolikoError as exc:
             note(f"error: {exc}")
             continue
         options = {**options, "new": False, "fork_from": None, "variables": {}}
-        click.echo(result.message)

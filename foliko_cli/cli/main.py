@@ -51,6 +51,7 @@ class LazyGroup(FolikoGroup):
         "sessions": ("foliko_cli.cli.sessions", "sessions"),
         "storage": ("foliko_cli.cli.storage", "storage"),
         "config": ("foliko_cli.cli.config", "config"),
+        "models": ("foliko_cli.cli.models", "models"),
         "completion": ("foliko_cli.cli.completion", "completion"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},

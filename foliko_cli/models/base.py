@@ -17,11 +17,21 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class ModelRequest:
-    """``messages`` are canonical messages (see ``storage.record``), oldest first."""
+    """``messages`` are canonical messages (see ``storage.record``), oldest first.
+
+    ``deadline`` is a ``time.monotonic()`` instant; retries never go past it.
+    """
 
     messages: list[dict[str, Any]]
     system: str | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
+    deadline: float | None = None
+    purpose: str = "turn"
+
+    def time_limit(self, default: float = 120.0) -> float:
+        import time
+
+        return self.deadline if self.deadline is not None else time.monotonic() + default
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class StreamEvent:
 class ModelProvider(ABC):
     name: str
     context_window: int = 8192
+    offline: bool = False
 
     @abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse: ...

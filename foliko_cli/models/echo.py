@@ -13,13 +13,10 @@ from typing import Any
 import orjson
 
 from foliko_cli.clock import new_tool_call_id
+from foliko_cli.compression import estimate_tokens
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, ToolCall
 
 _TOOL_COMMAND = re.compile(r"/tool\s+(?P<name>[A-Za-z0-9_.-]+)\s*(?P<args>.*)\Z", re.DOTALL)
-
-
-def estimate_tokens(text: str) -> int:
-    return (len(text) + 3) // 4
 
 
 def _parse_arguments(raw: str) -> Any:
@@ -35,6 +32,10 @@ def _parse_arguments(raw: str) -> Any:
 class EchoModel(ModelProvider):
     name = "echo"
     context_window = 8192
+    offline = True
+
+    def __init__(self, context_window: int = 8192):
+        self.context_window = context_window
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         messages = request.messages

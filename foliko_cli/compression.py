@@ -1,0 +1,164 @@
+"""Keeping long sessions inside the model's context budget (F4).
+
+The stored history is never touched. The session's ``compression_state``
+holds a ``summary`` and ``covered``, the number of stored messages that the
+summary stands for; the model is sent the system prompt with the summary,
+then the messages after ``covered``. Above ``THRESHOLD`` of the budget, the
+oldest uncovered messages (up to a user message, so a tool call is never
+separated from its result) are summarised by the model, folding in the
+previous summary; when summarising fails, they are simply dropped
+(truncation). Both count as a compression.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from foliko_cli.clock import now_ms
+from foliko_cli.context.session import SessionContext
+from foliko_cli.errors import FolikoError
+from foliko_cli.models.base import ModelProvider, ModelRequest
+
+THRESHOLD = 0.7
+KEEP_SHARE = 0.35
+SUMMARY_SHARE = 0.25
+MESSAGE_OVERHEAD = 4
+SUMMARY_HEADING = "Summary of the earlier conversation:"
+SUMMARY_SYSTEM = (
+    "You compress conversations. Summarise the conversation below for your own later "
+    "reference: keep facts, names, numbers, decisions, tool results that matter and open "
+    "questions. Reply with the summary only."
+)
+
+TokenCounter = Callable[[str], int]
+
+
+def estimate_tokens(text: str) -> int:
+    """A fast estimate: about four characters per token."""
+    return (len(text) + 3) // 4
+
+
+def message_tokens(message: dict[str, Any], count: TokenCounter = estimate_tokens) -> int:
+    tokens = count(message.get("content") or "") + MESSAGE_OVERHEAD
+    if message.get("tool_calls"):
+        tokens += count(orjson.dumps(message["tool_calls"]).decode())
+    return tokens
+
+
+def system_with_summary(system: str | None, summary: str | None) -> str | None:
+    if not summary:
+        return system
+    block = f"{SUMMARY_HEADING}\n{summary}"
+    return f"{system}\n\n{block}" if system else block
+
+
+def transcript(messages: list[dict[str, Any]]) -> str:
+    lines = []
+    for message in messages:
+        role = message["role"]
+        if role == "tool":
+            role = f"tool {message.get('name', '')}".strip()
+        text = message.get("content") or ""
+        if message.get("tool_calls"):
+            calls = ", ".join(
+                f"{c['name']}({orjson.dumps(c['arguments']).decode()})"
+                for c in message["tool_calls"]
+            )
+            text = f"{text} [calls {calls}]".strip()
+        lines.append(f"{role}: {text}")
+    return "\n".join(lines)
+
+
+class Compressor:
+    """``budget`` is the model's context window in tokens; ``tools`` are counted too."""
+
+    def __init__(self, budget: int, count: TokenCounter = estimate_tokens):
+        self.budget = budget
+        self.count = count
+        self.fixed = 0
+
+    def count_tools(self, tools: list[dict[str, Any]]) -> None:
+        self.fixed = self.count(orjson.dumps(tools).decode()) if tools else 0
+
+    def tokens(self, system: str | None, messages: list[dict[str, Any]]) -> int:
+        return (
+            self.fixed
+            + self.count(system or "")
+            + sum(message_tokens(m, self.count) for m in messages)
+        )
+
+    def view(self, session: SessionContext, system: str | None) -> tuple[str | None, list]:
+        """The system prompt and messages the model is sent now."""
+        state = session.compression_state
+        covered = state.get("covered", 0)
+        return system_with_summary(system, state.get("summary")), session.messages[covered:]
+
+    def _cut(self, messages: list[dict[str, Any]], start: int) -> int:
+        """Where the verbatim tail begins: at a user message, within the keep share."""
+        keep = self.budget * KEEP_SHARE
+        kept = 0
+        cut = len(messages)
+        for index in range(len(messages) - 1, start - 1, -1):
+            kept += message_tokens(messages[index], self.count)
+            if messages[index]["role"] == "user":
+                if kept > keep and cut < len(messages):
+                    break
+                cut = index
+        return cut
+
+    async def compress_if_needed(
+        self, session: SessionContext, system: str | None, model: ModelProvider
+    ) -> bool:
+        prompt, messages = self.view(session, system)
+        total = self.tokens(prompt, messages)
+        state = session.compression_state
+        state["last_token_count"] = total
+        if total <= self.budget * THRESHOLD:
+            return False
+        covered = state.get("covered", 0)
+        cut = self._cut(session.messages, covered)
+        if cut <= covered:
+            return False
+        older = session.messages[covered:cut]
+        summary, method = await self._summarise(state.get("summary"), older, model)
+        state.update(
+            summary=summary,
+            covered=cut,
+            method=method,
+            last_compressed_at=now_ms(),
+            pending_compression=False,
+        )
+        session.metadata["compression_count"] = session.metadata.get("compression_count", 0) + 1
+        state["last_token_count"] = self.tokens(*self.view(session, system))
+        return True
+
+    async def _summarise(
+        self, previous: str | None, older: list[dict[str, Any]], model: ModelProvider
+    ) -> tuple[str | None, str]:
+        parts = []
+        if previous:
+            parts.append(f"[Earlier summary]\n{previous}")
+        parts.append(f"[Conversation]\n{transcript(older)}")
+        request = ModelRequest(
+            messages=[{"role": "user", "content": "\n\n".join(parts)}],
+            system=SUMMARY_SYSTEM,
+            purpose="summary",
+        )
+        try:
+            response = await model.generate(request)
+        except (FolikoError, OSError, ValueError, RuntimeError):
+            return previous, "truncation"
+        summary = response.text.strip()
+        if not summary:
+            return previous, "truncation"
+        return self._clip(summary), "summary"
+
+    def _clip(self, summary: str) -> str:
+        """A summary may take at most SUMMARY_SHARE of the budget; keep its newest part."""
+        limit_chars = int(self.budget * SUMMARY_SHARE) * 4
+        if self.count(summary) <= self.budget * SUMMARY_SHARE:
+            return summary
+        return "[…] " + summary[-limit_chars:]

@@ -1,0 +1,188 @@
+"""Anthropic Messages API: tool_use / tool_result mapped to canonical messages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from foliko_cli.errors import ModelError
+from foliko_cli.models.base import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    ToolCall,
+)
+from foliko_cli.models.openai import parse_arguments
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+
+
+def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Canonical messages as Anthropic content blocks; same-role neighbours merge.
+
+    Tool results travel in a user message, which is why a run of tool messages
+    and the user message after it become one message.
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        role = message["role"]
+        blocks: list[dict[str, Any]]
+        if role == "assistant":
+            blocks = [{"type": "text", "text": message["content"]}] if message["content"] else []
+            blocks += [
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": call["name"],
+                    "input": call["arguments"] if isinstance(call["arguments"], dict) else {},
+                }
+                for call in message.get("tool_calls") or []
+            ]
+            target_role = "assistant"
+        elif role == "tool":
+            blocks = [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": message["tool_call_id"],
+                    "content": message["content"],
+                    **({"is_error": True} if message.get("is_error") else {}),
+                }
+            ]
+            target_role = "user"
+        else:
+            blocks = [{"type": "text", "text": message["content"]}]
+            target_role = "user"
+        if not blocks:
+            continue
+        if out and out[-1]["role"] == target_role:
+            out[-1]["content"].extend(blocks)
+        else:
+            out.append({"role": target_role, "content": blocks})
+    return out
+
+
+def _usage(data: dict[str, Any] | None) -> dict[str, int]:
+    if not data:
+        return {}
+    return {key: int(data[key]) for key in ("input_tokens", "output_tokens") if key in data}
+
+
+class AnthropicModel(ModelProvider):
+    def __init__(
+        self,
+        model: str,
+        *,
+        client,
+        context_window: int = 200_000,
+        max_tokens: int | None = None,
+    ):
+        self.model = model
+        self.name = f"anthropic:{model}"
+        self.client = client
+        self.context_window = context_window
+        self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
+
+    def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": to_anthropic_messages(request.messages),
+        }
+        if request.system:
+            body["system"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {
+                    "name": t["name"],
+                    "description": t["description"],
+                    "input_schema": t["input_schema"],
+                }
+                for t in request.tools
+            ]
+        if stream:
+            body["stream"] = True
+        return body
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        data = await self.client.post_json(
+            "/v1/messages", self._body(request, stream=False), request.time_limit()
+        )
+        if not isinstance(data, dict) or "content" not in data:
+            raise self.client.cut_off()
+        text = "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
+        calls = [
+            ToolCall(b["id"], b["name"], b.get("input") or {})
+            for b in data["content"]
+            if b.get("type") == "tool_use"
+        ]
+        return ModelResponse(
+            text=text,
+            tool_calls=calls,
+            usage=_usage(data.get("usage")),
+            finish_reason=data.get("stop_reason") or "stop",
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        blocks: dict[int, dict[str, Any]] = {}
+        usage: dict[str, int] = {}
+        finish = "stop"
+        complete = False
+        async for event, data in self.client.events(
+            "/v1/messages", self._body(request, stream=True), request.time_limit()
+        ):
+            kind = (data or {}).get("type", event)
+            if kind == "message_start":
+                usage.update(_usage(data["message"].get("usage")))
+            elif kind == "content_block_start":
+                block = dict(data["content_block"])
+                block.setdefault("text", "")
+                block["partial_json"] = ""
+                blocks[data["index"]] = block
+            elif kind == "content_block_delta":
+                block = blocks.setdefault(
+                    data["index"], {"type": "text", "text": "", "partial_json": ""}
+                )
+                delta = data["delta"]
+                if delta.get("type") == "text_delta":
+                    block["text"] += delta["text"]
+                    yield StreamEvent("delta", text=delta["text"])
+                elif delta.get("type") == "input_json_delta":
+                    block["partial_json"] += delta.get("partial_json", "")
+            elif kind == "message_delta":
+                finish = (data.get("delta") or {}).get("stop_reason") or finish
+                usage.update(_usage(data.get("usage")))
+            elif kind == "message_stop":
+                complete = True
+                break
+            elif kind == "error":
+                detail = (data.get("error") or {}).get("message", "unknown error")
+                raise ModelError(f"{self.client.label} failed mid-stream ({detail}); try again")
+        if not complete:
+            raise self.client.cut_off()
+        ordered = [blocks[i] for i in sorted(blocks)]
+        response = ModelResponse(
+            text="".join(b["text"] for b in ordered if b["type"] == "text"),
+            tool_calls=[
+                ToolCall(
+                    b["id"],
+                    b["name"],
+                    parse_arguments(b["partial_json"])
+                    if b["partial_json"]
+                    else b.get("input") or {},
+                )
+                for b in ordered
+                if b["type"] == "tool_use"
+            ],
+            usage=usage,
+            finish_reason=finish,
+        )
+        yield StreamEvent("done", response=response)
+
+
+def anthropic_headers(api_key: str | None) -> dict[str, str]:
+    headers = {"anthropic-version": API_VERSION, "content-type": "application/json"}
+    if api_key:
+        headers["x-api-key"] = api_key
+    return headers

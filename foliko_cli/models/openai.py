@@ -1,0 +1,176 @@
+"""OpenAI chat completions, and every server that speaks it (Ollama, vLLM, ...)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+from foliko_cli.models.base import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    StreamEvent,
+    ToolCall,
+)
+
+
+def parse_arguments(raw: Any) -> Any:
+    """Tool arguments arrive as a JSON string; keep the text when it is not JSON."""
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return orjson.loads(raw) if raw.strip() else {}
+    except orjson.JSONDecodeError:
+        return raw
+
+
+def _arguments_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+
+
+def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for message in request.messages:
+        role = message["role"]
+        if role == "assistant":
+            converted: dict[str, Any] = {"role": "assistant", "content": message["content"]}
+            if message.get("tool_calls"):
+                converted["content"] = message["content"] or None
+                converted["tool_calls"] = [
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {
+                            "name": call["name"],
+                            "arguments": _arguments_text(call["arguments"]),
+                        },
+                    }
+                    for call in message["tool_calls"]
+                ]
+            out.append(converted)
+        elif role == "tool":
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": message["tool_call_id"],
+                    "content": message["content"],
+                }
+            )
+        else:
+            out.append({"role": role, "content": message["content"]})
+    return out
+
+
+def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": tool["name"],
+                "description": tool["description"],
+                "parameters": tool["input_schema"],
+            },
+        }
+        for tool in tools
+    ]
+
+
+def _usage(data: dict[str, Any] | None) -> dict[str, int]:
+    if not data:
+        return {}
+    return {
+        "input_tokens": int(data.get("prompt_tokens") or 0),
+        "output_tokens": int(data.get("completion_tokens") or 0),
+    }
+
+
+class OpenAIChatModel(ModelProvider):
+    def __init__(
+        self,
+        model: str,
+        *,
+        client,
+        provider: str = "openai",
+        context_window: int = 8192,
+        max_tokens: int | None = None,
+    ):
+        self.model = model
+        self.name = f"{provider}:{model}"
+        self.client = client
+        self.context_window = context_window
+        self.max_tokens = max_tokens
+
+    def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        if self.max_tokens:
+            body["max_tokens"] = self.max_tokens
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        data = await self.client.post_json(
+            "/chat/completions", self._body(request, stream=False), request.time_limit()
+        )
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError):
+            raise self.client.cut_off() from None
+        calls = [
+            ToolCall(c["id"], c["function"]["name"], parse_arguments(c["function"]["arguments"]))
+            for c in message.get("tool_calls") or []
+        ]
+        return ModelResponse(
+            text=message.get("content") or "",
+            tool_calls=calls,
+            usage=_usage(data.get("usage")),
+            finish_reason=choice.get("finish_reason") or "stop",
+        )
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: dict[str, int] = {}
+        finish = None
+        done = False
+        async for _event, data in self.client.events(
+            "/chat/completions", self._body(request, stream=True), request.time_limit()
+        ):
+            if data is None:
+                done = True
+                break
+            usage = _usage(data.get("usage")) or usage
+            for choice in data.get("choices") or []:
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    text.append(delta["content"])
+                    yield StreamEvent("delta", text=delta["content"])
+                for piece in delta.get("tool_calls") or []:
+                    call = calls.setdefault(
+                        piece.get("index", 0), {"id": "", "name": "", "arguments": ""}
+                    )
+                    function = piece.get("function") or {}
+                    call["id"] = piece.get("id") or call["id"]
+                    call["name"] += function.get("name") or ""
+                    call["arguments"] += function.get("arguments") or ""
+                finish = choice.get("finish_reason") or finish
+        if not done and finish is None:
+            raise self.client.cut_off()
+        response = ModelResponse(
+            text="".join(text),
+            tool_calls=[
+                ToolCall(c["id"], c["name"], parse_arguments(c["arguments"]))
+                for _, c in sorted(calls.items())
+            ],
+            usage=usage,
+            finish_reason=finish or "stop",
+        )
+        yield StreamEvent("done", response=response)

@@ -1,0 +1,583 @@
+"""Redis: sessions shared by several machines, one Lua script per write (F6, R2).
+
+Key layout, all under a prefix (``foliko`` unless told otherwise)::
+
+    {prefix}:s:{<id>}:meta   hash: created_at, updated_at, message_count, revision,
+                             preview, variables, metadata, compression_state
+    {prefix}:s:{<id>}:msgs   list: one encoded message per element, in order
+    {prefix}:s:{<id>}:lock   string: the turn lease, "<token> pid N on HOST"
+    {prefix}:index           sorted set: session id scored by updated_at
+    {prefix}:quarantine      hash: where ``storage check --repair`` moved what
+
+``<id>`` is the session id with ``%``, ``{`` and ``}`` percent-escaped, so the
+braces form a hash tag and one session's keys share one cluster slot. Every
+write (save, append, delete, rename, quarantine) is one Lua script: atomic,
+one round trip, the index updated with the session. ``save_many`` runs its
+scripts in one MULTI. Listing reads the index, never ``SCAN``.
+
+The per-turn lock is a lease (``SET NX PX``) with a random token, renewed by a
+background task while the turn runs and deleted only by its owner; when the
+holder dies the lease runs out by itself.
+
+redis-py is imported when a storage is created, never at module import. Its
+calls are synchronous and short and run inline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+import orjson
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import (
+    CorruptSessionError,
+    SessionBusyError,
+    SessionNotFoundError,
+    StorageConfigError,
+    StorageError,
+)
+from foliko_cli.storage.base import (
+    ConflictError,
+    SessionExistsError,
+    SessionStorageAdapter,
+    StoredProblem,
+)
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    decode_message,
+    encode_message,
+    new_metadata,
+    preview_of,
+)
+
+DEFAULT_PREFIX = "foliko"
+DEFAULT_LEASE_MS = 15_000
+CONNECT_TIMEOUT_S = 5
+SOCKET_TIMEOUT_S = 30
+PAGE = 1000
+_FIRST_DELAY = 0.002
+_MAX_DELAY = 0.1
+_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+_EXTRA_HINT = "Redis storage needs the 'redis' extra: pip install 'foliko-cli[redis]'"
+
+# Pushes ARGV[first..] onto a list, 1000 at a time (Lua's unpack has a stack limit).
+_PUSH = """
+local function push(key, first)
+  for i = first, #ARGV, 1000 do
+    redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  end
+end
+"""
+
+# KEYS: meta, msgs, index. ARGV: id, mode (replace|create), updated_at, created_at,
+# message_count, preview, variables, metadata, compression_state, messages...
+_SAVE = (
+    _PUSH
+    + """
+local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
+if ARGV[2] == 'create' and redis.call('EXISTS', meta) == 1 then return -1 end
+local revision = 0
+if redis.call('TYPE', meta).ok == 'hash' then
+  revision = tonumber(redis.call('HGET', meta, 'revision')) or 0
+end
+redis.call('DEL', meta, msgs)
+push(msgs, 10)
+revision = revision + 1
+redis.call('HSET', meta, 'created_at', ARGV[4], 'updated_at', ARGV[3],
+  'message_count', ARGV[5], 'revision', revision, 'preview', ARGV[6],
+  'variables', ARGV[7], 'metadata', ARGV[8], 'compression_state', ARGV[9])
+redis.call('ZADD', index, ARGV[3], ARGV[1])
+return revision
+"""
+)
+
+# KEYS: meta, msgs, index. ARGV: id, expected revision, now, created_at, preview,
+# variables, metadata, compression_state, messages... Returns {ok, revision}.
+_APPEND = (
+    _PUSH
+    + """
+local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
+local found = 0
+if redis.call('EXISTS', meta) == 1 then
+  found = tonumber(redis.call('HGET', meta, 'revision')) or -1
+end
+if found ~= tonumber(ARGV[2]) then return {0, found} end
+if found == 0 then
+  redis.call('DEL', msgs)
+  redis.call('HSET', meta, 'created_at', ARGV[4], 'preview', '')
+end
+push(msgs, 9)
+redis.call('HSET', meta, 'updated_at', ARGV[3], 'message_count', redis.call('LLEN', msgs),
+  'revision', found + 1, 'variables', ARGV[6], 'metadata', ARGV[7],
+  'compression_state', ARGV[8])
+if ARGV[5] ~= '' then redis.call('HSET', meta, 'preview', ARGV[5]) end
+redis.call('ZADD', index, ARGV[3], ARGV[1])
+return {1, found + 1}
+"""
+)
+
+# KEYS: meta, msgs, index. ARGV: id.
+_DELETE = """
+local existed = redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[2])
+redis.call('ZREM', KEYS[3], ARGV[1])
+return existed
+"""
+
+# KEYS: old meta, old msgs, new meta, new msgs, index. ARGV: old id, new id.
+_RENAME = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
+local score = redis.call('ZSCORE', KEYS[5], ARGV[1]) or redis.call('HGET', KEYS[1], 'updated_at')
+redis.call('RENAME', KEYS[1], KEYS[3])
+redis.call('DEL', KEYS[4])
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
+redis.call('ZREM', KEYS[5], ARGV[1])
+redis.call('ZADD', KEYS[5], score, ARGV[2])
+return 1
+"""
+
+# KEYS: meta, msgs, index, quarantined meta, quarantined msgs, quarantine hash.
+# ARGV: id, quarantine entry name, entry (JSON).
+_QUARANTINE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('RENAME', KEYS[1], KEYS[4]) end
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[5]) end
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[6], ARGV[2], ARGV[3])
+return 1
+"""
+
+# KEYS: lease. ARGV: owner value, lease ms.
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS: lease. ARGV: owner value.
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+def hash_tag(session_id: str) -> str:
+    """The session id as a cluster hash tag: braces and ``%`` percent-escaped."""
+    escaped = session_id.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+    return "{" + escaped + "}"
+
+
+def _import_redis() -> Any:
+    try:
+        import redis
+    except ImportError:
+        raise StorageConfigError(_EXTRA_HINT) from None
+    return redis
+
+
+def _text(value: bytes | str | None) -> str:
+    return value.decode() if isinstance(value, bytes) else (value or "")
+
+
+class RedisStorage(SessionStorageAdapter):
+    name = "redis"
+
+    def __init__(self, url: str, *, prefix: str | None = None, lease_ms: int | None = None):
+        self._redis = _import_redis()
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in ("redis", "rediss"):
+            raise StorageConfigError(
+                f"not a Redis URL: {parts.scheme}://…; write redis://host:6379/0"
+            )
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        options = dict(query)
+        query = [(k, v) for k, v in query if k not in ("prefix", "lease_ms")]
+        self.prefix = prefix or options.get("prefix") or DEFAULT_PREFIX
+        if not _PREFIX.fullmatch(self.prefix):
+            raise StorageConfigError(
+                f"invalid Redis key prefix {self.prefix!r}; use letters, digits and _ . : -"
+            )
+        try:
+            self.lease_ms = int(lease_ms or options.get("lease_ms") or DEFAULT_LEASE_MS)
+            self.host = parts.hostname or "localhost"
+            self.port = parts.port or 6379
+            self.db_number = int(parts.path.strip("/") or 0)
+        except ValueError:
+            raise StorageConfigError(
+                "malformed Redis URL: the port, database number and lease_ms must be numbers; "
+                "write redis://host:6379/0"
+            ) from None
+        if self.lease_ms < 100:
+            raise StorageConfigError("the Redis lock lease must be at least 100 ms")
+        self._password = unquote(parts.password) if parts.password else None
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self._where = f"{host}:{self.port}"
+        user = f"{unquote(parts.username)}@" if parts.username else ""
+        self._url = f"{parts.scheme.lower()}://{user}{host}:{self.port}/{self.db_number}"
+        keywords: dict[str, Any] = {}
+        if "socket_connect_timeout" not in options:
+            keywords["socket_connect_timeout"] = CONNECT_TIMEOUT_S
+        if "socket_timeout" not in options:
+            keywords["socket_timeout"] = SOCKET_TIMEOUT_S
+        self._client = self._redis.Redis.from_url(
+            urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), "")),
+            **keywords,
+        )
+        register = self._client.register_script
+        self._save_script = register(_SAVE)
+        self._append_script = register(_APPEND)
+        self._delete_script = register(_DELETE)
+        self._rename_script = register(_RENAME)
+        self._quarantine_script = register(_QUARANTINE)
+        self._renew_script = register(_RENEW)
+        self._release_script = register(_RELEASE)
+        self.index_key = f"{self.prefix}:index"
+        self.quarantine_key = f"{self.prefix}:quarantine"
+
+    def __repr__(self) -> str:
+        return f"RedisStorage({self._url!r}, prefix={self.prefix!r})"
+
+    @property
+    def location(self) -> str:
+        return f"{self._url} (prefix {self.prefix})"
+
+    def key(self, session_id: str, kind: str) -> str:
+        """``kind`` is meta, msgs or lock."""
+        return f"{self.prefix}:s:{hash_tag(session_id)}:{kind}"
+
+    def _session_keys(self, session_id: str) -> list[str]:
+        return [self.key(session_id, "meta"), self.key(session_id, "msgs"), self.index_key]
+
+    # errors
+
+    def _reason(self, exc: BaseException) -> str:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        return text.replace(self._password, "***") if self._password else text
+
+    @contextlib.contextmanager
+    def _guard(self) -> Iterator[None]:
+        errors = self._redis.exceptions
+        try:
+            yield
+        except errors.AuthenticationError as exc:
+            raise StorageError(
+                f"Redis at {self._where} refused the login: {self._reason(exc)}; "
+                "check the user and password in the URL"
+            ) from None
+        except (errors.ConnectionError, errors.TimeoutError) as exc:
+            raise StorageError(
+                f"cannot reach Redis at {self._where}: {self._reason(exc)}; "
+                "is the server running? check the URL"
+            ) from None
+        except errors.RedisError as exc:
+            raise StorageError(
+                f"Redis at {self._where} (prefix {self.prefix}) failed: {self._reason(exc)}; "
+                "check the server and the prefix"
+            ) from None
+
+    def _wrong_type(self, result: Any) -> bool:
+        return isinstance(result, self._redis.exceptions.ResponseError) and "WRONGTYPE" in str(
+            result
+        )
+
+    # contract
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        meta_key, msgs_key, _ = self._session_keys(session_id)
+        with self._guard():
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hgetall(meta_key)
+            pipe.lrange(msgs_key, 0, -1)
+            meta, bodies = pipe.execute(raise_on_error=False)
+        for key, result in ((meta_key, meta), (msgs_key, bodies)):
+            if self._wrong_type(result):
+                raise CorruptSessionError(
+                    session_id, self.location, f"key {key} holds the wrong kind of value"
+                )
+            if isinstance(result, Exception):
+                with self._guard():
+                    raise result
+        if not meta:
+            return None
+        fields = {k.decode(): v for k, v in meta.items()}
+        try:
+            messages = [decode_message(body) for body in bodies]
+            return SessionRecord(
+                session_id=session_id,
+                messages=messages,
+                variables=orjson.loads(fields["variables"]),
+                metadata={**orjson.loads(fields["metadata"]), "message_count": len(messages)},
+                compression_state=orjson.loads(fields["compression_state"]),
+                saved_at=int(fields["updated_at"]),
+                revision=int(fields["revision"]),
+            )
+        except KeyError as exc:
+            reason = f"field {exc.args[0]} missing from {meta_key}"
+        except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
+            reason = str(exc)
+        raise CorruptSessionError(session_id, self.location, reason)
+
+    def _save_args(self, record: SessionRecord, mode: str) -> list[Any]:
+        metadata = {**new_metadata(), **record.metadata, "message_count": len(record.messages)}
+        return [
+            record.session_id,
+            mode,
+            record.saved_at or now_ms(),
+            metadata["created_at"] if isinstance(metadata["created_at"], int) else 0,
+            len(record.messages),
+            preview_of(record.messages),
+            orjson.dumps(record.variables),
+            orjson.dumps(metadata),
+            orjson.dumps(record.compression_state),
+            *(encode_message(m) for m in record.messages),
+        ]
+
+    async def save(self, record: SessionRecord) -> int:
+        args = self._save_args(record, "replace")
+        with self._guard():
+            return int(self._save_script(self._session_keys(record.session_id), args))
+
+    async def save_many(self, records: list[SessionRecord]) -> list[int]:
+        """One MULTI: every record replaced, or none."""
+        if not records:
+            return []
+        batches = [
+            (self._session_keys(r.session_id), self._save_args(r, "replace")) for r in records
+        ]
+        with self._guard():
+            pipe = self._client.pipeline(transaction=True)
+            for keys, args in batches:
+                self._save_script(keys, args, client=pipe)
+            return [int(revision) for revision in pipe.execute()]
+
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
+        *,
+        expected_revision: int,
+    ) -> int:
+        now = now_ms()
+        created_at = state.metadata.get("created_at", now)
+        args = [
+            session_id,
+            expected_revision,
+            now,
+            created_at if isinstance(created_at, int) else 0,
+            preview_of(messages),
+            orjson.dumps(state.variables),
+            orjson.dumps({**state.metadata}),
+            orjson.dumps(state.compression_state),
+            *(encode_message(m) for m in messages),
+        ]
+        with self._guard():
+            ok, revision = self._append_script(self._session_keys(session_id), args)
+        if not ok:
+            raise ConflictError(session_id, expected_revision, int(revision))
+        return int(revision)
+
+    async def delete(self, session_id: str) -> bool:
+        with self._guard():
+            return bool(self._delete_script(self._session_keys(session_id), [session_id]))
+
+    async def list(self) -> list[str]:
+        with self._guard():
+            return [member.decode() for member in self._client.zrange(self.index_key, 0, -1)]
+
+    async def list_summaries(self) -> list[SessionSummary]:
+        """From the index and each session's meta hash; messages are never read."""
+        with self._guard():
+            ids = [member.decode() for member in self._client.zrevrange(self.index_key, 0, -1)]
+        fields = ("created_at", "updated_at", "message_count", "preview")
+        summaries = []
+        for start in range(0, len(ids), PAGE):
+            page = ids[start : start + PAGE]
+            with self._guard():
+                pipe = self._client.pipeline(transaction=False)
+                for session_id in page:
+                    pipe.hmget(self.key(session_id, "meta"), fields)
+                results = pipe.execute(raise_on_error=False)
+            for session_id, values in zip(page, results, strict=True):
+                if isinstance(values, Exception):
+                    summaries.append(SessionSummary(session_id, 0, 0, 0, "", str(values)))
+                    continue
+                if all(value is None for value in values):
+                    continue  # deleted since the index was read
+                created, updated, count, preview = values
+                try:
+                    summaries.append(
+                        SessionSummary(
+                            session_id, int(created), int(updated), int(count), _text(preview)
+                        )
+                    )
+                except (TypeError, ValueError) as exc:
+                    summaries.append(
+                        SessionSummary(session_id, 0, 0, 0, "", f"unreadable summary: {exc}")
+                    )
+        summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
+        return summaries
+
+    async def revision(self, session_id: str) -> int | None:
+        meta_key = self.key(session_id, "meta")
+        with self._guard():
+            pipe = self._client.pipeline(transaction=True)
+            pipe.exists(meta_key)
+            pipe.hget(meta_key, "revision")
+            exists, revision = pipe.execute(raise_on_error=False)
+        if self._wrong_type(revision):
+            raise CorruptSessionError(
+                session_id, self.location, f"key {meta_key} holds the wrong kind of value"
+            )
+        if isinstance(exists, Exception) or isinstance(revision, Exception):
+            with self._guard():
+                raise exists if isinstance(exists, Exception) else revision
+        if not exists:
+            return None
+        try:
+            return int(revision)
+        except (TypeError, ValueError):
+            raise CorruptSessionError(
+                session_id, self.location, f"revision {revision!r} is not a number"
+            ) from None
+
+    async def health_check(self) -> bool:
+        try:
+            with self._guard():
+                self._client.ping()
+        except StorageError:
+            return False
+        return True
+
+    async def copy(self, source_id: str, target_id: str) -> SessionRecord:
+        """The target is written only if absent, checked in the same script that writes it."""
+        record = await self.load(source_id)
+        if record is None:
+            raise SessionNotFoundError(source_id)
+        now = now_ms()
+        copied = SessionRecord(
+            session_id=target_id,
+            messages=record.messages,
+            variables=record.variables,
+            metadata={**record.metadata, "created_at": now, "last_active": now},
+            compression_state=record.compression_state,
+            saved_at=now,
+        )
+        with self._guard():
+            revision = int(
+                self._save_script(self._session_keys(target_id), self._save_args(copied, "create"))
+            )
+        if revision < 0:
+            raise SessionExistsError(target_id)
+        copied.revision = revision
+        return copied
+
+    async def rename(self, old_id: str, new_id: str) -> None:
+        keys = [*self._session_keys(old_id)[:2], *self._session_keys(new_id)]
+        with self._guard():
+            result = int(self._rename_script(keys, [old_id, new_id]))
+        if result == -1:
+            raise SessionExistsError(new_id)
+        if result == -2:
+            raise SessionNotFoundError(old_id)
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        moved_at = now_ms()
+        base = f"{self.prefix}:q:{hash_tag(problem.session_id)}:{moved_at}-{secrets.token_hex(3)}"
+        entry = {
+            "session_id": problem.session_id,
+            "moved_at": moved_at,
+            "reason": problem.reason,
+            "meta": f"{base}:meta",
+            "msgs": f"{base}:msgs",
+        }
+        keys = [*self._session_keys(problem.session_id), entry["meta"], entry["msgs"]]
+        with self._guard():
+            self._quarantine_script(
+                [*keys, self.quarantine_key], [problem.session_id, base, orjson.dumps(entry)]
+            )
+        return f"{self.location} (keys {base}:*)"
+
+    async def info(self) -> dict[str, Any]:
+        with self._guard():
+            ids = self._client.zrange(self.index_key, 0, -1)
+            messages = 0
+            for start in range(0, len(ids), PAGE):
+                pipe = self._client.pipeline(transaction=False)
+                for member in ids[start : start + PAGE]:
+                    pipe.hget(self.key(member.decode(), "meta"), "message_count")
+                for count in pipe.execute(raise_on_error=False):
+                    with contextlib.suppress(TypeError, ValueError):
+                        messages += int(count)
+            server = self._client.info("server")
+            memory = self._client.info("memory")
+        return {
+            "backend": self.name,
+            "location": self.location,
+            "sessions": len(ids),
+            "messages": messages,
+            "prefix": self.prefix,
+            "lease_ms": self.lease_ms,
+            "server_version": server.get("redis_version"),
+            "used_memory": memory.get("used_memory_human"),
+        }
+
+    # the per-turn session lock
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+        """A lease renewed while the turn runs; only its owner deletes it."""
+        key = self.key(session_id, "lock")
+        owner = f"{secrets.token_hex(16)} pid {os.getpid()} on {socket.gethostname()}".encode()
+        await self._acquire(key, owner, session_id, timeout)
+        renewer = asyncio.ensure_future(self._renew(key, owner))
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            await asyncio.wait([renewer])
+            errors = self._redis.exceptions
+            # Unreachable server: the lease runs out by itself within lease_ms.
+            with contextlib.suppress(errors.ConnectionError, errors.TimeoutError):
+                self._release_script([key], [owner])
+
+    async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        delay = _FIRST_DELAY
+        while True:
+            with self._guard():
+                if self._client.set(key, owner, nx=True, px=self.lease_ms):
+                    return
+            if time.monotonic() >= deadline:
+                with self._guard():
+                    holder = _text(self._client.get(key)).partition(" ")[2]
+                raise SessionBusyError(session_id, timeout, holder or "another client")
+            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+            delay = min(delay * 2, _MAX_DELAY)
+
+    async def _renew(self, key: str, owner: bytes) -> None:
+        """Extend the lease every third of its length while the turn runs."""
+        while True:
+            await asyncio.sleep(self.lease_ms / 3000)
+            try:
+                if not self._renew_script([key], [owner, self.lease_ms]):
+                    return  # lost after expiry: the append's revision check keeps the data safe
+            except self._redis.exceptions.RedisError:
+                continue  # a blip: the next tick retries while the lease still runs
+
+    async def close(self) -> None:
+        self._client.close()
+        self._client.connection_pool.disconnect()
