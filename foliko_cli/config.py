@@ -175,7 +175,8 @@ def load_settings(
                     ) from None
                 sources[key] = where
                 break
-    home = Path(values.pop("home")).expanduser() if values["home"] else default_home()
+    raw_home = values.pop("home")
+    home = Path(raw_home).expanduser() if raw_home else default_home()
     return Settings(
         home=home,
         **values,
