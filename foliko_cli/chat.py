@@ -60,7 +60,11 @@ class TurnSetup:
         """Change ``session``; return True when it must be saved whole."""
         if self.start_from is not None:
             session.apply_record(self.start_from)
-            session.metadata["message_count"] = len(session.messages)
+            session.metadata = {
+                **new_metadata(),
+                **self.start_from.metadata,
+                "message_count": len(session.messages),
+            }
         session.variables.update(self.variables)
         if self.system_prompt is not None:
             session.metadata["system_prompt"] = self.system_prompt
@@ -139,6 +143,7 @@ class AgentChatHandler:
                     raise event
                 yield event
         finally:
+            request.remove_on_cancel(task.cancel)
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)

@@ -89,7 +89,7 @@ def argument_errors(schema: dict[str, Any], arguments: Any) -> list[str]:
 def _render(value: Any) -> str:
     if isinstance(value, str):
         return value
-    return orjson.dumps(value, default=str).decode()
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 async def run_tool(
@@ -103,7 +103,14 @@ async def run_tool(
             f"error: arguments for {name!r} must be a JSON object, got {_render(arguments)}",
             is_error=True,
         )
-    problems = argument_errors(tool.input_schema, arguments) if tool.input_schema else []
+    try:
+        problems = argument_errors(tool.input_schema, arguments) if tool.input_schema else []
+    except Exception as exc:
+        return ToolResult(
+            f"error: tool {name!r} has an invalid input schema ({type(exc).__name__}); "
+            "it cannot be called",
+            is_error=True,
+        )
     if problems:
         return ToolResult(
             f"error: invalid arguments for {name!r}: " + "; ".join(problems), is_error=True
@@ -112,11 +119,11 @@ async def run_tool(
         value = tool.execute(arguments, framework)
         if inspect.isawaitable(value):
             value = await value
+        return ToolResult(_render(value))
     except ToolError as exc:
         return ToolResult(f"error: {exc}", is_error=True)
     except Exception as exc:
         return ToolResult(f"error: {name} failed: {type(exc).__name__}: {exc}", is_error=True)
-    return ToolResult(_render(value))
 
 
 def _get_session_info(arguments: dict[str, Any], framework: Framework) -> dict[str, Any]:

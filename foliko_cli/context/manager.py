@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +16,15 @@ DEFAULT_SESSION_TTL = 1800.0
 DEFAULT_MAX_IDLE_SESSIONS = 10_000
 
 
+def _synchronised(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def wrapper(self: ContextManager, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
 class ContextManager:
     """Owns the request, session and agent context maps.
 
@@ -21,7 +32,8 @@ class ContextManager:
     the count drops to zero it stays cached (so history is loaded once) until
     it has been idle for ``session_ttl`` seconds or more than
     ``max_idle_sessions`` idle ones exist; then it is destroyed, which keeps
-    a long-lived process from growing without bound (F2).
+    a long-lived process from growing without bound (F2). Every change is
+    made under one lock, so threads may share a manager.
     """
 
     def __init__(
@@ -43,9 +55,11 @@ class ContextManager:
         self._agents: dict[str, AgentContext] = {}
         self._ref_counts: dict[str, int] = {}
         self._idle_since: dict[str, float] = {}
+        self._lock = threading.RLock()
 
     # requests
 
+    @_synchronised
     def create_request_context(self, **options: Any) -> RequestContext:
         ctx = RequestContext(**options)
         self._requests[ctx.request_id] = ctx
@@ -54,6 +68,7 @@ class ContextManager:
     def get_request_context(self, request_id: str) -> RequestContext | None:
         return self._requests.get(request_id)
 
+    @_synchronised
     def release_request_context(self, request_id: str) -> None:
         ctx = self._requests.pop(request_id, None)
         if ctx is not None:
@@ -61,6 +76,7 @@ class ContextManager:
 
     # sessions
 
+    @_synchronised
     def get_or_create_session_context(self, session_id: str) -> SessionContext:
         """Return the session's context and take a reference to it."""
         ctx = self._sessions.get(session_id)
@@ -77,6 +93,7 @@ class ContextManager:
     def get_session_context(self, session_id: str) -> SessionContext | None:
         return self._sessions.get(session_id)
 
+    @_synchronised
     def release_session_context(self, session_id: str) -> None:
         count = self._ref_counts.get(session_id)
         if count is None:
@@ -88,6 +105,7 @@ class ContextManager:
         self._idle_since[session_id] = time.monotonic()
         self.expire_idle_sessions()
 
+    @_synchronised
     def destroy_session_context(self, session_id: str) -> SessionContext | None:
         ctx = self._sessions.pop(session_id, None)
         self._ref_counts.pop(session_id, None)
@@ -96,6 +114,7 @@ class ContextManager:
             self._on_destroyed(ctx)
         return ctx
 
+    @_synchronised
     def expire_idle_sessions(self, now: float | None = None) -> list[str]:
         """Destroy idle sessions past the TTL, then the oldest beyond the cap."""
         now = time.monotonic() if now is None else now
@@ -111,6 +130,7 @@ class ContextManager:
             self.destroy_session_context(session_id)
         return expired
 
+    @_synchronised
     def session_ids(self) -> list[str]:
         return list(self._sessions)
 
@@ -119,6 +139,7 @@ class ContextManager:
 
     # agents
 
+    @_synchronised
     def get_or_create_agent_context(self, agent_id: str, agent: Any = None) -> AgentContext:
         ctx = self._agents.get(agent_id)
         if ctx is None:
@@ -129,9 +150,11 @@ class ContextManager:
     def get_agent_context(self, agent_id: str) -> AgentContext | None:
         return self._agents.get(agent_id)
 
+    @_synchronised
     def remove_agent_context(self, agent_id: str) -> AgentContext | None:
         return self._agents.pop(agent_id, None)
 
+    @_synchronised
     def stats(self) -> dict[str, int]:
         return {
             "active_requests": len(self._requests),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ class RequestContext:
             callback()
         else:
             self._on_cancel.append(callback)
+
+    def remove_on_cancel(self, callback: Callable[[], object]) -> None:
+        with contextlib.suppress(ValueError):
+            self._on_cancel.remove(callback)
 
     def cancel(self) -> None:
         if self.cancelled:

@@ -21,17 +21,19 @@ def new_compression_state() -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class SessionCheckpoint:
-    """What a failed turn restores, so that it leaves no trace (R1)."""
+    """What a failed turn restores, so that it leaves no trace (R1).
+
+    It keeps the message list itself and its length, not a copy: a turn only
+    appends to that list or swaps in a new one (``replace_messages``), so
+    truncating the original restores it in O(1) whatever the history's size.
+    """
 
     messages: list[dict[str, Any]]
+    message_count: int
     revision: int
     variables: dict[str, Any]
     metadata: dict[str, Any]
     compression_state: dict[str, Any]
-
-    @property
-    def message_count(self) -> int:
-        return len(self.messages)
 
 
 class SessionContext:
@@ -119,7 +121,8 @@ class SessionContext:
 
     def checkpoint(self) -> SessionCheckpoint:
         return SessionCheckpoint(
-            messages=list(self.messages),
+            messages=self.messages,
+            message_count=len(self.messages),
             revision=self.revision,
             variables=copy.deepcopy(self.variables),
             metadata=dict(self.metadata),
@@ -127,10 +130,11 @@ class SessionContext:
         )
 
     def restore(self, checkpoint: SessionCheckpoint) -> None:
+        del checkpoint.messages[checkpoint.message_count :]
         self.messages = checkpoint.messages
-        self.variables = checkpoint.variables
-        self.metadata = checkpoint.metadata
-        self.compression_state = checkpoint.compression_state
+        self.variables = copy.deepcopy(checkpoint.variables)
+        self.metadata = dict(checkpoint.metadata)
+        self.compression_state = copy.deepcopy(checkpoint.compression_state)
         self.revision = checkpoint.revision
 
     # storage

@@ -87,7 +87,7 @@ def model_spec(
     entry: Mapping[str, Any] = configured.get(name, {})
     target = str(entry.get("model", name)) if entry else name
     provider, sep, model = target.partition(":")
-    if provider == "echo" and not model:
+    if provider == "echo":
         window = int(entry.get("context_window") or FALLBACK_CONTEXT_WINDOW)
         return ModelSpec(name, "echo", "echo", None, None, None, window)
     if provider not in PROVIDERS or not sep or not model:

@@ -6,12 +6,14 @@ import copy
 from typing import Any
 
 from foliko_cli.clock import now_ms
+from foliko_cli.context.queues import SessionQueues
 from foliko_cli.storage.base import ConflictError, SessionStorageAdapter
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
     new_metadata,
+    next_revision,
     preview_of,
 )
 
@@ -23,6 +25,11 @@ class MemoryStorage(SessionStorageAdapter):
 
     def __init__(self) -> None:
         self._records: dict[str, SessionRecord] = {}
+        self._queues = SessionQueues()
+
+    def lock(self, session_id: str, timeout: float):
+        """Frameworks sharing this store take turns on a session (FIFO)."""
+        return self._queues.hold(session_id, timeout)
 
     async def load(self, session_id: str) -> SessionRecord | None:
         record = self._records.get(session_id)
@@ -31,7 +38,7 @@ class MemoryStorage(SessionStorageAdapter):
     async def save(self, record: SessionRecord) -> int:
         stored = copy.deepcopy(record)
         previous = self._records.get(record.session_id)
-        stored.revision = (previous.revision if previous else 0) + 1
+        stored.revision = next_revision(previous.revision if previous else None)
         stored.saved_at = record.saved_at or now_ms()
         stored.metadata["message_count"] = len(stored.messages)
         self._records[record.session_id] = stored
@@ -50,14 +57,14 @@ class MemoryStorage(SessionStorageAdapter):
         if found != expected_revision:
             raise ConflictError(session_id, expected_revision, found)
         if stored is None:
-            stored = SessionRecord(session_id, metadata=new_metadata())
+            stored = SessionRecord(session_id, metadata=new_metadata(), revision=0)
             self._records[session_id] = stored
         stored.messages.extend(copy.deepcopy(messages))
         stored.variables = copy.deepcopy(state.variables)
         stored.metadata = {**state.metadata, "message_count": len(stored.messages)}
         stored.compression_state = copy.deepcopy(state.compression_state)
         stored.saved_at = now_ms()
-        stored.revision += 1
+        stored.revision = next_revision(stored.revision)
         return stored.revision
 
     async def delete(self, session_id: str) -> bool:

@@ -137,8 +137,13 @@ def advisory_key(*parts: str) -> int:
 
 
 def _as_int(value: Any) -> int:
-    """A timestamp column value; anything that is not a number stores as 0."""
+    """A BIGINT timestamp column; what is not a number in range stores as 0.
+
+    The column only serves queries: the exact value stays in the JSON.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not -(2**63) <= value < 2**63:
         return 0
     return int(value)
 

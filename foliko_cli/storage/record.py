@@ -10,6 +10,7 @@ turn that wrote it, and optionally ``tool_calls`` (assistant: a list of
 from __future__ import annotations
 
 import hashlib
+import time
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,16 @@ def check_session_id(session_id: Any) -> str:
             f"invalid session id {session_id!r}: leading or trailing whitespace; remove it"
         )
     return session_id
+
+
+def next_revision(current: int | None) -> int:
+    """The revision after ``current``; a new session starts at a fresh, clock-based one.
+
+    Starting from the clock (microseconds) means a session deleted and created
+    again never reuses a revision, so a cached copy of the old one is never
+    mistaken for the new one.
+    """
+    return current + 1 if current else time.time_ns() // 1000
 
 
 def new_metadata(now: int | None = None) -> dict[str, Any]:

@@ -351,7 +351,7 @@ class RedisStorage(SessionStorageAdapter):
             return int(self._save_script(self._session_keys(record.session_id), args))
 
     async def save_many(self, records: list[SessionRecord]) -> list[int]:
-        """One MULTI: every record replaced, or none."""
+        """One MULTI of save scripts: applied together, no reader sees half a batch."""
         if not records:
             return []
         batches = [

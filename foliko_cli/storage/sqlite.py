@@ -34,6 +34,7 @@ from foliko_cli.storage.record import (
     decode_message,
     encode_message,
     new_metadata,
+    next_revision,
     preview_of,
     record_from_seed,
 )
@@ -100,7 +101,7 @@ def import_seed_sessions(db: sqlite3.Connection) -> None:
         record.session_id = session_id
         record.metadata.setdefault("created_at", created_at)
         record.saved_at = updated_at
-        _insert_record(db, record, revision=1)
+        _insert_record(db, record, revision=next_revision(None))
 
 
 @migration
@@ -142,7 +143,7 @@ def _replace_record(db: sqlite3.Connection, record: SessionRecord) -> int:
     row = db.execute(
         "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
     ).fetchone()
-    revision = (row[0] if row else 0) + 1
+    revision = next_revision(row[0] if row else None)
     db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
     db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
     _insert_record(db, record, revision=revision)
@@ -321,12 +322,13 @@ class SQLiteStorage(SessionStorageAdapter):
                 raise ConflictError(session_id, expected_revision, found)
             total = count + len(messages)
             metadata = {**state.metadata, "message_count": total}
+            revision = next_revision(row[0] if row else None)
             db.execute(
                 """INSERT INTO sessions (session_id, created_at, updated_at, message_count,
                        revision, preview, variables, metadata, compression_state)
-                   VALUES (?1, ?2, ?3, ?4, 1, ?5, ?6, ?7, ?8)
+                   VALUES (?1, ?2, ?3, ?4, ?9, ?5, ?6, ?7, ?8)
                    ON CONFLICT (session_id) DO UPDATE SET
-                       updated_at = ?3, message_count = ?4, revision = revision + 1,
+                       updated_at = ?3, message_count = ?4, revision = ?9,
                        preview = ?5, variables = ?6, metadata = ?7, compression_state = ?8""",
                 (
                     session_id,
@@ -337,10 +339,11 @@ class SQLiteStorage(SessionStorageAdapter):
                     orjson.dumps(state.variables).decode(),
                     orjson.dumps(metadata).decode(),
                     orjson.dumps(state.compression_state).decode(),
+                    revision,
                 ),
             )
             _insert_messages(db, session_id, count, messages)
-        return found + 1
+        return revision
 
     async def delete(self, session_id: str) -> bool:
         with self._guard(), self._write() as db:
