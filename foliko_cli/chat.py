@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from foliko_cli.clock import now_ms
 from foliko_cli.compression import Compressor
@@ -22,6 +22,9 @@ from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
 from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
+from foliko_cli.tools import ToolResult
+
+T = TypeVar("T")
 
 DEFAULT_MAX_STEPS = 10
 _MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
@@ -163,6 +166,17 @@ class AgentChatHandler:
                 session.apply_record(record)
                 session.revision = revision
 
+    async def run_tool(
+        self, name: str, arguments: Any, *, session_id: str, request: RequestContext | None = None
+    ) -> ToolResult:
+        """Run one tool inside the session (a workflow step), saving what it changed."""
+        request = request or self.framework.get_request_context() or RequestContext()
+
+        async def work(session: SessionContext) -> tuple[ToolResult, bool]:
+            return await self.framework.execute_tool(name, arguments), False
+
+        return await self._in_session(session_id, request, work)
+
     # the turn
 
     async def _serialised_turn(
@@ -173,31 +187,45 @@ class AgentChatHandler:
         events: asyncio.Queue,
         setup: TurnSetup,
     ) -> TurnResult:
+        async def work(session: SessionContext) -> tuple[TurnResult, bool]:
+            replace = setup.apply(session)
+            return await self._run_steps(message, session, request, events), replace
+
+        return await self._in_session(session_id, request, work)
+
+    async def _in_session(
+        self,
+        session_id: str,
+        request: RequestContext,
+        work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
+    ) -> T:
+        """Hold the session, run ``work`` on its fresh state, save whole or not at all.
+
+        ``work`` returns its result and whether the session must be replaced
+        (rather than appended to).
+        """
         async with self.framework.hold_session(session_id, request.remaining()):
             session = self.framework.get_or_create_session_context(session_id)
             try:
                 async with asyncio.timeout(request.remaining()):
-                    return await self._locked_turn(message, session, request, events, setup)
+                    return await self._transaction(session, request, work)
             except TimeoutError:
                 raise TurnTimeoutError(request.timeout) from None
             finally:
                 self.framework.release_session_context(session_id)
 
-    async def _locked_turn(
+    async def _transaction(
         self,
-        message: str,
         session: SessionContext,
         request: RequestContext,
-        events: asyncio.Queue,
-        setup: TurnSetup,
-    ) -> TurnResult:
+        work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
+    ) -> T:
         storage = self.framework.session_storage
         await self._sync_history(session)
         checkpoint = session.checkpoint()
         try:
-            replace = setup.apply(session)
             with self.framework.bind(request=request, session=session, agent=self.agent):
-                result = await self._run_steps(message, session, request, events)
+                result, replace = await work(session)
             if replace:
                 record = session.to_record()
                 record.saved_at = 0
@@ -232,7 +260,7 @@ class AgentChatHandler:
 
     def build_system_prompt(self, session: SessionContext) -> str | None:
         """The agent's prompt, then the session's own (``--system``) or the default."""
-        agent_prompt = self.agent.system_prompt if self.agent else None
+        agent_prompt = self.agent.build_system_prompt() if self.agent else None
         own = session.metadata.get("system_prompt") or self.system_prompt
         return "\n\n".join(p for p in (agent_prompt, own) if p) or None
 

@@ -35,6 +35,14 @@ def _positive_int(value: Any) -> int:
     return number
 
 
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError("must be a list of names")
+    return tuple(value)
+
+
 def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("must be a string")
@@ -56,8 +64,9 @@ FIELDS: dict[str, Field] = {
     "max_steps": Field(_positive_int, 10, "model calls per turn (tool-call loop bound)"),
     "system_prompt": Field(_text, None, "system prompt for sessions without their own"),
     "context_window": Field(_positive_int, None, "token budget; unset means the model's own"),
+    "tools": Field(_names, (), "plugin tools to enable: names or package.module:function"),
 }
-TABLES = ("models",)
+TABLES = ("models", "agents")
 SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 
 
@@ -69,6 +78,11 @@ def default_home() -> Path:
     from platformdirs import user_data_dir
 
     return Path(user_data_dir("foliko", appauthor=False))
+
+
+def config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The user's foliko config directory (skills live in its ``skills/``)."""
+    return user_config_path(env).parent
 
 
 def user_config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -124,7 +138,9 @@ class Settings:
     max_steps: int
     system_prompt: str | None
     context_window: int | None
+    tools: tuple[str, ...]
     models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     files: dict[str, Path] = field(default_factory=dict)
 
@@ -181,6 +197,7 @@ def load_settings(
         home=home,
         **values,
         models={**user.get("models", {}), **project.get("models", {})},
+        agents={**user.get("agents", {}), **project.get("agents", {})},
         sources=sources,
         files={"user": user_path, "project": project_path},
     )

@@ -8,13 +8,15 @@ that lives as long as the facade.
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from foliko_cli.chat import DEFAULT_MAX_STEPS, AgentChatHandler, TurnResult, TurnSetup
 from foliko_cli.clock import now_ms
+from foliko_cli.context.agent import AgentContext
 from foliko_cli.context.request import DEFAULT_TIMEOUT
 from foliko_cli.errors import SessionNotFoundError, UsageError
 from foliko_cli.framework import Framework
@@ -28,6 +30,11 @@ from foliko_cli.storage.record import (
     check_session_id,
     new_metadata,
 )
+from foliko_cli.tools import ToolResult
+
+if TYPE_CHECKING:
+    from foliko_cli.config import Settings
+    from foliko_cli.skills import SkillSet
 
 T = TypeVar("T")
 
@@ -45,6 +52,10 @@ def check_message_text(message: str) -> str:
     return message
 
 
+def _stderr(message: str) -> None:
+    print(f"foliko: {message}", file=sys.stderr)
+
+
 class Foliko:
     def __init__(
         self,
@@ -57,6 +68,10 @@ class Foliko:
         system_prompt: str | None = None,
         models: dict[str, dict[str, Any]] | None = None,
         context_window: int | None = None,
+        agents: dict[str, dict[str, Any]] | None = None,
+        tools: tuple[str, ...] = (),
+        skill_dirs: list[Path] | None = None,
+        notify: Callable[[str], None] | None = None,
     ):
         if home is None:
             from foliko_cli.config import foliko_home
@@ -70,8 +85,33 @@ class Foliko:
         self.system_prompt = system_prompt
         self.models = models or {}
         self.context_window = context_window
+        self.agents = agents or {}
+        self.tools = tools
+        self.skill_dirs = skill_dirs or []
+        self.notify = notify or _stderr
         self._runner = asyncio.Runner()
-        self._handlers: dict[str, AgentChatHandler] = {}
+        self._handlers: dict[tuple[str, str | None], AgentChatHandler] = {}
+        self._skills: SkillSet | None = None
+        self._tools_loaded = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> Foliko:
+        from foliko_cli.config import config_dir
+        from foliko_cli.skills import skill_dirs
+
+        options = {
+            "home": settings.home,
+            "timeout": settings.timeout,
+            "max_steps": settings.max_steps,
+            "system_prompt": settings.system_prompt,
+            "models": settings.models,
+            "context_window": settings.context_window,
+            "agents": settings.agents,
+            "tools": settings.tools,
+            "skill_dirs": skill_dirs(Path.cwd(), config_dir()),
+            **overrides,
+        }
+        return cls(settings.storage, settings.model, **options)
 
     def __enter__(self) -> Foliko:
         return self
@@ -86,20 +126,66 @@ class Foliko:
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         return self._runner.run(coroutine)
 
-    def handler(self, model: str | ModelProvider | None = None) -> AgentChatHandler:
-        chosen = model if model is not None else self.model
-        key = chosen if isinstance(chosen, str) else repr(chosen)
+    def skills(self) -> SkillSet:
+        """Skills found in the skill directories (once); problems go to ``notify``."""
+        if self._skills is None:
+            from foliko_cli.skills import discover_skills
+
+            self._skills = discover_skills(self.skill_dirs)
+            for problem in self._skills.problems:
+                self.notify(f"skipped skill {problem}")
+        return self._skills
+
+    def _load_global_tools(self) -> None:
+        if self._tools_loaded:
+            return
+        from foliko_cli.plugins import load_tool
+
+        for reference in self.tools:
+            self.framework.register_tool(load_tool(reference))
+        self._tools_loaded = True
+
+    def agent_context(self, name: str) -> AgentContext:
+        from foliko_cli.agents import agent_config, build_agent
+
+        config = agent_config(name, self.agents)
+        context = self.framework.get_or_create_agent_context(name)
+        for warning in build_agent(context, config, self.skills()):
+            self.notify(warning)
+        return context
+
+    def _model_name(self, model: str | ModelProvider | None, agent: str | None):
+        if model is not None:
+            return model
+        if agent is not None:
+            from foliko_cli.agents import agent_config
+
+            configured = agent_config(agent, self.agents).model
+            if configured:
+                return configured
+        return self.model
+
+    def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
+        self._load_global_tools()
+        return AgentChatHandler(
+            self.framework,
+            provider,
+            agent=self.agent_context(agent) if agent else None,
+            max_steps=self.max_steps,
+            system_prompt=self.system_prompt,
+            context_window=self.context_window,
+        )
+
+    def handler(
+        self, model: str | ModelProvider | None = None, agent: str | None = None
+    ) -> AgentChatHandler:
+        chosen = self._model_name(model, agent)
+        key = (chosen if isinstance(chosen, str) else repr(chosen), agent)
         handler = self._handlers.get(key)
         if handler is None:
             if chosen is None:
                 announce_default_model()
-            handler = AgentChatHandler(
-                self.framework,
-                resolve_model(chosen, self.models),
-                max_steps=self.max_steps,
-                system_prompt=self.system_prompt,
-                context_window=self.context_window,
-            )
+            handler = self._make_handler(resolve_model(chosen, self.models), agent)
             self._handlers[key] = handler
         return handler
 
@@ -148,6 +234,7 @@ class Foliko:
         message: str,
         *,
         model: str | ModelProvider | None = None,
+        agent: str | None = None,
         timeout: float | None = None,
         new: bool = False,
         fork_from: str | None = None,
@@ -162,7 +249,7 @@ class Foliko:
         """
         check_session_id(session_id)
         check_message_text(message)
-        handler = self.handler(model)
+        handler = self.handler(model, agent)
         setup = self._turn_setup(
             session_id, new=new, fork_from=fork_from, variables=variables, system=system
         )
@@ -190,6 +277,7 @@ class Foliko:
         message: str,
         *,
         model: str | ModelProvider | None = None,
+        agent: str | None = None,
         new: bool = False,
         fork_from: str | None = None,
         variables: dict[str, Any] | None = None,
@@ -198,15 +286,8 @@ class Foliko:
         """Exactly what the model would be sent for this turn; nothing is called or saved."""
         check_session_id(session_id)
         check_message_text(message)
-        target = resolve_model(model if model is not None else self.model, self.models)
-        capture = CaptureModel(target)
-        handler = AgentChatHandler(
-            self.framework,
-            capture,
-            max_steps=1,
-            system_prompt=self.system_prompt,
-            context_window=self.context_window,
-        )
+        target = resolve_model(self._model_name(model, agent), self.models)
+        handler = self._make_handler(CaptureModel(target), agent)
         setup = self._turn_setup(
             session_id, new=new, fork_from=fork_from, variables=variables, system=system
         )
@@ -223,6 +304,20 @@ class Foliko:
         finally:
             self.framework.context_manager.release_request_context(request.request_id)
         raise AssertionError("the capture model was not called")
+
+    def call_tool(
+        self, session_id: str, name: str, arguments: Any, *, agent: str | None = None
+    ) -> ToolResult:
+        """Run one tool inside the session, saving the variables it changed."""
+        check_session_id(session_id)
+        handler = self.handler(self.model if self.model is not None else "echo", agent)
+        request = self._request(None)
+        try:
+            return self._run(
+                handler.run_tool(name, arguments, session_id=session_id, request=request)
+            )
+        finally:
+            self.framework.context_manager.release_request_context(request.request_id)
 
     # sessions
 

@@ -50,6 +50,12 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 @click.option(
     "-m", "--model", metavar="MODEL", help="Model as provider:model, e.g. echo. Env: FOLIKO_MODEL."
 )
+@click.option(
+    "-a",
+    "--agent",
+    metavar="NAME",
+    help="Run the turn as agent NAME from the config ([agents.NAME]).",
+)
 @click.option("--new", is_flag=True, help="Start the session over (history and variables).")
 @click.option(
     "--from",
@@ -98,6 +104,7 @@ def chat(
     message: str | None,
     session_id: str,
     model: str | None,
+    agent: str | None,
     new: bool,
     fork_from: str | None,
     system: str | None,
@@ -122,7 +129,13 @@ def chat(
     """
     text = compose_message(message, read_stdin())
     facade = open_facade(ctx, model=model, timeout=timeout)
-    options = {"new": new, "fork_from": fork_from, "variables": dict(variables), "system": system}
+    options = {
+        "new": new,
+        "fork_from": fork_from,
+        "variables": dict(variables),
+        "system": system,
+        "agent": agent,
+    }
     if text is None:
         if not stdin_is_terminal():
             raise UsageError(

@@ -27,3 +27,17 @@ class AgentContext:
 
     def all_tools(self) -> list[Tool]:
         return list(self.tools.values())
+
+    def build_system_prompt(self) -> str | None:
+        """The agent's prompt, its skills and its own tools, rebuilt for every turn."""
+        parts = [self.system_prompt] if self.system_prompt else []
+        if self.skills:
+            from foliko_cli.skills import skills_prompt
+
+            parts.append(skills_prompt(self.skills))
+        own_tools = [t for t in self.tools.values() if t.name != "load_skill"]
+        if own_tools:
+            parts.append(
+                "Your tools:\n" + "\n".join(f"- {t.name}: {t.description}" for t in own_tools)
+            )
+        return "\n\n".join(parts) or None

@@ -56,6 +56,7 @@ from foliko_cli.storage.record import (
     decode_message,
     encode_message,
     new_metadata,
+    next_revision,
     preview_of,
 )
 
@@ -194,7 +195,7 @@ class PostgresStorage(SessionStorageAdapter):
                 "use letters, digits and underscores (at most 63)"
             )
         self._q = f'"{self.schema}"'
-        self._password = unquote(parts.password) if parts.password else None
+        self._password = unquote(parts.password) if parts.password else dict(query).get("password")
         self._conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), ""))
         self._connect_kwargs: dict[str, Any] = {}
         if not any(key == "connect_timeout" for key, _ in query):
@@ -363,7 +364,10 @@ class PostgresStorage(SessionStorageAdapter):
         for record in records:
             self._check_id(record.session_id)
         order = sorted(range(len(records)), key=lambda i: records[i].session_id)
-        rows = [self._session_row(records[i], records[i].messages) for i in order]
+        rows = [
+            (*self._session_row(records[i], records[i].messages), next_revision(None))
+            for i in order
+        ]
         last = {records[i].session_id: records[i] for i in order}  # a repeated id: the last wins
         messages = [
             row
@@ -375,8 +379,8 @@ class PostgresStorage(SessionStorageAdapter):
         with self._guard(), self.db.transaction(), self.db.cursor() as cur:
             cur.executemany(
                 f"""INSERT INTO {s}.sessions AS t (session_id, created_at, updated_at,
-                       message_count, revision, preview, variables, metadata, compression_state)
-                    VALUES (%s, %s, %s, %s, 1, %s, %s, %s, %s)
+                       message_count, preview, variables, metadata, compression_state, revision)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (session_id) DO UPDATE SET
                        created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,
                        message_count = EXCLUDED.message_count, revision = t.revision + 1,
@@ -456,6 +460,7 @@ class PostgresStorage(SessionStorageAdapter):
             if found != expected_revision:
                 raise ConflictError(session_id, expected_revision, found)
             total = count + len(messages)
+            revision = next_revision(found)
             metadata = {**state.metadata, "message_count": total}
             values = (
                 _as_int(metadata.get("created_at", now)),
@@ -471,9 +476,9 @@ class PostgresStorage(SessionStorageAdapter):
                     f"""INSERT INTO {s}.sessions (created_at, updated_at, message_count,
                            preview, variables, metadata, compression_state, revision,
                            session_id)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, 1, %s)
+                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
                         ON CONFLICT (session_id) DO NOTHING RETURNING revision""",
-                    (*values, session_id),
+                    (*values, revision, session_id),
                 ).fetchone()
                 if created is None:  # another writer created it since the SELECT
                     found = cur.execute(
@@ -487,12 +492,12 @@ class PostgresStorage(SessionStorageAdapter):
                            message_count = %s,
                            preview = CASE WHEN %s = '' THEN preview ELSE %s END,
                            variables = %s, metadata = %s, compression_state = %s,
-                           revision = revision + 1
+                           revision = %s
                         WHERE session_id = %s""",
-                    (values[1], total, values[3], values[3], *values[4:], session_id),
+                    (values[1], total, values[3], values[3], *values[4:], revision, session_id),
                 )
             self._copy_messages(cur, self._message_rows(session_id, count, messages))
-        return found + 1
+        return revision
 
     async def delete(self, session_id: str) -> bool:
         self._check_id(session_id)
@@ -573,9 +578,9 @@ class PostgresStorage(SessionStorageAdapter):
             created = cur.execute(
                 f"""INSERT INTO {s}.sessions (session_id, created_at, updated_at, message_count,
                        preview, variables, metadata, compression_state, revision)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, 1)
+                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
                     ON CONFLICT (session_id) DO NOTHING RETURNING revision""",
-                self._session_row(copied, copied.messages),
+                (*self._session_row(copied, copied.messages), next_revision(None)),
             ).fetchone()
             if created is None:
                 raise SessionExistsError(target_id)

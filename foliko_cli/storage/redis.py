@@ -59,6 +59,7 @@ from foliko_cli.storage.record import (
     decode_message,
     encode_message,
     new_metadata,
+    next_revision,
     preview_of,
 )
 
@@ -73,28 +74,35 @@ _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _EXTRA_HINT = "Redis storage needs the 'redis' extra: pip install 'foliko-cli[redis]'"
 
 # Pushes ARGV[first..] onto a list, 1000 at a time (Lua's unpack has a stack limit).
+# Revisions are microsecond clocks: Lua numbers hold them exactly, but tostring()
+# would round them (%.14g), so they are formatted with %d.
 _PUSH = """
 local function push(key, first)
   for i = first, #ARGV, 1000 do
     redis.call('RPUSH', key, unpack(ARGV, i, math.min(i + 999, #ARGV)))
   end
 end
+local function next_revision(current, fresh)
+  if current and current ~= 0 then return string.format('%d', current + 1) end
+  return fresh
+end
 """
 
 # KEYS: meta, msgs, index. ARGV: id, mode (replace|create), updated_at, created_at,
-# message_count, preview, variables, metadata, compression_state, messages...
+# message_count, preview, variables, metadata, compression_state, first revision,
+# messages...
 _SAVE = (
     _PUSH
     + """
 local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
 if ARGV[2] == 'create' and redis.call('EXISTS', meta) == 1 then return -1 end
-local revision = 0
+local current = nil
 if redis.call('TYPE', meta).ok == 'hash' then
-  revision = tonumber(redis.call('HGET', meta, 'revision')) or 0
+  current = tonumber(redis.call('HGET', meta, 'revision'))
 end
+local revision = next_revision(current, ARGV[10])
 redis.call('DEL', meta, msgs)
-push(msgs, 10)
-revision = revision + 1
+push(msgs, 11)
 redis.call('HSET', meta, 'created_at', ARGV[4], 'updated_at', ARGV[3],
   'message_count', ARGV[5], 'revision', revision, 'preview', ARGV[6],
   'variables', ARGV[7], 'metadata', ARGV[8], 'compression_state', ARGV[9])
@@ -104,7 +112,8 @@ return revision
 )
 
 # KEYS: meta, msgs, index. ARGV: id, expected revision, now, created_at, preview,
-# variables, metadata, compression_state, messages... Returns {ok, revision}.
+# variables, metadata, compression_state, first revision, messages...
+# Returns {ok, revision}.
 _APPEND = (
     _PUSH
     + """
@@ -113,18 +122,19 @@ local found = 0
 if redis.call('EXISTS', meta) == 1 then
   found = tonumber(redis.call('HGET', meta, 'revision')) or -1
 end
-if found ~= tonumber(ARGV[2]) then return {0, found} end
+if found ~= tonumber(ARGV[2]) then return {0, string.format('%d', found)} end
 if found == 0 then
   redis.call('DEL', msgs)
   redis.call('HSET', meta, 'created_at', ARGV[4], 'preview', '')
 end
-push(msgs, 9)
+local revision = next_revision(found, ARGV[9])
+push(msgs, 10)
 redis.call('HSET', meta, 'updated_at', ARGV[3], 'message_count', redis.call('LLEN', msgs),
-  'revision', found + 1, 'variables', ARGV[6], 'metadata', ARGV[7],
+  'revision', revision, 'variables', ARGV[6], 'metadata', ARGV[7],
   'compression_state', ARGV[8])
 if ARGV[5] ~= '' then redis.call('HSET', meta, 'preview', ARGV[5]) end
 redis.call('ZADD', index, ARGV[3], ARGV[1])
-return {1, found + 1}
+return {1, revision}
 """
 )
 
@@ -222,7 +232,7 @@ class RedisStorage(SessionStorageAdapter):
             ) from None
         if self.lease_ms < 100:
             raise StorageConfigError("the Redis lock lease must be at least 100 ms")
-        self._password = unquote(parts.password) if parts.password else None
+        self._password = unquote(parts.password) if parts.password else options.get("password")
         host = f"[{self.host}]" if ":" in self.host else self.host
         self._where = f"{host}:{self.port}"
         user = f"{unquote(parts.username)}@" if parts.username else ""
@@ -232,10 +242,16 @@ class RedisStorage(SessionStorageAdapter):
             keywords["socket_connect_timeout"] = CONNECT_TIMEOUT_S
         if "socket_timeout" not in options:
             keywords["socket_timeout"] = SOCKET_TIMEOUT_S
-        self._client = self._redis.Redis.from_url(
-            urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), "")),
-            **keywords,
-        )
+        try:
+            self._client = self._redis.Redis.from_url(
+                urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), "")),
+                **keywords,
+            )
+        except ValueError as exc:
+            raise StorageConfigError(
+                f"malformed Redis URL for {self._where}: {self._reason(exc)}; "
+                "write redis://host:6379/0"
+            ) from None
         register = self._client.register_script
         self._save_script = register(_SAVE)
         self._append_script = register(_APPEND)
@@ -314,6 +330,11 @@ class RedisStorage(SessionStorageAdapter):
             return None
         fields = {k.decode(): v for k, v in meta.items()}
         try:
+            if int(fields["message_count"]) != len(bodies):
+                raise ValueError(
+                    f"{meta_key} counts {int(fields['message_count'])} messages but "
+                    f"{msgs_key} holds {len(bodies)} (evicted or edited by hand?)"
+                )
             messages = [decode_message(body) for body in bodies]
             return SessionRecord(
                 session_id=session_id,
@@ -342,6 +363,7 @@ class RedisStorage(SessionStorageAdapter):
             orjson.dumps(record.variables),
             orjson.dumps(metadata),
             orjson.dumps(record.compression_state),
+            next_revision(None),
             *(encode_message(m) for m in record.messages),
         ]
 
@@ -382,6 +404,7 @@ class RedisStorage(SessionStorageAdapter):
             orjson.dumps(state.variables),
             orjson.dumps({**state.metadata}),
             orjson.dumps(state.compression_state),
+            next_revision(None),
             *(encode_message(m) for m in messages),
         ]
         with self._guard():
@@ -533,6 +556,7 @@ class RedisStorage(SessionStorageAdapter):
             "lease_ms": self.lease_ms,
             "server_version": server.get("redis_version"),
             "used_memory": memory.get("used_memory_human"),
+            "maxmemory_policy": memory.get("maxmemory_policy"),
         }
 
     # the per-turn session lock
@@ -551,7 +575,7 @@ class RedisStorage(SessionStorageAdapter):
             await asyncio.wait([renewer])
             errors = self._redis.exceptions
             # Unreachable server: the lease runs out by itself within lease_ms.
-            with contextlib.suppress(errors.ConnectionError, errors.TimeoutError):
+            with self._guard(), contextlib.suppress(errors.ConnectionError, errors.TimeoutError):
                 self._release_script([key], [owner])
 
     async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:

@@ -1,0 +1,145 @@
+"""Tools from plain Python functions: entry points and ``module:function`` refs (F5).
+
+A function's signature, type hints and docstring become the tool's JSON
+schema and description. Nothing is loaded unless the user names it in the
+config (``tools = [...]`` or an agent's ``tools``): plugins are opt-in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from typing import Any
+
+from foliko_cli.errors import UsageError
+from foliko_cli.tools import BUILTIN_TOOLS, Tool
+
+ENTRY_POINT_GROUP = "foliko.tools"
+_PRIMITIVES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}
+
+
+def type_schema(annotation: Any) -> dict[str, Any]:
+    """JSON Schema for a type hint; an unknown or missing hint accepts anything."""
+    if annotation is inspect.Parameter.empty or annotation is Any:
+        return {}
+    if annotation in _PRIMITIVES:
+        return {"type": _PRIMITIVES[annotation]}
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Literal:
+        return {"enum": list(args)}
+    if origin in (typing.Union, types.UnionType):
+        return {"anyOf": [type_schema(a) for a in args]}
+    if annotation in (list, tuple, set) or origin in (list, tuple, set):
+        return {"type": "array", **({"items": type_schema(args[0])} if args else {})}
+    if annotation is dict or origin is dict:
+        schema: dict[str, Any] = {"type": "object"}
+        if len(args) == 2:
+            schema["additionalProperties"] = type_schema(args[1])
+        return schema
+    return {}
+
+
+def _param_docs(doc: str) -> dict[str, str]:
+    """Parameter descriptions from ``Args:`` sections or ``:param x:`` lines."""
+    found = dict(re.findall(r":param\s+(\w+):\s*(.+)", doc))
+    section = re.search(r"(?:Args|Arguments|Parameters):\s*\n((?:[ \t]+.+\n?)+)", doc)
+    if section:
+        for name, text in re.findall(
+            r"^\s+(\w+)(?:\s*\([^)]*\))?:\s*(.+)$", section.group(1), re.MULTILINE
+        ):
+            found.setdefault(name, text.strip())
+    return found
+
+
+def tool_from_function(function: Callable[..., Any], name: str | None = None) -> Tool:
+    """Wrap ``function``: its keyword arguments are the tool's arguments.
+
+    A parameter named ``framework`` receives the Framework instead (for tools
+    that read the current session or request).
+    """
+    signature = inspect.signature(function)
+    hints = typing.get_type_hints(function)
+    doc = inspect.getdoc(function) or ""
+    descriptions = _param_docs(doc)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for param in signature.parameters.values():
+        if param.name == "framework" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        schema = type_schema(hints.get(param.name, param.annotation))
+        if param.name in descriptions:
+            schema["description"] = descriptions[param.name]
+        if param.default is param.empty:
+            required.append(param.name)
+        else:
+            schema.setdefault("default", param.default)
+        properties[param.name] = schema
+    wants_framework = "framework" in signature.parameters
+
+    def execute(arguments: dict[str, Any], framework: Any) -> Any:
+        extra = {"framework": framework} if wants_framework else {}
+        return function(**arguments, **extra)
+
+    summary = doc.split("\n\n", 1)[0].strip() or f"Call {function.__name__}."
+    return Tool(
+        name=name or function.__name__,
+        description=summary,
+        execute=execute,
+        input_schema={
+            "type": "object",
+            "properties": properties,
+            "required": required,
+            "additionalProperties": False,
+        },
+    )
+
+
+def _as_tool(value: Any, name: str, where: str) -> Tool:
+    if isinstance(value, Tool):
+        return value
+    if callable(value):
+        return tool_from_function(value, name)
+    raise UsageError(f"{where} is neither a function nor a Tool; point it at a function")
+
+
+def entry_point_tools() -> dict[str, Any]:
+    """Installed plugins (group ``foliko.tools``), by name, not loaded yet."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_tool(reference: str) -> Tool:
+    """A built-in name, an entry-point name, or ``package.module:function``."""
+    builtins = {tool.name: tool for tool in BUILTIN_TOOLS}
+    if reference in builtins:
+        return builtins[reference]
+    if ":" in reference:
+        module_name, _, attribute = reference.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+            value = getattr(module, attribute)
+        except (ImportError, AttributeError) as exc:
+            raise UsageError(
+                f"cannot load tool {reference!r} ({type(exc).__name__}: {exc}); "
+                "check the module path and that the package is installed"
+            ) from None
+        return _as_tool(value, attribute, f"tool {reference!r}")
+    entry = entry_point_tools().get(reference)
+    if entry is None:
+        raise UsageError(
+            f"unknown tool {reference!r}: use a built-in ({', '.join(builtins)}), an installed "
+            f"plugin name, or package.module:function; see 'foliko tools list'"
+        )
+    try:
+        value = entry.load()
+    except Exception as exc:
+        raise UsageError(
+            f"plugin tool {reference!r} failed to load ({exc}); reinstall or remove the plugin"
+        ) from None
+    return _as_tool(value, reference, f"plugin {reference!r}")
