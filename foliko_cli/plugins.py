@@ -10,9 +10,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import sys
 import types
 import typing
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from foliko_cli.errors import UsageError
@@ -121,6 +123,9 @@ def load_tool(reference: str) -> Tool:
         return builtins[reference]
     if ":" in reference:
         module_name, _, attribute = reference.partition(":")
+        project = str(Path.cwd())
+        if project not in sys.path:
+            sys.path.append(project)
         try:
             module = importlib.import_module(module_name)
             value = getattr(module, attribute)
