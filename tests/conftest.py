@@ -16,7 +16,7 @@ FOLIKO_BIN = Path(sys.executable).with_name("foliko")
 @pytest.fixture(autouse=True)
 def foliko_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in list(os.environ):
-        if name.startswith("FOLIKO_") and name != "FOLIKO_REQUIRE_SERVICES":
+        if name.startswith("FOLIKO_") and not name.startswith(("FOLIKO_REQUIRE_", "FOLIKO_TEST_")):
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     monkeypatch.setenv("FOLIKO_HOME", str(home))

@@ -1,7 +1,8 @@
 """Choosing a storage backend by name, URL, config table or instance (F6).
 
 URLs follow SQLAlchemy's convention: ``sqlite:///relative.db``,
-``sqlite:////absolute.db``, ``json:///relative/dir``, ``json:////abs/dir``.
+``sqlite:////absolute.db``, ``json:///relative/dir``, ``json:////abs/dir``,
+``postgresql://user@host:5432/db``, ``redis://host:6379/0``.
 """
 
 from __future__ import annotations
@@ -53,10 +54,14 @@ def _from_url(spec: str) -> SessionStorageAdapter:
                 f"write {scheme}:///relative/path or {scheme}:////absolute/path"
             )
         return _file_backend(scheme, path)
-    if scheme in ("postgresql", "postgres", "redis", "rediss"):
-        raise StorageConfigError(
-            f"storage {scheme!r} is not available in this version of foliko; {_HINT}"
-        )
+    if scheme.split("+", 1)[0] in ("postgresql", "postgres"):
+        from foliko_cli.storage.postgres import PostgresStorage
+
+        return PostgresStorage(spec)
+    if scheme in ("redis", "rediss"):
+        from foliko_cli.storage.redis import RedisStorage
+
+        return RedisStorage(spec)
     raise StorageConfigError(f"unknown storage {spec!r}; {_HINT}")
 
 

@@ -1,0 +1,483 @@
+"""What is specific to the PostgreSQL backend, against the real server.
+
+Migrations under an advisory lock, gap-free ``seq`` under concurrent writers on
+separate connections, the advisory session lock released by the server when
+its holder is killed, errors that name the server and never the password.
+Each test works in a schema of its own that is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+import pytest
+
+from foliko_cli.errors import (
+    CorruptSessionError,
+    ExitCode,
+    InvalidSessionIdError,
+    SessionBusyError,
+    StorageConfigError,
+    StorageError,
+)
+from foliko_cli.storage import postgres as postgres_module
+from foliko_cli.storage.base import ConflictError
+from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
+from foliko_cli.storage.record import SessionRecord, content_hash
+
+from .services import (
+    fresh_schema,
+    postgres_storage,
+    require_postgres,
+    sample_records,
+    state,
+    turn,
+)
+
+HANG = 60  # seconds: only reached when something hangs
+
+
+@pytest.fixture
+def url() -> str:
+    return require_postgres()
+
+
+@pytest.fixture
+def schema(url: str) -> Iterator[str]:
+    with fresh_schema(url) as name:
+        yield name
+
+
+@pytest.fixture
+def pg(url: str) -> Iterator[PostgresStorage]:
+    with postgres_storage(url) as storage:
+        yield storage
+
+
+def query(url: str, sql: str, params: tuple = ()) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as db:
+        cursor = db.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def in_threads(count: int, work: Any) -> list[Any]:
+    """Run ``work(i)`` in ``count`` threads that start together; return the results."""
+    barrier = threading.Barrier(count)
+
+    def start(i: int) -> Any:
+        barrier.wait(timeout=HANG)
+        return work(i)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(start, range(count), timeout=HANG))
+
+
+# the driver is optional and loaded late
+
+
+def test_importing_the_module_does_not_import_psycopg():
+    code = "import sys, foliko_cli.storage.postgres; print('psycopg' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=HANG)
+    assert result.stdout.strip() == b"False", result.stderr.decode()
+
+
+def test_a_missing_driver_names_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
+    with pytest.raises(StorageConfigError) as error:
+        PostgresStorage("postgresql://postgres@127.0.0.1:5432/test")
+    assert error.value.exit_code == ExitCode.USAGE
+    assert "pip install 'foliko-cli[postgres]'" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("mysql://u@h/db", {}),
+        ("postgresql://u@h/db", {"schema": "drop table; --"}),
+        ("postgresql://u@h/db?schema=a-b", {}),
+        ("postgresql://u@h:notaport/db", {}),
+    ],
+)
+def test_a_malformed_url_or_schema_is_a_usage_error(bad):
+    spec, keywords = bad
+    with pytest.raises(StorageConfigError):
+        PostgresStorage(spec, **keywords)
+
+
+def test_an_unreachable_server_is_a_storage_error_without_the_password(run):
+    storage = PostgresStorage("postgresql://alice:s3cr%40t-pw@127.0.0.1:1/test", schema="x")
+    with pytest.raises(StorageError) as error:
+        run(storage.list())
+    message = str(error.value)
+    assert error.value.exit_code == ExitCode.STORAGE
+    assert "127.0.0.1:1" in message
+    assert "is the server running? check the URL" in message
+    assert "s3cr" not in message and "%40" not in message
+    assert "\n" not in message
+    assert "s3cr" not in storage.location and "s3cr" not in repr(storage)
+    assert run(storage.health_check()) is False
+
+
+def test_schema_can_come_from_a_postgres_url(url, schema, run):
+    short = url.replace("postgresql://", "postgres://", 1)
+    storage = PostgresStorage(f"{short}?schema={schema}")
+    try:
+        run(storage.save(SessionRecord("s")))
+        assert storage.schema == schema
+        assert f"schema {schema}" in storage.location
+    finally:
+        run(storage.close())
+    assert query(url, f'SELECT session_id FROM "{schema}".sessions') == [("s",)]
+
+
+# migrations
+
+
+def test_migrations_are_recorded_once_and_each_step_is_idempotent(url, schema, run):
+    first = PostgresStorage(url, schema=schema)
+    run(first.list())
+    recorded = query(url, f'SELECT version, name, applied_at FROM "{schema}".schema_migrations')
+    assert [(v, n) for v, n, _ in sorted(recorded)] == [
+        (i, step.__name__) for i, step in enumerate(MIGRATIONS, start=1)
+    ]
+    with psycopg.connect(url, autocommit=True) as db, db.transaction():
+        for step in MIGRATIONS:  # running a step again changes nothing and does not fail
+            step(db, f'"{schema}"')
+    second = PostgresStorage(url, schema=schema)
+    run(second.list())
+    assert sorted(query(url, f'SELECT * FROM "{schema}".schema_migrations')) == sorted(recorded)
+    run(first.close())
+    run(second.close())
+
+
+def test_many_threads_starting_on_an_empty_database_migrate_it_once(url, schema):
+    def start(i: int) -> list[str]:
+        storage = PostgresStorage(url, schema=schema)
+        try:
+            asyncio.run(storage.save(SessionRecord(f"s{i}", messages=turn(str(i)))))
+            return asyncio.run(storage.list())
+        finally:
+            asyncio.run(storage.close())
+
+    in_threads(6, start)
+    versions = query(url, f'SELECT version FROM "{schema}".schema_migrations ORDER BY version')
+    assert versions == [(i,) for i in range(1, len(MIGRATIONS) + 1)]
+    assert len(query(url, f'SELECT 1 FROM "{schema}".sessions')) == 6
+
+
+def test_several_processes_starting_at_once_migrate_once(url, schema):
+    code = textwrap.dedent(
+        """
+        import asyncio, sys
+        from foliko_cli.storage.postgres import PostgresStorage
+        from foliko_cli.storage.record import SessionRecord
+        sys.stdout.write("ready\\n"); sys.stdout.flush()
+        sys.stdin.readline()  # go: everyone starts at once
+        storage = PostgresStorage(sys.argv[1], schema=sys.argv[2])
+        asyncio.run(storage.save(SessionRecord(sys.argv[3])))
+        asyncio.run(storage.close())
+        """
+    )
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, url, schema, f"p{i}"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(4)
+    ]
+    for process in processes:
+        assert process.stdout.readline() == b"ready\n"
+    for process in processes:
+        process.stdin.write(b"go\n")
+        process.stdin.flush()
+    for process in processes:
+        _, err = process.communicate(timeout=HANG)
+        assert process.returncode == 0, err.decode()
+    assert len(query(url, f'SELECT 1 FROM "{schema}".schema_migrations')) == len(MIGRATIONS)
+    assert sorted(query(url, f'SELECT session_id FROM "{schema}".sessions')) == [
+        (f"p{i}",) for i in range(4)
+    ]
+
+
+def test_a_schema_from_a_newer_foliko_is_refused_and_left_alone(url, pg, schema, run):
+    run(pg.save(SessionRecord("keep", messages=turn("x"))))
+    query(url, f"INSERT INTO {pg._q}.schema_migrations VALUES (999, 'future', 0)")
+    newer = PostgresStorage(url, schema=pg.schema)
+    with pytest.raises(StorageError, match="upgrade foliko"):
+        run(newer.list())
+    run(newer.close())
+    assert query(url, f"SELECT session_id FROM {pg._q}.sessions") == [("keep",)]
+
+
+# records
+
+
+def test_records_round_trip_unchanged_through_save_load_and_append(pg, run):
+    records = sample_records()
+    revisions = run(pg.save_many(records))
+    for record in records:
+        loaded = run(pg.load(record.session_id))
+        assert loaded.messages == record.messages
+        assert loaded.variables == record.variables
+        assert loaded.compression_state == record.compression_state
+        assert content_hash(loaded) == content_hash(record)
+        assert loaded.metadata["message_count"] == len(record.messages)
+    for record, revision in zip(records, revisions, strict=True):
+        loaded = run(pg.load(record.session_id))
+        assert loaded.revision == revision
+    assert run(pg.load("tools")).saved_at == records[0].saved_at  # a given saved_at is kept
+    assert run(pg.load("empty")).saved_at > records[0].saved_at  # 0 means now
+
+    tools = records[0]
+    more = turn("noch eine Frage ✓\x00")
+    revision = run(pg.append("tools", more, state(tools.variables), expected_revision=revisions[0]))
+    assert revision == revisions[0] + 1
+    loaded = run(pg.load("tools"))
+    assert loaded.messages == tools.messages + more
+    assert content_hash(loaded) == content_hash(
+        SessionRecord("tools", messages=tools.messages + more, variables=tools.variables)
+    )
+    summary = next(s for s in run(pg.list_summaries()) if s.session_id == "tools")
+    assert summary.preview == "noch eine Frage ✓"  # NUL cannot live in a text column
+    assert summary.message_count == len(tools.messages) + 2
+
+
+def test_seq_is_gap_free_in_commit_order(url, pg, run):
+    first = run(pg.append("s", turn("a"), state(), expected_revision=0))
+    run(pg.append("s", turn("b"), state(), expected_revision=first))
+    run(pg.save(SessionRecord("t", messages=turn("c"))))
+    rows = query(url, f"SELECT session_id, seq FROM {pg._q}.messages ORDER BY session_id, seq")
+    assert rows == [("s", 0), ("s", 1), ("s", 2), ("s", 3), ("t", 0), ("t", 1)]
+
+
+def test_concurrent_appends_from_several_connections_lose_nothing(url, pg, run):
+    run(pg.list())  # migrate first: this test is about appends
+    writers, turns = 6, 10
+
+    def write(worker: int) -> list[int]:
+        storage = PostgresStorage(url, schema=pg.schema)
+
+        async def go() -> list[int]:
+            written = []
+            for t in range(turns):
+                while True:
+                    revision = await storage.revision("shared") or 0
+                    try:
+                        written.append(
+                            await storage.append(
+                                "shared",
+                                turn(f"w{worker}t{t}"),
+                                state(),
+                                expected_revision=revision,
+                            )
+                        )
+                        break
+                    except ConflictError:
+                        continue
+            await storage.close()
+            return written
+
+        return asyncio.run(go())
+
+    revisions = sorted(r for written in in_threads(writers, write) for r in written)
+    total = writers * turns
+    assert revisions == list(range(revisions[0], revisions[0] + total))  # one per append
+    seqs = query(url, f"SELECT seq FROM {pg._q}.messages WHERE session_id = 'shared' ORDER BY seq")
+    assert [seq for (seq,) in seqs] == list(range(2 * total))
+    record = run(pg.load("shared"))
+    assert record.revision == revisions[-1]
+    users = [m["content"] for m in record.messages[0::2]]
+    assert sorted(users) == sorted(f"w{w}t{t}" for w in range(writers) for t in range(turns))
+    replies = [m["content"] for m in record.messages[1::2]]
+    assert replies == [f"echo: {u}" for u in users]  # each user message followed by its reply
+    assert run(pg.list_summaries())[0].message_count == 2 * total
+
+
+def test_save_many_is_one_transaction(pg, run, monkeypatch):
+    before = run(pg.save(SessionRecord("a", messages=turn("old a"))))
+
+    def fail(*args: Any) -> None:
+        raise psycopg.errors.DiskFull("simulated")
+
+    monkeypatch.setattr(pg, "_copy_messages", fail)
+    batch = [SessionRecord("a", messages=turn("new a")), SessionRecord("b")]
+    with pytest.raises(StorageError, match="simulated"):
+        run(pg.save_many(batch))
+    monkeypatch.undo()
+    assert run(pg.list()) == ["a"]
+    assert run(pg.load("a")).messages == turn("old a")
+    assert run(pg.revision("a")) == before
+
+
+def test_a_nul_in_a_session_id_is_rejected_as_bad_input(pg, run):
+    with pytest.raises(InvalidSessionIdError):
+        run(pg.save(SessionRecord("a\x00b")))
+
+
+def test_summaries_are_newest_first_across_pages(pg, run, monkeypatch):
+    monkeypatch.setattr(postgres_module, "SUMMARY_PAGE", 3)
+    stamps = {"a": 5, "b": 9, "c": 5, "d": 1, "e": 9, "f": 7, "g": 5, "h": 2}
+    run(pg.save_many([SessionRecord(sid, saved_at=at) for sid, at in stamps.items()]))
+    order = [s.session_id for s in run(pg.list_summaries())]
+    assert order == sorted(stamps, key=lambda sid: (-stamps[sid], sid))
+
+
+def test_check_reports_a_corrupt_session_and_quarantine_moves_it_aside(url, pg, run):
+    run(pg.save(SessionRecord("bad", messages=turn("hello"))))
+    run(pg.save(SessionRecord("good", messages=turn("fine"))))
+    query(url, f"UPDATE {pg._q}.messages SET body = '{{not json' WHERE session_id = 'bad'")
+    with pytest.raises(CorruptSessionError):
+        run(pg.load("bad"))
+    problems = run(pg.check())
+    assert [p.session_id for p in problems] == ["bad"]
+    where = run(pg.quarantine(problems[0]))
+    assert f"{pg.schema}.quarantine" in where
+    assert run(pg.list()) == ["good"]
+    assert run(pg.check()) == []
+    (moved,) = query(url, f"SELECT session_id, reason, messages FROM {pg._q}.quarantine")
+    assert moved[0] == "bad"
+    assert "{not json" in moved[2]  # kept, never deleted
+
+
+def test_info_reports_counts_and_schema_version(pg, run):
+    run(pg.save_many([SessionRecord("a", messages=turn("x")), SessionRecord("b")]))
+    info = run(pg.info())
+    assert info["backend"] == "postgresql"
+    assert (info["sessions"], info["messages"]) == (2, 2)
+    assert info["schema_version"] == len(MIGRATIONS)
+    assert info["schema"] == pg.schema
+
+
+def test_a_dropped_connection_is_reopened_on_the_next_call(url, pg, run):
+    run(pg.save(SessionRecord("s")))
+    backend_pid = pg.db.info.backend_pid
+    query(url, "SELECT pg_terminate_backend(%s)", (backend_pid,))
+    with pytest.raises(StorageError, match=r"127\.0\.0\.1:5432"):
+        run(pg.list())
+    assert run(pg.list()) == ["s"]
+
+
+# the session lock
+
+
+def test_a_busy_session_names_its_holder_and_other_sessions_stay_free(url, pg, run):
+    other = PostgresStorage(url, schema=pg.schema)
+
+    async def scenario() -> None:
+        async with pg.lock("s1", 5):
+            with pytest.raises(SessionBusyError) as busy:
+                async with other.lock("s1", 0.1):
+                    pass
+            assert busy.value.exit_code == ExitCode.BUSY
+            assert f"pid {os.getpid()} on " in busy.value.holder
+            async with other.lock("s2", 0):
+                pass
+        async with other.lock("s1", 0):
+            pass
+
+    try:
+        run(scenario())
+    finally:
+        run(other.close())
+
+
+def test_turns_under_the_lock_never_conflict(url, pg, run):
+    run(pg.list())
+
+    def take_turns(worker: int) -> None:
+        storage = PostgresStorage(url, schema=pg.schema)
+
+        async def go() -> None:
+            for t in range(5):
+                async with storage.lock("shared", HANG):
+                    revision = await storage.revision("shared") or 0
+                    await storage.append(
+                        "shared", turn(f"w{worker}t{t}"), state(), expected_revision=revision
+                    )
+            await storage.close()
+
+        asyncio.run(go())
+
+    in_threads(4, take_turns)
+    record = run(pg.load("shared"))
+    assert len(record.messages) == 40
+    assert len({m["content"] for m in record.messages}) == 40
+
+
+def test_a_killed_holder_does_not_block_the_session(url, pg, run):
+    run(pg.list())
+    holder = textwrap.dedent(
+        """
+        import asyncio, sys
+        from foliko_cli.storage.postgres import PostgresStorage
+
+        async def main():
+            storage = PostgresStorage(sys.argv[1], schema=sys.argv[2])
+            async with storage.lock("s1", 10):
+                print("locked", flush=True)
+                await asyncio.Event().wait()
+
+        asyncio.run(main())
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", holder, url, pg.schema], stdout=subprocess.PIPE
+    )
+    try:
+        assert process.stdout.readline() == b"locked\n"
+
+        async def busy() -> None:
+            async with pg.lock("s1", 0.1):
+                pass
+
+        with pytest.raises(SessionBusyError) as error:
+            run(busy())
+        assert f"pid {process.pid} on " in error.value.holder
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=HANG)
+
+    async def take_over() -> float:
+        started = time.monotonic()
+        async with pg.lock("s1", 10):
+            return time.monotonic() - started
+
+    assert run(take_over()) < 10
+
+
+def test_a_lock_connection_lost_mid_turn_is_closed_and_the_session_freed(url, pg, run):
+    other = PostgresStorage(url, schema=pg.schema)
+    key = postgres_module.advisory_key("session", pg.schema, "s1")
+
+    async def scenario() -> None:
+        async with pg.lock("s1", 5):
+            ((holder_pid,),) = query(
+                url,
+                """SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+                   AND classid::bigint = %s AND objid::bigint = %s""",
+                ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+            )
+            query(url, "SELECT pg_terminate_backend(%s)", (holder_pid,))
+        # leaving the block found the connection dead: no error, and nothing stays locked
+        async with other.lock("s1", 5):
+            pass
+        async with pg.lock("s1", 5):
+            pass
+
+    try:
+        run(scenario())
+    finally:
+        run(other.close())

@@ -1,0 +1,430 @@
+"""What is specific to the Redis backend, against the real server.
+
+Keys with a per-session hash tag, one Lua script per write, listing from the
+index sorted set, the lease lock (renewed while a turn runs, released only by
+its owner, expiring when its holder is killed), errors without the password.
+Each test works under a key prefix of its own whose keys are deleted afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from foliko_cli.errors import (
+    CorruptSessionError,
+    ExitCode,
+    SessionBusyError,
+    StorageConfigError,
+    StorageError,
+)
+from foliko_cli.storage.base import ConflictError
+from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.storage.redis import RedisStorage, hash_tag
+
+from .services import redis_storage, require_redis, sample_records, state, turn
+
+HANG = 60  # seconds: only reached when something hangs
+
+
+@pytest.fixture
+def url() -> str:
+    return require_redis()
+
+
+@pytest.fixture
+def rs(url: str) -> Iterator[RedisStorage]:
+    with redis_storage(url) as storage:
+        yield storage
+
+
+@pytest.fixture
+def client(url: str) -> Iterator[redis.Redis]:
+    connection = redis.Redis.from_url(url)
+    yield connection
+    connection.close()
+
+
+def in_threads(count: int, work: Any) -> list[Any]:
+    """Run ``work(i)`` in ``count`` threads that start together; return the results."""
+    barrier = threading.Barrier(count)
+
+    def start(i: int) -> Any:
+        barrier.wait(timeout=HANG)
+        return work(i)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(start, range(count), timeout=HANG))
+
+
+# the driver is optional and loaded late
+
+
+def test_importing_the_module_does_not_import_redis():
+    code = "import sys, foliko_cli.storage.redis; print('redis' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=HANG)
+    assert result.stdout.strip() == b"False", result.stderr.decode()
+
+
+def test_a_missing_driver_names_the_extra_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)  # import redis -> ImportError
+    with pytest.raises(StorageConfigError) as error:
+        RedisStorage("redis://127.0.0.1:6379/0")
+    assert error.value.exit_code == ExitCode.USAGE
+    assert "pip install 'foliko-cli[redis]'" in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("http://h:6379/0", {}),
+        ("redis://h:6379/0", {"prefix": "a{b}"}),
+        ("redis://h:6379/zero", {}),
+        ("redis://h:6379/0", {"lease_ms": 5}),
+    ],
+)
+def test_a_malformed_url_prefix_or_lease_is_a_usage_error(bad):
+    spec, keywords = bad
+    with pytest.raises(StorageConfigError):
+        RedisStorage(spec, **keywords)
+
+
+def test_an_unreachable_server_is_a_storage_error_without_the_password(run):
+    storage = RedisStorage("redis://bob:s3cr%40t-pw@127.0.0.1:1/0", prefix="x")
+    with pytest.raises(StorageError) as error:
+        run(storage.list())
+    message = str(error.value)
+    assert error.value.exit_code == ExitCode.STORAGE
+    assert "127.0.0.1:1" in message
+    assert "is the server running? check the URL" in message
+    assert "s3cr" not in message and "%40" not in message
+    assert "\n" not in message
+    assert "s3cr" not in storage.location and "s3cr" not in repr(storage)
+    assert run(storage.health_check()) is False
+    run(storage.close())
+
+
+def test_prefix_and_lease_can_come_from_the_url(url, run, client):
+    storage = RedisStorage(f"{url}?prefix=foliko-test-url&lease_ms=2000")
+    try:
+        assert (storage.prefix, storage.lease_ms) == ("foliko-test-url", 2000)
+        run(storage.save(SessionRecord("s")))
+        assert client.zrange("foliko-test-url:index", 0, -1) == [b"s"]
+    finally:
+        run(storage.delete("s"))
+        run(storage.close())
+
+
+# records
+
+
+def test_records_round_trip_unchanged_through_save_load_and_append(rs, run):
+    records = sample_records()
+    revisions = run(rs.save_many(records))
+    for record in records:
+        loaded = run(rs.load(record.session_id))
+        assert loaded.messages == record.messages
+        assert loaded.variables == record.variables
+        assert loaded.compression_state == record.compression_state
+        assert content_hash(loaded) == content_hash(record)
+        assert loaded.metadata["message_count"] == len(record.messages)
+    for record, revision in zip(records, revisions, strict=True):
+        loaded = run(rs.load(record.session_id))
+        assert loaded.revision == revision  # clock-sized revisions survive Lua exactly
+        assert run(rs.revision(record.session_id)) == revision
+    assert run(rs.load("tools")).saved_at == records[0].saved_at  # a given saved_at is kept
+    assert run(rs.load("empty")).saved_at > records[0].saved_at  # 0 means now
+
+    tools = records[0]
+    more = turn("noch eine Frage ✓")
+    revision = run(rs.append("tools", more, state(tools.variables), expected_revision=revisions[0]))
+    assert revision == revisions[0] + 1
+    loaded = run(rs.load("tools"))
+    assert loaded.messages == tools.messages + more
+    assert content_hash(loaded) == content_hash(
+        SessionRecord("tools", messages=tools.messages + more, variables=tools.variables)
+    )
+
+
+def test_one_sessions_keys_share_a_cluster_slot(rs, run, client):
+    for session_id in ("plain", "a{b}c", "}x{", "%7B"):
+        run(rs.save(SessionRecord(session_id, messages=turn("x"))))
+        keys = [rs.key(session_id, kind) for kind in ("meta", "msgs", "lock")]
+        assert all(hash_tag(session_id) in key for key in keys)
+        assert len({key_slot(key.encode()) for key in keys}) == 1
+        assert client.exists(keys[0]) and client.llen(keys[1]) == 2
+        assert run(rs.load(session_id)).session_id == session_id
+    assert hash_tag("a{b}c") == "{a%7Bb%7Dc}"
+    assert hash_tag("%7B") != hash_tag("{")  # escaping keeps distinct ids distinct
+    assert sorted(run(rs.list())) == sorted(["plain", "a{b}c", "}x{", "%7B"])
+
+
+def test_listing_reads_the_index_never_scan(rs, run, client, monkeypatch):
+    run(rs.save(SessionRecord("old", messages=turn("a"), saved_at=1000)))
+    run(rs.append("new", turn("b"), state(), expected_revision=0))
+
+    def forbidden(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("listing must read the index, not walk the keyspace")
+
+    for method in ("scan", "scan_iter", "keys"):
+        monkeypatch.setattr(rs._client, method, forbidden)
+    assert sorted(run(rs.list())) == ["new", "old"]
+    assert [s.session_id for s in run(rs.list_summaries())] == ["new", "old"]
+    scores = dict(client.zrange(rs.index_key, 0, -1, withscores=True))
+    assert scores[b"old"] == 1000
+    assert scores[b"new"] == run(rs.load("new")).saved_at
+    assert run(rs.delete("old")) is True
+    assert client.zrange(rs.index_key, 0, -1) == [b"new"]
+
+
+def test_a_conflicting_append_changes_nothing(rs, run, client):
+    run(rs.append("s", turn("one"), state(), expected_revision=0))
+    before = client.hgetall(rs.key("s", "meta")), client.lrange(rs.key("s", "msgs"), 0, -1)
+    with pytest.raises(ConflictError):
+        run(rs.append("s", turn("two"), state(), expected_revision=0))
+    after = client.hgetall(rs.key("s", "meta")), client.lrange(rs.key("s", "msgs"), 0, -1)
+    assert after == before
+
+
+def test_concurrent_appends_from_several_clients_lose_nothing(url, rs, run):
+    writers, turns = 6, 10
+
+    def write(worker: int) -> list[int]:
+        storage = RedisStorage(url, prefix=rs.prefix)
+
+        async def go() -> list[int]:
+            written = []
+            for t in range(turns):
+                while True:
+                    revision = await storage.revision("shared") or 0
+                    try:
+                        written.append(
+                            await storage.append(
+                                "shared",
+                                turn(f"w{worker}t{t}"),
+                                state(),
+                                expected_revision=revision,
+                            )
+                        )
+                        break
+                    except ConflictError:
+                        continue
+            await storage.close()
+            return written
+
+        return asyncio.run(go())
+
+    revisions = sorted(r for written in in_threads(writers, write) for r in written)
+    total = writers * turns
+    assert revisions == list(range(revisions[0], revisions[0] + total))  # one per append
+    record = run(rs.load("shared"))
+    assert record.revision == revisions[-1]
+    users = [m["content"] for m in record.messages[0::2]]
+    assert sorted(users) == sorted(f"w{w}t{t}" for w in range(writers) for t in range(turns))
+    replies = [m["content"] for m in record.messages[1::2]]
+    assert replies == [f"echo: {u}" for u in users]  # each user message followed by its reply
+    assert run(rs.list_summaries())[0].message_count == 2 * total
+
+
+def test_an_append_of_many_messages_is_one_script_call(rs, run):
+    messages = [m for i in range(3000) for m in turn(f"q{i}")]  # beyond Lua's unpack limit
+    run(rs.append("big", messages, state(), expected_revision=0))
+    assert run(rs.load("big")).messages == messages
+
+
+def test_check_reports_corrupt_sessions_and_quarantine_moves_them_aside(rs, run, client):
+    run(rs.save(SessionRecord("bad-json", messages=turn("x"))))
+    run(rs.save(SessionRecord("bad-type", messages=turn("y"))))
+    run(rs.save(SessionRecord("evicted", messages=turn("w"))))
+    run(rs.save(SessionRecord("good", messages=turn("z"))))
+    client.hset(rs.key("bad-json", "meta"), "variables", b"{not json")
+    client.delete(rs.key("evicted", "msgs"))  # what maxmemory eviction can do to one key
+    client.delete(rs.key("bad-type", "msgs"))
+    client.set(rs.key("bad-type", "msgs"), b"not a list")
+    for session_id in ("bad-json", "bad-type", "evicted"):
+        with pytest.raises(CorruptSessionError):
+            run(rs.load(session_id))
+    problems = run(rs.check())
+    assert sorted(p.session_id for p in problems) == ["bad-json", "bad-type", "evicted"]
+    for problem in problems:
+        assert f"{rs.prefix}:q:" in run(rs.quarantine(problem))
+    assert run(rs.list()) == ["good"]
+    assert run(rs.check()) == []
+    moved = client.hgetall(rs.quarantine_key)
+    assert len(moved) == 3
+    kept = list(client.scan_iter(f"{rs.prefix}:q:*:meta"))
+    assert any(client.hget(key, "variables") == b"{not json" for key in kept)  # never deleted
+
+
+def test_save_many_runs_in_one_multi(rs, run, monkeypatch):
+    calls: list[str] = []
+    pipeline = rs._client.pipeline
+
+    def spy(transaction: bool = True, **kwargs: Any) -> Any:
+        calls.append("multi" if transaction else "pipeline")
+        return pipeline(transaction=transaction, **kwargs)
+
+    monkeypatch.setattr(rs._client, "pipeline", spy)
+    records = [SessionRecord(f"s{i}", messages=turn(str(i))) for i in range(5)]
+    revisions = run(rs.save_many(records))
+    assert calls == ["multi"]
+    assert revisions == [run(rs.revision(f"s{i}")) for i in range(5)]
+    assert sorted(run(rs.list())) == [f"s{i}" for i in range(5)]
+
+
+def test_info_reports_counts(rs, run):
+    run(rs.save_many([SessionRecord("a", messages=turn("x")), SessionRecord("b")]))
+    info = run(rs.info())
+    assert info["backend"] == "redis"
+    assert (info["sessions"], info["messages"]) == (2, 2)
+    assert info["prefix"] == rs.prefix
+
+
+def test_prefixes_keep_storages_apart(url, rs, run):
+    with redis_storage(url) as other:
+        run(other.save(SessionRecord("s")))
+        assert run(rs.list()) == []
+        assert run(other.list()) == ["s"]
+
+
+# the session lock
+
+
+def test_a_busy_session_names_its_holder_and_other_sessions_stay_free(url, rs, run):
+    other = RedisStorage(url, prefix=rs.prefix)
+
+    async def scenario() -> None:
+        async with rs.lock("s1", 5):
+            with pytest.raises(SessionBusyError) as busy:
+                async with other.lock("s1", 0.1):
+                    pass
+            assert busy.value.exit_code == ExitCode.BUSY
+            assert f"pid {os.getpid()} on " in busy.value.holder
+            async with other.lock("s2", 0):
+                pass
+        async with other.lock("s1", 0):
+            pass
+
+    try:
+        run(scenario())
+    finally:
+        run(other.close())
+
+
+def test_a_turn_longer_than_the_lease_keeps_the_lock(url, run, client):
+    lease_ms = 300
+    with redis_storage(url, lease_ms=lease_ms) as rs:
+        other = RedisStorage(url, prefix=rs.prefix, lease_ms=lease_ms)
+        renewed = asyncio.Event()
+        renewals = 0
+        renew = rs._renew_script
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            nonlocal renewals
+            result = renew(*args, **kwargs)
+            renewals += 1
+            if renewals == 7:  # more than two whole leases have gone by
+                renewed.set()
+            return result
+
+        rs._renew_script = counting
+
+        async def scenario() -> float:
+            started = time.monotonic()
+            async with rs.lock("s1", 5):
+                owner = client.get(rs.key("s1", "lock"))
+                async with asyncio.timeout(20):
+                    await renewed.wait()
+                held = time.monotonic() - started
+                assert client.get(rs.key("s1", "lock")) == owner
+                assert 0 < client.pttl(rs.key("s1", "lock")) <= lease_ms
+                with pytest.raises(SessionBusyError):
+                    async with other.lock("s1", 0):
+                        pass
+            assert client.exists(rs.key("s1", "lock")) == 0  # released on exit
+            return held
+
+        try:
+            assert run(scenario()) > 2 * lease_ms / 1000
+        finally:
+            run(other.close())
+
+
+def test_only_the_owner_renews_or_releases_the_lease(url, rs, run, client):
+    other = RedisStorage(url, prefix=rs.prefix)
+    key = rs.key("s1", "lock")
+
+    async def scenario() -> None:
+        stale = rs.lock("s1", 5)
+        await stale.__aenter__()
+        stale_owner = client.get(key)
+        client.delete(key)  # the lease ran out while its holder stalled...
+        fresh = other.lock("s1", 0)
+        await fresh.__aenter__()  # ...so another holder took the session
+        theirs = client.get(key)
+        assert theirs != stale_owner
+        assert rs._renew_script([key], [stale_owner, 60_000]) == 0
+        await stale.__aexit__(None, None, None)  # the stale holder finishes its turn
+        assert client.get(key) == theirs  # and leaves the new holder's lease alone
+        await fresh.__aexit__(None, None, None)
+        assert client.get(key) is None
+
+    try:
+        run(scenario())
+    finally:
+        run(other.close())
+
+
+def test_a_killed_holder_stops_blocking_once_its_lease_runs_out(url, run):
+    lease_ms = 1000
+    with redis_storage(url, lease_ms=lease_ms) as rs:
+        holder = textwrap.dedent(
+            """
+            import asyncio, sys
+            from foliko_cli.storage.redis import RedisStorage
+
+            async def main():
+                storage = RedisStorage(sys.argv[1], prefix=sys.argv[2], lease_ms=int(sys.argv[3]))
+                async with storage.lock("s1", 10):
+                    print("locked", flush=True)
+                    await asyncio.Event().wait()
+
+            asyncio.run(main())
+            """
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-c", holder, url, rs.prefix, str(lease_ms)], stdout=subprocess.PIPE
+        )
+        try:
+            assert process.stdout.readline() == b"locked\n"
+
+            async def busy() -> None:
+                async with rs.lock("s1", 0.1):
+                    pass
+
+            with pytest.raises(SessionBusyError) as error:
+                run(busy())
+            assert f"pid {process.pid} on " in error.value.holder
+        finally:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(timeout=HANG)
+
+        async def take_over() -> float:
+            started = time.monotonic()
+            async with rs.lock("s1", 5 * lease_ms / 1000):
+                return time.monotonic() - started
+
+        assert run(take_over()) <= 2 * lease_ms / 1000
