@@ -252,7 +252,12 @@ def record_from_seed(document: Any, session_id: str | None = None) -> SessionRec
     metadata = document.get("metadata") or {}
     if not isinstance(variables, dict) or not isinstance(metadata, dict):
         raise ValueError("variables and metadata must be objects")
+    compression_state = document.get("compressionState") or {}
+    if not isinstance(compression_state, dict):
+        raise ValueError("compressionState must be an object")
     saved_at = document.get("savedAt") or 0
+    if not isinstance(saved_at, int):
+        raise ValueError("savedAt must be a number of milliseconds")
     merged = {**new_metadata(saved_at or None), **_rename(_METADATA_FROM_SEED, metadata)}
     merged["message_count"] = len(messages)
     return SessionRecord(
@@ -260,8 +265,8 @@ def record_from_seed(document: Any, session_id: str | None = None) -> SessionRec
         messages=messages,
         variables=variables,
         metadata=merged,
-        compression_state=document.get("compressionState") or {},
-        saved_at=int(saved_at),
+        compression_state=compression_state,
+        saved_at=saved_at,
         revision=int(document.get("revision", 0) or 0),
     )
 

@@ -40,6 +40,7 @@ from foliko_cli.storage.record import (
 )
 
 BUSY_TIMEOUT_MS = 30_000
+UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
 
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = []
@@ -99,7 +100,8 @@ def import_seed_sessions(db: sqlite3.Connection) -> None:
         except (orjson.JSONDecodeError, ValueError, TypeError):
             continue  # left in seed_sessions; `storage check` reports it
         record.session_id = session_id
-        record.metadata.setdefault("created_at", created_at)
+        if not (orjson.loads(data).get("metadata") or {}).get("createdAt"):
+            record.metadata["created_at"] = created_at
         record.saved_at = updated_at
         _insert_record(db, record, revision=next_revision(None))
 
@@ -139,6 +141,14 @@ def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: i
     _insert_messages(db, record.session_id, 0, record.messages)
 
 
+def _text_row(row: sqlite3.Row) -> dict[str, Any]:
+    """A message row as JSON-safe values (older databases hold bodies as BLOBs)."""
+    return {
+        key: value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+        for key, value in dict(row).items()
+    }
+
+
 def _replace_record(db: sqlite3.Connection, record: SessionRecord) -> int:
     row = db.execute(
         "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
@@ -156,7 +166,13 @@ def _insert_messages(
     db.executemany(
         "INSERT INTO messages (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)",
         [
-            (session_id, first_seq + i, m["role"], m.get("created_at", 0), encode_message(m))
+            (
+                session_id,
+                first_seq + i,
+                m["role"],
+                m.get("created_at", 0),
+                encode_message(m).decode(),
+            )
             for i, m in enumerate(messages)
         ],
     )
@@ -171,6 +187,7 @@ class SQLiteStorage(SessionStorageAdapter):
         self._local = threading.local()
         self._locks = None if self.in_memory else SessionFileLocks(Path(self.path + ".locks"))
         self._shared: sqlite3.Connection | None = None
+        self._has_seed_table: bool | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStorage({self.path!r})"
@@ -180,18 +197,30 @@ class SQLiteStorage(SessionStorageAdapter):
     def _connect(self) -> sqlite3.Connection:
         if not self.in_memory:
             self._create_file()
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=not self.in_memory)
         try:
-            db = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=not self.in_memory
-            )
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._refuse_newer_schema(db)
             if not self.in_memory:
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
             self._migrate(db)
         except sqlite3.DatabaseError as exc:
+            db.close()
             raise self._error(exc) from None
+        except BaseException:
+            db.close()
+            raise
         return db
+
+    def _refuse_newer_schema(self, db: sqlite3.Connection) -> None:
+        """Checked before anything writes, so a newer database is left untouched."""
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise StorageError(
+                f"{self.path} has schema version {version}, newer than this foliko knows "
+                f"({len(MIGRATIONS)}); upgrade foliko"
+            )
 
     def _create_file(self) -> None:
         path = Path(self.path)
@@ -221,11 +250,6 @@ class SQLiteStorage(SessionStorageAdapter):
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == len(MIGRATIONS):
             return
-        if version > len(MIGRATIONS):
-            raise StorageError(
-                f"{self.path} has schema version {version}, newer than this foliko knows "
-                f"({len(MIGRATIONS)}); upgrade foliko"
-            )
         with self._write(db):
             db.execute(
                 """CREATE TABLE IF NOT EXISTS schema_migrations (
@@ -275,6 +299,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 (session_id,),
             ).fetchone()
             if row is None:
+                self._raise_if_unreadable_seed(session_id)
                 return None
             bodies = self.db.execute(
                 "SELECT body FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
@@ -362,13 +387,37 @@ class SQLiteStorage(SessionStorageAdapter):
                 """SELECT session_id, created_at, updated_at, message_count, preview
                    FROM sessions ORDER BY updated_at DESC, session_id"""
             ).fetchall()
-        return [SessionSummary(*row) for row in rows]
+            unreadable = self._unreadable_seed_rows()
+        summaries = [SessionSummary(*row) for row in rows]
+        summaries.extend(
+            SessionSummary(sid, created, updated, 0, "", error=UNREADABLE_SEED)
+            for sid, created, updated in unreadable
+        )
+        return summaries
+
+    def _unreadable_seed_rows(self, session_id: str | None = None) -> list[tuple]:
+        """Rows of the seed's table that could not be imported (never silently skipped)."""
+        if self._has_seed_table is None:
+            self._has_seed_table = bool(_columns(self.db, "seed_sessions"))
+        if not self._has_seed_table:
+            return []
+        query = """SELECT session_id, created_at, updated_at FROM seed_sessions
+                   WHERE session_id NOT IN (SELECT session_id FROM sessions)"""
+        if session_id is None:
+            return self.db.execute(query).fetchall()
+        return self.db.execute(query + " AND session_id = ?", (session_id,)).fetchall()
+
+    def _raise_if_unreadable_seed(self, session_id: str) -> None:
+        if self._unreadable_seed_rows(session_id):
+            raise CorruptSessionError(session_id, f"{self.path} (seed_sessions)", UNREADABLE_SEED)
 
     async def revision(self, session_id: str) -> int | None:
         with self._guard():
             row = self.db.execute(
                 "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
+            if row is None:
+                self._raise_if_unreadable_seed(session_id)
         return None if row is None else row[0]
 
     async def health_check(self) -> bool:
@@ -399,19 +448,23 @@ class SQLiteStorage(SessionStorageAdapter):
             ):
                 raise SessionNotFoundError(old_id)
             db.execute("UPDATE messages SET session_id = ? WHERE session_id = ?", (new_id, old_id))
+            db.execute(
+                "UPDATE sessions SET revision = ? WHERE session_id = ?",
+                (next_revision(None), new_id),
+            )
 
     async def check(self) -> list[StoredProblem]:
-        problems = await super().check()
+        problems = []
+        for session_id in await self.list():
+            try:
+                await self.load(session_id)
+            except CorruptSessionError as exc:
+                problems.append(StoredProblem(session_id, exc.where, exc.reason))
         with self._guard():
-            if _columns(self.db, "seed_sessions"):
-                rows = self.db.execute(
-                    """SELECT session_id FROM seed_sessions
-                       WHERE session_id NOT IN (SELECT session_id FROM sessions)"""
-                ).fetchall()
-                problems.extend(
-                    StoredProblem(sid, f"{self.path} (seed_sessions)", "unreadable seed record")
-                    for (sid,) in rows
-                )
+            problems.extend(
+                StoredProblem(sid, f"{self.path} (seed_sessions)", UNREADABLE_SEED)
+                for sid, _, _ in self._unreadable_seed_rows()
+            )
         return problems
 
     async def quarantine(self, problem: StoredProblem) -> str:
@@ -436,7 +489,7 @@ class SQLiteStorage(SessionStorageAdapter):
                     now_ms(),
                     problem.reason,
                     orjson.dumps(dict(row) if row else {}).decode(),
-                    orjson.dumps([dict(b) for b in bodies]).decode(),
+                    orjson.dumps([_text_row(b) for b in bodies]).decode(),
                 ),
             )
             db.execute("DELETE FROM messages WHERE session_id = ?", (problem.session_id,))

@@ -1,0 +1,620 @@
+"""JSON files: one file per session, in the seed's document format (F6).
+
+A storage directory looks like this::
+
+    sessions/                   0700, created on the first write
+      work.json                 0600, session 'work'
+      ^my^notes%2Etxt.json      session 'MyNotes.txt'
+      .work.3f9a0c1b.tmp        a write in progress, or left by a crash: ignored
+      .locks/                   flock files: turn locks and short write locks
+      .quarantine/              unreadable files moved aside by `storage check --repair`
+
+File names. ``a``-``z``, ``0``-``9``, ``_`` and ``-`` are kept, so plain ids
+stay readable; an upper-case letter becomes ``^`` and the letter in lower case,
+and every other character becomes ``%XX`` per UTF-8 byte (``.``, ``/``, ``\\``,
+NUL included). Names therefore never contain a separator, never start with a
+dot and never differ only in case, so two ids cannot share a file on a
+case-insensitive filesystem either; Windows device names (``con``, ``nul``, …)
+get their first letter escaped. An encoded name longer than 120 characters is
+cut and given ``~`` and 32 hex digits of the id's SHA-256. The id itself is
+stored in the file as ``sessionId``; that, not the name, is what ``list`` and
+``load`` return. Files the original foliko wrote as ``<sessionId>.json`` are
+found under that name too and are rewritten in place.
+
+Writes go to a temporary file in the same directory, are fsynced and moved
+over the old file with ``os.replace``; then the directory is fsynced. A short
+per-session write lock makes read-check-write atomic even for a caller that
+does not hold the turn lock. A file that cannot be parsed is reported
+(CorruptSessionError, or a summary with ``error`` set) and never overwritten.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
+from foliko_cli.storage.base import (
+    ConflictError,
+    SessionExistsError,
+    SessionStorageAdapter,
+    StoredProblem,
+)
+from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.paths import make_private_dirs
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    new_metadata,
+    next_revision,
+    preview_of,
+    record_from_seed,
+    record_to_seed,
+)
+
+SUFFIX = ".json"
+TEMP_SUFFIX = ".tmp"
+LOCK_DIRECTORY = ".locks"
+QUARANTINE_DIRECTORY = ".quarantine"
+MAX_STEM = 120
+WRITE_LOCK_TIMEOUT = 30.0
+_WRITE_KEY = "\0write\0"
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
+_DEVICE_NAMES = frozenset(
+    {"con", "prn", "aux", "nul"} | {f"{kind}{n}" for kind in ("com", "lpt") for n in range(10)}
+)
+_HEX = frozenset("0123456789abcdef")
+_DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+def file_stem(session_id: str) -> str:
+    """The file name (without ``.json``) of ``session_id``; see the module docstring."""
+    tokens = []
+    for char in session_id:
+        if char in _PLAIN:
+            tokens.append(char)
+        elif "A" <= char <= "Z":
+            tokens.append("^" + char.lower())
+        else:
+            tokens.append("".join(f"%{byte:02X}" for byte in _utf8(char)))
+    stem = "".join(tokens)
+    if stem in _DEVICE_NAMES:
+        return f"%{ord(stem[0]):02X}{stem[1:]}"
+    if len(stem) <= MAX_STEM:
+        return stem
+    digest = hashlib.sha256(_utf8(session_id)).hexdigest()[:32]
+    kept, room = [], MAX_STEM - len(digest) - 1
+    for token in tokens:
+        room -= len(token)
+        if room < 0:
+            break
+        kept.append(token)
+    return "".join(kept) + "~" + digest
+
+
+def file_name(session_id: str) -> str:
+    return file_stem(session_id) + SUFFIX
+
+
+def session_id_from_stem(stem: str) -> str | None:
+    """The id whose file stem is ``stem``, or None (a hashed or foreign name)."""
+    out = bytearray()
+    i = 0
+    try:
+        while i < len(stem):
+            char = stem[i]
+            if char == "%":
+                out.append(int(stem[i + 1 : i + 3], 16))
+                i += 3
+            elif char == "^":
+                out += stem[i + 1].upper().encode()
+                i += 2
+            else:
+                out += char.encode()
+                i += 1
+        session_id = out.decode("utf-8", "surrogatepass")
+    except (ValueError, IndexError):
+        return None
+    return session_id if session_id and file_stem(session_id) == stem else None
+
+
+def _looks_hashed(stem: str) -> bool:
+    return len(stem) > 33 and stem[-33] == "~" and all(c in _HEX for c in stem[-32:])
+
+
+def seed_file_name(session_id: str) -> str | None:
+    """The seed's ``{sessionId}.json``, when that is a plain name inside the directory
+    that cannot be the name of another id (``a%2Fb.json`` is where ``a/b`` lives)."""
+    if (
+        not session_id
+        or session_id.startswith(".")
+        or any(char in session_id for char in "/\\\0")
+        or session_id.endswith(TEMP_SUFFIX)
+        or session_id_from_stem(session_id) not in (None, session_id)
+        or _looks_hashed(session_id)
+    ):
+        return None
+    name = session_id + SUFFIX
+    try:
+        if len(os.fsencode(name)) > 255:
+            return None
+    except UnicodeError:
+        return None
+    return name
+
+
+class _Entry(NamedTuple):
+    name: str
+    summary: SessionSummary
+    own: bool  # summary.session_id resolves to this file
+    reason: str | None = None  # why it cannot be read
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class JsonStorage(SessionStorageAdapter):
+    name = "json"
+
+    def __init__(self, directory: str | os.PathLike[str]):
+        self.directory = Path(directory)
+        self._locks = SessionFileLocks(self.directory / LOCK_DIRECTORY)
+
+    def __repr__(self) -> str:
+        return f"JsonStorage({str(self.directory)!r})"
+
+    @property
+    def location(self) -> str:
+        return str(self.directory)
+
+    # files
+
+    def _storage_error(self, action: str, path: Path, exc: OSError) -> StorageError:
+        return StorageError(
+            f"cannot {action} {path}: {exc.strerror or exc}; "
+            "check the permissions of the sessions directory or choose another with --storage"
+        )
+
+    def _read_bytes(self, path: Path) -> bytes | None:
+        try:
+            with open(path, "rb") as stream:
+                return stream.read()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return b""  # parsed as corrupt: reported, never replaced
+        except OSError as exc:
+            raise self._storage_error("read", path, exc) from None
+
+    def _locate(self, session_id: str) -> tuple[Path, bytes] | None:
+        """The file that holds ``session_id`` and its bytes: our name first, then the seed's."""
+        path = self.directory / file_name(session_id)
+        data = self._read_bytes(path)
+        if data is not None:
+            return path, data
+        seed_name = seed_file_name(session_id)
+        if seed_name and seed_name != path.name:
+            seed_path = self.directory / seed_name
+            data = self._read_bytes(seed_path)
+            if data is not None:
+                return seed_path, data
+        return None
+
+    def _home_of(self, session_id: str) -> str:
+        """The name of the file ``session_id`` resolves to (it may not exist)."""
+        name = file_name(session_id)
+        seed_name = seed_file_name(session_id)
+        if (
+            seed_name
+            and seed_name != name
+            and not (self.directory / name).exists()
+            and (self.directory / seed_name).exists()
+        ):
+            return seed_name
+        return name
+
+    @staticmethod
+    def _parse(session_id: str, path: Path, data: bytes) -> dict[str, Any]:
+        try:
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            if data.strip():
+                reason = f"invalid JSON: {exc}"
+            else:
+                reason = "it is a directory" if path.is_dir() else "the file is empty"
+            raise CorruptSessionError(session_id, str(path), reason) from None
+        if not isinstance(document, dict):
+            raise CorruptSessionError(session_id, str(path), "not a JSON object")
+        return document
+
+    def _document(self, session_id: str, path: Path, data: bytes) -> dict[str, Any]:
+        document = self._parse(session_id, path, data)
+        stored = document.get("sessionId", session_id)
+        if stored != session_id:
+            raise CorruptSessionError(
+                session_id, str(path), f"the file holds session {stored!r}, not this one"
+            )
+        return document
+
+    def _record(self, session_id: str, path: Path, document: dict[str, Any]) -> SessionRecord:
+        try:
+            record = record_from_seed(document, session_id)
+            if not isinstance(record.compression_state, dict):
+                raise ValueError("compressionState must be an object")
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise CorruptSessionError(session_id, str(path), _one_line(str(exc))) from None
+        record.revision = max(record.revision, 1)
+        return record
+
+    def _current(self, session_id: str) -> tuple[Path, SessionRecord | None]:
+        """Where ``session_id`` is (or will be) written, and what is there now."""
+        located = self._locate(session_id)
+        if located is None:
+            return self.directory / file_name(session_id), None
+        path, data = located
+        return path, self._record(session_id, path, self._document(session_id, path, data))
+
+    def _make_directory(self) -> None:
+        try:
+            make_private_dirs(self.directory)
+        except OSError as exc:
+            raise self._storage_error("create the directory", self.directory, exc) from None
+        if not self.directory.is_dir():
+            raise StorageError(
+                f"{self.directory} is not a directory; point --storage json:///… at a directory"
+            )
+
+    def _sync_directory(self) -> None:
+        fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        except OSError as exc:  # some filesystems cannot sync a directory
+            if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
+                raise
+        finally:
+            os.close(fd)
+
+    def _write(self, path: Path, record: SessionRecord, *, create: bool = False) -> None:
+        """Write ``record`` to ``path`` atomically; with ``create``, never replace a file."""
+        data = orjson.dumps(record_to_seed(record), option=_DUMP_OPTIONS)
+        self._make_directory()
+        temp = self.directory / f".{path.stem[:100]}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError as exc:
+            raise self._storage_error("write", path, exc) from None
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if create:
+                self._link_new(temp, path, record.session_id)
+            else:
+                os.replace(temp, path)
+            self._sync_directory()
+        except OSError as exc:
+            raise self._storage_error("write", path, exc) from None
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp)
+
+    def _link_new(self, temp: Path, path: Path, session_id: str) -> None:
+        try:
+            os.link(temp, path)  # fails when ``path`` exists: never clobbers
+        except FileExistsError:
+            raise SessionExistsError(session_id) from None
+        except OSError as exc:  # no hard links here; the write lock still excludes our writers
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+                raise
+            if path.exists():
+                raise SessionExistsError(session_id) from None
+            os.replace(temp, path)
+
+    def _scan(self) -> list[str]:
+        """Names of the session files: ``*.json``, not hidden (temp files start with a dot)."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise self._storage_error("list", self.directory, exc) from None
+        return sorted(n for n in names if n.endswith(SUFFIX) and not n.startswith("."))
+
+    def _id_from_name(self, name: str) -> str | None:
+        """The id a file's name stands for (ours or the seed's), when it says."""
+        stem = name[: -len(SUFFIX)]
+        session_id = session_id_from_stem(stem)
+        if session_id is None and seed_file_name(stem) == name:
+            session_id = stem
+        return session_id
+
+    def _inspect(self, name: str, *, summarise: bool) -> _Entry | None:
+        """One file: its summary (``error`` set when unreadable), or None if it vanished."""
+        path = self.directory / name
+        guess = self._id_from_name(name)
+        try:
+            data = self._read_bytes(path)
+            if data is None:
+                return None
+            summary = self._summary(name, guess, data, summarise=summarise)
+            return _Entry(name, summary, True)
+        except CorruptSessionError as exc:
+            reason = exc.reason
+        except StorageError as exc:
+            reason = str(exc)
+        try:
+            changed = int(path.stat().st_mtime * 1000)
+        except OSError:
+            changed = 0
+        summary = SessionSummary(
+            session_id=guess or name,
+            created_at=changed,
+            updated_at=changed,
+            message_count=0,
+            error=_one_line(f"{path}: {reason}"),
+        )
+        own = guess is not None and self._home_of(guess) == name
+        return _Entry(name, summary, own, _one_line(reason))
+
+    def _summary(
+        self, name: str, guess: str | None, data: bytes, *, summarise: bool
+    ) -> SessionSummary:
+        path = self.directory / name
+        fallback = guess or name
+        document = self._parse(fallback, path, data)
+        session_id = document.get("sessionId", guess)
+        if not isinstance(session_id, str) or not session_id:
+            raise CorruptSessionError(fallback, str(path), "sessionId is missing or not a string")
+        home = self._home_of(session_id)
+        if home != name:
+            raise CorruptSessionError(
+                fallback,
+                str(path),
+                f"the file holds session {session_id!r} but is not named for it "
+                f"(its file is {home})",
+            )
+        if not summarise:
+            return SessionSummary(session_id, 0, 0, 0)
+        record = self._record(session_id, path, document)
+        try:
+            created_at = int(record.metadata.get("created_at") or record.saved_at)
+        except (ValueError, TypeError):
+            raise CorruptSessionError(session_id, str(path), "createdAt is not a number") from None
+        return SessionSummary(
+            session_id=session_id,
+            created_at=created_at,
+            updated_at=record.saved_at,
+            message_count=len(record.messages),
+            preview=preview_of(record.messages),
+        )
+
+    def _inspect_all(self, *, summarise: bool) -> list[_Entry]:
+        entries = (self._inspect(name, summarise=summarise) for name in self._scan())
+        return [entry for entry in entries if entry is not None]
+
+    @contextlib.asynccontextmanager
+    async def _writing(self, *session_ids: str) -> AsyncIterator[None]:
+        """Short write locks (in a fixed order) around one read-check-write."""
+        self._make_directory()
+        async with contextlib.AsyncExitStack() as stack:
+            for session_id in sorted(set(session_ids)):
+                await stack.enter_async_context(
+                    self._locks.hold(_WRITE_KEY + session_id, WRITE_LOCK_TIMEOUT)
+                )
+            yield
+
+    # contract
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        located = self._locate(session_id)
+        if located is None:
+            return None
+        path, data = located
+        return self._record(session_id, path, self._document(session_id, path, data))
+
+    async def revision(self, session_id: str) -> int | None:
+        located = self._locate(session_id)
+        if located is None:
+            return None
+        path, data = located
+        document = self._document(session_id, path, data)
+        revision = document.get("revision", 0) or 0
+        if not isinstance(revision, int):
+            raise CorruptSessionError(session_id, str(path), "revision is not an integer")
+        return max(revision, 1)
+
+    async def save(self, record: SessionRecord) -> int:
+        async with self._writing(record.session_id):
+            path, previous = self._current(record.session_id)
+            now = now_ms()
+            revision = next_revision(previous.revision if previous else None)
+            stored = SessionRecord(
+                session_id=record.session_id,
+                messages=record.messages,
+                variables=record.variables,
+                metadata={**new_metadata(now), **record.metadata},
+                compression_state=record.compression_state,
+                saved_at=record.saved_at or now,
+                revision=revision,
+            )
+            self._write(path, stored)
+        return revision
+
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
+        *,
+        expected_revision: int,
+    ) -> int:
+        async with self._writing(session_id):
+            path, stored = self._current(session_id)
+            found = stored.revision if stored else 0
+            if found != expected_revision:
+                raise ConflictError(session_id, expected_revision, found)
+            revision = next_revision(found)
+            now = now_ms()
+            previous = stored.messages if stored else []
+            metadata = stored.metadata if stored else new_metadata(now)
+            record = SessionRecord(
+                session_id=session_id,
+                messages=[*previous, *messages],
+                variables=state.variables,
+                metadata={**metadata, **state.metadata},
+                compression_state=state.compression_state,
+                saved_at=now,
+                revision=revision,
+            )
+            self._write(path, record)
+        return revision
+
+    async def delete(self, session_id: str) -> bool:
+        """Remove the session's file, readable or not (the fix a corrupt session names)."""
+        if not self.directory.exists():
+            return False
+        async with self._writing(session_id):
+            located = self._locate(session_id)
+            if located is None:
+                return False
+            path = located[0]
+            try:
+                os.unlink(path)
+                self._sync_directory()
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise self._storage_error("delete", path, exc) from None
+        return True
+
+    async def list(self) -> list[str]:
+        """Every id that ``load`` answers for, unreadable ones included (so they get reported).
+
+        A file named in our scheme stands for the id its name encodes (``load``
+        checks the content); only other names are opened to read their ``sessionId``.
+        """
+        ids = []
+        for name in self._scan():
+            session_id = session_id_from_stem(name[: -len(SUFFIX)])
+            if session_id is not None:
+                ids.append(session_id)
+                continue
+            entry = self._inspect(name, summarise=False)
+            if entry is not None and entry.own:
+                ids.append(entry.summary.session_id)
+        return ids
+
+    async def list_summaries(self) -> list[SessionSummary]:
+        summaries = [entry.summary for entry in self._inspect_all(summarise=True)]
+        summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
+        return summaries
+
+    async def health_check(self) -> bool:
+        """The directory is usable: it exists and is writable, or it can be created."""
+        path = self.directory
+        while not path.exists():
+            if path.parent == path:
+                return False
+            path = path.parent
+        return path.is_dir() and os.access(path, os.R_OK | os.W_OK | os.X_OK)
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+        self._make_directory()
+        async with self._locks.hold(session_id, timeout):
+            yield
+
+    async def copy(self, source_id: str, target_id: str) -> SessionRecord:
+        source = await self.load(source_id)
+        if source is None:
+            raise SessionNotFoundError(source_id)
+        async with self._writing(target_id):
+            if self._locate(target_id) is not None:
+                raise SessionExistsError(target_id)
+            now = now_ms()
+            copied = SessionRecord(
+                session_id=target_id,
+                messages=source.messages,
+                variables=source.variables,
+                metadata={**source.metadata, "created_at": now, "last_active": now},
+                compression_state=source.compression_state,
+                saved_at=now,
+                revision=next_revision(None),
+            )
+            self._write(self.directory / file_name(target_id), copied, create=True)
+        return copied
+
+    async def rename(self, old_id: str, new_id: str) -> None:
+        if not self.directory.exists():
+            raise SessionNotFoundError(old_id)
+        async with self._writing(old_id, new_id):
+            old_path, record = self._current(old_id)
+            if record is None:
+                raise SessionNotFoundError(old_id)
+            if self._locate(new_id) is not None:
+                raise SessionExistsError(new_id)
+            record.session_id = new_id
+            record.revision = next_revision(None)  # a new name: never a revision it had before
+            self._write(self.directory / file_name(new_id), record, create=True)
+            try:
+                os.unlink(old_path)
+                self._sync_directory()
+            except OSError as exc:
+                raise self._storage_error("remove the renamed", old_path, exc) from None
+
+    # storage check
+
+    async def check(self) -> list[StoredProblem]:
+        return [
+            StoredProblem(entry.summary.session_id, str(self.directory / entry.name), entry.reason)
+            for entry in self._inspect_all(summarise=True)
+            if entry.reason
+        ]
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        """Move the unreadable file to ``.quarantine/`` (never deleted); return its new path."""
+        source = Path(problem.where)
+        if source.parent != self.directory or not source.name.endswith(SUFFIX):
+            raise StorageError(f"{problem.where} is not a session file of {self.directory}")
+        async with self._writing(problem.session_id):
+            entry = self._inspect(source.name, summarise=True)
+            if entry is None or not entry.summary.error:
+                raise StorageError(
+                    f"{source} is no longer unreadable; run 'foliko storage check' again"
+                )
+            aside = self.directory / QUARANTINE_DIRECTORY
+            target = aside / f"{source.name}.{now_ms()}.{os.urandom(3).hex()}"
+            try:
+                make_private_dirs(aside)
+                os.rename(source, target)
+                self._sync_directory()
+            except OSError as exc:
+                raise self._storage_error("move aside", source, exc) from None
+        return str(target)
+
+    async def info(self) -> dict[str, Any]:
+        entries = self._inspect_all(summarise=True)
+        return {
+            "backend": self.name,
+            "location": self.location,
+            "sessions": sum(1 for entry in entries if not entry.summary.error),
+            "unreadable": sum(1 for entry in entries if entry.summary.error),
+        }

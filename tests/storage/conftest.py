@@ -1,0 +1,107 @@
+"""Fixtures shared by the storage tests: one ``storage`` fixture over every backend.
+
+A backend is one ``Backend`` entry in ``BACKENDS``: a name and a context
+manager that yields a fresh, empty adapter and cleans up after it. A server
+backend (PostgreSQL, Redis) also gets a ``require`` hook that skips the test
+when its server does not answer (and fails instead under
+FOLIKO_REQUIRE_SERVICES=1, in CI), for example::
+
+    Backend("postgres", lambda tmp: services.postgres_storage(), services.require_postgres)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from foliko_cli.storage.base import SessionStorageAdapter
+
+from . import services
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    open: Callable[[Path], AbstractContextManager[SessionStorageAdapter]]
+    require: Callable[[], object] | None = None  # skips when a server is unreachable
+
+
+@contextlib.contextmanager
+def _memory(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
+    from foliko_cli.storage.memory import MemoryStorage
+
+    yield MemoryStorage()
+
+
+@contextlib.contextmanager
+def _json(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
+    from foliko_cli.storage.jsonfile import JsonStorage
+
+    yield JsonStorage(tmp_path / "json-sessions")
+
+
+@contextlib.contextmanager
+def _sqlite(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
+    from foliko_cli.storage.sqlite import SQLiteStorage
+
+    yield SQLiteStorage(tmp_path / "sessions.db")
+
+
+BACKENDS = [
+    Backend("memory", _memory),
+    Backend("json", _json),
+    Backend("sqlite", _sqlite),
+    Backend("postgres", lambda tmp: services.postgres_storage(), services.require_postgres),
+    Backend("redis", lambda tmp: services.redis_storage(), services.require_redis),
+]
+
+
+@pytest.fixture
+def runner() -> Iterator[asyncio.Runner]:
+    with asyncio.Runner() as loop:
+        yield loop
+
+
+@pytest.fixture
+def run(runner: asyncio.Runner) -> Callable[[Coroutine[Any, Any, T]], T]:
+    """Run one coroutine to completion on the test's event loop."""
+    return runner.run
+
+
+@pytest.fixture(params=BACKENDS, ids=[b.name for b in BACKENDS])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    return request.param
+
+
+@pytest.fixture
+def storage(
+    backend: Backend, tmp_path: Path, runner: asyncio.Runner
+) -> Iterator[SessionStorageAdapter]:
+    """A fresh, empty adapter of each backend in turn; closed after the test."""
+    if backend.require is not None:
+        backend.require()
+    with backend.open(tmp_path) as adapter:
+        try:
+            yield adapter
+        finally:
+            runner.run(adapter.close())
+
+
+@pytest.fixture
+def xfail_on(request: pytest.FixtureRequest, backend: Backend) -> Callable[..., None]:
+    """``xfail_on(sqlite="reason")``: a strict xfail for the backends named."""
+
+    def mark(**reasons: str) -> None:
+        if backend.name in reasons:
+            request.node.add_marker(pytest.mark.xfail(strict=True, reason=reasons[backend.name]))
+
+    return mark

@@ -1,0 +1,498 @@
+"""The storage adapter contract, run against every backend (SPEC F6).
+
+Each test says one thing every backend must do. Where a backend cannot (yet),
+the test is marked with a strict xfail for that backend and the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pytest
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import SessionBusyError, SessionNotFoundError
+from foliko_cli.storage.base import ConflictError, SessionExistsError
+from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
+
+T0 = 1_700_000_000_000
+
+RICH_MESSAGES = [
+    {"role": "system", "content": "You are terse.", "created_at": T0},
+    {
+        "role": "user",
+        "content": 'Grüße, 世界! 🎉 "quotes" \\ back\\slash\nsecond line\ttab \u2028',
+        "created_at": T0 + 1,
+        "request_id": "r1",
+        "trace_id": "0" * 32,
+    },
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "name": "get_weather",
+                "arguments": {"city": "Zürich", "days": [1, 2]},
+            },
+            {"id": "call_2", "name": "broken", "arguments": {}},
+        ],
+        "created_at": T0 + 2,
+        "request_id": "r1",
+        "trace_id": "0" * 32,
+    },
+    {
+        "role": "tool",
+        "content": '{"temp": 21.5}',
+        "tool_call_id": "call_1",
+        "name": "get_weather",
+        "created_at": T0 + 3,
+        "request_id": "r1",
+        "trace_id": "0" * 32,
+    },
+    {
+        "role": "tool",
+        "content": "boom",
+        "tool_call_id": "call_2",
+        "name": "broken",
+        "is_error": True,
+        "created_at": T0 + 4,
+        "request_id": "r1",
+        "trace_id": "0" * 32,
+    },
+    {
+        "role": "assistant",
+        "content": "It is 21.5 °C in Zürich.",
+        "created_at": T0 + 5,
+        "request_id": "r1",
+        "trace_id": "0" * 32,
+    },
+]
+
+NESTED_VARIABLES = {
+    "plan": {"steps": [{"n": 1, "done": True}, {"n": 2, "done": False, "note": None}]},
+    "count": 3,
+    "ratio": 0.25,
+    "big": 2**53 + 1,
+    "name": "ünï 名前",
+    "empty": {},
+    "list": [],
+    "flag": False,
+}
+
+
+def message(role: str, content: str, at: int = T0) -> dict:
+    return {"role": role, "content": content, "created_at": at, "request_id": "r", "trace_id": "t"}
+
+
+def turn(text: str, at: int = T0) -> list[dict]:
+    return [message("user", text, at), message("assistant", f"echo: {text}", at)]
+
+
+def make_record(
+    session_id: str = "s1", messages: list[dict] | None = None, **extra
+) -> SessionRecord:
+    return SessionRecord(
+        session_id=session_id,
+        messages=copy.deepcopy(RICH_MESSAGES if messages is None else messages),
+        variables=copy.deepcopy(extra.pop("variables", NESTED_VARIABLES)),
+        metadata={"created_at": T0, "last_active": T0 + 5, "compression_count": 1},
+        compression_state={"last_compressed_at": None, "last_token_count": 7},
+        **extra,
+    )
+
+
+def state(variables: dict | None = None, created_at: int = T0) -> SessionState:
+    return SessionState(
+        variables=variables or {},
+        metadata={"created_at": created_at, "last_active": now_ms(), "compression_count": 0},
+        compression_state={},
+    )
+
+
+# load / save
+
+
+def test_load_of_a_missing_session_is_none(storage, run):
+    assert run(storage.load("nobody")) is None
+    assert run(storage.revision("nobody")) is None
+
+
+def test_save_then_load_round_trips_the_whole_record(storage, run):
+    record = make_record()
+    run(storage.save(record))
+    loaded = run(storage.load("s1"))
+    assert loaded.session_id == "s1"
+    assert loaded.messages == RICH_MESSAGES
+    assert loaded.variables == NESTED_VARIABLES
+    assert loaded.metadata["created_at"] == T0
+    assert loaded.metadata["last_active"] == T0 + 5
+    assert loaded.metadata["compression_count"] == 1
+    assert loaded.metadata["message_count"] == len(RICH_MESSAGES)
+    assert loaded.compression_state["last_token_count"] == 7
+    assert content_hash(loaded) == content_hash(record)
+
+
+def test_saved_record_is_a_copy_not_a_reference(storage, run):
+    record = make_record()
+    run(storage.save(record))
+    record.messages.append(message("user", "added after the save"))
+    record.variables["plan"]["steps"].clear()
+    loaded = run(storage.load("s1"))
+    assert loaded.messages == RICH_MESSAGES
+    assert loaded.variables == NESTED_VARIABLES
+    loaded.messages.clear()
+    assert run(storage.load("s1")).messages == RICH_MESSAGES
+
+
+def test_save_keeps_a_given_saved_at_and_stamps_now_otherwise(storage, run):
+    run(storage.save(make_record("kept", saved_at=T0 + 99)))
+    assert run(storage.load("kept")).saved_at == T0 + 99
+    before = now_ms()
+    run(storage.save(make_record("stamped")))
+    assert run(storage.load("stamped")).saved_at >= before
+
+
+def test_revision_increments_on_every_write(storage, run):
+    first = run(storage.save(make_record()))
+    second = run(storage.save(make_record(messages=turn("again"))))
+    assert first >= 1
+    assert second == first + 1
+    assert run(storage.revision("s1")) == second
+    assert run(storage.load("s1")).revision == second
+    third = run(storage.append("s1", turn("more"), state(), expected_revision=second))
+    assert third == second + 1
+    assert run(storage.revision("s1")) == third
+
+
+def test_save_replaces_the_whole_session(storage, run):
+    run(storage.save(make_record()))
+    run(storage.save(make_record(messages=turn("only this"), variables={"v": 1})))
+    loaded = run(storage.load("s1"))
+    assert [m["content"] for m in loaded.messages] == ["only this", "echo: only this"]
+    assert loaded.variables == {"v": 1}
+
+
+def test_save_many_writes_every_record(storage, run):
+    records = [make_record(f"m{i}", messages=turn(f"q{i}")) for i in range(3)]
+    revisions = run(storage.save_many(records))
+    assert len(revisions) == 3
+    for i in range(3):
+        assert run(storage.load(f"m{i}")).messages == turn(f"q{i}")
+
+
+# append
+
+
+def test_append_creates_the_session_when_expected_revision_is_zero(storage, run):
+    revision = run(storage.append("new", turn("hello"), state({"k": "v"}), expected_revision=0))
+    loaded = run(storage.load("new"))
+    assert loaded is not None
+    assert loaded.revision == revision
+    assert loaded.messages == turn("hello")
+    assert loaded.variables == {"k": "v"}
+    assert loaded.metadata["created_at"] == T0
+    assert loaded.metadata["message_count"] == 2
+
+
+def test_append_adds_messages_in_order_and_writes_the_state(storage, run):
+    revision = 0
+    expected = []
+    for i in range(5):
+        messages = turn(f"turn {i}", T0 + i)
+        revision = run(storage.append("s", messages, state({"i": i}), expected_revision=revision))
+        expected.extend(messages)
+    loaded = run(storage.load("s"))
+    assert loaded.messages == expected
+    assert loaded.variables == {"i": 4}
+    assert loaded.metadata["message_count"] == 10
+    assert loaded.revision == revision
+
+
+def test_append_after_save_continues_the_saved_messages(storage, run):
+    revision = run(storage.save(make_record()))
+    run(storage.append("s1", turn("next"), state(NESTED_VARIABLES), expected_revision=revision))
+    loaded = run(storage.load("s1"))
+    assert loaded.messages == RICH_MESSAGES + turn("next")
+
+
+def test_append_with_a_stale_revision_raises_conflict_and_writes_nothing(storage, run):
+    first = run(storage.append("s", turn("one"), state({"a": 1}), expected_revision=0))
+    second = run(storage.append("s", turn("two"), state({"a": 2}), expected_revision=first))
+    before = run(storage.load("s"))
+    for stale in (0, first, second + 1):
+        with pytest.raises(ConflictError):
+            run(storage.append("s", turn("lost"), state({"a": 3}), expected_revision=stale))
+    after = run(storage.load("s"))
+    assert after.messages == before.messages
+    assert after.variables == {"a": 2}
+    assert after.revision == second
+
+
+def test_of_two_appends_from_the_same_revision_exactly_one_is_kept(storage, run):
+    revision = run(storage.append("s", turn("base"), state(), expected_revision=0))
+
+    async def race():
+        return await asyncio.gather(
+            storage.append("s", turn("a"), state(), expected_revision=revision),
+            storage.append("s", turn("b"), state(), expected_revision=revision),
+            return_exceptions=True,
+        )
+
+    results = run(race())
+    assert sorted(type(r).__name__ for r in results) == ["ConflictError", "int"]
+    contents = [m["content"] for m in run(storage.load("s")).messages]
+    assert contents in (
+        ["base", "echo: base", "a", "echo: a"],
+        ["base", "echo: base", "b", "echo: b"],
+    )
+
+
+def test_append_to_a_missing_session_with_a_revision_conflicts_and_creates_nothing(storage, run):
+    with pytest.raises(ConflictError):
+        run(storage.append("ghost", turn("x"), state(), expected_revision=3))
+    assert run(storage.load("ghost")) is None
+    assert "ghost" not in run(storage.list())
+
+
+def test_content_hash_survives_a_round_trip_through_append(storage, run):
+    record = make_record("h", variables=NESTED_VARIABLES)
+    run(storage.append("h", record.messages, state(NESTED_VARIABLES), expected_revision=0))
+    assert content_hash(run(storage.load("h"))) == content_hash(record)
+
+
+# delete
+
+
+def test_delete_reports_whether_there_was_a_session(storage, run):
+    run(storage.save(make_record()))
+    assert run(storage.delete("s1")) is True
+    assert run(storage.load("s1")) is None
+    assert run(storage.delete("s1")) is False
+    assert run(storage.delete("never-existed")) is False
+    assert run(storage.list()) == []
+
+
+# list and summaries
+
+
+def test_list_names_every_session(storage, run):
+    assert run(storage.list()) == []
+    for name in ("a", "b", "c"):
+        run(storage.save(make_record(name, messages=turn(name))))
+    assert sorted(run(storage.list())) == ["a", "b", "c"]
+
+
+def test_summaries_count_preview_and_times_without_loading_messages(
+    storage, run, monkeypatch: pytest.MonkeyPatch
+):
+    before = now_ms()
+    long_question = "why " * 100
+    messages = [
+        *turn("first question"),
+        message("user", "  the latest\n  question  "),
+        message("assistant", "an answer that is not a user message"),
+    ]
+    run(storage.save(make_record("talk", messages=messages)))
+    run(storage.save(make_record("long", messages=turn(long_question))))
+    run(storage.save(make_record("quiet", messages=[message("system", "no user here")])))
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("list_summaries loaded a whole session")
+
+    monkeypatch.setattr(storage, "load", must_not_load)
+    summaries = {s.session_id: s for s in run(storage.list_summaries())}
+    assert set(summaries) == {"talk", "long", "quiet"}
+    talk = summaries["talk"]
+    assert talk.message_count == 4
+    assert talk.preview == "the latest question"
+    assert talk.created_at == T0
+    assert talk.updated_at >= before
+    assert talk.error is None
+    assert len(summaries["long"].preview) <= 100
+    assert summaries["long"].preview.startswith("why why")
+    assert summaries["quiet"].preview == ""
+    assert summaries["quiet"].message_count == 1
+
+
+def test_summary_follows_appends(storage, run):
+    revision = run(storage.append("s", turn("one"), state(), expected_revision=0))
+    first = run(storage.list_summaries())[0]
+    run(storage.append("s", turn("two"), state(), expected_revision=revision))
+    second = run(storage.list_summaries())[0]
+    assert (first.message_count, first.preview) == (2, "one")
+    assert (second.message_count, second.preview) == (4, "two")
+    assert second.updated_at >= first.updated_at
+    assert second.created_at == first.created_at == T0
+
+
+# ids are opaque keys
+
+ODD_IDS = [
+    "../../x",
+    "/etc/passwd",
+    "a/b",
+    "a\\b",
+    "..",
+    ".",
+    ".hidden",
+    "CON",
+    "nul",
+    "Work",
+    "work",
+    "WORK",
+    "with space",
+    "user:42",
+    "a%2Fb",
+    "^a",
+    "日本語 セッション",
+    "é" * 200,
+    "x" * 256,
+]
+
+
+def test_any_printable_id_is_stored_and_found_under_itself(storage, run):
+    for i, session_id in enumerate(ODD_IDS):
+        run(storage.save(make_record(session_id, messages=turn(f"q{i}"))))
+    assert sorted(run(storage.list())) == sorted(ODD_IDS)
+    for i, session_id in enumerate(ODD_IDS):
+        loaded = run(storage.load(session_id))
+        assert loaded.session_id == session_id
+        assert loaded.messages == turn(f"q{i}")
+    assert {s.session_id for s in run(storage.list_summaries())} == set(ODD_IDS)
+    for session_id in ODD_IDS:
+        assert run(storage.delete(session_id)) is True
+    assert run(storage.list()) == []
+
+
+# copy and rename
+
+
+def test_copy_duplicates_a_session_that_then_diverges(storage, run):
+    run(storage.save(make_record("src")))
+    copied = run(storage.copy("src", "dst"))
+    assert copied.session_id == "dst"
+    target = run(storage.load("dst"))
+    assert target.messages == RICH_MESSAGES
+    assert target.variables == NESTED_VARIABLES
+    assert content_hash(target) == content_hash(run(storage.load("src")))
+    run(storage.append("dst", turn("only in dst"), state(), expected_revision=target.revision))
+    assert run(storage.load("src")).messages == RICH_MESSAGES
+    assert len(run(storage.load("dst")).messages) == len(RICH_MESSAGES) + 2
+
+
+def test_copy_refuses_an_existing_target_and_an_unknown_source(storage, run):
+    run(storage.save(make_record("src")))
+    run(storage.save(make_record("dst", messages=turn("keep me"))))
+    with pytest.raises(SessionExistsError):
+        run(storage.copy("src", "dst"))
+    assert run(storage.load("dst")).messages == turn("keep me")
+    with pytest.raises(SessionNotFoundError):
+        run(storage.copy("missing", "fresh"))
+    assert run(storage.load("fresh")) is None
+
+
+def test_rename_moves_the_session(storage, run):
+    run(storage.save(make_record("old")))
+    run(storage.rename("old", "new"))
+    assert run(storage.load("old")) is None
+    moved = run(storage.load("new"))
+    assert moved.session_id == "new"
+    assert moved.messages == RICH_MESSAGES
+    assert moved.variables == NESTED_VARIABLES
+    assert sorted(run(storage.list())) == ["new"]
+    revision = run(storage.revision("new"))
+    run(storage.append("new", turn("after"), state(), expected_revision=revision))
+    assert run(storage.load("new")).messages[-2:] == turn("after")
+
+
+def test_rename_refuses_an_existing_target_and_an_unknown_source(storage, run):
+    run(storage.save(make_record("old")))
+    run(storage.save(make_record("taken", messages=turn("keep me"))))
+    with pytest.raises(SessionExistsError):
+        run(storage.rename("old", "taken"))
+    assert run(storage.load("old")).messages == RICH_MESSAGES
+    assert run(storage.load("taken")).messages == turn("keep me")
+    with pytest.raises(SessionNotFoundError):
+        run(storage.rename("missing", "fresh"))
+    assert run(storage.load("fresh")) is None
+    assert sorted(run(storage.list())) == ["old", "taken"]
+
+
+# health, check, info
+
+
+def test_health_check_passes_on_a_working_backend(storage, run):
+    assert run(storage.health_check()) is True
+    run(storage.save(make_record()))
+    assert run(storage.health_check()) is True
+
+
+def test_check_finds_nothing_wrong_with_healthy_sessions(storage, run):
+    run(storage.save(make_record()))
+    run(storage.append("t", turn("x"), state(), expected_revision=0))
+    assert run(storage.check()) == []
+
+
+def test_info_names_the_backend_and_counts_sessions(storage, run):
+    run(storage.save(make_record("a")))
+    run(storage.save(make_record("b")))
+    info = run(storage.info())
+    assert info["backend"] == storage.name
+    assert info["sessions"] == 2
+    assert info["location"]
+
+
+# the session lock
+
+
+def test_lock_makes_a_second_holder_of_the_same_session_time_out(storage, run):
+
+    async def scenario():
+        async with storage.lock("s1", 5):
+            with pytest.raises(SessionBusyError) as busy:
+                async with storage.lock("s1", 0.2):
+                    pass
+            assert busy.value.session_id == "s1"
+
+    run(scenario())
+
+
+def test_lock_on_one_session_does_not_block_another(storage, run):
+    async def scenario():
+        async with storage.lock("s1", 5), storage.lock("s2", 0.2):
+            return True
+
+    assert run(scenario()) is True
+
+
+def test_lock_is_handed_to_a_waiter_when_the_holder_releases(storage, run):
+    events: list[str] = []
+
+    async def waiter():
+        async with storage.lock("s1", 30):
+            events.append("waiter acquired")
+
+    async def scenario():
+        async with storage.lock("s1", 5):
+            events.append("holder acquired")
+            task = asyncio.ensure_future(waiter())
+            for _ in range(5):  # let the waiter try (and fail) a few times
+                await asyncio.sleep(0)
+            events.append("holder releases")
+        await asyncio.wait_for(task, 30)
+
+    run(scenario())
+    assert events == ["holder acquired", "holder releases", "waiter acquired"]
+
+
+def test_lock_is_released_when_the_body_raises(storage, run):
+    async def scenario():
+        with pytest.raises(RuntimeError):
+            async with storage.lock("s1", 5):
+                raise RuntimeError("turn failed")
+        async with storage.lock("s1", 0.2):
+            return True
+
+    assert run(scenario()) is True

@@ -1,0 +1,224 @@
+"""Real `foliko` processes on one session at once, and a lock holder killed with SIGKILL.
+
+No sleeps: processes run flat out and the test waits for them (with timeouts
+that only bound a hang); the lock holder says when it holds the lock.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+FOLIKO = Path(sys.executable).with_name("foliko")
+PROCESSES = 8
+TURNS = 10
+HANG = 120  # seconds: only ever reached when something hangs
+
+
+@pytest.fixture(params=["json", "sqlite"])
+def storage_url(request, tmp_path: Path) -> str:
+    if request.param == "json":
+        return f"json:///{tmp_path}/dir"
+    return f"sqlite:///{tmp_path}/x.db"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "FOLIKO_MODEL": "echo", "FOLIKO_HOME": str(tmp_path / "home")}
+
+
+def foliko(*args: str, env: dict[str, str], timeout: float = HANG) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(FOLIKO), *args],
+        env=env,
+        capture_output=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def show(url: str, session_id: str, env: dict[str, str]) -> dict:
+    result = foliko("--storage", url, "sessions", "show", session_id, "--json", env=env)
+    assert result.returncode == 0, result.stderr.decode()
+    return orjson.loads(result.stdout)
+
+
+def test_eight_processes_taking_turns_on_one_session_lose_nothing(storage_url, env):
+    worker = textwrap.dedent(
+        """
+        import subprocess, sys
+        foliko, url, i, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+        for j in range(turns):
+            done = subprocess.run(
+                [foliko, "--storage", url, "chat", "-s", "same", f"p{i}-{j}"],
+                capture_output=True, stdin=subprocess.DEVNULL,
+            )
+            if done.returncode != 0 or done.stdout.decode().strip() != f"p{i}-{j}":
+                sys.exit(f"turn p{i}-{j}: exit {done.returncode}: {done.stderr.decode()}")
+        """
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", worker, str(FOLIKO), storage_url, str(i), str(TURNS)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for i in range(PROCESSES)
+    ]
+    failures = []
+    for process in workers:
+        _, stderr = process.communicate(timeout=HANG)
+        if process.returncode != 0:
+            failures.append(stderr.decode())
+    assert failures == []
+
+    messages = show(storage_url, "same", env)["messages"]
+    assert len(messages) == 2 * PROCESSES * TURNS
+    users = [m["content"] for m in messages[0::2]]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * (PROCESSES * TURNS)
+    for user, reply in zip(messages[0::2], messages[1::2], strict=True):
+        assert reply["content"] == user["content"]
+        assert reply["request_id"] == user["request_id"]
+    expected = {f"p{i}-{j}" for i in range(PROCESSES) for j in range(TURNS)}
+    assert Counter(users) == Counter(expected)
+    for i in range(PROCESSES):  # each process's own turns stay in its order
+        own = [u for u in users if u.startswith(f"p{i}-")]
+        assert own == [f"p{i}-{j}" for j in range(TURNS)]
+
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from foliko_cli.storage import open_storage
+
+    async def main():
+        storage = open_storage(sys.argv[1], Path(sys.argv[2]))
+        async with storage.lock("same", 10):
+            print("locked", flush=True)
+            sys.stdin.readline()  # hold the lock until killed
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_lock_holder_killed_with_sigkill_does_not_block_the_session(storage_url, env, tmp_path):
+    assert foliko("--storage", storage_url, "chat", "-s", "same", "before", env=env).returncode == 0
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, storage_url, str(tmp_path / "home")],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        line = holder.stdout.readline()
+        if line != b"locked\n":
+            holder.kill()
+            pytest.fail(f"the holder did not lock: {line!r} {holder.stderr.read().decode()}")
+
+        busy = foliko(
+            "--storage", storage_url, "chat", "--timeout", "0.3", "-s", "same", "no", env=env
+        )
+        assert busy.returncode == 4, busy.stderr.decode()
+        assert f"pid {holder.pid}".encode() in busy.stderr
+        other = foliko("--storage", storage_url, "chat", "-s", "other", "free", env=env)
+        assert other.returncode == 0, other.stderr.decode()
+
+        os.kill(holder.pid, signal.SIGKILL)
+        assert holder.wait(timeout=HANG) == -signal.SIGKILL
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=HANG)
+        holder.stdin.close()
+        holder.stdout.close()
+        holder.stderr.close()
+
+    after = foliko(
+        "--storage", storage_url, "chat", "--timeout", "30", "-s", "same", "after", env=env
+    )
+    assert after.returncode == 0, after.stderr.decode()
+    assert after.stdout == b"after\n"
+    contents = [m["content"] for m in show(storage_url, "same", env)["messages"]]
+    assert contents == ["before", "before", "after", "after"]
+
+
+RACER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from foliko_cli.storage import open_storage
+    from foliko_cli.storage.base import ConflictError
+    from foliko_cli.storage.record import SessionState
+
+    async def main():
+        storage = open_storage(sys.argv[1], Path(sys.argv[2]))
+        revision = await storage.revision("race")
+        message = {"role": "user", "content": sys.argv[3]}
+        state = SessionState({}, {"created_at": 1}, {})
+        print("ready", flush=True)
+        sys.stdin.readline()  # everyone starts together
+        try:
+            await storage.append("race", [message], state, expected_revision=revision)
+            print("kept", flush=True)
+        except ConflictError:
+            print("conflict", flush=True)
+        await storage.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_writers_that_skip_the_turn_lock_still_never_lose_an_update(storage_url, env, tmp_path):
+    home = str(tmp_path / "home")
+    seed = textwrap.dedent(
+        """
+        import asyncio, sys
+        from pathlib import Path
+        from foliko_cli.storage import open_storage
+        from foliko_cli.storage.record import SessionState
+
+        async def main():
+            storage = open_storage(sys.argv[1], Path(sys.argv[2]))
+            first = {"role": "user", "content": "first"}
+            await storage.append("race", [first], SessionState({}, {}, {}), expected_revision=0)
+            await storage.close()
+
+        asyncio.run(main())
+        """
+    )
+    subprocess.run(
+        [sys.executable, "-c", seed, storage_url, home], env=env, check=True, timeout=HANG
+    )
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, storage_url, home, f"racer {i}"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        for i in range(6)
+    ]
+    for racer in racers:
+        assert racer.stdout.readline() == b"ready\n"
+    for racer in racers:
+        racer.stdin.write(b"go\n")
+        racer.stdin.flush()
+    outcomes = [racer.communicate(timeout=HANG)[0].strip() for racer in racers]
+    assert all(racer.returncode == 0 for racer in racers)
+    assert sorted(outcomes) == [b"conflict"] * 5 + [b"kept"]
+    winner = outcomes.index(b"kept")
+    contents = [m["content"] for m in show(storage_url, "race", env)["messages"]]
+    assert contents == ["first", f"racer {winner}"]
