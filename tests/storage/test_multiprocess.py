@@ -1,33 +1,48 @@
-"""Real `foliko` processes on one session at once, and a lock holder killed with SIGKILL.
+"""Real `foliko` processes at once on every backend, and processes killed with SIGKILL.
 
 No sleeps: processes run flat out and the test waits for them (with timeouts
-that only bound a hang); the lock holder says when it holds the lock.
+that only bound a hang); a lock holder says when it holds the lock.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
+from . import services
+
 FOLIKO = Path(sys.executable).with_name("foliko")
+
 PROCESSES = 8
-TURNS = 10
-HANG = 120  # seconds: only ever reached when something hangs
+TURNS = 25
+HANG = 300  # seconds: only ever reached when something hangs
 
 
-@pytest.fixture(params=["json", "sqlite"])
-def storage_url(request, tmp_path: Path) -> str:
+@pytest.fixture(params=["json", "sqlite", "postgres", "redis"])
+def storage_url(request, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty store that every process can open."""
     if request.param == "json":
-        return f"json:///{tmp_path}/dir"
-    return f"sqlite:///{tmp_path}/x.db"
+        yield f"json:///{tmp_path}/dir"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/x.db"
+    elif request.param == "postgres":
+        url = services.require_postgres()
+        with services.fresh_schema(url) as schema:
+            yield f"{url}?schema={schema}"
+    else:
+        url = services.require_redis()
+        with services.fresh_prefix(url) as prefix:
+            yield f"{url}?prefix={prefix}&lease_ms=2000"
 
 
 @pytest.fixture
@@ -222,3 +237,75 @@ def test_writers_that_skip_the_turn_lock_still_never_lose_an_update(storage_url,
     winner = outcomes.index(b"kept")
     contents = [m["content"] for m in show(storage_url, "race", env)["messages"]]
     assert contents == ["first", f"racer {winner}"]
+
+
+def test_turns_on_different_sessions_never_wait_for_each_other(storage_url, env, tmp_path):
+    """While one session is held, eight processes on eight other sessions all finish."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, storage_url, str(tmp_path / "home")],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert holder.stdout.readline() == b"locked\n", holder.stderr.read().decode()
+        others = [
+            subprocess.Popen(
+                [
+                    str(FOLIKO),
+                    "--storage",
+                    storage_url,
+                    "chat",
+                    "--timeout",
+                    "60",
+                    "-s",
+                    f"other-{i}",
+                    f"free {i}",
+                ],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for i in range(PROCESSES)
+        ]
+        for i, process in enumerate(others):
+            out, err = process.communicate(timeout=HANG)
+            assert process.returncode == 0, err.decode()
+            assert out == f"free {i}\n".encode()
+        assert holder.poll() is None  # "same" was held the whole time
+    finally:
+        holder.kill()
+        holder.communicate(timeout=HANG)
+
+
+def test_a_writer_killed_at_random_moments_leaves_only_whole_turns(storage_url, env):
+    """SIGKILL 50 times, somewhere between start and end of a turn: nothing half-saved."""
+    rng = random.Random(1234)
+    completed = 0
+    for attempt in range(50):
+        process = subprocess.Popen(
+            [str(FOLIKO), "--storage", storage_url, "chat", "-s", "crash", f"turn {attempt}"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            process.wait(timeout=rng.uniform(0.0, 0.6))
+            completed += process.returncode == 0
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=HANG)
+    final = foliko("--storage", storage_url, "chat", "-s", "crash", "final", env=env)
+    assert final.returncode == 0, final.stderr.decode()
+    messages = show(storage_url, "crash", env)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2)
+    for user, reply in zip(messages[0::2], messages[1::2], strict=True):
+        assert reply["content"] == user["content"]
+        assert reply["request_id"] == user["request_id"]
+    texts = [m["content"] for m in messages[0::2]]
+    assert len(texts) == len(set(texts))
+    assert texts[-1] == "final"
+    assert len(texts) - 1 >= completed
