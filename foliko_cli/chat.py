@@ -204,7 +204,9 @@ class AgentChatHandler:
         ``work`` returns its result and whether the session must be replaced
         (rather than appended to).
         """
-        async with self.framework.hold_session(session_id, request.remaining()):
+        async with self.framework.hold_session(
+            session_id, request.timeout, wait=request.remaining()
+        ):
             session = self.framework.get_or_create_session_context(session_id)
             try:
                 async with asyncio.timeout(request.remaining()):

@@ -155,7 +155,9 @@ def redact(key: str, value: Any) -> Any:
     if SECRET.search(key):
         return "***"
     if isinstance(value, str):
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", value)
+        from foliko_cli.storage import shown
+
+        return shown(value)
     return value
 
 

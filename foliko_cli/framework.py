@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.context.queues import SessionQueues
-from foliko_cli.errors import AgentNotFoundError
+from foliko_cli.errors import AgentNotFoundError, SessionBusyError
 from foliko_cli.events import EventEmitter
 from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.tools import BUILTIN_TOOLS, Tool, ToolRegistry, ToolResult, run_tool
@@ -83,13 +83,27 @@ class Framework(EventEmitter):
         return self.session_storage
 
     @contextlib.asynccontextmanager
-    async def hold_session(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """Exclusive use of a session: first in this process (FIFO), then in storage."""
-        deadline = time.monotonic() + timeout
-        async with self.session_queues.hold(session_id, timeout):
-            remaining = max(0.0, deadline - time.monotonic())
-            async with self.session_storage.lock(session_id, remaining):
-                yield
+    async def hold_session(
+        self, session_id: str, timeout: float, *, wait: float | None = None
+    ) -> AsyncIterator[None]:
+        """Exclusive use of a session: first in this process (FIFO), then in storage.
+
+        Waits at most ``wait`` seconds (default ``timeout``); a busy error names
+        ``timeout``, the limit the user set.
+        """
+        wait = timeout if wait is None else wait
+        deadline = time.monotonic() + wait
+        acquired = False
+        try:
+            async with self.session_queues.hold(session_id, wait):
+                remaining = max(0.0, deadline - time.monotonic())
+                async with self.session_storage.lock(session_id, remaining):
+                    acquired = True
+                    yield
+        except SessionBusyError as exc:
+            if acquired:
+                raise
+            raise SessionBusyError(session_id, timeout, exc.holder) from None
 
     # running with a context set
 

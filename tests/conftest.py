@@ -1,4 +1,5 @@
-"""Every test runs with its own FOLIKO_HOME and no FOLIKO_* settings from outside."""
+"""Every test runs in its own directory with its own FOLIKO_HOME, no user config file
+and no FOLIKO_* settings from outside."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ def foliko_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     monkeypatch.setenv("FOLIKO_HOME", str(home))
+    monkeypatch.setenv("FOLIKO_CONFIG", str(tmp_path / "no-user-config.toml"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("foliko_cli.models._announced", False)
     return home
 
 

@@ -13,6 +13,7 @@ from foliko_cli.cli.output import emit_json, emit_rows, error, format_ms, format
 from foliko_cli.cli.params import Duration, complete_session_ids, parse_value
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
+from foliko_cli.storage.migrate import same_content
 from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
 
 SESSION_ID = {"metavar": "ID", "shell_complete": complete_session_ids}
@@ -234,26 +235,32 @@ def export(
 
 
 def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
+    """A JSON array, one JSON object (pretty-printed or not), or NDJSON."""
     text = data.decode("utf-8", errors="strict") if data else ""
-    stripped = text.lstrip()
+    if not text.strip():
+        return []
     try:
-        if stripped.startswith("["):
-            items = orjson.loads(text)
-        elif stripped.startswith("{") and "\n" in stripped.rstrip():
+        document = orjson.loads(text)
+        items = document if isinstance(document, list) else [document]
+    except orjson.JSONDecodeError:
+        try:
             items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-        elif stripped:
-            items = [orjson.loads(text)]
-        else:
-            items = []
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"{source} is not JSON or NDJSON ({exc}); export it again") from None
-    records = []
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"{source} is not JSON or NDJSON ({exc}); export it again") from None
+    records: dict[str, SessionRecord] = {}
     for number, item in enumerate(items, start=1):
         try:
-            records.append(record_from_dict(item))
+            record = record_from_dict(item)
         except ValueError as exc:
             raise UsageError(f"{source}: session #{number} is invalid: {exc}") from None
-    return records
+        earlier = records.get(record.session_id)
+        if earlier is not None and not same_content(earlier, record):
+            raise UsageError(
+                f"{source} holds session {record.session_id!r} twice with different content; "
+                "nothing imported: keep one copy"
+            )
+        records[record.session_id] = record
+    return list(records.values())
 
 
 @sessions.command("import")

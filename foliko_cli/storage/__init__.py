@@ -7,6 +7,7 @@ URLs follow SQLAlchemy's convention: ``sqlite:///relative.db``,
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,22 +36,27 @@ def default_location(kind: str, home: Path) -> Path:
     return home / ("sessions.db" if kind == "sqlite" else "sessions")
 
 
+def shown(spec: str) -> str:
+    """``spec`` as it may appear in a message: any password replaced by ***."""
+    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", spec)
+
+
 def _from_url(spec: str) -> SessionStorageAdapter:
     try:
         url = urlsplit(spec)
     except ValueError as exc:
-        raise StorageConfigError(f"malformed storage URL {spec!r}: {exc}; {_HINT}") from None
+        raise StorageConfigError(f"malformed storage URL {shown(spec)!r}: {exc}; {_HINT}") from None
     scheme = url.scheme.lower()
     if scheme in ("sqlite", "json"):
         if url.netloc:
             raise StorageConfigError(
-                f"malformed storage URL {spec!r}: a {scheme} URL has no host; "
+                f"malformed storage URL {shown(spec)!r}: a {scheme} URL has no host; "
                 f"write {scheme}:///relative/path or {scheme}:////absolute/path"
             )
         path = url.path[1:] if url.path.startswith("/") else url.path
         if not path:
             raise StorageConfigError(
-                f"malformed storage URL {spec!r}: it names no path; "
+                f"malformed storage URL {shown(spec)!r}: it names no path; "
                 f"write {scheme}:///relative/path or {scheme}:////absolute/path"
             )
         return _file_backend(scheme, path)
@@ -62,7 +68,7 @@ def _from_url(spec: str) -> SessionStorageAdapter:
         from foliko_cli.storage.redis import RedisStorage
 
         return RedisStorage(spec)
-    raise StorageConfigError(f"unknown storage {spec!r}; {_HINT}")
+    raise StorageConfigError(f"unknown storage {shown(spec)!r}; {_HINT}")
 
 
 def open_storage(
@@ -90,4 +96,4 @@ def open_storage(
         return _file_backend(spec, default_location(spec, home))
     if "://" in spec or ":" in spec.split("/")[0]:
         return _from_url(spec)
-    raise StorageConfigError(f"unknown storage {spec!r}; {_HINT}")
+    raise StorageConfigError(f"unknown storage {shown(spec)!r}; {_HINT}")

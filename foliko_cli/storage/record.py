@@ -281,9 +281,9 @@ def record_from_dict(data: Any) -> SessionRecord:
     if not isinstance(session_id, str):
         raise ValueError("session_id is missing or not a string")
     messages = data.get("messages", [])
-    variables = data.get("variables") or {}
-    metadata = data.get("metadata") or {}
-    compression_state = data.get("compression_state") or {}
+    variables = {} if data.get("variables") is None else data["variables"]
+    metadata = {} if data.get("metadata") is None else data["metadata"]
+    compression_state = {} if data.get("compression_state") is None else data["compression_state"]
     if not isinstance(messages, list):
         raise ValueError("messages must be a list")
     if not all(isinstance(x, dict) for x in (variables, metadata, compression_state)):

@@ -235,6 +235,14 @@ class SQLiteStorage(SessionStorageAdapter):
                 "choose a writable location with --storage or FOLIKO_HOME"
             ) from None
 
+    def _absent(self) -> bool:
+        """True when the database file does not exist yet: reads find nothing, create nothing."""
+        return (
+            not self.in_memory
+            and getattr(self._local, "db", None) is None
+            and not os.path.exists(self.path)
+        )
+
     @property
     def db(self) -> sqlite3.Connection:
         if self.in_memory:
@@ -292,6 +300,8 @@ class SQLiteStorage(SessionStorageAdapter):
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
+        if self._absent():
+            return None
         with self._guard():
             row = self.db.execute(
                 """SELECT variables, metadata, compression_state, updated_at, revision
@@ -378,10 +388,14 @@ class SQLiteStorage(SessionStorageAdapter):
             )
 
     async def list(self) -> list[str]:
+        if self._absent():
+            return []
         with self._guard():
             return [row[0] for row in self.db.execute("SELECT session_id FROM sessions")]
 
     async def list_summaries(self) -> list[SessionSummary]:
+        if self._absent():
+            return []
         with self._guard():
             rows = self.db.execute(
                 """SELECT session_id, created_at, updated_at, message_count, preview
@@ -412,6 +426,8 @@ class SQLiteStorage(SessionStorageAdapter):
             raise CorruptSessionError(session_id, f"{self.path} (seed_sessions)", UNREADABLE_SEED)
 
     async def revision(self, session_id: str) -> int | None:
+        if self._absent():
+            return None
         with self._guard():
             row = self.db.execute(
                 "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)

@@ -1,0 +1,354 @@
+"""`foliko config show|path`, the TOML files and the precedence
+flags > FOLIKO_* env > ./foliko.toml > user file > defaults, key by key."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from foliko_cli.config import FIELDS
+from foliko_cli.storage.filelock import lock_name
+
+
+@pytest.fixture
+def places(tmp_path, monkeypatch):
+    """A project directory as cwd, a user file via FOLIKO_CONFIG, isolated XDG dirs."""
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    user = tmp_path / "user.toml"
+    monkeypatch.setenv("FOLIKO_CONFIG", str(user))
+    return {"project": project / "foliko.toml", "user": user, "tmp": tmp_path}
+
+
+def shown(invoke, *global_args: str) -> dict[str, tuple]:
+    result = invoke(*global_args, "config", "show", "--json")
+    assert result.exit_code == 0, result.stderr
+    return {row["key"]: (row["value"], row["source"]) for row in orjson.loads(result.stdout)}
+
+
+def toml_value(value) -> str:
+    return orjson.dumps(value).decode()  # JSON scalars are valid TOML scalars
+
+
+def write_toml(path: Path, **values) -> None:
+    path.write_text("".join(f"{key} = {toml_value(v)}\n" for key, v in values.items()))
+
+
+# config show
+
+
+def test_show_lists_every_key_with_defaults(invoke, places, foliko_home):
+    rows = shown(invoke)
+    assert list(rows) == list(FIELDS)
+    assert rows["home"] == (str(foliko_home), "env FOLIKO_HOME")
+    assert rows["storage"] == ("sqlite", "default")
+    assert rows["model"] == (None, "default")
+    assert rows["timeout"] == (120.0, "default")
+    assert rows["max_steps"] == (10, "default")
+    assert rows["system_prompt"] == (None, "default")
+    for key in FIELDS:
+        if key != "home":
+            assert rows[key][1] == "default", key
+
+
+def test_show_default_home_is_the_platform_data_dir(invoke, places, monkeypatch):
+    monkeypatch.delenv("FOLIKO_HOME")
+    rows = shown(invoke)
+    assert rows["home"] == (str(places["tmp"] / "xdg-data" / "foliko"), "default")
+
+
+def test_show_formats(invoke, places):
+    tsv = invoke("config", "show").stdout.splitlines()
+    assert tsv[0] == "key\tvalue\tsource"
+    assert "storage\tsqlite\tdefault" in tsv
+    assert invoke("config", "show", "--format", "tsv").stdout.splitlines() == tsv
+    table = invoke("config", "show", "--format", "table").stdout.splitlines()
+    assert table[0].split() == ["key", "value", "source"]
+    assert any(line.split() == ["storage", "sqlite", "default"] for line in table)
+    ndjson = invoke("config", "show", "--ndjson").stdout.splitlines()
+    assert [orjson.loads(line)["key"] for line in ndjson] == list(FIELDS)
+
+
+def test_show_sources_from_each_layer(invoke, places, monkeypatch):
+    write_toml(places["user"], model="echo:user", max_steps=4)
+    write_toml(places["project"], timeout=30, system_prompt="from project")
+    monkeypatch.setenv("FOLIKO_STORAGE", "json")
+    rows = shown(invoke)
+    assert rows["model"] == ("echo:user", f"user {places['user']}")
+    assert rows["max_steps"] == (4, f"user {places['user']}")
+    assert rows["timeout"] == (30.0, f"project {places['project']}")
+    assert rows["system_prompt"] == ("from project", f"project {places['project']}")
+    assert rows["storage"] == ("json", "env FOLIKO_STORAGE")
+    assert shown(invoke, "--storage", "memory")["storage"] == ("memory", "flag")
+
+
+SAMPLES = {
+    # key: (user, project, env, expected user/project/env values as shown)
+    "storage": ("json:////u", "json:////p", "sqlite:////e.db", None),
+    "model": ("echo:u", "echo:p", "echo:e", None),
+    "timeout": (11, 12.5, "13", (11.0, 12.5, 13.0)),
+    "max_steps": (1, 2, "3", (1, 2, 3)),
+    "system_prompt": ("u", "p", "e", None),
+    "context_window": (1000, 2000, "3000", (1000, 2000, 3000)),
+    "home": ("/tmp/u-home", "/tmp/p-home", "/tmp/e-home", None),
+}
+
+
+@pytest.mark.parametrize("key", sorted(SAMPLES))
+def test_precedence_key_by_key(invoke, places, monkeypatch, key):
+    if key not in FIELDS:
+        pytest.skip(f"{key} is not a setting in this version")
+    user_value, project_value, env_value, as_shown = SAMPLES[key]
+    as_shown = as_shown or (user_value, project_value, env_value)
+    default = FIELDS[key].default
+    env = "FOLIKO_" + key.upper()
+    write_toml(places["user"], **{key: user_value})
+    write_toml(places["project"], **{key: project_value})
+    monkeypatch.setenv(env, env_value)
+    if key == "storage":
+        assert shown(invoke, "--storage", "memory")[key] == ("memory", "flag")
+    assert shown(invoke)[key] == (as_shown[2], f"env {env}")
+    monkeypatch.delenv(env)
+    assert shown(invoke)[key] == (as_shown[1], f"project {places['project']}")
+    places["project"].unlink()
+    assert shown(invoke)[key] == (as_shown[0], f"user {places['user']}")
+    places["user"].unlink()
+    value, source = shown(invoke)[key]
+    assert source == "default"
+    if key == "home":
+        assert value == str(places["tmp"] / "xdg-data" / "foliko")
+    else:
+        assert value == default
+
+
+def test_empty_env_value_does_not_count(invoke, places, monkeypatch):
+    write_toml(places["project"], model="echo:p")
+    monkeypatch.setenv("FOLIKO_MODEL", "")
+    assert shown(invoke)["model"] == ("echo:p", f"project {places['project']}")
+
+
+def test_user_file_in_the_platform_config_dir(invoke, places, monkeypatch):
+    monkeypatch.delenv("FOLIKO_CONFIG")
+    user = places["tmp"] / "xdg-config" / "foliko" / "config.toml"
+    user.parent.mkdir(parents=True)
+    write_toml(user, model="echo:platform")
+    assert shown(invoke)["model"] == ("echo:platform", f"user {user}")
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        (
+            "postgresql://alice:s3cret@db.example:5432/foliko",
+            "postgresql://alice:***@db.example:5432/foliko",
+        ),
+        ("redis://:s3cret@cache:6379/0", "redis://:***@cache:6379/0"),
+    ],
+)
+@pytest.mark.parametrize("layer", ["flag", "env", "project", "user"])
+def test_storage_password_is_redacted(invoke, places, monkeypatch, url, redacted, layer):
+    global_args: tuple[str, ...] = ()
+    if layer == "flag":
+        global_args = ("--storage", url)
+    elif layer == "env":
+        monkeypatch.setenv("FOLIKO_STORAGE", url)
+    else:
+        write_toml(places[layer], storage=url)
+    assert shown(invoke, *global_args)["storage"][0] == redacted
+    for fmt in ("json", "ndjson", "tsv", "table"):
+        result = invoke(*global_args, "config", "show", "--format", fmt)
+        assert result.exit_code == 0
+        assert "s3cret" not in result.stdout + result.stderr
+        assert redacted in result.stdout
+
+
+def test_url_without_password_is_shown_as_is(invoke, places):
+    url = "postgresql://alice@db.example/foliko"
+    assert shown(invoke, "--storage", url)["storage"] == (url, "flag")
+
+
+@pytest.mark.parametrize("url", ["ftp://alice:s3cret@host/x", "sqlite://alice:s3cret@host/x.db"])
+def test_storage_password_never_appears_in_errors(invoke, places, url):
+    result = invoke("--storage", url, "chat", "-s", "s", "hi")
+    assert result.exit_code == 2
+    assert "s3cret" not in result.stderr
+
+
+# config path
+
+
+def test_path_prints_user_then_project_file(invoke, places):
+    result = invoke("config", "path")
+    assert result.exit_code == 0
+    assert result.stdout.splitlines() == [str(places["user"]), str(places["project"])]
+
+
+def test_path_without_foliko_config_uses_the_platform_dir(invoke, places, monkeypatch):
+    monkeypatch.delenv("FOLIKO_CONFIG")
+    lines = invoke("config", "path").stdout.splitlines()
+    assert lines == [
+        str(places["tmp"] / "xdg-config" / "foliko" / "config.toml"),
+        str(places["project"]),
+    ]
+
+
+# bad files and values
+
+
+@pytest.mark.parametrize("layer", ["project", "user"])
+@pytest.mark.parametrize(
+    "content",
+    [b"model = ", b"[unclosed", b"model = 'a'\nmodel = 'b'\n", b'model = "caf\xe9"\n'],
+)
+def test_invalid_toml_exits_2_naming_the_file(invoke, places, layer, content):
+    places[layer].write_bytes(content)
+    for args in (["config", "show"], ["chat", "-s", "s", "hi"], ["sessions", "list"]):
+        result = invoke(*args)
+        assert result.exit_code == 2, args
+        assert result.stdout == ""
+        assert f"config file {places[layer]}" in result.stderr
+        assert "not valid TOML" in result.stderr
+
+
+@pytest.mark.parametrize("layer", ["project", "user"])
+def test_unknown_key_exits_2(invoke, places, layer):
+    places[layer].write_text('modle = "echo"\n')
+    result = invoke("config", "show")
+    assert result.exit_code == 2
+    assert f"config file {places[layer]}" in result.stderr
+    assert "unknown setting 'modle'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("timeout = -1", "timeout"),
+        ("timeout = 0", "timeout"),
+        ('timeout = "soon"', "timeout"),
+        ('max_steps = "x"', "max_steps"),
+        ("max_steps = 0", "max_steps"),
+        ("max_steps = 1.5", "max_steps"),
+        ("max_steps = true", "max_steps"),
+        ("system_prompt = 3", "system_prompt"),
+        ("model = [1]", "model"),
+        ("storage = {}", "storage"),
+    ],
+)
+@pytest.mark.parametrize("layer", ["project", "user"])
+def test_bad_value_in_a_file_exits_2(invoke, places, line, key, layer):
+    places[layer].write_text(line + "\n")
+    result = invoke("config", "show")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert f"setting {key!r} from {layer} {places[layer]}" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("FOLIKO_TIMEOUT", "-1"), ("FOLIKO_TIMEOUT", "abc"), ("FOLIKO_MAX_STEPS", "x")],
+)
+def test_bad_value_in_the_environment_exits_2(invoke, places, monkeypatch, name, value):
+    monkeypatch.setenv(name, value)
+    result = invoke("chat", "-s", "s", "hi")
+    assert result.exit_code == 2
+    assert f"from env {name}" in result.stderr
+    assert not (Path(os.environ["FOLIKO_HOME"]) / "sessions.db").exists()
+
+
+def test_flag_wins_over_a_bad_environment_value(invoke, places, monkeypatch):
+    monkeypatch.setenv("FOLIKO_TIMEOUT", "-1")
+    assert invoke("chat", "-s", "s", "hi").exit_code == 2
+    assert invoke("chat", "-s", "s", "hi", "--timeout", "5").exit_code == 0
+
+
+def test_model_flag_wins_over_env_project_and_user(invoke, places, monkeypatch):
+    write_toml(places["user"], model="nosuch:user")
+    write_toml(places["project"], model="nosuch:project")
+    monkeypatch.setenv("FOLIKO_MODEL", "nosuch:env")
+    result = invoke("chat", "-s", "s", "hi")
+    assert result.exit_code == 2
+    assert "'nosuch:env'" in result.stderr
+    assert invoke("chat", "-s", "s", "hi", "-m", "echo").exit_code == 0
+    monkeypatch.delenv("FOLIKO_MODEL")
+    assert "'nosuch:project'" in invoke("chat", "-s", "s", "hi").stderr
+    places["project"].unlink()
+    assert "'nosuch:user'" in invoke("chat", "-s", "s", "hi").stderr
+
+
+# settings take effect
+
+
+def test_project_storage_json_makes_chat_write_json_files(invoke, places, foliko_home):
+    write_toml(places["project"], storage="json")
+    assert invoke("chat", "-s", "s", "hi").exit_code == 0
+    assert (foliko_home / "sessions" / "s.json").is_file()
+    assert not (foliko_home / "sessions.db").exists()
+    rows = orjson.loads(invoke("sessions", "list", "--json").stdout)
+    assert [r["session_id"] for r in rows] == ["s"]
+
+
+def test_user_storage_url_takes_effect(invoke, places):
+    target = places["tmp"] / "elsewhere.db"
+    write_toml(places["user"], storage=f"sqlite:///{target}")
+    assert invoke("chat", "-s", "s", "hi").exit_code == 0
+    assert target.is_file()
+
+
+def test_home_from_the_project_file(invoke, places, monkeypatch):
+    monkeypatch.delenv("FOLIKO_HOME")
+    home = places["tmp"] / "project-home"
+    write_toml(places["project"], home=str(home))
+    assert invoke("chat", "-s", "s", "hi", "-m", "echo").exit_code == 0
+    assert (home / "sessions.db").is_file()
+
+
+def test_system_prompt_setting_appears_in_dry_run(invoke, places, show):
+    write_toml(places["user"], system_prompt="You are a pirate.")
+    data = orjson.loads(invoke("chat", "-s", "s", "hi", "--dry-run").stdout)
+    assert data["system"] == "You are a pirate."
+    invoke("chat", "-s", "s", "hi")
+    own = orjson.loads(invoke("chat", "-s", "t", "hi", "--dry-run", "--system", "own").stdout)
+    assert own["system"] == "own"
+
+
+def test_max_steps_setting_bounds_the_tool_loop(invoke, places):
+    write_toml(places["project"], max_steps=1)
+    data = orjson.loads(invoke("chat", "-s", "s", "/tool get_session_info", "--json").stdout)
+    assert data["step_count"] == 1
+    assert data["finish_reason"] == "max_steps"
+
+
+def test_model_setting_is_used_by_chat(invoke, places):
+    write_toml(places["user"], model="nosuch:model")
+    result = invoke("chat", "-s", "s", "hi")
+    assert result.exit_code == 2
+    assert "unknown model 'nosuch:model'" in result.stderr
+
+
+@contextlib.contextmanager
+def held(home: Path, session_id: str):
+    path = home / "sessions.db.locks" / lock_name(session_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def test_timeout_setting_bounds_the_wait_for_a_busy_session(invoke, places, foliko_home):
+    write_toml(places["project"], timeout=0.1)
+    assert invoke("chat", "-s", "s", "hi").exit_code == 0
+    with held(foliko_home, "s"):
+        result = invoke("chat", "-s", "s", "again")
+    assert result.exit_code == 4
+    assert "busy" in result.stderr

@@ -1,0 +1,255 @@
+"""The interactive loop of `foliko chat -s ID`, driven through a pseudo-terminal."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from foliko_cli.storage.filelock import lock_name
+
+pexpect = pytest.importorskip("pexpect")
+
+FOLIKO = Path(sys.executable).with_name("foliko")
+PROMPT = "> "
+WAIT = 30  # seconds pexpect waits for expected output before failing the test
+
+
+@pytest.fixture
+def spawn(foliko_home):
+    children = []
+
+    def start(*args: str, model: str | None = "echo"):
+        env = {**os.environ, "FOLIKO_HOME": str(foliko_home)}
+        if model:
+            env["FOLIKO_MODEL"] = model
+        child = pexpect.spawn(
+            str(FOLIKO), list(args), env=env, encoding="utf-8", echo=False, timeout=WAIT
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.close(force=True)
+
+
+def finish(child) -> int:
+    """Ctrl-D at the prompt; the exit status."""
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus
+
+
+def turn(child, text: str) -> str:
+    """Type a line at the prompt; return what was printed before the next prompt."""
+    child.sendline(text)
+    child.expect_exact(PROMPT)
+    return child.before
+
+
+def stored(invoke, session_id: str) -> list[tuple[str, str]]:
+    result = invoke("sessions", "show", session_id, "--json")
+    assert result.exit_code == 0, result.stderr
+    return [(m["role"], m["content"]) for m in orjson.loads(result.stdout)["messages"]]
+
+
+def wait_until(condition, what: str) -> None:
+    """Poll for an observable state of the child (never a fixed sleep)."""
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        time.sleep(0.005)
+
+
+def reading_the_terminal(pid: int) -> bool:
+    """The process sits in read(2) on fd 0 (x86-64/arm64 syscall numbers 0/63)."""
+    try:
+        fields = Path(f"/proc/{pid}/syscall").read_text().split()
+    except OSError:
+        return True  # no /proc/PID/syscall here: the prompt has been printed, go on
+    return len(fields) > 1 and fields[0] in ("0", "63") and int(fields[1], 16) == 0
+
+
+def has_open(pid: int, path: Path) -> bool:
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) == str(path):
+                return True
+    return False
+
+
+@contextlib.contextmanager
+def held(home: Path, session_id: str):
+    """Hold the session's turn lock as another process would (flock on its lock file)."""
+    path = home / "sessions.db.locks" / lock_name(session_id)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.pwrite(fd, b"pid 4242 on the-test", 0)
+        yield path
+    finally:
+        os.close(fd)
+
+
+def test_two_lines_then_ctrl_d(spawn, invoke):
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    assert "session 'live'" in child.before and "Ctrl-D" in child.before
+    assert turn(child, "hello there").splitlines() == ["hello there"]
+    assert turn(child, "and again").splitlines() == ["and again"]
+    assert finish(child) == 0
+    assert stored(invoke, "live") == [
+        ("user", "hello there"),
+        ("assistant", "hello there"),
+        ("user", "and again"),
+        ("assistant", "and again"),
+    ]
+
+
+def test_each_turn_is_saved_before_the_next_prompt(spawn, invoke):
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    turn(child, "first")
+    # the loop is still running: the turn is already in storage
+    assert stored(invoke, "live") == [("user", "first"), ("assistant", "first")]
+    assert finish(child) == 0
+
+
+def test_empty_lines_are_ignored(spawn, invoke):
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    assert turn(child, "").strip() == ""
+    assert turn(child, "   ").strip() == ""
+    assert finish(child) == 0
+    assert invoke("sessions", "show", "live").exit_code == 2  # never created
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    turn(child, "real")
+    turn(child, "")
+    assert finish(child) == 0
+    assert stored(invoke, "live") == [("user", "real"), ("assistant", "real")]
+
+
+def test_ctrl_c_at_the_prompt_gives_a_new_prompt(spawn, invoke):
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    wait_until(lambda: reading_the_terminal(child.pid), "the loop waits for a line")
+    child.sendintr()
+    child.expect_exact(PROMPT)
+    assert child.isalive()
+    assert turn(child, "still here").splitlines() == ["still here"]
+    assert finish(child) == 0
+    assert stored(invoke, "live") == [("user", "still here"), ("assistant", "still here")]
+
+
+def test_ctrl_c_during_a_turn_cancels_only_that_turn(spawn, invoke, foliko_home):
+    assert invoke("chat", "-s", "live", "before", env={"FOLIKO_MODEL": "echo"}).exit_code == 0
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    with held(foliko_home, "live") as lock_file:
+        child.sendline("blocked turn")
+        # the turn has opened the lock file and waits for the lock we hold
+        wait_until(lambda: has_open(child.pid, lock_file), "the turn waits for the lock")
+        child.sendintr()
+        child.expect_exact("turn cancelled; nothing saved")
+        child.expect_exact(PROMPT)
+        assert child.isalive()
+        assert stored(invoke, "live") == [("user", "before"), ("assistant", "before")]
+    assert turn(child, "after the lock").splitlines() == ["after the lock"]
+    assert finish(child) == 0
+    assert stored(invoke, "live") == [
+        ("user", "before"),
+        ("assistant", "before"),
+        ("user", "after the lock"),
+        ("assistant", "after the lock"),
+    ]
+
+
+def test_a_failing_turn_reports_and_the_loop_goes_on(spawn, invoke):
+    child = spawn("chat", "-s", "live", "-m", "nosuch:model")
+    child.expect_exact(PROMPT)
+    out = turn(child, "hello")
+    assert "error: unknown model 'nosuch:model'" in out
+    assert child.isalive()
+    assert finish(child) == 0
+    assert invoke("sessions", "show", "live").exit_code == 2
+
+
+def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
+    for text in ("old 1", "old 2"):
+        assert invoke("chat", "-s", "live", text, env={"FOLIKO_MODEL": "echo"}).exit_code == 0
+    child = spawn("chat", "-s", "live", "--new", "--var", "k=1", "--system", "S")
+    child.expect_exact(PROMPT)
+    turn(child, "one")
+    turn(child, "two")
+    assert finish(child) == 0
+    data = show("live")
+    assert [m["content"] for m in data["messages"]] == ["one", "one", "two", "two"]
+    assert data["variables"] == {"k": 1}
+    assert data["metadata"]["system_prompt"] == "S"
+
+
+def test_dry_run_or_json_need_a_message_on_a_terminal(spawn):
+    for flag in ("--dry-run", "--json"):
+        child = spawn("chat", "-s", "live", flag)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 2
+        assert "need a message" in child.before
+        assert PROMPT not in child.before
+
+
+@pytest.mark.parametrize("stdin", ["devnull", "empty pipe", "whitespace"])
+def test_no_terminal_and_no_message_exits_2_without_prompting(foliko_home, stdin):
+    env = {**os.environ, "FOLIKO_HOME": str(foliko_home), "FOLIKO_MODEL": "echo"}
+    kwargs: dict = {"stdin": subprocess.DEVNULL} if stdin == "devnull" else {}
+    if stdin != "devnull":
+        kwargs["input"] = b"" if stdin == "empty pipe" else b"  \n\n"
+    result = subprocess.run(
+        [str(FOLIKO), "chat", "-s", "x"], capture_output=True, env=env, timeout=60, **kwargs
+    )
+    assert result.returncode == 2
+    assert result.stdout == b""
+    assert b"no message" in result.stderr
+    assert b"> " not in result.stderr
+    listing = subprocess.run(
+        [str(FOLIKO), "sessions", "list", "--json"], capture_output=True, env=env, timeout=60
+    )
+    assert orjson.loads(listing.stdout) == []
+
+
+# other output that depends on the terminal
+
+
+def test_list_prints_a_table_on_a_terminal(spawn, invoke):
+    assert invoke("chat", "-s", "tty1", "hello", env={"FOLIKO_MODEL": "echo"}).exit_code == 0
+    child = spawn("sessions", "list")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    lines = child.before.splitlines()
+    assert lines[0].split() == ["session", "messages", "updated", "last", "prompt"]
+    assert set(lines[1].replace(" ", "")) == {"-"}
+    assert lines[2].split()[0] == "tty1"
+
+
+def test_migrate_shows_progress_only_on_a_terminal(spawn, invoke):
+    for sid in ("p1", "p2"):
+        assert invoke("--storage", "json", "chat", "-s", sid, "x").exit_code == 0
+    child = spawn("storage", "migrate", "json", "sqlite")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "migrating" in child.before and "100%" in child.before
+    assert "copied 2 of 2 sessions" in child.before
