@@ -104,14 +104,16 @@ class AgentChatHandler:
         request: RequestContext | None = None,
         setup: TurnSetup | None = None,
     ) -> TurnResult:
-        result: TurnResult | None = None
-        async for event in self.chat_stream(
-            message, session_id=session_id, request=request, setup=setup
-        ):
-            if event["type"] == "done":
-                result = event["result"]
-        assert result is not None
-        return result
+        """One turn without streaming: the model is asked for whole replies."""
+        request = request or self.framework.get_request_context() or RequestContext()
+        task = asyncio.ensure_future(
+            self._serialised_turn(message, session_id, request, None, setup or TurnSetup())
+        )
+        request.on_cancel(task.cancel)
+        try:
+            return await task
+        finally:
+            request.remove_on_cancel(task.cancel)
 
     async def chat_stream(
         self,
@@ -121,7 +123,10 @@ class AgentChatHandler:
         request: RequestContext | None = None,
         setup: TurnSetup | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``."""
+        """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``.
+
+        The model streams its replies; the deltas are passed on as they come.
+        """
         request = request or self.framework.get_request_context() or RequestContext()
         events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
 
@@ -159,6 +164,7 @@ class AgentChatHandler:
             if record is None:
                 return
             record.messages = []
+            record.compression_state = {}
             record.saved_at = now_ms()
             revision = await storage.save(record)
             session = self.framework.context_manager.get_session_context(session_id)
@@ -184,7 +190,7 @@ class AgentChatHandler:
         message: str,
         session_id: str,
         request: RequestContext,
-        events: asyncio.Queue,
+        events: asyncio.Queue | None,
         setup: TurnSetup,
     ) -> TurnResult:
         async def work(session: SessionContext) -> tuple[TurnResult, bool]:
@@ -283,7 +289,7 @@ class AgentChatHandler:
         message: str,
         session: SessionContext,
         request: RequestContext,
-        events: asyncio.Queue,
+        events: asyncio.Queue | None,
     ) -> TurnResult:
         session.add_message(self._stamp({"role": "user", "content": message}, request))
         tools = self.framework.resolve_tools()
@@ -295,7 +301,12 @@ class AgentChatHandler:
         step = 0
         while step < self.max_steps:
             step += 1
-            await self.compressor.compress_if_needed(session, session.system_prompt, self.model)
+            await self.compressor.compress_if_needed(
+                session,
+                session.system_prompt,
+                self.model,
+                time.monotonic() + request.remaining(),
+            )
             response = await self._call_model(self.model_request(session, specs, request), events)
             for key, value in response.usage.items():
                 usage[key] = usage.get(key, 0) + value
@@ -314,13 +325,14 @@ class AgentChatHandler:
             if not response.tool_calls:
                 break
             for call in response.tool_calls:
-                await events.put(
+                await _emit(
+                    events,
                     {
                         "type": "tool_call",
                         "id": call.id,
                         "name": call.name,
                         "arguments": call.arguments,
-                    }
+                    },
                 )
                 result = await self.framework.execute_tool(call.name, call.arguments)
                 tool_message = {
@@ -332,14 +344,15 @@ class AgentChatHandler:
                 if result.is_error:
                     tool_message["is_error"] = True
                 session.add_message(self._stamp(tool_message, request))
-                await events.put(
+                await _emit(
+                    events,
                     {
                         "type": "tool_result",
                         "id": call.id,
                         "name": call.name,
                         "content": result.content,
                         "is_error": result.is_error,
-                    }
+                    },
                 )
         finish = "max_steps" if response.tool_calls else response.finish_reason
         return TurnResult(
@@ -354,13 +367,22 @@ class AgentChatHandler:
             model=self.model.name,
         )
 
-    async def _call_model(self, request: ModelRequest, events: asyncio.Queue) -> ModelResponse:
+    async def _call_model(
+        self, request: ModelRequest, events: asyncio.Queue | None
+    ) -> ModelResponse:
+        if events is None:
+            return await self.model.generate(request)
         response: ModelResponse | None = None
         async for event in self.model.stream(request):
             if event.type == "delta":
-                await events.put({"type": "delta", "text": event.text})
+                await _emit(events, {"type": "delta", "text": event.text})
             elif event.type == "done":
                 response = event.response
         if response is None:
             raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
         return response
+
+
+async def _emit(events: asyncio.Queue | None, event: dict[str, Any]) -> None:
+    if events is not None:
+        await events.put(event)

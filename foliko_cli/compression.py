@@ -23,8 +23,8 @@ from foliko_cli.errors import FolikoError
 from foliko_cli.models.base import ModelProvider, ModelRequest
 
 THRESHOLD = 0.7
-KEEP_SHARE = 0.35
-SUMMARY_SHARE = 0.25
+KEEP_SHARE = 0.3
+SUMMARY_SHARE = 0.15
 MESSAGE_OVERHEAD = 4
 SUMMARY_HEADING = "Summary of the earlier conversation:"
 SUMMARY_SYSTEM = (
@@ -91,14 +91,24 @@ class Compressor:
         )
 
     def view(self, session: SessionContext, system: str | None) -> tuple[str | None, list]:
-        """The system prompt and messages the model is sent now."""
+        """The system prompt and messages the model is sent now.
+
+        A state that no longer fits the history (``covered`` past its end, as
+        after the history was cleared by an older version) is ignored.
+        """
         state = session.compression_state
         covered = state.get("covered", 0)
+        if covered > len(session.messages):
+            return system, session.messages
         return system_with_summary(system, state.get("summary")), session.messages[covered:]
 
-    def _cut(self, messages: list[dict[str, Any]], start: int) -> int:
+    def room(self, system: str | None) -> int:
+        """Tokens left for the summary and the messages once the prompt and tools are in."""
+        return max(0, self.budget - self.fixed - self.count(system or ""))
+
+    def _cut(self, messages: list[dict[str, Any]], start: int, room: int) -> int:
         """Where the verbatim tail begins: at a user message, within the keep share."""
-        keep = self.budget * KEEP_SHARE
+        keep = room * KEEP_SHARE
         kept = 0
         cut = len(messages)
         for index in range(len(messages) - 1, start - 1, -1):
@@ -110,8 +120,18 @@ class Compressor:
         return cut
 
     async def compress_if_needed(
-        self, session: SessionContext, system: str | None, model: ModelProvider
+        self,
+        session: SessionContext,
+        system: str | None,
+        model: ModelProvider,
+        deadline: float | None = None,
     ) -> bool:
+        """Compress when the request would pass THRESHOLD of the budget.
+
+        The verbatim tail takes at most KEEP_SHARE and the summary SUMMARY_SHARE
+        of the room the system prompt and tools leave, so a compressed request
+        sits well below the threshold and the next turns need none.
+        """
         prompt, messages = self.view(session, system)
         total = self.tokens(prompt, messages)
         state = session.compression_state
@@ -119,11 +139,17 @@ class Compressor:
         if total <= self.budget * THRESHOLD:
             return False
         covered = state.get("covered", 0)
-        cut = self._cut(session.messages, covered)
+        if covered > len(session.messages):
+            covered = 0
+            state.pop("summary", None)
+        room = self.room(system)
+        cut = self._cut(session.messages, covered, room)
         if cut <= covered:
             return False
         older = session.messages[covered:cut]
-        summary, method = await self._summarise(state.get("summary"), older, model)
+        summary, method = await self._summarise(
+            state.get("summary"), older, model, int(room * SUMMARY_SHARE), deadline
+        )
         state.update(
             summary=summary,
             covered=cut,
@@ -136,7 +162,12 @@ class Compressor:
         return True
 
     async def _summarise(
-        self, previous: str | None, older: list[dict[str, Any]], model: ModelProvider
+        self,
+        previous: str | None,
+        older: list[dict[str, Any]],
+        model: ModelProvider,
+        limit: int,
+        deadline: float | None,
     ) -> tuple[str | None, str]:
         parts = []
         if previous:
@@ -145,6 +176,7 @@ class Compressor:
         request = ModelRequest(
             messages=[{"role": "user", "content": "\n\n".join(parts)}],
             system=SUMMARY_SYSTEM,
+            deadline=deadline,
             purpose="summary",
         )
         try:
@@ -154,11 +186,10 @@ class Compressor:
         summary = response.text.strip()
         if not summary:
             return previous, "truncation"
-        return self._clip(summary), "summary"
+        return self._clip(summary, limit), "summary"
 
-    def _clip(self, summary: str) -> str:
-        """A summary may take at most SUMMARY_SHARE of the budget; keep its newest part."""
-        limit_chars = int(self.budget * SUMMARY_SHARE) * 4
-        if self.count(summary) <= self.budget * SUMMARY_SHARE:
+    def _clip(self, summary: str, limit: int) -> str:
+        """A summary may take at most ``limit`` tokens; keep its newest part."""
+        if self.count(summary) <= limit:
             return summary
-        return "[…] " + summary[-limit_chars:]
+        return "[…] " + summary[-max(0, limit * 4 - 4) :]

@@ -256,13 +256,17 @@ class Foliko:
         request = self._request(timeout)
 
         async def turn() -> TurnResult:
+            if on_event is None:
+                return await handler.chat(
+                    message, session_id=session_id, request=request, setup=setup
+                )
             result = None
             async for event in handler.chat_stream(
                 message, session_id=session_id, request=request, setup=setup
             ):
                 if event["type"] == "done":
                     result = event["result"]
-                elif on_event is not None:
+                else:
                     on_event(event)
             return result
 
@@ -387,6 +391,7 @@ class Foliko:
             if record is None:
                 raise SessionNotFoundError(session_id)
             record.messages = []
+            record.compression_state = {}
             if variables:
                 record.variables = {}
             record.saved_at = now_ms()

@@ -104,9 +104,15 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None) ->
 def _as_tool(value: Any, name: str, where: str) -> Tool:
     if isinstance(value, Tool):
         return value
-    if callable(value):
+    if not callable(value):
+        raise UsageError(f"{where} is neither a function nor a Tool; point it at a function")
+    try:
         return tool_from_function(value, name)
-    raise UsageError(f"{where} is neither a function nor a Tool; point it at a function")
+    except Exception as exc:
+        raise UsageError(
+            f"{where}: cannot build its schema from the signature "
+            f"({type(exc).__name__}: {exc}); fix the type hints"
+        ) from None
 
 
 def entry_point_tools() -> dict[str, Any]:
@@ -133,6 +139,11 @@ def load_tool(reference: str) -> Tool:
             raise UsageError(
                 f"cannot load tool {reference!r} ({type(exc).__name__}: {exc}); "
                 "check the module path and that the package is installed"
+            ) from None
+        except Exception as exc:
+            raise UsageError(
+                f"cannot load tool {reference!r}: importing {module_name} failed "
+                f"({type(exc).__name__}: {exc}); fix the module"
             ) from None
         return _as_tool(value, attribute, f"tool {reference!r}")
     entry = entry_point_tools().get(reference)

@@ -7,6 +7,7 @@ malformed ``SKILL.md`` is reported by path and line and skipped.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,14 +72,24 @@ def parse_skill(path: Path) -> Skill | SkillProblem:
         return SkillProblem(path, line, f"invalid YAML front matter: {problem}")
     if not isinstance(meta, dict):
         return SkillProblem(path, 2, "front matter must be a mapping of keys to values")
+
+    def line_of(key: str) -> int:
+        """The file line that sets ``key`` in the front matter (2 when absent)."""
+        for number in range(1, end):
+            if re.match(rf"\s*{re.escape(key)}\s*:", lines[number]):
+                return number + 1
+        return 2
+
     for key in ("name", "description"):
         if not isinstance(meta.get(key), str) or not meta[key].strip():
-            return SkillProblem(path, 2, f"front matter needs a non-empty '{key}'")
+            return SkillProblem(path, line_of(key), f"front matter needs a non-empty '{key}'")
     allowed = meta.get("allowed-tools", ())
     if isinstance(allowed, str):
         allowed = [t.strip() for t in allowed.replace(",", " ").split() if t.strip()]
     if not isinstance(allowed, list | tuple) or not all(isinstance(t, str) for t in allowed):
-        return SkillProblem(path, 2, "'allowed-tools' must be a list of tool names")
+        return SkillProblem(
+            path, line_of("allowed-tools"), "'allowed-tools' must be a list of tool names"
+        )
     return Skill(
         name=meta["name"].strip(),
         description=" ".join(meta["description"].split()),

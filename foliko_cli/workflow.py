@@ -209,7 +209,7 @@ def run_workflow(
     current = _session_variables(facade, session_id)
     state = current.get(STATE_VARIABLE)
     if resume:
-        if not isinstance(state, dict) or state.get("status") != "failed":
+        if not isinstance(state, dict) or state.get("status") not in ("failed", "running"):
             raise UsageError(
                 f"session {session_id!r} has no failed workflow to resume; run it without --resume"
             )
@@ -237,10 +237,13 @@ def run_workflow(
             continue
         try:
             output = _run_step(facade, workflow, step, session_id)
-        except FolikoError as exc:
-            state.update(status="failed", failed=step.name, error=str(exc))
+        except BaseException as exc:
+            reason = str(exc) or type(exc).__name__
+            state.update(status="failed", failed=step.name, error=reason)
             facade.update_variables(session_id, {STATE_VARIABLE: state})
-            raise StepFailed(step.name, position, total, exc) from None
+            if isinstance(exc, FolikoError):
+                raise StepFailed(step.name, position, total, exc) from None
+            raise
         done.append(step.name)
         run.ran.append(step.name)
         run.outputs[step.name] = output

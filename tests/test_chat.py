@@ -816,7 +816,10 @@ def test_stream_without_a_response_is_an_error_and_saves_nothing():
             for _ in ():
                 yield
 
+    async def stream_turn(handler):
+        return [event async for event in handler.chat_stream("x", session_id="s1")]
+
     fw = Framework("memory")
     with pytest.raises(RuntimeError, match="empty"):
-        run(AgentChatHandler(fw, Empty()).chat("x", session_id="s1"))
+        run(stream_turn(AgentChatHandler(fw, Empty())))
     assert run(fw.session_storage.load("s1")) is None

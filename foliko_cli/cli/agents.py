@@ -161,9 +161,10 @@ def list_tools(ctx: click.Context, fmt: str) -> None:
         for t in BUILTIN_TOOLS
     ]
     for reference in settings.tools:
-        if any(r["name"] == reference for r in rows):
+        if reference in {t.name for t in BUILTIN_TOOLS}:
             continue
         tool = load_tool(reference)
+        rows = [r for r in rows if r["name"] != tool.name]
         rows.append(
             {
                 "name": tool.name,
@@ -189,5 +190,5 @@ def list_tools(ctx: click.Context, fmt: str) -> None:
         fmt,
         human={"enabled": lambda on: "yes" if on else "no"},
     )
-    if any(not r["enabled"] for r in rows):
+    if fmt == "table" and any(not r["enabled"] for r in rows):
         note("plugins marked 'no' run only when listed in tools = [...] in the config")

@@ -130,6 +130,7 @@ def chat(
     text = compose_message(message, read_stdin())
     facade = open_facade(ctx, model=model, timeout=timeout)
     options = {
+        "model": model,
         "new": new,
         "fork_from": fork_from,
         "variables": dict(variables),

@@ -29,6 +29,7 @@ def list_models(ctx: click.Context, fmt: str) -> None:
       OPENAI_API_KEY=sk-... foliko models list --json
     """
     from foliko_cli.models import model_spec, usable
+    from foliko_cli.storage import shown
 
     settings = settings_for(ctx)
     names = ["echo", "openai:MODEL", "anthropic:MODEL", "ollama:MODEL", *settings.models]
@@ -41,7 +42,7 @@ def list_models(ctx: click.Context, fmt: str) -> None:
                 "name": name,
                 "provider": spec.provider,
                 "model": spec.model,
-                "base_url": spec.base_url,
+                "base_url": shown(spec.base_url) if spec.base_url else None,
                 "key_env": spec.key_env,
                 "context_window": spec.context_window,
                 "usable": problem is None,

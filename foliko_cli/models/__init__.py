@@ -59,6 +59,7 @@ class ModelSpec:
     api_key: str | None
     context_window: int
     max_tokens: int | None = None
+    key_required: bool = False
 
     @property
     def key_hint(self) -> str | None:
@@ -112,6 +113,7 @@ def model_spec(
         api_key=entry.get("api_key"),
         context_window=int(entry.get("context_window") or known_context_window(model)),
         max_tokens=entry.get("max_tokens"),
+        key_required=bool(entry.get("api_key_env")),
     )
 
 
@@ -120,12 +122,17 @@ def api_key(spec: ModelSpec, env: Mapping[str, str]) -> str | None:
 
 
 def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
-    """Why the model cannot be used now, or None when it can."""
+    """Why the model cannot be used now, or None when it can.
+
+    A key is needed for the provider's own service, and whenever the config
+    names the variable that holds it (``api_key_env``); other servers
+    (local ones, Ollama) may go without.
+    """
     env = os.environ if env is None else env
-    if spec.provider in ("echo", "ollama") or api_key(spec, env):
+    if spec.provider == "echo" or api_key(spec, env):
         return None
     default_base = _PROVIDER_DEFAULTS.get(spec.provider, (None, None))[1]
-    if spec.base_url != default_base:
+    if spec.base_url != default_base and not spec.key_required:
         return None
     return f"{spec.key_env or 'an API key'} is not set"
 

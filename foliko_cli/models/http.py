@@ -22,7 +22,7 @@ import orjson
 
 from foliko_cli.errors import ModelError
 
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
 BASE_DELAY = 0.5
 MAX_DELAY = 20.0
@@ -44,6 +44,11 @@ def retry_after(response: httpx.Response) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def retryable(status: int) -> bool:
+    """429 and the 5xx answers that may pass (Anthropic's 529 "overloaded" too)."""
+    return status == 429 or (500 <= status < 600 and status not in NEVER_RETRIED)
+
+
 def backoff(attempt: int) -> float:
     return random.uniform(0, min(MAX_DELAY, BASE_DELAY * 2**attempt))
 
@@ -61,15 +66,15 @@ class HttpModelClient:
         secret: str | None,
     ):
         self.label = label
-        self.base_url = base_url.rstrip("/")
+        self.base_url, self._auth = _split_credentials(base_url.rstrip("/"))
         self.headers = headers
         self.key_hint = key_hint
-        self._secret = secret
+        self._secrets = [s for s in (secret, self._auth and self._auth[1]) if s]
 
     def _clean(self, text: str) -> str:
         text = " ".join(text.split())
-        if self._secret:
-            text = text.replace(self._secret, "***")
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
         return text[:300]
 
     def _status_error(self, response: httpx.Response, body: bytes) -> ModelError:
@@ -89,7 +94,7 @@ class HttpModelClient:
                 f"{where} does not know this model or endpoint (404: {detail}); "
                 "check the model name and the base URL"
             )
-        if status in RETRY_STATUSES:
+        if retryable(status):
             return ModelError(
                 f"{where} kept failing ({status}: {detail}); try again later or raise --timeout"
             )
@@ -104,7 +109,7 @@ class HttpModelClient:
         url = self.base_url + path
         payload = orjson.dumps(body)
         attempt = 0
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(auth=self._auth) as client:
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -138,7 +143,7 @@ class HttpModelClient:
                     body_bytes = await response.aread()
                     await response.aclose()
                     failure = self._status_error(response, body_bytes)
-                    if response.status_code in RETRY_STATUSES:
+                    if retryable(response.status_code):
                         hinted = retry_after(response)
                         delay = hinted if hinted is not None else backoff(attempt)
                 attempt += 1
@@ -209,6 +214,18 @@ class HttpModelClient:
             f"the stream from {self.label} at {self.base_url} ended before the "
             "reply was complete; the turn was not saved: try again"
         )
+
+
+def _split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``http://user:pw@host/v1`` -> (``http://host/v1``, (user, pw)): no password in URLs."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.netloc.rpartition("@")[2]
+    plain = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+    return plain, (unquote(parts.username or ""), unquote(parts.password or ""))
 
 
 def _error_detail(body: bytes) -> str:

@@ -75,8 +75,17 @@ def test_wal_mode_and_a_busy_timeout_are_on(db_path, opened, run):
     assert storage.db.execute("PRAGMA busy_timeout").fetchone()[0] > 0
 
 
+def test_reading_a_missing_database_creates_nothing(db_path, opened, run):
+    storage = opened(db_path)
+    assert run(storage.list()) == []
+    assert run(storage.list_summaries()) == []
+    assert run(storage.load("s1")) is None
+    assert run(storage.revision("s1")) is None
+    assert not db_path.exists()
+
+
 def test_schema_version_counts_the_migrations_and_each_step_is_recorded(db_path, opened, run):
-    run(opened(db_path).list())
+    run(opened(db_path).save(make_record("s1")))
     assert query(db_path, "PRAGMA user_version") == [(len(MIGRATIONS),)]
     steps = query(db_path, "SELECT version, name FROM schema_migrations ORDER BY version")
     assert steps == [(i, step.__name__) for i, step in enumerate(MIGRATIONS, start=1)]
