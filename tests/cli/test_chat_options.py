@@ -4,9 +4,6 @@ and R1 (a failed turn leaves the stored session exactly as it was)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import fcntl
-import os
 import sqlite3
 from pathlib import Path
 
@@ -15,7 +12,8 @@ import pytest
 
 from foliko_cli.errors import ModelError
 from foliko_cli.models.echo import EchoModel
-from foliko_cli.storage.filelock import lock_name
+
+from .locks import held
 
 
 @pytest.fixture
@@ -57,20 +55,6 @@ def dry_run(invoke, *args: str, input: str | None = None) -> dict:
     result = invoke("chat", "--dry-run", *args, input=input)
     assert result.exit_code == 0, result.stderr
     return orjson.loads(result.stdout)
-
-
-@contextlib.contextmanager
-def held(home: Path, session_id: str):
-    """Hold the session's turn lock from this process (another open file description)."""
-    path = home / "sessions.db.locks" / lock_name(session_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.pwrite(fd, b"pid 1 on the-test", 0)
-        yield
-    finally:
-        os.close(fd)
 
 
 # --new
@@ -311,7 +295,7 @@ def test_timeout_bounds_the_wait_for_a_busy_session(invoke, chat, show, foliko_h
     assert result.exit_code == 4
     assert result.stdout == ""
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("foliko: error: session 's' is busy: held by pid 1 on the-test")
+    assert last.startswith("foliko: error: session 's' is busy: held by pid 4242 on the-test")
     assert "--timeout" in result.stderr
     assert sqlite_rows(foliko_home, "s") == before
 

@@ -3,8 +3,6 @@ flags > FOLIKO_* env > ./foliko.toml > user file > defaults, key by key."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from pathlib import Path
 
@@ -12,7 +10,8 @@ import orjson
 import pytest
 
 from foliko_cli.config import FIELDS
-from foliko_cli.storage.filelock import lock_name
+
+from .locks import held
 
 
 @pytest.fixture
@@ -331,18 +330,6 @@ def test_model_setting_is_used_by_chat(invoke, places):
     result = invoke("chat", "-s", "s", "hi")
     assert result.exit_code == 2
     assert "unknown model 'nosuch:model'" in result.stderr
-
-
-@contextlib.contextmanager
-def held(home: Path, session_id: str):
-    path = home / "sessions.db.locks" / lock_name(session_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 def test_timeout_setting_bounds_the_wait_for_a_busy_session(invoke, places, foliko_home):

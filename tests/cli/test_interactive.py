@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import subprocess
 import sys
@@ -13,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.storage.filelock import lock_name
+from .locks import has_open, held
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -78,28 +76,6 @@ def reading_the_terminal(pid: int) -> bool:
     except OSError:
         return True  # no /proc/PID/syscall here: the prompt has been printed, go on
     return len(fields) > 1 and fields[0] in ("0", "63") and int(fields[1], 16) == 0
-
-
-def has_open(pid: int, path: Path) -> bool:
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            if os.readlink(fd) == str(path):
-                return True
-    return False
-
-
-@contextlib.contextmanager
-def held(home: Path, session_id: str):
-    """Hold the session's turn lock as another process would (flock on its lock file)."""
-    path = home / "sessions.db.locks" / lock_name(session_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.pwrite(fd, b"pid 4242 on the-test", 0)
-        yield path
-    finally:
-        os.close(fd)
 
 
 def test_two_lines_then_ctrl_d(spawn, invoke):

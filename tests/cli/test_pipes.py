@@ -3,9 +3,7 @@ diagnostics, and every exit code of SPEC §4 (0, 1, 2, 3, 4, 130) provoked for r
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import fcntl
 import http.server
 import io
 import os
@@ -20,7 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.storage.filelock import lock_name
+from .locks import has_open, held
 
 BIN = Path(sys.executable).parent
 FOLIKO = BIN / "foliko"
@@ -75,29 +73,6 @@ def wait_until(condition, what: str) -> None:
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting until {what}")
         time.sleep(0.005)
-
-
-def has_open(pid: int, path: Path) -> bool:
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        with contextlib.suppress(OSError):
-            if os.readlink(fd) == str(path):
-                return True
-    return False
-
-
-@contextlib.contextmanager
-def held(home: Path, session_id: str, holder: bytes = b"pid 4242 on the-test"):
-    """Hold the session's turn lock from the test process (flock on its lock file)."""
-    path = home / "sessions.db.locks" / lock_name(session_id)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, holder, 0)
-        yield path
-    finally:
-        os.close(fd)
 
 
 # pipes
