@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 from foliko_cli.clock import now_ms
 from foliko_cli.compression import Compressor
@@ -30,24 +30,22 @@ DEFAULT_MAX_STEPS = 10
 _MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
 
 
-@dataclass
-class TurnResult:
+class TurnResult(NamedTuple):
     success: bool
     message: str
     step_count: int
     request_id: str
     trace_id: str
     session_id: str
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, int]
     finish_reason: str = "stop"
     model: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return self._asdict()
 
 
-@dataclass(frozen=True)
-class TurnSetup:
+class TurnSetup(NamedTuple):
     """Changes made inside the turn, before the user message, saved with it.
 
     ``start_from`` replaces the stored session (an empty record starts it over,
@@ -56,7 +54,7 @@ class TurnSetup:
     """
 
     start_from: SessionRecord | None = None
-    variables: dict[str, Any] = field(default_factory=dict)
+    variables: Mapping[str, Any] = MappingProxyType({})
     system_prompt: str | None = None
 
     def apply(self, session: SessionContext) -> bool:
@@ -314,7 +312,7 @@ class AgentChatHandler:
                 "role": "assistant",
                 "content": response.text,
                 "model": self.model.name,
-                "usage": response.usage,
+                "usage": dict(response.usage),
             }
             if response.tool_calls:
                 reply["tool_calls"] = [

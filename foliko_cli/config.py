@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from foliko_cli.errors import UsageError
 
@@ -49,8 +49,7 @@ def _text(value: Any) -> str:
     return value
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     parse: Callable[[Any], Any]
     default: Any
     help: str
@@ -74,10 +73,28 @@ def env_name(key: str) -> str:
     return "FOLIKO_" + key.upper()
 
 
-def default_home() -> Path:
-    from platformdirs import user_data_dir
+def _platform_dir(kind: str, env: Mapping[str, str]) -> Path:
+    """The user's ``data`` or ``config`` directory for foliko.
 
-    return Path(user_data_dir("foliko", appauthor=False))
+    On Linux this is the XDG rule, read straight from the environment;
+    platformdirs (a few milliseconds to import) answers for other systems.
+    """
+    if sys.platform.startswith("linux"):
+        variable, fallback = {
+            "data": ("XDG_DATA_HOME", ".local/share"),
+            "config": ("XDG_CONFIG_HOME", ".config"),
+        }[kind]
+        base = env.get(variable, "").strip()
+        root = Path(base) if base and os.path.isabs(base) else Path.home() / fallback
+        return root / "foliko"
+    import platformdirs
+
+    finder = platformdirs.user_data_dir if kind == "data" else platformdirs.user_config_dir
+    return Path(finder("foliko", appauthor=False))
+
+
+def default_home(env: Mapping[str, str] | None = None) -> Path:
+    return _platform_dir("data", os.environ if env is None else env)
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -89,9 +106,12 @@ def user_config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("FOLIKO_CONFIG"):
         return Path(env["FOLIKO_CONFIG"]).expanduser()
-    from platformdirs import user_config_dir
+    return _platform_dir("config", env) / "config.toml"
 
-    return Path(user_config_dir("foliko", appauthor=False)) / "config.toml"
+
+def skill_dirs(cwd: Path, env: Mapping[str, str] | None = None) -> list[Path]:
+    """Where skills are found, lowest precedence first: the user's, then the project's."""
+    return [config_dir(env) / "skills", cwd / ".foliko" / "skills"]
 
 
 def foliko_home(env: Mapping[str, str] | None = None) -> Path:
@@ -129,8 +149,7 @@ def read_toml(path: Path) -> dict[str, Any]:
     return table
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     home: Path
     storage: str
     model: str | None
@@ -139,10 +158,10 @@ class Settings:
     system_prompt: str | None
     context_window: int | None
     tools: tuple[str, ...]
-    models: dict[str, dict[str, Any]] = field(default_factory=dict)
-    agents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    sources: dict[str, str] = field(default_factory=dict)
-    files: dict[str, Path] = field(default_factory=dict)
+    models: dict[str, dict[str, Any]]
+    agents: dict[str, dict[str, Any]]
+    sources: dict[str, str]
+    files: dict[str, Path]
 
     def shown(self) -> list[tuple[str, Any, str]]:
         """(key, value with secrets redacted, source) for ``config show``."""
@@ -194,7 +213,7 @@ def load_settings(
                 sources[key] = where
                 break
     raw_home = values.pop("home")
-    home = Path(raw_home).expanduser() if raw_home else default_home()
+    home = Path(raw_home).expanduser() if raw_home else default_home(env)
     return Settings(
         home=home,
         **values,

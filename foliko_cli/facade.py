@@ -2,39 +2,42 @@
 
 Each call creates a RequestContext, loads the session from the configured
 backend, does its work and saves; the asyncio core runs on one event loop
-that lives as long as the facade.
+that lives as long as the facade. Start-up is a feature (P1): the framework,
+the chat engine and asyncio itself are imported only when a command needs
+them, and plain reads of a backend that never waits (SQLite, JSON files)
+run without an event loop.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable, Coroutine, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from foliko_cli.chat import DEFAULT_MAX_STEPS, AgentChatHandler, TurnResult, TurnSetup
 from foliko_cli.clock import now_ms
-from foliko_cli.context.agent import AgentContext
 from foliko_cli.context.request import DEFAULT_TIMEOUT
 from foliko_cli.errors import SessionNotFoundError, UsageError
-from foliko_cli.framework import Framework
-from foliko_cli.models import announce_default_model, resolve_model
-from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
-from foliko_cli.storage.base import SessionExistsError
-from foliko_cli.storage.migrate import same_content
+from foliko_cli.storage import open_storage
+from foliko_cli.storage.base import SessionExistsError, SessionStorageAdapter
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionSummary,
     check_session_id,
+    content_hash,
     new_metadata,
 )
-from foliko_cli.tools import ToolResult
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from foliko_cli.chat import AgentChatHandler, TurnResult, TurnSetup
     from foliko_cli.config import Settings
+    from foliko_cli.context.agent import AgentContext
+    from foliko_cli.framework import Framework
+    from foliko_cli.models.base import ModelProvider
     from foliko_cli.skills import SkillSet
+    from foliko_cli.tools import ToolResult
 
 T = TypeVar("T")
 
@@ -64,7 +67,7 @@ class Foliko:
         *,
         home: Path | None = None,
         timeout: float = DEFAULT_TIMEOUT,
-        max_steps: int = DEFAULT_MAX_STEPS,
+        max_steps: int = 10,
         system_prompt: str | None = None,
         models: dict[str, dict[str, Any]] | None = None,
         context_window: int | None = None,
@@ -78,7 +81,10 @@ class Foliko:
 
             home = foliko_home()
         self.home = home
-        self.framework = Framework(storage if storage is not None else "sqlite", home=home)
+        self.storage: SessionStorageAdapter = open_storage(
+            storage if storage is not None else "sqlite", home
+        )
+        self._framework: Framework | None = None
         self.model = model
         self.timeout = timeout
         self.max_steps = max_steps
@@ -89,15 +95,14 @@ class Foliko:
         self.tools = tools
         self.skill_dirs = skill_dirs or []
         self.notify = notify or _stderr
-        self._runner = asyncio.Runner()
+        self._runner: asyncio.Runner | None = None
         self._handlers: dict[tuple[str, str | None], AgentChatHandler] = {}
         self._skills: SkillSet | None = None
         self._tools_loaded = False
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> Foliko:
-        from foliko_cli.config import config_dir
-        from foliko_cli.skills import skill_dirs
+        from foliko_cli.config import skill_dirs
 
         options = {
             "home": settings.home,
@@ -108,7 +113,7 @@ class Foliko:
             "context_window": settings.context_window,
             "agents": settings.agents,
             "tools": settings.tools,
-            "skill_dirs": skill_dirs(Path.cwd(), config_dir()),
+            "skill_dirs": skill_dirs(Path.cwd()),
             **overrides,
         }
         return cls(settings.storage, settings.model, **options)
@@ -120,11 +125,38 @@ class Foliko:
         self.close()
 
     def close(self) -> None:
-        self._run(self.framework.session_storage.close())
-        self._runner.close()
+        self._read(self.storage.close)
+        if self._runner is not None:
+            self._runner.close()
+
+    @property
+    def framework(self) -> Framework:
+        if self._framework is None:
+            from foliko_cli.framework import Framework
+
+            self._framework = Framework(self.storage, home=self.home)
+        return self._framework
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._runner is None:
+            import asyncio
+
+            self._runner = asyncio.Runner()
         return self._runner.run(coroutine)
+
+    def _read(self, start: Callable[[], Coroutine[Any, Any, T]]) -> T:
+        """Run a read-only storage call; without an event loop when it never waits."""
+        if self._runner is None:
+            coroutine = start()
+            try:
+                coroutine.send(None)
+            except StopIteration as finished:
+                return finished.value
+            except RuntimeError as exc:
+                if "event loop" not in str(exc):
+                    raise
+            coroutine.close()
+        return self._run(start())
 
     def skills(self) -> SkillSet:
         """Skills found in the skill directories (once); problems go to ``notify``."""
@@ -166,6 +198,8 @@ class Foliko:
         return self.model
 
     def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
+        from foliko_cli.chat import AgentChatHandler
+
         self._load_global_tools()
         return AgentChatHandler(
             self.framework,
@@ -179,6 +213,8 @@ class Foliko:
     def handler(
         self, model: str | ModelProvider | None = None, agent: str | None = None
     ) -> AgentChatHandler:
+        from foliko_cli.models import announce_default_model, resolve_model
+
         chosen = self._model_name(model, agent)
         key = (chosen if isinstance(chosen, str) else repr(chosen), agent)
         handler = self._handlers.get(key)
@@ -203,6 +239,8 @@ class Foliko:
         variables: dict[str, Any] | None,
         system: str | None,
     ) -> TurnSetup:
+        from foliko_cli.chat import TurnSetup
+
         start_from = None
         if fork_from is not None:
             check_session_id(fork_from)
@@ -290,6 +328,9 @@ class Foliko:
         """Exactly what the model would be sent for this turn; nothing is called or saved."""
         check_session_id(session_id)
         check_message_text(message)
+        from foliko_cli.dryrun import CaptureModel, RequestCaptured
+        from foliko_cli.models import resolve_model
+
         target = resolve_model(self._model_name(model, agent), self.models)
         handler = self._make_handler(CaptureModel(target), agent)
         setup = self._turn_setup(
@@ -325,10 +366,6 @@ class Foliko:
 
     # sessions
 
-    @property
-    def storage(self):
-        return self.framework.session_storage
-
     def _held(self, session_id: str, work, timeout: float | None = None):
         """Run ``work()`` (a coroutine function) holding the session exclusively."""
 
@@ -340,7 +377,7 @@ class Foliko:
 
     def get_session(self, session_id: str) -> SessionRecord:
         check_session_id(session_id)
-        record = self._run(self.storage.load(session_id))
+        record = self._read(lambda: self.storage.load(session_id))
         if record is None:
             raise SessionNotFoundError(session_id)
         return record
@@ -350,7 +387,7 @@ class Foliko:
     ) -> list[SessionSummary]:
         """Summaries sorted by ``updated``/``created``/``messages`` (newest or largest
         first) or ``name``; ``since`` keeps sessions updated at or after that ms time."""
-        summaries = self._run(self.storage.list_summaries())
+        summaries = self._read(self.storage.list_summaries)
         if since is not None:
             summaries = [s for s in summaries if s.updated_at >= since]
         key, reverse = SORT_KEYS[sort]
@@ -417,7 +454,7 @@ class Foliko:
             existing = self._run(self.storage.load(record.session_id))
             if existing is None:
                 plan.append(record)
-            elif same_content(record, existing):
+            elif content_hash(record) == content_hash(existing):
                 report.unchanged.append(record.session_id)
             elif on_conflict == "replace":
                 plan.append(record)
@@ -476,12 +513,14 @@ class Foliko:
         return self._held(session_id, work)
 
 
-@dataclass
 class ImportReport:
-    imported: list[str] = field(default_factory=list)
-    unchanged: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    conflicts: list[str] = field(default_factory=list)
+    """Which sessions an import stored, found already there, skipped or refused."""
+
+    def __init__(self) -> None:
+        self.imported: list[str] = []
+        self.unchanged: list[str] = []
+        self.skipped: list[str] = []
+        self.conflicts: list[str] = []
 
 
 SORT_KEYS: dict[str, tuple[Callable[[SessionSummary], Any], bool]] = {
@@ -490,24 +529,3 @@ SORT_KEYS: dict[str, tuple[Callable[[SessionSummary], Any], bool]] = {
     "messages": (lambda s: (s.message_count, s.session_id), True),
     "name": (lambda s: s.session_id, False),
 }
-
-
-class RequestCaptured(Exception):
-    def __init__(self, request: ModelRequest):
-        self.request = request
-
-
-class CaptureModel(ModelProvider):
-    """Stands in for a model during ``--dry-run``: records the request, answers nothing."""
-
-    def __init__(self, target: ModelProvider):
-        self.target = target
-        self.name = target.name
-        self.context_window = target.context_window
-
-    async def generate(self, request: ModelRequest) -> ModelResponse:
-        if request.purpose != "summary":
-            raise RequestCaptured(request)
-        if self.target.offline:
-            return await self.target.generate(request)
-        return ModelResponse(text=f"[the summary {self.name} would write]")

@@ -44,11 +44,6 @@ class SkillSet:
     problems: list[SkillProblem] = field(default_factory=list)
 
 
-def skill_dirs(cwd: Path, config_dir: Path) -> list[Path]:
-    """Where skills are found, lowest precedence first."""
-    return [config_dir / "skills", cwd / ".foliko" / "skills"]
-
-
 def parse_skill(path: Path) -> Skill | SkillProblem:
     try:
         text = path.read_text(encoding="utf-8")

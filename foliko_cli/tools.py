@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -27,12 +26,11 @@ EMPTY_OBJECT_SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(NamedTuple):
     name: str
     description: str
     execute: ToolFunction
-    input_schema: dict[str, Any] = field(default_factory=lambda: dict(EMPTY_OBJECT_SCHEMA))
+    input_schema: dict[str, Any] = EMPTY_OBJECT_SCHEMA
 
     def spec(self) -> dict[str, Any]:
         """What a model provider is told about the tool."""
@@ -43,8 +41,7 @@ class Tool:
         }
 
 
-@dataclass(frozen=True)
-class ToolResult:
+class ToolResult(NamedTuple):
     content: str
     is_error: bool = False
 

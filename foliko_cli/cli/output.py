@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 import click
@@ -30,6 +29,8 @@ def note(message: str) -> None:
 def format_ms(ms: int | None) -> str:
     if not ms:
         return "-"
+    from datetime import datetime
+
     return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 

@@ -13,7 +13,6 @@ from foliko_cli.cli.output import emit_json, emit_rows, error, format_ms, format
 from foliko_cli.cli.params import Duration, complete_session_ids, parse_value
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
-from foliko_cli.storage.migrate import same_content
 from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
 
 SESSION_ID = {"metavar": "ID", "shell_complete": complete_session_ids}
@@ -247,6 +246,8 @@ def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
             items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
         except orjson.JSONDecodeError as exc:
             raise UsageError(f"{source} is not JSON or NDJSON ({exc}); export it again") from None
+    from foliko_cli.storage.migrate import same_content
+
     records: dict[str, SessionRecord] = {}
     for number, item in enumerate(items, start=1):
         try:

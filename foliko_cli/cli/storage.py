@@ -60,8 +60,8 @@ def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_js
 
     async def work():
         try:
-            total = len(await src.list())
-            if sys.stderr.isatty() and total:
+            total = len(await src.list()) if sys.stderr.isatty() else 0
+            if total:
                 with click.progressbar(length=total, label="migrating", file=sys.stderr) as bar:
                     return await run_migration(
                         src, dst, dry_run=dry_run, overwrite=overwrite, progress=bar.update

@@ -5,27 +5,41 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from foliko_cli.clock import new_request_id, new_trace_id
 
 DEFAULT_TIMEOUT = 120.0
 
 
-@dataclass(eq=False)
 class RequestContext:
     """Identifies one request; ``timeout`` and ``elapsed()`` are in seconds."""
 
-    request_id: str = field(default_factory=new_request_id)
-    trace_id: str = field(default_factory=new_trace_id)
-    parent_span_id: str | None = None
-    timeout: float = DEFAULT_TIMEOUT
-    start_time: float = field(default_factory=time.time)
-    is_stream: bool = False
-    user_id: str | None = None
-    cancelled: bool = False
-    _started: float = field(default_factory=time.monotonic, repr=False)
-    _on_cancel: list[Callable[[], object]] = field(default_factory=list, repr=False)
+    def __init__(
+        self,
+        request_id: str | None = None,
+        trace_id: str | None = None,
+        parent_span_id: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        start_time: float | None = None,
+        is_stream: bool = False,
+        user_id: str | None = None,
+    ):
+        self.request_id = request_id or new_request_id()
+        self.trace_id = trace_id or new_trace_id()
+        self.parent_span_id = parent_span_id
+        self.timeout = timeout
+        self.start_time = time.time() if start_time is None else start_time
+        self.is_stream = is_stream
+        self.user_id = user_id
+        self.cancelled = False
+        self._started = time.monotonic()
+        self._on_cancel: list[Callable[[], object]] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestContext(request_id={self.request_id!r}, trace_id={self.trace_id!r}, "
+            f"timeout={self.timeout!r}, cancelled={self.cancelled!r})"
+        )
 
     def elapsed(self) -> float:
         return time.monotonic() - self._started

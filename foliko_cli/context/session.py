@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.clock import now_ms
 
@@ -19,8 +18,7 @@ def new_compression_state() -> dict[str, Any]:
     return {"last_compressed_at": None, "last_token_count": 0, "pending_compression": False}
 
 
-@dataclass(frozen=True)
-class SessionCheckpoint:
+class SessionCheckpoint(NamedTuple):
     """What a failed turn restores, so that it leaves no trace (R1).
 
     It keeps the message list itself and its length, not a copy: a turn only

@@ -12,8 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from foliko_cli.errors import UnknownModelError, UsageError
 from foliko_cli.models.base import ModelProvider
@@ -49,8 +48,7 @@ _PROVIDER_DEFAULTS = {
 }
 
 
-@dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(NamedTuple):
     name: str
     provider: str
     model: str

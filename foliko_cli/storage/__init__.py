@@ -11,7 +11,6 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from foliko_cli.errors import StorageConfigError
 from foliko_cli.storage.base import SessionStorageAdapter
@@ -42,6 +41,8 @@ def shown(spec: str) -> str:
 
 
 def _from_url(spec: str) -> SessionStorageAdapter:
+    from urllib.parse import urlsplit
+
     try:
         url = urlsplit(spec)
     except ValueError as exc:

@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
@@ -41,8 +40,7 @@ class SessionExistsError(UsageError):
         )
 
 
-@dataclass(frozen=True)
-class StoredProblem:
+class StoredProblem(NamedTuple):
     """A record that cannot be read: where it is and why."""
 
     session_id: str
@@ -135,6 +133,15 @@ class SessionStorageAdapter(ABC):
     async def save_many(self, records: list[SessionRecord]) -> list[int]:
         """Replace several sessions; backends batch this for migration speed."""
         return [await self.save(record) for record in records]
+
+    async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
+        """The sessions that exist among ``session_ids``; backends batch this."""
+        found = {}
+        for session_id in session_ids:
+            record = await self.load(session_id)
+            if record is not None:
+                found[session_id] = record
+        return found
 
     async def check(self) -> list[StoredProblem]:
         """Every record that cannot be read (``storage check``)."""

@@ -7,7 +7,6 @@ the file so that a waiter that gives up can name it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -66,6 +65,8 @@ class SessionFileLocks:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
+                import asyncio
+
                 if time.monotonic() >= deadline:
                     holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or None
                     raise SessionBusyError(session_id, timeout, holder) from None

@@ -59,10 +59,11 @@ async def migrate(
             "name two different backends or locations"
         )
     session_ids = await source.list()
+    already = set(await target.list())
     report = MigrationReport(total=len(session_ids), dry_run=dry_run)
     for start in range(0, len(session_ids), batch_size):
         batch = session_ids[start : start + batch_size]
-        pending = await _collect(source, target, batch, report, overwrite)
+        pending = await _collect(source, target, batch, already, report, overwrite)
         if pending and not dry_run:
             await target.save_many(pending)
             await _verify(target, pending, report)
@@ -77,6 +78,7 @@ async def _collect(
     source: SessionStorageAdapter,
     target: SessionStorageAdapter,
     batch: list[str],
+    already: set[str],
     report: MigrationReport,
     overwrite: bool,
 ) -> list[SessionRecord]:
@@ -86,7 +88,7 @@ async def _collect(
             record = await source.load(session_id)
             if record is None:
                 continue
-            if await target.revision(session_id) is not None:
+            if session_id in already:
                 existing = await target.load(session_id)
                 if existing is not None and same_content(record, existing):
                     report.skipped.append(session_id)
@@ -110,9 +112,18 @@ async def _collect(
 async def _verify(
     target: SessionStorageAdapter, written: list[SessionRecord], report: MigrationReport
 ) -> None:
+    """Read the batch back (in one go when the backend can) and compare each session."""
+    try:
+        found = await target.load_many([record.session_id for record in written])
+    except FolikoError:
+        found = None
     for record in written:
         try:
-            stored = await target.load(record.session_id)
+            stored = (
+                found.get(record.session_id)
+                if found is not None
+                else await target.load(record.session_id)
+            )
         except FolikoError as exc:
             report.failed.append((record.session_id, f"verification failed: {exc}"))
             continue

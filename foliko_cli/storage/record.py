@@ -12,8 +12,7 @@ from __future__ import annotations
 import hashlib
 import time
 import unicodedata
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -26,19 +25,55 @@ MAX_SESSION_ID_LENGTH = 256
 PREVIEW_LENGTH = 100
 
 
-@dataclass
 class SessionRecord:
-    session_id: str
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    variables: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    compression_state: dict[str, Any] = field(default_factory=dict)
-    saved_at: int = 0
-    revision: int = 0
+    """One stored session. A plain class, not a dataclass: it is defined at
+    every start-up, where a dataclass costs about a millisecond (P1)."""
+
+    FIELDS = (
+        "session_id",
+        "messages",
+        "variables",
+        "metadata",
+        "compression_state",
+        "saved_at",
+        "revision",
+    )
+    __slots__ = FIELDS
+
+    def __init__(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]] | None = None,
+        variables: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+        compression_state: dict[str, Any] | None = None,
+        saved_at: int = 0,
+        revision: int = 0,
+    ):
+        self.session_id = session_id
+        self.messages = [] if messages is None else messages
+        self.variables = {} if variables is None else variables
+        self.metadata = {} if metadata is None else metadata
+        self.compression_state = {} if compression_state is None else compression_state
+        self.saved_at = saved_at
+        self.revision = revision
+
+    def _fields(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SessionRecord):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={getattr(self, name)!r}" for name in self.FIELDS)
+        return f"SessionRecord({fields})"
 
 
-@dataclass(frozen=True)
-class SessionState:
+class SessionState(NamedTuple):
     """What a turn writes besides its new messages."""
 
     variables: dict[str, Any]
@@ -46,8 +81,7 @@ class SessionState:
     compression_state: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class SessionSummary:
+class SessionSummary(NamedTuple):
     """One row of ``sessions list``: never requires loading messages."""
 
     session_id: str

@@ -120,25 +120,70 @@ def create_quarantine(db: sqlite3.Connection) -> None:
     )
 
 
-def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: int) -> None:
+_INSERT_SESSION = """INSERT INTO sessions (session_id, created_at, updated_at, message_count,
+    revision, preview, variables, metadata, compression_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
+_INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)"
+)
+_SESSION_COLUMNS = "variables, metadata, compression_state, updated_at, revision"
+
+
+def _session_row(record: SessionRecord, revision: int) -> tuple:
     metadata = {**new_metadata(), **record.metadata, "message_count": len(record.messages)}
-    db.execute(
-        """INSERT INTO sessions (session_id, created_at, updated_at, message_count, revision,
-               preview, variables, metadata, compression_state)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-        (
-            record.session_id,
-            metadata["created_at"],
-            record.saved_at or now_ms(),
-            len(record.messages),
-            revision,
-            preview_of(record.messages),
-            orjson.dumps(record.variables).decode(),
-            orjson.dumps(metadata).decode(),
-            orjson.dumps(record.compression_state).decode(),
-        ),
+    return (
+        record.session_id,
+        metadata["created_at"],
+        record.saved_at or now_ms(),
+        len(record.messages),
+        revision,
+        preview_of(record.messages),
+        orjson.dumps(record.variables).decode(),
+        orjson.dumps(metadata).decode(),
+        orjson.dumps(record.compression_state).decode(),
     )
-    _insert_messages(db, record.session_id, 0, record.messages)
+
+
+def _message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]) -> list:
+    return [
+        (session_id, first_seq + i, m["role"], m.get("created_at", 0), encode_message(m).decode())
+        for i, m in enumerate(messages)
+    ]
+
+
+def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: int) -> None:
+    db.execute(_INSERT_SESSION, _session_row(record, revision))
+    db.executemany(_INSERT_MESSAGE, _message_rows(record.session_id, 0, record.messages))
+
+
+def _in_chunks(ids: list[str], size: int = 500):
+    for start in range(0, len(ids), size):
+        chunk = ids[start : start + size]
+        yield chunk, ",".join("?" * len(chunk))
+
+
+def _write_records(db: sqlite3.Connection, records: list[SessionRecord]) -> list[int]:
+    """Replace ``records`` with one statement per kind of row (migration batches)."""
+    ids = [record.session_id for record in records]
+    if len(set(ids)) != len(ids):
+        return [_replace_record(db, record) for record in records]
+    current: dict[str, int] = {}
+    for chunk, marks in _in_chunks(ids):
+        current.update(
+            db.execute(
+                f"SELECT session_id, revision FROM sessions WHERE session_id IN ({marks})", chunk
+            ).fetchall()
+        )
+    if current:
+        gone = [(session_id,) for session_id in current]
+        db.executemany("DELETE FROM messages WHERE session_id = ?", gone)
+        db.executemany("DELETE FROM sessions WHERE session_id = ?", gone)
+    revisions = [next_revision(current.get(session_id)) for session_id in ids]
+    db.executemany(_INSERT_SESSION, map(_session_row, records, revisions))
+    db.executemany(
+        _INSERT_MESSAGE,
+        (row for r in records for row in _message_rows(r.session_id, 0, r.messages)),
+    )
+    return revisions
 
 
 def _text_row(row: sqlite3.Row) -> dict[str, Any]:
@@ -158,24 +203,6 @@ def _replace_record(db: sqlite3.Connection, record: SessionRecord) -> int:
     db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
     _insert_record(db, record, revision=revision)
     return revision
-
-
-def _insert_messages(
-    db: sqlite3.Connection, session_id: str, first_seq: int, messages: list[dict[str, Any]]
-) -> None:
-    db.executemany(
-        "INSERT INTO messages (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)",
-        [
-            (
-                session_id,
-                first_seq + i,
-                m["role"],
-                m.get("created_at", 0),
-                encode_message(m).decode(),
-            )
-            for i, m in enumerate(messages)
-        ],
-    )
 
 
 class SQLiteStorage(SessionStorageAdapter):
@@ -304,9 +331,7 @@ class SQLiteStorage(SessionStorageAdapter):
             return None
         with self._guard():
             row = self.db.execute(
-                """SELECT variables, metadata, compression_state, updated_at, revision
-                   FROM sessions WHERE session_id = ?""",
-                (session_id,),
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             if row is None:
                 self._raise_if_unreadable_seed(session_id)
@@ -314,10 +339,36 @@ class SQLiteStorage(SessionStorageAdapter):
             bodies = self.db.execute(
                 "SELECT body FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
             ).fetchall()
+        return self._record(session_id, row, [body for (body,) in bodies])
+
+    async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
+        """Two queries per 500 sessions, however many there are (migration checks)."""
+        if self._absent():
+            return {}
+        found: dict[str, SessionRecord] = {}
+        with self._guard():
+            for chunk, marks in _in_chunks(session_ids):
+                rows = self.db.execute(
+                    f"SELECT session_id, {_SESSION_COLUMNS} FROM sessions "
+                    f"WHERE session_id IN ({marks})",
+                    chunk,
+                ).fetchall()
+                bodies: dict[str, list] = {row[0]: [] for row in rows}
+                for session_id, body in self.db.execute(
+                    f"SELECT session_id, body FROM messages WHERE session_id IN ({marks}) "
+                    "ORDER BY session_id, seq",
+                    chunk,
+                ):
+                    bodies[session_id].append(body)
+                for session_id, *row in rows:
+                    found[session_id] = self._record(session_id, row, bodies[session_id])
+        return found
+
+    def _record(self, session_id: str, row, bodies: list) -> SessionRecord:
         variables, metadata, compression_state, updated_at, revision = row
         try:
-            messages = [decode_message(body) for (body,) in bodies]
-            record = SessionRecord(
+            messages = [decode_message(body) for body in bodies]
+            return SessionRecord(
                 session_id=session_id,
                 messages=messages,
                 variables=orjson.loads(variables),
@@ -328,7 +379,6 @@ class SQLiteStorage(SessionStorageAdapter):
             )
         except (ValueError, orjson.JSONDecodeError) as exc:
             raise CorruptSessionError(session_id, self.path, str(exc)) from None
-        return record
 
     async def save(self, record: SessionRecord) -> int:
         return (await self.save_many([record]))[0]
@@ -336,7 +386,7 @@ class SQLiteStorage(SessionStorageAdapter):
     async def save_many(self, records: list[SessionRecord]) -> list[int]:
         """All in one transaction: a migration batch costs one commit."""
         with self._guard(), self._write() as db:
-            return [_replace_record(db, record) for record in records]
+            return _write_records(db, records)
 
     async def append(
         self,
@@ -377,7 +427,7 @@ class SQLiteStorage(SessionStorageAdapter):
                     revision,
                 ),
             )
-            _insert_messages(db, session_id, count, messages)
+            db.executemany(_INSERT_MESSAGE, _message_rows(session_id, count, messages))
         return revision
 
     async def delete(self, session_id: str) -> bool:

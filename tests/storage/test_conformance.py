@@ -182,6 +182,23 @@ def test_save_many_writes_every_record(storage, run):
         assert run(storage.load(f"m{i}")).messages == turn(f"q{i}")
 
 
+def test_save_many_replaces_existing_sessions_and_moves_their_revision(storage, run):
+    first = run(storage.save(make_record("m0", messages=turn("old") + turn("older"))))
+    revisions = run(storage.save_many([make_record("m0", messages=turn("new")), make_record("m1")]))
+    assert revisions[0] == first + 1
+    assert run(storage.load("m0")).messages == turn("new")
+    assert run(storage.revision("m1")) == revisions[1]
+
+
+def test_load_many_returns_the_sessions_that_exist(storage, run):
+    records = [make_record(f"m{i}", messages=turn(f"q{i}")) for i in range(3)]
+    run(storage.save_many(records))
+    found = run(storage.load_many(["m2", "missing", "m0"]))
+    assert set(found) == {"m0", "m2"}
+    assert found["m2"].messages == turn("q2")
+    assert found["m0"] == run(storage.load("m0"))
+
+
 # append
 
 
