@@ -256,7 +256,7 @@ class AgentChatHandler:
         if stored_revision is None:
             session.apply_record(SessionRecord(session.session_id, metadata=new_metadata()))
         else:
-            await session.load_from_storage()
+            await session.load_from_storage(recent_only=True)
 
     def _stamp(self, message: dict[str, Any], request: RequestContext) -> dict[str, Any]:
         message["created_at"] = now_ms()

@@ -97,10 +97,10 @@ class Compressor:
         after the history was cleared by an older version) is ignored.
         """
         state = session.compression_state
-        covered = state.get("covered", 0)
-        if covered > len(session.messages):
+        start = state.get("covered", 0) - session.message_offset
+        if not 0 <= start <= len(session.messages):
             return system, session.messages
-        return system_with_summary(system, state.get("summary")), session.messages[covered:]
+        return system_with_summary(system, state.get("summary")), session.messages[start:]
 
     def room(self, system: str | None) -> int:
         """Tokens left for the summary and the messages once the prompt and tools are in."""
@@ -138,8 +138,8 @@ class Compressor:
         state["last_token_count"] = total
         if total <= self.budget * THRESHOLD:
             return False
-        covered = state.get("covered", 0)
-        if covered > len(session.messages):
+        covered = state.get("covered", 0) - session.message_offset
+        if not 0 <= covered <= len(session.messages):
             covered = 0
             state.pop("summary", None)
         room = self.room(system)
@@ -152,7 +152,7 @@ class Compressor:
         )
         state.update(
             summary=summary,
-            covered=cut,
+            covered=session.message_offset + cut,
             method=method,
             last_compressed_at=now_ms(),
             pending_compression=False,

@@ -370,3 +370,27 @@ def test_the_estimate_is_about_four_characters_per_token():
     call = {"id": "c", "name": "t", "arguments": {"long": "z" * 400}}
     with_call = counter.tokens(None, [{"role": "assistant", "content": "", "tool_calls": [call]}])
     assert with_call > 100, "tool call arguments count too"
+
+
+def test_cold_turns_on_a_compressed_session_read_only_its_recent_part(tmp_path):
+    """Each CLI turn is a new process: it loads what the summary does not cover, and
+    still appends after the whole stored history."""
+    import asyncio
+
+    from foliko_cli.facade import Foliko
+    from foliko_cli.storage.sqlite import SQLiteStorage
+
+    for number in range(30):
+        with Foliko("sqlite", "echo", home=tmp_path, context_window=400) as foliko:
+            foliko.chat("long", f"turn {number} " + "words " * 20)
+
+    storage = SQLiteStorage(tmp_path / "sessions.db")
+    recent = asyncio.run(storage.load_recent("long"))
+    whole = asyncio.run(storage.load("long"))
+    asyncio.run(storage.close())
+    assert recent.first_seq > 0
+    assert recent.first_seq == whole.compression_state["covered"]
+    assert recent.messages == whole.messages[recent.first_seq :]
+    users = [m["content"] for m in whole.messages if m["role"] == "user"]
+    assert users == [f"turn {n} " + "words " * 20 for n in range(30)]
+    assert [m["role"] for m in whole.messages] == ["user", "assistant"] * 30

@@ -28,6 +28,7 @@ class SessionCheckpoint(NamedTuple):
 
     messages: list[dict[str, Any]]
     message_count: int
+    message_offset: int
     revision: int
     variables: dict[str, Any]
     metadata: dict[str, Any]
@@ -39,6 +40,8 @@ class SessionContext:
 
     ``revision`` is the storage revision the in-memory state matches; the chat
     engine reloads when the stored revision has moved (another process wrote).
+    ``messages`` may hold only the end of the history (what a turn sends, see
+    ``load_recent``): ``message_offset`` earlier messages stay in storage.
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class SessionContext:
         self.session_id = session_id
         self.storage = storage
         self.messages: list[dict[str, Any]] = []
+        self.message_offset = 0
         self.variables: dict[str, Any] = {}
         self.metadata: dict[str, Any] = {
             "created_at": now,
@@ -73,7 +77,7 @@ class SessionContext:
 
     def add_message(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
-        self.metadata["message_count"] = len(self.messages)
+        self.metadata["message_count"] = self.message_offset + len(self.messages)
         self.metadata["last_active"] = now_ms()
 
     def add_messages(self, messages: list[dict[str, Any]]) -> None:
@@ -82,6 +86,7 @@ class SessionContext:
 
     def replace_messages(self, messages: list[dict[str, Any]]) -> None:
         self.messages = list(messages)
+        self.message_offset = 0
         self.metadata["message_count"] = len(self.messages)
 
     def clear_messages(self) -> None:
@@ -121,6 +126,7 @@ class SessionContext:
         return SessionCheckpoint(
             messages=self.messages,
             message_count=len(self.messages),
+            message_offset=self.message_offset,
             revision=self.revision,
             variables=copy.deepcopy(self.variables),
             metadata=dict(self.metadata),
@@ -130,6 +136,7 @@ class SessionContext:
     def restore(self, checkpoint: SessionCheckpoint) -> None:
         del checkpoint.messages[checkpoint.message_count :]
         self.messages = checkpoint.messages
+        self.message_offset = checkpoint.message_offset
         self.variables = copy.deepcopy(checkpoint.variables)
         self.metadata = dict(checkpoint.metadata)
         self.compression_state = copy.deepcopy(checkpoint.compression_state)
@@ -147,13 +154,15 @@ class SessionContext:
             metadata=dict(self.metadata),
             compression_state=dict(self.compression_state),
             revision=self.revision,
+            first_seq=self.message_offset,
         )
 
     def apply_record(self, record: SessionRecord) -> None:
         self.messages = list(record.messages)
+        self.message_offset = record.first_seq
         self.variables = dict(record.variables)
         self.metadata = {**self.metadata, **record.metadata}
-        self.metadata["message_count"] = len(self.messages)
+        self.metadata["message_count"] = self.message_offset + len(self.messages)
         self.compression_state = {**new_compression_state(), **record.compression_state}
         self.revision = record.revision
         self.history_loaded = True
@@ -163,8 +172,10 @@ class SessionContext:
             raise RuntimeError(f"session {self.session_id!r} has no storage configured")
         return self.storage
 
-    async def load_from_storage(self) -> bool:
-        record = await self._require_storage().load(self.session_id)
+    async def load_from_storage(self, *, recent_only: bool = False) -> bool:
+        """Load the session; with ``recent_only``, just the messages a turn sends."""
+        storage = self._require_storage()
+        record = await (storage.load_recent if recent_only else storage.load)(self.session_id)
         if record is None:
             self.history_loaded = True
             return False
@@ -172,7 +183,15 @@ class SessionContext:
         return True
 
     async def save_to_storage(self) -> None:
-        self.revision = await self._require_storage().save(self.to_record())
+        """Replace the stored session with this one (its whole history)."""
+        storage = self._require_storage()
+        record = self.to_record()
+        if self.message_offset:
+            stored = await storage.load(self.session_id)
+            earlier = stored.messages[: self.message_offset] if stored else []
+            record.messages = earlier + record.messages
+            record.first_seq = 0
+        self.revision = await storage.save(record)
 
     async def delete_from_storage(self) -> bool:
         return await self._require_storage().delete(self.session_id)

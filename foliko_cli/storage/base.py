@@ -19,7 +19,12 @@ from foliko_cli.errors import (
     StorageError,
     UsageError,
 )
-from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    covered_messages,
+)
 
 
 class ConflictError(StorageError):
@@ -133,6 +138,18 @@ class SessionStorageAdapter(ABC):
     async def save_many(self, records: list[SessionRecord]) -> list[int]:
         """Replace several sessions; backends batch this for migration speed."""
         return [await self.save(record) for record in records]
+
+    async def load_recent(self, session_id: str) -> SessionRecord | None:
+        """The session with only the messages a turn sends: those after the
+        compression summary (``compression_state.covered``); ``first_seq`` says
+        where they start. Backends that can read a range override this, so a
+        turn on a long, compressed session reads a bounded part of it (P2)."""
+        record = await self.load(session_id)
+        if record is not None:
+            start = covered_messages(record, len(record.messages))
+            record.messages = record.messages[start:]
+            record.first_seq = start
+        return record
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         """The sessions that exist among ``session_ids``; backends batch this."""

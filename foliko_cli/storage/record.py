@@ -26,8 +26,11 @@ PREVIEW_LENGTH = 100
 
 
 class SessionRecord:
-    """One stored session. A plain class, not a dataclass: it is defined at
-    every start-up, where a dataclass costs about a millisecond (P1)."""
+    """One stored session. ``first_seq`` is the position of ``messages[0]`` in the
+    whole history: 0, except in a record from ``load_recent``.
+
+    A plain class, not a dataclass: it is defined at every start-up, where a
+    dataclass costs about a millisecond (P1)."""
 
     FIELDS = (
         "session_id",
@@ -37,6 +40,7 @@ class SessionRecord:
         "compression_state",
         "saved_at",
         "revision",
+        "first_seq",
     )
     __slots__ = FIELDS
 
@@ -49,6 +53,7 @@ class SessionRecord:
         compression_state: dict[str, Any] | None = None,
         saved_at: int = 0,
         revision: int = 0,
+        first_seq: int = 0,
     ):
         self.session_id = session_id
         self.messages = [] if messages is None else messages
@@ -57,6 +62,7 @@ class SessionRecord:
         self.compression_state = {} if compression_state is None else compression_state
         self.saved_at = saved_at
         self.revision = revision
+        self.first_seq = first_seq
 
     def _fields(self) -> tuple:
         return tuple(getattr(self, name) for name in self.FIELDS)
@@ -161,6 +167,12 @@ def preview_of(messages: list[dict[str, Any]]) -> str:
             text = " ".join(str(message.get("content", "")).split())
             return text if len(text) <= PREVIEW_LENGTH else text[: PREVIEW_LENGTH - 1] + "…"
     return ""
+
+
+def covered_messages(record: SessionRecord, total: int) -> int:
+    """How many of the first messages the session's compression summary stands for."""
+    covered = record.compression_state.get("covered", 0)
+    return covered if isinstance(covered, int) and 0 <= covered <= total else 0
 
 
 def record_to_dict(record: SessionRecord) -> dict[str, Any]:

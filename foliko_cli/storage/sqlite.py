@@ -341,6 +341,33 @@ class SQLiteStorage(SessionStorageAdapter):
             ).fetchall()
         return self._record(session_id, row, [body for (body,) in bodies])
 
+    async def load_recent(self, session_id: str) -> SessionRecord | None:
+        """Only the messages after the compression summary: one range read by seq."""
+        if self._absent():
+            return None
+        with self._guard():
+            row = self.db.execute(
+                f"SELECT {_SESSION_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                self._raise_if_unreadable_seed(session_id)
+                return None
+            *columns, count = row
+            try:
+                covered = orjson.loads(columns[2]).get("covered", 0)
+            except (orjson.JSONDecodeError, AttributeError) as exc:
+                raise CorruptSessionError(session_id, self.path, str(exc)) from None
+            start = covered if isinstance(covered, int) and 0 <= covered <= count else 0
+            bodies = self.db.execute(
+                "SELECT body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
+                (session_id, start),
+            ).fetchall()
+        record = self._record(session_id, columns, [body for (body,) in bodies])
+        record.first_seq = start
+        record.metadata["message_count"] = start + len(record.messages)
+        return record
+
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         """Two queries per 500 sessions, however many there are (migration checks)."""
         if self._absent():

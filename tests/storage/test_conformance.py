@@ -513,3 +513,28 @@ def test_lock_is_released_when_the_body_raises(storage, run):
             return True
 
     assert run(scenario()) is True
+
+
+# a turn's view of a long session
+
+
+def test_load_recent_reads_only_what_the_compression_summary_does_not_cover(storage, run):
+    messages = [m for i in range(6) for m in turn(f"q{i}")]
+    record = make_record("long", messages=messages)
+    record.compression_state = {"summary": "first four turns", "covered": 8}
+    run(storage.save(record))
+    recent = run(storage.load_recent("long"))
+    assert recent.first_seq == 8
+    assert recent.messages == messages[8:]
+    assert recent.metadata["message_count"] == 12
+    assert run(storage.load("long")).messages == messages
+
+
+def test_load_recent_of_an_uncompressed_or_inconsistent_session_reads_everything(storage, run):
+    messages = turn("a") + turn("b")
+    record = make_record("s", messages=messages)
+    record.compression_state = {"covered": 99}
+    run(storage.save(record))
+    recent = run(storage.load_recent("s"))
+    assert (recent.first_seq, recent.messages) == (0, messages)
+    assert run(storage.load_recent("missing")) is None
