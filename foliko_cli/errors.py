@@ -4,10 +4,10 @@ Messages name the problem and the fix in one line; the CLI prints them as
 they are and exits with ``exit_code``.
 """
 
-from enum import IntEnum
 
+class ExitCode:
+    """The documented exit codes (plain ints: an enum class costs start-up time)."""
 
-class ExitCode(IntEnum):
     OK = 0
     MODEL = 1
     USAGE = 2
@@ -19,7 +19,7 @@ class ExitCode(IntEnum):
 class FolikoError(Exception):
     """Base of all foliko errors."""
 
-    exit_code: ExitCode = ExitCode.MODEL
+    exit_code: int = ExitCode.MODEL
 
 
 class UsageError(FolikoError):

@@ -169,7 +169,7 @@ class Foliko:
         return self._skills
 
     def _load_global_tools(self) -> None:
-        if self._tools_loaded:
+        if self._tools_loaded or not self.tools:
             return
         from foliko_cli.plugins import load_tool
 

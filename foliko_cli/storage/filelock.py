@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import socket
 import time
@@ -17,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from foliko_cli.errors import SessionBusyError, StorageError
+from foliko_cli.storage.names import file_stem
 from foliko_cli.storage.paths import make_private_dirs
 
 _FIRST_DELAY = 0.001
@@ -24,7 +24,7 @@ _MAX_DELAY = 0.05
 
 
 def lock_name(session_id: str) -> str:
-    return hashlib.sha256(session_id.encode()).hexdigest()[:40] + ".lock"
+    return file_stem(session_id) + ".lock"
 
 
 class SessionFileLocks:

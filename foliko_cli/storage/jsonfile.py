@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -49,6 +48,7 @@ from foliko_cli.storage.base import (
     StoredProblem,
 )
 from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
     SessionRecord,
@@ -65,70 +65,14 @@ SUFFIX = ".json"
 TEMP_SUFFIX = ".tmp"
 LOCK_DIRECTORY = ".locks"
 QUARANTINE_DIRECTORY = ".quarantine"
-MAX_STEM = 120
 WRITE_LOCK_TIMEOUT = 30.0
 _WRITE_KEY = "\0write\0"
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_-")
-_DEVICE_NAMES = frozenset(
-    {"con", "prn", "aux", "nul"} | {f"{kind}{n}" for kind in ("com", "lpt") for n in range(10)}
-)
 _HEX = frozenset("0123456789abcdef")
 _DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
 
-def _utf8(text: str) -> bytes:
-    return text.encode("utf-8", "surrogatepass")
-
-
-def file_stem(session_id: str) -> str:
-    """The file name (without ``.json``) of ``session_id``; see the module docstring."""
-    tokens = []
-    for char in session_id:
-        if char in _PLAIN:
-            tokens.append(char)
-        elif "A" <= char <= "Z":
-            tokens.append("^" + char.lower())
-        else:
-            tokens.append("".join(f"%{byte:02X}" for byte in _utf8(char)))
-    stem = "".join(tokens)
-    if stem in _DEVICE_NAMES:
-        return f"%{ord(stem[0]):02X}{stem[1:]}"
-    if len(stem) <= MAX_STEM:
-        return stem
-    digest = hashlib.sha256(_utf8(session_id)).hexdigest()[:32]
-    kept, room = [], MAX_STEM - len(digest) - 1
-    for token in tokens:
-        room -= len(token)
-        if room < 0:
-            break
-        kept.append(token)
-    return "".join(kept) + "~" + digest
-
-
 def file_name(session_id: str) -> str:
     return file_stem(session_id) + SUFFIX
-
-
-def session_id_from_stem(stem: str) -> str | None:
-    """The id whose file stem is ``stem``, or None (a hashed or foreign name)."""
-    out = bytearray()
-    i = 0
-    try:
-        while i < len(stem):
-            char = stem[i]
-            if char == "%":
-                out.append(int(stem[i + 1 : i + 3], 16))
-                i += 3
-            elif char == "^":
-                out += stem[i + 1].upper().encode()
-                i += 2
-            else:
-                out += char.encode()
-                i += 1
-        session_id = out.decode("utf-8", "surrogatepass")
-    except (ValueError, IndexError):
-        return None
-    return session_id if session_id and file_stem(session_id) == stem else None
 
 
 def _looks_hashed(stem: str) -> bool:

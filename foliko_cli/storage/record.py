@@ -9,7 +9,6 @@ turn that wrote it, and optionally ``tool_calls`` (assistant: a list of
 
 from __future__ import annotations
 
-import hashlib
 import time
 import unicodedata
 from typing import Any, NamedTuple
@@ -189,6 +188,8 @@ def record_to_dict(record: SessionRecord) -> dict[str, Any]:
 
 def content_hash(record: SessionRecord) -> str:
     """A digest of what must survive any move between backends."""
+    import hashlib
+
     body = orjson.dumps([record.messages, record.variables], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(body).hexdigest()
 
