@@ -96,9 +96,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         rows: dict[str, list[Result]] = {"warm": [], "cold": []}
         for size in sizes:
             for kind in rows:
-                target = (
-                    f"<= {LIMIT:g}x @{sizes[0]}" if backend == "sqlite" else ""
-                )
+                target = f"<= {LIMIT:g}x @{sizes[0]}" if backend == "sqlite" else ""
                 rows[kind].append(
                     Result(
                         "P2",
