@@ -55,6 +55,10 @@ def check_message_text(message: str) -> str:
     return message
 
 
+def _no_progress(count: int) -> None:
+    return None
+
+
 def _stderr(message: str) -> None:
     print(f"foliko: {message}", file=sys.stderr)
 
@@ -394,7 +398,9 @@ class Foliko:
         summaries.sort(key=key, reverse=reverse)
         return summaries[:limit] if limit is not None else summaries
 
-    def delete_sessions(self, session_ids: list[str]) -> tuple[list[str], list[str]]:
+    def delete_sessions(
+        self, session_ids: list[str], *, progress: Callable[[int], None] = _no_progress
+    ) -> tuple[list[str], list[str]]:
         """Delete each session; return (deleted, not found)."""
         for session_id in session_ids:
             check_session_id(session_id)
@@ -403,6 +409,7 @@ class Foliko:
             existed = self._held(session_id, lambda sid=session_id: self.storage.delete(sid))
             self.framework.destroy_session_context(session_id)
             (deleted if existed else missing).append(session_id)
+            progress(1)
         return deleted, missing
 
     def rename_session(self, old_id: str, new_id: str) -> None:
@@ -437,14 +444,20 @@ class Foliko:
 
         return self._held(session_id, work)
 
-    def export_sessions(self, session_ids: list[str] | None) -> Iterator[SessionRecord]:
-        """The named sessions (all when None), each loaded once, in order."""
-        ids = session_ids if session_ids is not None else sorted(self._run(self.storage.list()))
-        for session_id in ids:
+    def session_ids(self) -> list[str]:
+        return sorted(self._read(self.storage.list))
+
+    def export_sessions(self, session_ids: list[str]) -> Iterator[SessionRecord]:
+        """The named sessions, each loaded once, in order."""
+        for session_id in session_ids:
             yield self.get_session(session_id)
 
     def import_sessions(
-        self, records: list[SessionRecord], *, on_conflict: str = "skip"
+        self,
+        records: list[SessionRecord],
+        *,
+        on_conflict: str = "skip",
+        progress: Callable[[int], None] = _no_progress,
     ) -> ImportReport:
         """Store each record; identical ones are left alone, so re-importing is a no-op."""
         report = ImportReport()
@@ -464,21 +477,18 @@ class Foliko:
                 report.conflicts.append(record.session_id)
         if report.conflicts:
             return report
+        progress(len(records) - len(plan))
         for record in plan:
             self._held(record.session_id, lambda r=record: self.storage.save(r))
             self.framework.destroy_session_context(record.session_id)
             report.imported.append(record.session_id)
+            progress(1)
         return report
 
-    def prune_sessions(self, older_than_ms: int, *, dry_run: bool = False) -> list[str]:
-        """Delete sessions not updated for ``older_than_ms``; return their ids."""
+    def stale_sessions(self, older_than_ms: int) -> list[str]:
+        """Sessions not updated for ``older_than_ms`` (what prune deletes)."""
         cutoff = now_ms() - older_than_ms
-        stale = [
-            s.session_id for s in self._run(self.storage.list_summaries()) if s.updated_at < cutoff
-        ]
-        if dry_run:
-            return stale
-        return self.delete_sessions(stale)[0]
+        return [s.session_id for s in self.list_sessions(sort="name") if s.updated_at < cutoff]
 
     # variables
 

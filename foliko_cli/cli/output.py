@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -24,6 +25,16 @@ def error(message: str) -> None:
 
 def note(message: str) -> None:
     click.echo(f"foliko: {message}", err=True)
+
+
+@contextlib.contextmanager
+def progress(length: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr when it is a terminal (and there is work); else nothing."""
+    if length and sys.stderr.isatty():
+        with click.progressbar(length=length, label=label, file=sys.stderr) as bar:
+            yield bar.update
+    else:
+        yield lambda count: None
 
 
 def format_ms(ms: int | None) -> str:

@@ -9,7 +9,15 @@ import click
 import orjson
 
 from foliko_cli.cli.app import open_facade
-from foliko_cli.cli.output import emit_json, emit_rows, error, format_ms, format_option, note
+from foliko_cli.cli.output import (
+    emit_json,
+    emit_rows,
+    error,
+    format_ms,
+    format_option,
+    note,
+    progress,
+)
 from foliko_cli.cli.params import Duration, complete_session_ids, parse_value
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
@@ -227,8 +235,13 @@ def export(
     """
     if everything == bool(session_ids):
         raise UsageError("name the sessions to export, or pass --all (not both)")
-    records = open_facade(ctx).export_sessions(None if everything else list(session_ids))
-    dumps = [orjson.dumps(record_to_dict(r)).decode() for r in records]
+    facade = open_facade(ctx)
+    ids = facade.session_ids() if everything else list(session_ids)
+    dumps = []
+    with progress(len(ids) if everything else 0, "exporting") as advance:
+        for record in facade.export_sessions(ids):
+            dumps.append(orjson.dumps(record_to_dict(record)).decode())
+            advance(1)
     lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
     _write_output(output, lines)
 
@@ -292,7 +305,10 @@ def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
         records = _parse_import(data, "stdin" if source == "-" else source)
     except UnicodeDecodeError:
         raise UsageError(f"{source} is not valid UTF-8; export it again") from None
-    report = open_facade(ctx).import_sessions(records, on_conflict=on_conflict)
+    with progress(len(records), "importing") as advance:
+        report = open_facade(ctx).import_sessions(
+            records, on_conflict=on_conflict, progress=advance
+        )
     if report.conflicts:
         raise UsageError(
             f"{len(report.conflicts)} session(s) exist with other content "
@@ -325,7 +341,11 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool) -> None:
     Example:
       foliko sessions prune --older-than 30d --dry-run
     """
-    pruned = open_facade(ctx).prune_sessions(older_than, dry_run=dry_run)
+    facade = open_facade(ctx)
+    pruned = facade.stale_sessions(older_than)
+    if not dry_run:
+        with progress(len(pruned), "pruning") as advance:
+            pruned = facade.delete_sessions(pruned, progress=advance)[0]
     for session_id in pruned:
         click.echo(session_id)
     verb = "would delete" if dry_run else "deleted"

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from foliko_cli.cli.output import emit_json, error, note
+from foliko_cli.cli.output import emit_json, error, note, progress
 from foliko_cli.config import load_settings
 from foliko_cli.errors import ExitCode
 
@@ -61,12 +61,10 @@ def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_js
     async def work():
         try:
             total = len(await src.list()) if sys.stderr.isatty() else 0
-            if total:
-                with click.progressbar(length=total, label="migrating", file=sys.stderr) as bar:
-                    return await run_migration(
-                        src, dst, dry_run=dry_run, overwrite=overwrite, progress=bar.update
-                    )
-            return await run_migration(src, dst, dry_run=dry_run, overwrite=overwrite)
+            with progress(total, "migrating") as advance:
+                return await run_migration(
+                    src, dst, dry_run=dry_run, overwrite=overwrite, progress=advance
+                )
         finally:
             await src.close()
             await dst.close()

@@ -229,3 +229,38 @@ def test_migrate_shows_progress_only_on_a_terminal(spawn, invoke):
     assert child.exitstatus == 0
     assert "migrating" in child.before and "100%" in child.before
     assert "copied 2 of 2 sessions" in child.before
+
+
+@pytest.mark.parametrize(
+    ("args", "label"),
+    [
+        (("sessions", "export", "--all", "-o", "all.json"), "exporting"),
+        (("sessions", "prune", "--older-than", "0s"), "pruning"),
+    ],
+)
+def test_long_session_commands_show_progress_only_on_a_terminal(spawn, invoke, args, label):
+    for sid in ("p1", "p2", "p3"):
+        assert invoke("chat", "-s", sid, "x").exit_code == 0
+    if label == "exporting":
+        assert label not in invoke(*args).stderr
+    child = spawn(*args)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert label in child.before and "100%" in child.before
+
+
+def test_import_shows_progress_only_on_a_terminal(spawn, invoke, tmp_path):
+    for sid in ("p1", "p2"):
+        assert invoke("chat", "-s", sid, "x").exit_code == 0
+    exported = invoke("sessions", "export", "--all")
+    (tmp_path / "backup.json").write_text(exported.stdout)
+    piped = invoke("--storage", "json", "sessions", "import", str(tmp_path / "backup.json"))
+    assert "importing" not in piped.stderr
+    child = spawn(
+        "--storage", "sqlite:///other.db", "sessions", "import", str(tmp_path / "backup.json")
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert "importing" in child.before and "imported 2" in child.before
