@@ -8,7 +8,7 @@ import click
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_json, note
-from foliko_cli.cli.params import KeyValue, complete_session_ids
+from foliko_cli.cli.params import complete_session_ids, session_option, var_option
 from foliko_cli.errors import FolikoError, UsageError
 
 
@@ -38,15 +38,7 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 
 @click.command()
 @click.argument("message", required=False)
-@click.option(
-    "-s",
-    "--session",
-    "session_id",
-    required=True,
-    metavar="ID",
-    shell_complete=complete_session_ids,
-    help="Session name; created when new, continued otherwise.",
-)
+@session_option("Session name; created when new, continued otherwise.")
 @click.option(
     "-m", "--model", metavar="MODEL", help="Model as provider:model, e.g. echo. Env: FOLIKO_MODEL."
 )
@@ -67,14 +59,7 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 @click.option(
     "--system", metavar="TEXT", help="System prompt for this session; kept for its later turns."
 )
-@click.option(
-    "--var",
-    "variables",
-    type=KeyValue(),
-    multiple=True,
-    metavar="K=V",
-    help="Set a session variable before the turn (repeatable; V is JSON or text).",
-)
+@var_option("Set a session variable before the turn (repeatable; V is JSON or text).")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0, min_open=True),

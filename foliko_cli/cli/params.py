@@ -72,3 +72,23 @@ def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str
         return sorted(i for i in asyncio.run(ids()) if i.startswith(incomplete))
     except Exception:
         return []
+
+
+def session_option(help: str):
+    """``-s/--session ID`` (required), completing ids from storage."""
+    return click.option(
+        "-s",
+        "--session",
+        "session_id",
+        required=True,
+        metavar="ID",
+        shell_complete=complete_session_ids,
+        help=help,
+    )
+
+
+def var_option(help: str):
+    """``--var K=V``, repeatable; collected as ``variables``."""
+    return click.option(
+        "--var", "variables", type=KeyValue(), multiple=True, metavar="K=V", help=help
+    )

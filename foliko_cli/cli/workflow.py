@@ -8,7 +8,7 @@ import click
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_json, note
-from foliko_cli.cli.params import KeyValue, complete_session_ids
+from foliko_cli.cli.params import session_option, var_option
 from foliko_cli.errors import ExitCode
 
 
@@ -24,23 +24,8 @@ def workflow() -> None:
 
 @workflow.command()
 @click.argument("file", type=click.Path(path_type=Path))
-@click.option(
-    "-s",
-    "--session",
-    "session_id",
-    required=True,
-    metavar="ID",
-    shell_complete=complete_session_ids,
-    help="The session the steps run in.",
-)
-@click.option(
-    "--var",
-    "variables",
-    type=KeyValue(),
-    multiple=True,
-    metavar="K=V",
-    help="Set a session variable first (repeatable; V is JSON or text).",
-)
+@session_option("The session the steps run in.")
+@var_option("Set a session variable first (repeatable; V is JSON or text).")
 @click.option(
     "--resume",
     is_flag=True,
