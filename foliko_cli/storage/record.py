@@ -19,7 +19,6 @@ from foliko_cli.clock import now_ms
 from foliko_cli.errors import InvalidSessionIdError
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
-METADATA_KEYS = ("created_at", "last_active", "message_count", "compression_count")
 MAX_SESSION_ID_LENGTH = 256
 PREVIEW_LENGTH = 100
 
