@@ -11,14 +11,44 @@ from foliko_cli.cli.output import emit_json, note
 from foliko_cli.cli.params import complete_session_ids, session_option, var_option
 from foliko_cli.errors import FolikoError, UsageError
 
+STDIN_GRACE = 2.0
+
 
 def stdin_is_terminal() -> bool:
-    return sys.stdin.isatty()
+    return sys.stdin is not None and sys.stdin.isatty()
 
 
-def read_stdin() -> str | None:
-    """Piped input, or None when stdin is a terminal."""
-    if stdin_is_terminal():
+def _stdin_sends_nothing(grace: float) -> bool:
+    """True when stdin is a pipe or socket that stays silent for ``grace`` seconds.
+
+    With a MESSAGE argument, piped text is optional context: a process started
+    with an inherited stdin that nobody writes to or closes must not hang.
+    Files and /dev/null are always read; so is any stream without a file
+    descriptor.
+    """
+    import os
+    import select
+    import stat
+
+    try:
+        fd = sys.stdin.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode) and not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            return False
+        readable, _, _ = select.select([fd], [], [], grace)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return not readable
+
+
+def read_stdin(*, optional: bool = False) -> str | None:
+    """Piped input, or None when stdin is a terminal or absent.
+
+    ``optional`` (a MESSAGE was given): a pipe that sends nothing, not even
+    end-of-file, within STDIN_GRACE seconds is left unread.
+    """
+    if sys.stdin is None or stdin_is_terminal():
+        return None
+    if optional and _stdin_sends_nothing(STDIN_GRACE):
         return None
     data = sys.stdin.buffer.read()
     try:
@@ -102,7 +132,8 @@ def chat(
     """Run one chat turn in session ID and print the reply.
 
     MESSAGE comes from the argument, from stdin when it is not a terminal,
-    or both (stdin is appended after the argument). With no message on a
+    or both (stdin is appended after the argument; with an argument, a pipe
+    that sends nothing, not even end-of-file, for 2 seconds is ignored). With no message on a
     terminal, starts an interactive loop that saves after every turn
     (Ctrl-D ends it, Ctrl-C cancels the running turn).
 
@@ -112,7 +143,7 @@ def chat(
       git diff | foliko chat -s review "Summarise this change"
       foliko chat -s s2 --from s1 "try another way"
     """
-    text = compose_message(message, read_stdin())
+    text = compose_message(message, read_stdin(optional=message is not None))
     facade = open_facade(ctx, model=model, timeout=timeout)
     options = {
         "model": model,

@@ -376,3 +376,44 @@ def test_exit_130_sigint_during_a_model_call(env, silent_server):
     assert process.returncode == 130
     assert "interrupted" in one_error_line(subprocess.CompletedProcess(process.args, 130, out, err))
     assert messages(env, "int") == [("user", "first"), ("assistant", "first")]
+
+
+def test_an_inherited_stdin_nobody_writes_to_does_not_hang_a_turn_with_a_message(env):
+    process = subprocess.Popen(
+        [str(FOLIKO), "chat", "-s", "quiet", "hello there"],
+        env=env,
+        stdin=subprocess.PIPE,  # open, never written, never closed
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert process.wait(timeout=60) == 0, process.stderr.read().decode()
+        assert process.stdout.read() == b"hello there\n"
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdin.close()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_a_closed_stdin_is_no_input(env):
+    result = subprocess.run(
+        [str(FOLIKO), "chat", "-s", "closed", "hi"],
+        env=env,
+        capture_output=True,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: os.close(0),
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout == b"hi\n"
+    nothing = subprocess.run(
+        [str(FOLIKO), "chat", "-s", "closed"],
+        env=env,
+        capture_output=True,
+        preexec_fn=lambda: os.close(0),
+        timeout=60,
+    )
+    assert nothing.returncode == 2
+    assert b"no message" in nothing.stderr
