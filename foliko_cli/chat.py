@@ -21,7 +21,7 @@ from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
-from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
+from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.tools import ToolResult
 
 T = TypeVar("T")
@@ -161,10 +161,7 @@ class AgentChatHandler:
             record = await storage.load(session_id)
             if record is None:
                 return
-            record.messages = []
-            record.compression_state = {}
-            record.saved_at = now_ms()
-            revision = await storage.save(record)
+            revision = await storage.save(clear_record(record))
             session = self.framework.context_manager.get_session_context(session_id)
             if session is not None:
                 session.apply_record(record)

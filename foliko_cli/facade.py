@@ -24,6 +24,7 @@ from foliko_cli.storage.record import (
     SessionRecord,
     SessionSummary,
     check_session_id,
+    clear_record,
     content_hash,
     new_metadata,
 )
@@ -434,11 +435,7 @@ class Foliko:
             record = await self.storage.load(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
-            record.messages = []
-            record.compression_state = {}
-            if variables:
-                record.variables = {}
-            record.saved_at = now_ms()
+            record = clear_record(record, variables=variables)
             record.revision = await self.storage.save(record)
             return record
 

@@ -167,6 +167,16 @@ def preview_of(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRecord:
+    """``record`` with its history (and summary) dropped; with ``variables``, those too."""
+    record.messages = []
+    record.compression_state = {}
+    if variables:
+        record.variables = {}
+    record.saved_at = now_ms()
+    return record
+
+
 def covered_messages(record: SessionRecord, total: int) -> int:
     """How many of the first messages the session's compression summary stands for."""
     covered = record.compression_state.get("covered", 0)
