@@ -63,8 +63,8 @@ class LazyGroup(FolikoGroup):
 @click.option(
     "--storage",
     metavar="NAME|URL",
-    help="Session storage: memory, json, sqlite (default) or a URL such as "
-    "sqlite:////abs/sessions.db. Env: FOLIKO_STORAGE.",
+    help="Session storage: memory, json, sqlite (default) or a URL: sqlite:////abs/x.db, "
+    "json:///rel/dir, postgresql://user@host/db, redis://host:6379/0. Env: FOLIKO_STORAGE.",
 )
 @click.version_option(__version__, "-V", "--version", prog_name="foliko")
 @click.pass_context
