@@ -71,7 +71,15 @@ def _cell(value: Any) -> str:
         return ""
     if isinstance(value, str):
         return value.replace("\t", " ").replace("\n", " ")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
     return orjson.dumps(value).decode()
+
+
+def _write_lines(lines) -> None:
+    """One write for a whole listing: per-line echo costs seconds at 100,000 rows."""
+    text = "".join(line + "\n" for line in lines)
+    click.echo(text, nl=False)
 
 
 def emit_rows(
@@ -89,12 +97,10 @@ def emit_rows(
     if fmt == "json":
         emit_json(rows)
     elif fmt == "ndjson":
-        for row in rows:
-            emit_json(row)
+        _write_lines(orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS).decode() for row in rows)
     elif fmt == "tsv":
-        click.echo("\t".join(columns))
-        for row in rows:
-            click.echo("\t".join(_cell(row.get(key)) for key in columns))
+        header = ["\t".join(columns)]
+        _write_lines([*header, *("\t".join(_cell(row.get(k)) for k in columns) for row in rows)])
     else:
         from tabulate import tabulate
 
