@@ -17,8 +17,10 @@ import contextlib
 import functools
 import os
 import secrets
+import threading
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -241,3 +243,15 @@ def sample_records() -> list[SessionRecord]:
         SessionRecord("empty"),
         SessionRecord("日本語 {brace} %7B", messages=turn("こんにちは")),
     ]
+
+
+def in_threads(count: int, work: Any) -> list[Any]:
+    """Run ``work(i)`` in ``count`` threads that start together; return the results."""
+    barrier = threading.Barrier(count)
+
+    def start(i: int) -> Any:
+        barrier.wait(timeout=60)
+        return work(i)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(start, range(count), timeout=60))

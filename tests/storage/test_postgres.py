@@ -14,10 +14,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -38,6 +36,7 @@ from foliko_cli.storage.record import SessionRecord, content_hash
 
 from .services import (
     fresh_schema,
+    in_threads,
     postgres_storage,
     require_postgres,
     sample_records,
@@ -71,33 +70,7 @@ def query(url: str, sql: str, params: tuple = ()) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-def in_threads(count: int, work: Any) -> list[Any]:
-    """Run ``work(i)`` in ``count`` threads that start together; return the results."""
-    barrier = threading.Barrier(count)
-
-    def start(i: int) -> Any:
-        barrier.wait(timeout=HANG)
-        return work(i)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(start, range(count), timeout=HANG))
-
-
 # the driver is optional and loaded late
-
-
-def test_importing_the_module_does_not_import_psycopg():
-    code = "import sys, foliko_cli.storage.postgres; print('psycopg' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=HANG)
-    assert result.stdout.strip() == b"False", result.stderr.decode()
-
-
-def test_a_missing_driver_names_the_extra_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg -> ImportError
-    with pytest.raises(StorageConfigError) as error:
-        PostgresStorage("postgresql://postgres@127.0.0.1:5432/test")
-    assert error.value.exit_code == ExitCode.USAGE
-    assert "pip install 'foliko-cli[postgres]'" in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -113,20 +86,6 @@ def test_a_malformed_url_or_schema_is_a_usage_error(bad):
     spec, keywords = bad
     with pytest.raises(StorageConfigError):
         PostgresStorage(spec, **keywords)
-
-
-def test_an_unreachable_server_is_a_storage_error_without_the_password(run):
-    storage = PostgresStorage("postgresql://alice:s3cr%40t-pw@127.0.0.1:1/test", schema="x")
-    with pytest.raises(StorageError) as error:
-        run(storage.list())
-    message = str(error.value)
-    assert error.value.exit_code == ExitCode.STORAGE
-    assert "127.0.0.1:1" in message
-    assert "is the server running? check the URL" in message
-    assert "s3cr" not in message and "%40" not in message
-    assert "\n" not in message
-    assert "s3cr" not in storage.location and "s3cr" not in repr(storage)
-    assert run(storage.health_check()) is False
 
 
 def test_schema_can_come_from_a_postgres_url(url, schema, run):

@@ -14,10 +14,8 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -29,13 +27,12 @@ from foliko_cli.errors import (
     ExitCode,
     SessionBusyError,
     StorageConfigError,
-    StorageError,
 )
 from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.record import SessionRecord, content_hash
 from foliko_cli.storage.redis import RedisStorage, hash_tag
 
-from .services import redis_storage, require_redis, sample_records, state, turn
+from .services import in_threads, redis_storage, require_redis, sample_records, state, turn
 
 HANG = 60  # seconds: only reached when something hangs
 
@@ -58,33 +55,7 @@ def client(url: str) -> Iterator[redis.Redis]:
     connection.close()
 
 
-def in_threads(count: int, work: Any) -> list[Any]:
-    """Run ``work(i)`` in ``count`` threads that start together; return the results."""
-    barrier = threading.Barrier(count)
-
-    def start(i: int) -> Any:
-        barrier.wait(timeout=HANG)
-        return work(i)
-
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(start, range(count), timeout=HANG))
-
-
 # the driver is optional and loaded late
-
-
-def test_importing_the_module_does_not_import_redis():
-    code = "import sys, foliko_cli.storage.redis; print('redis' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=HANG)
-    assert result.stdout.strip() == b"False", result.stderr.decode()
-
-
-def test_a_missing_driver_names_the_extra_to_install(monkeypatch):
-    monkeypatch.setitem(sys.modules, "redis", None)  # import redis -> ImportError
-    with pytest.raises(StorageConfigError) as error:
-        RedisStorage("redis://127.0.0.1:6379/0")
-    assert error.value.exit_code == ExitCode.USAGE
-    assert "pip install 'foliko-cli[redis]'" in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -100,21 +71,6 @@ def test_a_malformed_url_prefix_or_lease_is_a_usage_error(bad):
     spec, keywords = bad
     with pytest.raises(StorageConfigError):
         RedisStorage(spec, **keywords)
-
-
-def test_an_unreachable_server_is_a_storage_error_without_the_password(run):
-    storage = RedisStorage("redis://bob:s3cr%40t-pw@127.0.0.1:1/0", prefix="x")
-    with pytest.raises(StorageError) as error:
-        run(storage.list())
-    message = str(error.value)
-    assert error.value.exit_code == ExitCode.STORAGE
-    assert "127.0.0.1:1" in message
-    assert "is the server running? check the URL" in message
-    assert "s3cr" not in message and "%40" not in message
-    assert "\n" not in message
-    assert "s3cr" not in storage.location and "s3cr" not in repr(storage)
-    assert run(storage.health_check()) is False
-    run(storage.close())
 
 
 def test_prefix_and_lease_can_come_from_the_url(url, run, client):
