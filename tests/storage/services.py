@@ -255,3 +255,36 @@ def in_threads(count: int, work: Any) -> list[Any]:
 
     with ThreadPoolExecutor(count) as pool:
         return list(pool.map(start, range(count), timeout=60))
+
+
+def concurrent_appends(open_storage: Any, writers: int, turns: int) -> list[int]:
+    """``writers`` threads, each with its own adapter from ``open_storage()``, append
+    ``turns`` turns to session "shared", retrying on ConflictError; all revisions, sorted."""
+    from foliko_cli.storage.base import ConflictError
+
+    def write(worker: int) -> list[int]:
+        storage = open_storage()
+
+        async def go() -> list[int]:
+            written = []
+            for t in range(turns):
+                while True:
+                    revision = await storage.revision("shared") or 0
+                    try:
+                        written.append(
+                            await storage.append(
+                                "shared",
+                                turn(f"w{worker}t{t}"),
+                                state(),
+                                expected_revision=revision,
+                            )
+                        )
+                        break
+                    except ConflictError:
+                        continue
+            await storage.close()
+            return written
+
+        return asyncio.run(go())
+
+    return sorted(r for written in in_threads(writers, write) for r in written)

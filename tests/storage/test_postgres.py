@@ -30,11 +30,11 @@ from foliko_cli.errors import (
     StorageError,
 )
 from foliko_cli.storage import postgres as postgres_module
-from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
 
 from .services import (
+    concurrent_appends,
     fresh_schema,
     in_threads,
     postgres_storage,
@@ -226,32 +226,7 @@ def test_concurrent_appends_from_several_connections_lose_nothing(url, pg, run):
     run(pg.list())  # migrate first: this test is about appends
     writers, turns = 6, 10
 
-    def write(worker: int) -> list[int]:
-        storage = PostgresStorage(url, schema=pg.schema)
-
-        async def go() -> list[int]:
-            written = []
-            for t in range(turns):
-                while True:
-                    revision = await storage.revision("shared") or 0
-                    try:
-                        written.append(
-                            await storage.append(
-                                "shared",
-                                turn(f"w{worker}t{t}"),
-                                state(),
-                                expected_revision=revision,
-                            )
-                        )
-                        break
-                    except ConflictError:
-                        continue
-            await storage.close()
-            return written
-
-        return asyncio.run(go())
-
-    revisions = sorted(r for written in in_threads(writers, write) for r in written)
+    revisions = concurrent_appends(lambda: PostgresStorage(url, schema=pg.schema), writers, turns)
     total = writers * turns
     assert revisions == list(range(revisions[0], revisions[0] + total))  # one per append
     seqs = query(url, f"SELECT seq FROM {pg._q}.messages WHERE session_id = 'shared' ORDER BY seq")

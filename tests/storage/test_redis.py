@@ -32,7 +32,7 @@ from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.record import SessionRecord, content_hash
 from foliko_cli.storage.redis import RedisStorage, hash_tag
 
-from .services import in_threads, redis_storage, require_redis, sample_records, state, turn
+from .services import concurrent_appends, redis_storage, require_redis, sample_records, state, turn
 
 HANG = 60  # seconds: only reached when something hangs
 
@@ -158,32 +158,7 @@ def test_a_conflicting_append_changes_nothing(rs, run, client):
 def test_concurrent_appends_from_several_clients_lose_nothing(url, rs, run):
     writers, turns = 6, 10
 
-    def write(worker: int) -> list[int]:
-        storage = RedisStorage(url, prefix=rs.prefix)
-
-        async def go() -> list[int]:
-            written = []
-            for t in range(turns):
-                while True:
-                    revision = await storage.revision("shared") or 0
-                    try:
-                        written.append(
-                            await storage.append(
-                                "shared",
-                                turn(f"w{worker}t{t}"),
-                                state(),
-                                expected_revision=revision,
-                            )
-                        )
-                        break
-                    except ConflictError:
-                        continue
-            await storage.close()
-            return written
-
-        return asyncio.run(go())
-
-    revisions = sorted(r for written in in_threads(writers, write) for r in written)
+    revisions = concurrent_appends(lambda: RedisStorage(url, prefix=rs.prefix), writers, turns)
     total = writers * turns
     assert revisions == list(range(revisions[0], revisions[0] + total))  # one per append
     record = run(rs.load("shared"))
