@@ -5,6 +5,11 @@ reload it if another process moved it, append the user message, call the
 model, run the tools it asks for (at most ``max_steps`` model calls), then
 append every new message in one storage write. If anything fails, the
 session is restored in memory and nothing is written (R1).
+
+The write itself is never cut short: a cancellation (Ctrl-C, SIGTERM, the
+deadline) that arrives while it runs waits for it, and once it has
+committed the turn stands and its result is returned — so "not saved" is
+only ever said of a turn that was not.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
 from foliko_cli.clock import now_ms
+from foliko_cli.completion import run_to_completion
 from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.errors import TurnTimeoutError
@@ -144,7 +150,15 @@ class AgentChatHandler:
         task = asyncio.ensure_future(produce())
         request.on_cancel(task.cancel)
         try:
-            while (event := await events.get()) is not None:
+            while True:
+                try:
+                    event = await events.get()
+                except asyncio.CancelledError:
+                    if not await _committed_anyway(task, events):
+                        raise
+                    continue
+                if event is None:
+                    break
                 if isinstance(event, BaseException):
                     raise event
                 yield event
@@ -205,24 +219,34 @@ class AgentChatHandler:
         ``work`` returns its result and whether the session must be replaced
         (rather than appended to).
         """
-        async with self.framework.hold_session(
-            session_id, request.timeout, wait=request.remaining()
-        ):
-            session = self.framework.get_or_create_session_context(session_id)
-            try:
-                async with asyncio.timeout(request.remaining()):
-                    return await self._transaction(session, request, work)
-            except TimeoutError:
-                raise TurnTimeoutError(request.timeout) from None
-            finally:
-                self.framework.release_session_context(session_id)
+        committed: list[T] = []
+        try:
+            async with self.framework.hold_session(
+                session_id, request.timeout, wait=request.remaining()
+            ):
+                session = self.framework.get_or_create_session_context(session_id)
+                try:
+                    async with asyncio.timeout(request.remaining()):
+                        return await self._transaction(session, request, work, committed)
+                except TimeoutError:
+                    if committed:
+                        return committed[0]
+                    raise TurnTimeoutError(request.timeout) from None
+                finally:
+                    self.framework.release_session_context(session_id)
+        except asyncio.CancelledError:
+            if committed:
+                return committed[0]
+            raise
 
     async def _transaction(
         self,
         session: SessionContext,
         request: RequestContext,
         work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
+        committed: list[T],
     ) -> T:
+        """Run ``work`` and write its outcome; once written, ``committed`` holds the result."""
         storage = self.framework.session_storage
         await self._sync_history(session)
         checkpoint = session.checkpoint()
@@ -232,17 +256,19 @@ class AgentChatHandler:
             if replace:
                 record = session.to_record()
                 record.saved_at = 0
-                session.revision = await storage.save(record)
+                write = storage.save(record)
             else:
-                session.revision = await storage.append(
+                write = storage.append(
                     session.session_id,
                     session.messages[checkpoint.message_count :],
                     SessionState(session.variables, session.metadata, session.compression_state),
                     expected_revision=checkpoint.revision,
                 )
+            session.revision, _ = await run_to_completion(write)
         except BaseException:
             session.restore(checkpoint)
             raise
+        committed.append(result)
         return result
 
     async def _sync_history(self, session: SessionContext) -> None:
@@ -376,6 +402,17 @@ class AgentChatHandler:
         if response is None:
             raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
         return response
+
+
+async def _committed_anyway(task: asyncio.Task, events: asyncio.Queue) -> bool:
+    """After the consumer was cancelled: stop the turn, and say whether it had
+    committed (its ``done`` event is then waiting in ``events``)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    pending = [events.get_nowait() for _ in range(events.qsize())]
+    for event in pending:
+        events.put_nowait(event)
+    return any(isinstance(e, dict) and e.get("type") == "done" for e in pending)
 
 
 async def _emit(events: asyncio.Queue | None, event: dict[str, Any]) -> None:

@@ -1,7 +1,9 @@
 """Every error foliko reports, each with the exit code it maps to (SPEC §4).
 
-Messages name the problem and the fix in one line; the CLI prints them as
-they are and exits with ``exit_code``.
+A message names the problem and, in words a library user can act on, the
+fix. Where the fix is a setting, the error also carries a ``hint`` (one of
+the ``Hint`` names): the CLI replaces the generic fix by the flag that
+sets it, so the core never speaks in CLI flags.
 """
 
 
@@ -14,12 +16,34 @@ class ExitCode:
     STORAGE = 3
     BUSY = 4
     INTERRUPTED = 130
+    TERMINATED = 143
+
+
+class Hint:
+    """Settings a fix may name; the CLI maps each to its flag."""
+
+    TIMEOUT = "timeout"
+    STORAGE = "storage"
+    MODEL = "model"
+    SESSIONS = "sessions"
 
 
 class FolikoError(Exception):
-    """Base of all foliko errors."""
+    """Base of all foliko errors.
+
+    ``problem`` is the message without the fix; ``fix`` the generic advice;
+    ``hint`` the setting the fix is about, when there is one.
+    """
 
     exit_code: int = ExitCode.MODEL
+    hint: str | None = None
+
+    def __init__(self, message: str = "", *, fix: str | None = None, hint: str | None = None):
+        self.problem = message
+        self.fix = fix
+        if hint is not None:
+            self.hint = hint
+        super().__init__(f"{message}; {fix}" if fix else message)
 
 
 class UsageError(FolikoError):
@@ -36,7 +60,9 @@ class SessionNotFoundError(UsageError):
     def __init__(self, session_id: str):
         self.session_id = session_id
         super().__init__(
-            f"session {session_id!r} not found; list sessions with 'foliko sessions list'"
+            f"session {session_id!r} not found",
+            fix="list the sessions that exist",
+            hint=Hint.SESSIONS,
         )
 
 
@@ -56,8 +82,8 @@ class CorruptSessionError(StorageError):
         self.where = where
         self.reason = reason
         super().__init__(
-            f"session {session_id!r} is corrupt ({reason}) in {where}; it was left untouched: "
-            "restore it from a backup or delete it with 'foliko sessions delete'"
+            f"session {session_id!r} is corrupt ({reason}) in {where}; it was left untouched",
+            fix="restore it from a backup or delete it",
         )
 
 
@@ -69,8 +95,9 @@ class SessionBusyError(FolikoError):
         self.holder = holder
         who = f" by {holder}" if holder else ""
         super().__init__(
-            f"session {session_id!r} is busy: held{who} for more than {waited:g}s; "
-            "retry later or raise --timeout"
+            f"session {session_id!r} is busy: held{who} for more than {waited:g}s",
+            fix="retry later or allow a longer timeout",
+            hint=Hint.TIMEOUT,
         )
 
 
@@ -88,8 +115,9 @@ class TurnTimeoutError(ModelError):
     def __init__(self, timeout: float):
         self.timeout = timeout
         super().__init__(
-            f"the turn did not finish within {timeout:g}s and was not saved; "
-            "raise the limit with --timeout"
+            f"the turn did not finish within {timeout:g}s and was not saved",
+            fix="allow a longer timeout",
+            hint=Hint.TIMEOUT,
         )
 
 
@@ -101,5 +129,17 @@ class AgentNotFoundError(UsageError):
     def __init__(self, agent_id: str):
         self.agent_id = agent_id
         super().__init__(
-            f"agent {agent_id!r} not found; create it with get_or_create_agent_context"
+            f"agent {agent_id!r} not found", fix="create it with get_or_create_agent_context"
         )
+
+
+class Interrupted(FolikoError):
+    """SIGINT or SIGTERM stopped an operation; ``message`` says what was kept."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+    def __init__(self, message: str, *, signal_number: int = 2):
+        self.signal_number = signal_number
+        if signal_number == 15:
+            self.exit_code = ExitCode.TERMINATED
+        super().__init__(message)

@@ -18,12 +18,13 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from foliko_cli.completion import run_to_completion
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.context.queues import SessionQueues
 from foliko_cli.errors import AgentNotFoundError, SessionBusyError
 from foliko_cli.events import EventEmitter
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.tools import BUILTIN_TOOLS, Tool, ToolRegistry, ToolResult, run_tool
+from foliko_cli.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolRegistry, ToolResult, run_tool
 
 T = TypeVar("T")
 
@@ -89,21 +90,26 @@ class Framework(EventEmitter):
         """Exclusive use of a session: first in this process (FIFO), then in storage.
 
         Waits at most ``wait`` seconds (default ``timeout``); a busy error names
-        ``timeout``, the limit the user set.
+        ``timeout``, the limit the user set. The storage lock is released even
+        when a cancellation arrives during the release.
         """
         wait = timeout if wait is None else wait
         deadline = time.monotonic() + wait
-        acquired = False
-        try:
-            async with self.session_queues.hold(session_id, wait):
-                remaining = max(0.0, deadline - time.monotonic())
-                async with self.session_storage.lock(session_id, remaining):
-                    acquired = True
-                    yield
-        except SessionBusyError as exc:
-            if acquired:
-                raise
-            raise SessionBusyError(session_id, timeout, exc.holder) from None
+        async with self.session_queues.hold(session_id, wait):
+            remaining = max(0.0, deadline - time.monotonic())
+            lock = self.session_storage.lock(session_id, remaining)
+            try:
+                await lock.__aenter__()
+            except SessionBusyError as exc:
+                raise SessionBusyError(session_id, timeout, exc.holder) from None
+            try:
+                yield
+            finally:
+                _, cancelled = await run_to_completion(lock.__aexit__(None, None, None))
+                if cancelled:
+                    import asyncio
+
+                    raise asyncio.CancelledError
 
     # running with a context set
 
@@ -284,5 +290,10 @@ class Framework(EventEmitter):
             tools.update(agent.tools)
         return tools
 
+    def tool_context(self) -> ToolContext:
+        return ToolContext(
+            self.get_session_context(), self.get_request_context(), self.get_agent_context()
+        )
+
     async def execute_tool(self, name: str, arguments: Any) -> ToolResult:
-        return await run_tool(self.resolve_tools().get(name), name, arguments, self)
+        return await run_tool(self.resolve_tools().get(name), name, arguments, self.tool_context())

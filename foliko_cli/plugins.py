@@ -61,8 +61,9 @@ def _param_docs(doc: str) -> dict[str, str]:
 def tool_from_function(function: Callable[..., Any], name: str | None = None) -> Tool:
     """Wrap ``function``: its keyword arguments are the tool's arguments.
 
-    A parameter named ``framework`` receives the Framework instead (for tools
-    that read the current session or request).
+    A parameter named ``context`` receives the ToolContext instead (for tools
+    that read the current session, request or agent). A plain function runs
+    in a worker thread, so a slow one cannot hold a turn past its deadline.
     """
     signature = inspect.signature(function)
     hints = typing.get_type_hints(function)
@@ -71,7 +72,7 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None) ->
     properties: dict[str, Any] = {}
     required: list[str] = []
     for param in signature.parameters.values():
-        if param.name == "framework" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+        if param.name == "context" or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
             continue
         schema = type_schema(hints.get(param.name, param.annotation))
         if param.name in descriptions:
@@ -81,10 +82,10 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None) ->
         else:
             schema.setdefault("default", param.default)
         properties[param.name] = schema
-    wants_framework = "framework" in signature.parameters
+    wants_context = "context" in signature.parameters
 
-    def execute(arguments: dict[str, Any], framework: Any) -> Any:
-        extra = {"framework": framework} if wants_framework else {}
+    def execute(arguments: dict[str, Any], context: Any) -> Any:
+        extra = {"context": context} if wants_context else {}
         return function(**arguments, **extra)
 
     summary = doc.split("\n\n", 1)[0].strip() or f"Call {function.__name__}."
@@ -92,6 +93,7 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None) ->
         name=name or function.__name__,
         description=summary,
         execute=execute,
+        blocking=not inspect.iscoroutinefunction(function),
         input_schema={
             "type": "object",
             "properties": properties,

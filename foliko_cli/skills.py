@@ -120,7 +120,7 @@ def skills_prompt(skills: Iterable[Skill]) -> str | None:
 
 
 def load_skill_tool(skills: dict[str, Skill]) -> Tool:
-    def load(arguments: dict[str, Any], framework: Any) -> dict[str, Any]:
+    def load(arguments: dict[str, Any], context: Any) -> dict[str, Any]:
         skill = skills.get(arguments["name"])
         if skill is None:
             raise ToolError(

@@ -6,6 +6,7 @@ as an error and goes back to the model; it never ends the turn.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -15,9 +16,18 @@ import orjson
 from foliko_cli.errors import ToolError
 
 if TYPE_CHECKING:
-    from foliko_cli.framework import Framework
+    from foliko_cli.context import AgentContext, RequestContext, SessionContext
 
-ToolFunction = Callable[[dict[str, Any], "Framework"], Any | Awaitable[Any]]
+
+class ToolContext(NamedTuple):
+    """What a running tool may see: the turn's three layers, nothing more."""
+
+    session: SessionContext | None = None
+    request: RequestContext | None = None
+    agent: AgentContext | None = None
+
+
+ToolFunction = Callable[[dict[str, Any], ToolContext], Any | Awaitable[Any]]
 
 EMPTY_OBJECT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -27,10 +37,14 @@ EMPTY_OBJECT_SCHEMA: dict[str, Any] = {
 
 
 class Tool(NamedTuple):
+    """``blocking`` tools are plain functions that may take long (plugins): they
+    run in a worker thread, so the turn's deadline still holds while they work."""
+
     name: str
     description: str
     execute: ToolFunction
     input_schema: dict[str, Any] = EMPTY_OBJECT_SCHEMA
+    blocking: bool = False
 
     def spec(self) -> dict[str, Any]:
         """What a model provider is told about the tool."""
@@ -90,7 +104,7 @@ def _render(value: Any) -> str:
 
 
 async def run_tool(
-    tool: Tool | None, name: str, arguments: Any, framework: Framework
+    tool: Tool | None, name: str, arguments: Any, context: ToolContext
 ) -> ToolResult:
     """Validate and run one tool call; every failure becomes an error result."""
     if tool is None:
@@ -113,7 +127,10 @@ async def run_tool(
             f"error: invalid arguments for {name!r}: " + "; ".join(problems), is_error=True
         )
     try:
-        value = tool.execute(arguments, framework)
+        if tool.blocking:
+            value = await in_worker_thread(tool.execute, arguments, context)
+        else:
+            value = tool.execute(arguments, context)
         if inspect.isawaitable(value):
             value = await value
         return ToolResult(_render(value))
@@ -123,9 +140,41 @@ async def run_tool(
         return ToolResult(f"error: {name} failed: {type(exc).__name__}: {exc}", is_error=True)
 
 
-def _get_session_info(arguments: dict[str, Any], framework: Framework) -> dict[str, Any]:
-    session = framework.get_session_context()
-    request = framework.get_request_context()
+async def in_worker_thread(function: Callable[..., Any], *args: Any) -> Any:
+    """``function(*args)`` in a daemon thread.
+
+    Unlike ``asyncio.to_thread``, a cancelled wait abandons the thread: the
+    process neither waits for it at exit nor keeps the turn waiting.
+    """
+    import asyncio
+    import threading
+
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def work() -> None:
+        value, error = None, None
+        try:
+            value = function(*args)
+        except BaseException as exc:
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=work, name="foliko-tool", daemon=True).start()
+    return await future
+
+
+def _get_session_info(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    session, request = context.session, context.request
     return {
         "session_id": session.session_id if session else None,
         "message_count": session.metadata["message_count"] if session else 0,
@@ -134,21 +183,21 @@ def _get_session_info(arguments: dict[str, Any], framework: Framework) -> dict[s
     }
 
 
-def _require_session(framework: Framework):
-    session = framework.get_session_context()
+def _require_session(context: ToolContext) -> SessionContext:
+    session = context.session
     if session is None:
         raise ToolError("no session is active")
     return session
 
 
-def _get_variable(arguments: dict[str, Any], framework: Framework) -> dict[str, Any]:
-    session = _require_session(framework)
+def _get_variable(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    session = _require_session(context)
     key = arguments["key"]
     return {"key": key, "value": session.get_variable(key), "exists": key in session.variables}
 
 
-def _set_variable(arguments: dict[str, Any], framework: Framework) -> dict[str, Any]:
-    session = _require_session(framework)
+def _set_variable(arguments: dict[str, Any], context: ToolContext) -> dict[str, Any]:
+    session = _require_session(context)
     session.set_variable(arguments["key"], arguments["value"])
     return {"key": arguments["key"], "value": arguments["value"], "ok": True}
 

@@ -31,7 +31,7 @@ def raising(name: str, exc: BaseException) -> Tool:
 
 
 def call(fw: Framework, tool: Tool | None, name: str, arguments):
-    return asyncio.run(run_tool(tool, name, arguments, fw))
+    return asyncio.run(run_tool(tool, name, arguments, fw.tool_context()))
 
 
 @pytest.fixture
@@ -167,9 +167,9 @@ def test_tool_with_an_invalid_schema_never_crashes_a_turn(fw):
 
 
 def test_async_tools(fw):
-    async def execute(args, framework):
+    async def execute(args, context):
         await asyncio.sleep(0)
-        return {"doubled": args["n"] * 2, "same_framework": framework is fw}
+        return {"doubled": args["n"] * 2, "context": type(context).__name__}
 
     async def failing(args, framework):
         await asyncio.sleep(0)
@@ -178,7 +178,7 @@ def test_async_tools(fw):
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     result = call(fw, Tool("double", "x2", execute, schema), "double", {"n": 21})
     assert result.is_error is False
-    assert orjson.loads(result.content) == {"doubled": 42, "same_framework": True}
+    assert orjson.loads(result.content) == {"doubled": 42, "context": "ToolContext"}
     failure = call(fw, Tool("f", "fails", failing), "f", {})
     assert failure.is_error and failure.content == "error: async failure"
 

@@ -63,7 +63,7 @@ def show_agent(ctx: click.Context, name: str, as_json: bool) -> None:
     context = facade.agent_context(name)
     details = {
         "name": name,
-        "model": facade._model_name(None, name) or "echo",
+        "model": facade.model_name(None, name) or "echo",
         "tools": sorted(context.tools),
         "skills": [s.name for s in context.skills],
         "system_prompt": context.build_system_prompt(),

@@ -11,7 +11,7 @@ from foliko_cli.facade import Foliko
 
 def settings_for(ctx: click.Context, **flags) -> Settings:
     root = ctx.find_root().obj or {}
-    return load_settings(storage=root.get("storage"), **flags)
+    return load_settings(**{"storage": root.get("storage"), **flags})
 
 
 def open_facade(ctx: click.Context, **flags) -> Foliko:

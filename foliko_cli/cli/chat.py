@@ -9,7 +9,7 @@ import click
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_json, note
 from foliko_cli.cli.params import complete_session_ids, session_option, var_option
-from foliko_cli.errors import FolikoError, UsageError
+from foliko_cli.errors import FolikoError, Interrupted, UsageError
 
 STDIN_GRACE = 2.0
 
@@ -201,7 +201,7 @@ def interactive(facade, session_id: str, options: dict) -> None:
         try:
             facade.chat(session_id, line, on_event=write_delta, **options)
             click.echo()
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Interrupted):
             click.echo()
             note("turn cancelled; nothing saved")
             continue

@@ -8,7 +8,22 @@ import click
 
 from foliko_cli import __version__
 from foliko_cli.cli.output import error
-from foliko_cli.errors import ExitCode, FolikoError
+from foliko_cli.errors import ExitCode, FolikoError, Hint
+
+FLAGS = {
+    Hint.TIMEOUT: "--timeout",
+    Hint.STORAGE: "--storage or FOLIKO_STORAGE",
+    Hint.MODEL: "-m/--model or FOLIKO_MODEL",
+    Hint.SESSIONS: "foliko sessions list",
+}
+
+
+def render(exc: FolikoError) -> str:
+    """The error's one line, its fix naming the flag or command that applies."""
+    if exc.fix is None:
+        return str(exc)
+    where = FLAGS.get(exc.hint) if exc.hint else None
+    return f"{exc.problem}; {exc.fix}" + (f" ({where})" if where else "")
 
 
 class FolikoGroup(click.Group):
@@ -18,10 +33,10 @@ class FolikoGroup(click.Group):
         try:
             return super().invoke(ctx)
         except FolikoError as exc:
-            error(str(exc))
+            error(render(exc))
             raise click.exceptions.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            error("interrupted; the turn was not saved")
+            error("interrupted")
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
 
 

@@ -37,6 +37,19 @@ def progress(length: int, label: str) -> Iterator[Callable[[int], None]]:
         yield lambda count: None
 
 
+@contextlib.contextmanager
+def deferred_progress(label: str) -> Iterator[tuple[Callable[[int], None], Callable[[int], None]]]:
+    """``(start, advance)`` for a progress bar whose length is known only once
+    the work has begun: ``start(total)`` opens it, ``advance(n)`` moves it."""
+    with contextlib.ExitStack() as stack:
+        advance: list[Callable[[int], None]] = [lambda count: None]
+
+        def start(total: int) -> None:
+            advance[0] = stack.enter_context(progress(total, label))
+
+        yield start, lambda count: advance[0](count)
+
+
 def format_ms(ms: int | None) -> str:
     if not ms:
         return "-"

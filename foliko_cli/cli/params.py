@@ -54,22 +54,13 @@ class KeyValue(click.ParamType):
 def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str]:
     """Session ids from the configured storage; silent when storage is unavailable."""
     try:
-        import asyncio
-
         from foliko_cli.config import load_settings
-        from foliko_cli.storage import open_storage
+        from foliko_cli.facade import Foliko
 
         root = ctx.find_root()
         settings = load_settings(storage=root.params.get("storage"))
-        adapter = open_storage(settings.storage, settings.home)
-
-        async def ids() -> list[str]:
-            try:
-                return await adapter.list()
-            finally:
-                await adapter.close()
-
-        return sorted(i for i in asyncio.run(ids()) if i.startswith(incomplete))
+        with Foliko.from_settings(settings) as facade:
+            return [i for i in facade.session_ids() if i.startswith(incomplete)]
     except Exception:
         return []
 

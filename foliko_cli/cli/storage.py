@@ -6,23 +6,9 @@ import sys
 
 import click
 
-from foliko_cli.cli.output import emit_json, error, note, progress
-from foliko_cli.config import load_settings
+from foliko_cli.cli.app import open_facade
+from foliko_cli.cli.output import deferred_progress, emit_json, error, note
 from foliko_cli.errors import ExitCode
-
-
-def _open(spec: str | None):
-    """The backend ``spec`` names; None means the configured one (--storage, env)."""
-    from foliko_cli.storage import open_storage
-
-    settings = load_settings(storage=spec)
-    return open_storage(settings.storage, settings.home)
-
-
-def _run(coroutine):
-    import asyncio
-
-    return asyncio.run(coroutine)
 
 
 @click.group()
@@ -43,7 +29,10 @@ def storage() -> None:
     "--overwrite", is_flag=True, help="Replace sessions that exist in DST with other content."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_json: bool) -> None:
+@click.pass_context
+def migrate(
+    ctx: click.Context, source: str, destination: str, dry_run: bool, overwrite: bool, as_json: bool
+) -> None:
     """Copy every session from SRC to DST (backend names or URLs), verified.
 
     Safe to re-run: sessions already in DST with the same content are skipped.
@@ -54,22 +43,16 @@ def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_js
       foliko storage migrate json sqlite
       foliko storage migrate sqlite:////srv/old.db json:////srv/sessions --dry-run
     """
-    from foliko_cli.storage.migrate import migrate as run_migration
-
-    src, dst = _open(source), _open(destination)
-
-    async def work():
-        try:
-            total = len(await src.list()) if sys.stderr.isatty() else 0
-            with progress(total, "migrating") as advance:
-                return await run_migration(
-                    src, dst, dry_run=dry_run, overwrite=overwrite, progress=advance
-                )
-        finally:
-            await src.close()
-            await dst.close()
-
-    report = _run(work())
+    facade = open_facade(ctx, storage="memory")
+    with deferred_progress("migrating") as (start, advance):
+        report = facade.migrate(
+            source,
+            destination,
+            dry_run=dry_run,
+            overwrite=overwrite,
+            progress=advance,
+            on_total=start if sys.stderr.isatty() else None,
+        )
     for session_id, reason in report.failed:
         error(f"session {session_id!r}: {reason}")
     if as_json:
@@ -77,10 +60,11 @@ def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_js
     else:
         verb = "would copy" if dry_run else "copied"
         click.echo(
-            f"{verb} {len(report.copied)} of {report.total} sessions from {src.location} "
-            f"to {dst.location}; {len(report.skipped)} already there, "
+            f"{verb} {len(report.copied)} of {report.total} sessions from "
+            f"{report.source} to {report.target}; {len(report.skipped)} already there, "
             f"{len(report.failed)} failed"
         )
+
     if not report.ok:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
@@ -96,17 +80,9 @@ def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
     Example:
       foliko storage check && foliko storage check --repair
     """
-    adapter = _open(ctx.obj.get("storage"))
-
-    async def work():
-        try:
-            problems = await adapter.check()
-            moved = [await adapter.quarantine(p) for p in problems] if repair else []
-            return problems, moved
-        finally:
-            await adapter.close()
-
-    problems, moved = _run(work())
+    facade = open_facade(ctx)
+    found = facade.check(repair=repair)
+    problems = [problem for problem, _ in found]
     if as_json:
         emit_json(
             [
@@ -114,18 +90,18 @@ def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
                     "session_id": p.session_id,
                     "where": p.where,
                     "reason": p.reason,
-                    **({"moved_to": moved[i]} if repair else {}),
+                    **({"moved_to": moved} if repair else {}),
                 }
-                for i, p in enumerate(problems)
+                for p, moved in found
             ]
         )
-    for i, problem in enumerate(problems):
+    for problem, moved in found:
         if repair:
-            note(f"moved {problem.session_id!r} aside to {moved[i]} ({problem.reason})")
+            note(f"moved {problem.session_id!r} aside to {moved} ({problem.reason})")
         elif not as_json:
             click.echo(f"{problem.session_id}\t{problem.where}\t{problem.reason}")
     if not as_json and not repair:
-        note(f"{len(problems)} unreadable session(s) in {adapter.location}")
+        note(f"{len(problems)} unreadable session(s) in {facade.storage.location}")
     if problems and not repair:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
@@ -140,15 +116,7 @@ def info(ctx: click.Context, as_json: bool) -> None:
     Example:
       foliko --storage json storage info --json
     """
-    adapter = _open(ctx.obj.get("storage"))
-
-    async def work():
-        try:
-            return await adapter.info()
-        finally:
-            await adapter.close()
-
-    details = _run(work())
+    details = open_facade(ctx).info()
     if as_json:
         emit_json(details)
     else:

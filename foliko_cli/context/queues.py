@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
@@ -11,6 +10,8 @@ from foliko_cli.errors import SessionBusyError
 
 class _Queue:
     def __init__(self) -> None:
+        import asyncio
+
         self.lock = asyncio.Lock()
         self.users = 0
 
@@ -34,6 +35,8 @@ class SessionQueues:
         if queue is None:
             queue = self._queues[session_id] = _Queue()
         queue.users += 1
+        import asyncio
+
         try:
             try:
                 async with asyncio.timeout(wait):

@@ -25,6 +25,8 @@ class MigrationReport:
     skipped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
     dry_run: bool = False
+    source: str = ""
+    target: str = ""
 
     @property
     def ok(self) -> bool:
@@ -60,7 +62,9 @@ async def migrate(
         )
     session_ids = await source.list()
     already = set(await target.list())
-    report = MigrationReport(total=len(session_ids), dry_run=dry_run)
+    report = MigrationReport(
+        total=len(session_ids), dry_run=dry_run, source=source.location, target=target.location
+    )
     for start in range(0, len(session_ids), batch_size):
         batch = session_ids[start : start + batch_size]
         pending = await _collect(source, target, batch, already, report, overwrite)

@@ -76,7 +76,7 @@ def test_schema_details_from_the_docstring_and_signature(importable):
     }
     assert shout.input_schema["required"] == ["text"]
     whoami = tool_from_function(tools.whoami)
-    assert whoami.input_schema["properties"] == {}  # `framework` is not an argument
+    assert whoami.input_schema["properties"] == {}  # `context` is not an argument
     bare = tool_from_function(tools.undocumented, name="renamed")
     assert bare.name == "renamed"
     assert bare.description == "Call undocumented."

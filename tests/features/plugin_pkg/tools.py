@@ -20,11 +20,9 @@ def get_variable(key: str) -> str:
     return f"agent-override saw {key}"
 
 
-def whoami(framework: Any) -> dict[str, Any]:
+def whoami(context: Any) -> dict[str, Any]:
     """Report the agent, session and request the tool runs under."""
-    agent = framework.get_agent_context()
-    session = framework.get_session_context()
-    request = framework.get_request_context()
+    agent, session, request = context.agent, context.session, context.request
     return {
         "agent": agent.agent_id if agent is not None else None,
         "session": session.session_id if session is not None else None,
