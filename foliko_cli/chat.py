@@ -27,6 +27,7 @@ from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
+from foliko_cli.prompts import turn_system_prompt
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.tools import ToolResult
 
@@ -288,10 +289,9 @@ class AgentChatHandler:
         return message
 
     def build_system_prompt(self, session: SessionContext) -> str | None:
-        """The agent's prompt, then the session's own (``--system``) or the default."""
-        agent_prompt = self.agent.build_system_prompt() if self.agent else None
-        own = session.metadata.get("system_prompt") or self.system_prompt
-        return "\n\n".join(p for p in (agent_prompt, own) if p) or None
+        return turn_system_prompt(
+            self.agent, session.metadata.get("system_prompt"), self.system_prompt
+        )
 
     def model_request(
         self, session: SessionContext, tools: list[dict[str, Any]], request: RequestContext

@@ -25,6 +25,8 @@ async def run_to_completion(awaitable: Awaitable[T]) -> tuple[T, bool]:
         try:
             return await asyncio.shield(task), cancelled
         except asyncio.CancelledError:
-            if task.done():
-                raise
             cancelled = True
+            if task.done():
+                if task.cancelled():
+                    raise
+                return task.result(), True

@@ -12,7 +12,6 @@ previous summary; when summarising fails, they are simply dropped
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -21,6 +20,7 @@ from foliko_cli.clock import now_ms
 from foliko_cli.context.session import SessionContext
 from foliko_cli.errors import FolikoError
 from foliko_cli.models.base import ModelProvider, ModelRequest
+from foliko_cli.tokens import TokenCounter, estimate_tokens
 
 THRESHOLD = 0.7
 KEEP_SHARE = 0.3
@@ -32,13 +32,6 @@ SUMMARY_SYSTEM = (
     "reference: keep facts, names, numbers, decisions, tool results that matter and open "
     "questions. Reply with the summary only."
 )
-
-TokenCounter = Callable[[str], int]
-
-
-def estimate_tokens(text: str) -> int:
-    """A fast estimate: about four characters per token."""
-    return (len(text) + 3) // 4
 
 
 def message_tokens(message: dict[str, Any], count: TokenCounter = estimate_tokens) -> int:

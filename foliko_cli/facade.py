@@ -98,17 +98,21 @@ class _LoopRunner:
             except BaseException as exc:
                 outcome["error"] = exc
 
-        worker = threading.Thread(target=work, name="foliko-facade")
-        worker.start()
-        worker.join()
+        _in_thread(work)
         if "error" in outcome:
             raise outcome["error"]
         return outcome["value"]
 
     def close(self) -> None:
-        if self._runner is not None:
-            self._runner.close()
-            self._runner = None
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            _in_thread(runner.close) if _loop_running_here() else runner.close()
+
+
+def _in_thread(work: Callable[[], None]) -> None:
+    worker = threading.Thread(target=work, name="foliko-facade")
+    worker.start()
+    worker.join()
 
 
 def _blocking(name: str, interrupted: str = INTERRUPTED) -> Callable[..., Any]:

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from foliko_cli.completion import run_to_completion
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
-from foliko_cli.context.queues import SessionQueues
 from foliko_cli.errors import AgentNotFoundError, SessionBusyError
 from foliko_cli.events import EventEmitter
+from foliko_cli.queues import SessionQueues
 from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolRegistry, ToolResult, run_tool
 

@@ -219,6 +219,20 @@ class AsyncFoliko:
             self.notify(warning)
         return context
 
+    def describe_agent(self, name: str) -> dict[str, Any]:
+        """An agent's model, tools, skills and the system prompt its turns start with."""
+        from foliko_cli.prompts import agent_system_prompt
+
+        context = self.agent_context(name)
+        chosen = self.model_name(None, name)
+        return {
+            "name": name,
+            "model": chosen if isinstance(chosen, str) else getattr(chosen, "name", "echo"),
+            "tools": sorted(context.tools),
+            "skills": [s.name for s in context.skills],
+            "system_prompt": agent_system_prompt(context),
+        }
+
     def model_name(
         self, model: str | ModelProvider | None = None, agent: str | None = None
     ) -> str | ModelProvider | None:

@@ -59,15 +59,7 @@ def show_agent(ctx: click.Context, name: str, as_json: bool) -> None:
     Example:
       foliko agents show helper
     """
-    facade = open_facade(ctx)
-    context = facade.agent_context(name)
-    details = {
-        "name": name,
-        "model": facade.model_name(None, name) or "echo",
-        "tools": sorted(context.tools),
-        "skills": [s.name for s in context.skills],
-        "system_prompt": context.build_system_prompt(),
-    }
+    details = open_facade(ctx).describe_agent(name)
     if as_json:
         emit_json(details)
         return

@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from foliko_cli.clock import now_ms
-from foliko_cli.context.queues import SessionQueues
+from foliko_cli.queues import SessionQueues
 from foliko_cli.storage.base import ConflictError, SessionStorageAdapter
 from foliko_cli.storage.record import (
     SessionRecord,

@@ -1,0 +1,141 @@
+"""The package's layers point one way, with no import cycles.
+
+Every import counts: module level, inside functions and under
+``TYPE_CHECKING`` alike, because each is a dependency someone must
+understand. A module may import its own layer or any layer below it; the
+import graph has no cycle at all.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "foliko_cli"
+
+# Highest first. A module belongs to the first layer with a prefix it matches.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("entry points", ("foliko_cli.cli", "foliko_cli.serve", "foliko_cli.__main__")),
+    ("sync facade", ("foliko_cli.facade",)),
+    ("service", ("foliko_cli.service",)),
+    (
+        "features over the engine",
+        ("foliko_cli.workflow", "foliko_cli.agents", "foliko_cli.dryrun", "foliko_cli.mcp"),
+    ),
+    ("turn engine", ("foliko_cli.chat",)),
+    ("framework", ("foliko_cli.framework",)),
+    (
+        "turn parts",
+        (
+            "foliko_cli.compression",
+            "foliko_cli.prompts",
+            "foliko_cli.skills",
+            "foliko_cli.plugins",
+            "foliko_cli.tools",
+        ),
+    ),
+    ("contexts", ("foliko_cli.context",)),
+    ("providers and backends", ("foliko_cli.models", "foliko_cli.storage", "foliko_cli.config")),
+    (
+        "leaves",
+        (
+            "foliko_cli.errors",
+            "foliko_cli.clock",
+            "foliko_cli.events",
+            "foliko_cli.completion",
+            "foliko_cli.tokens",
+            "foliko_cli.queues",
+        ),
+    ),
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def owner(name: str) -> str:
+    """The module a dotted import refers to (a package's ``__init__`` for its names)."""
+    while name not in MODULES and "." in name:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports(name: str) -> set[str]:
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.startswith("foliko_cli"):
+                found.add(owner(node.module))
+                found.update(
+                    f"{node.module}.{a.name}"
+                    for a in node.names
+                    if f"{node.module}.{a.name}" in MODULES
+                )
+        elif isinstance(node, ast.Import):
+            found.update(owner(a.name) for a in node.names if a.name.startswith("foliko_cli"))
+    return found - {name, "foliko_cli"}
+
+
+GRAPH = {name: imports(name) for name in MODULES if name != "foliko_cli"}
+
+
+def rank(name: str) -> int:
+    for position, (_, prefixes) in enumerate(LAYERS):
+        if any(name == p or name.startswith(p + ".") for p in prefixes):
+            return len(LAYERS) - position
+    raise AssertionError(f"{name} is in no layer: add it to LAYERS in {__file__}")
+
+
+@pytest.mark.parametrize("name", sorted(GRAPH))
+def test_module_imports_only_its_layer_or_below(name):
+    wrong = sorted(dep for dep in GRAPH[name] if rank(dep) > rank(name))
+    assert not wrong, f"{name} imports higher layers: {wrong}"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for dep in graph.get(node, ()):
+            if dep not in index:
+                visit(dep)
+                low[node] = min(low[node], low[dep])
+            elif dep in stack:
+                low[node] = min(low[node], index[dep])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_import_graph_has_no_cycle():
+    assert cycles(GRAPH) == []
+
+
+def test_the_checker_finds_a_cycle_and_a_wrong_way_import():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert rank("foliko_cli.cli.chat") > rank("foliko_cli.service") > rank("foliko_cli.errors")

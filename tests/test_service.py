@@ -1,0 +1,208 @@
+"""The public Python API: a lazy top level, AsyncFoliko inside any loop, the sync twin."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import foliko_cli
+from foliko_cli import AsyncFoliko, Foliko, Interrupted, SessionNotFoundError
+
+HEAVY = ("asyncio", "httpx", "httpx2", "psycopg", "redis", "jsonschema", "mcp", "uvicorn")
+
+
+def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **env},
+        timeout=60,
+    )
+
+
+def test_the_top_level_names_load_lazily_and_import_nothing_heavy():
+    done = run_python(
+        f"""
+        import sys
+        import foliko_cli as f
+        print(f.AsyncFoliko.__name__, f.Framework.__name__, f.Foliko.__name__)
+        print([m for m in {HEAVY!r} if m in sys.modules])
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    names, loaded = done.stdout.splitlines()
+    assert names == "AsyncFoliko Framework Foliko"
+    assert loaded == "[]"
+
+
+def test_every_exported_name_resolves_and_unknown_names_fail():
+    for name in foliko_cli.__all__:
+        assert getattr(foliko_cli, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        foliko_cli.nope  # noqa: B018
+
+
+def test_fifty_concurrent_turns_on_ten_sessions_keep_every_history_whole(tmp_path):
+    async def main():
+        async with AsyncFoliko(storage="sqlite", model="echo", home=tmp_path) as foliko:
+            turns = [foliko.chat(f"s{i % 10}", f"m{i}") for i in range(50)]
+            results = await asyncio.gather(*turns)
+            records = {sid: await foliko.get_session(sid) for sid in await foliko.session_ids()}
+        return results, records
+
+    results, records = asyncio.run(main())
+    assert all(r.success and r.message == f"m{i}" for i, r in enumerate(results))
+    assert sorted(records) == [f"s{i}" for i in range(10)]
+    for sid, record in records.items():
+        contents = [m["content"] for m in record.messages]
+        expected = [f"m{i}" for i in range(50) if f"s{i % 10}" == sid]
+        assert contents[0::2] == expected  # user messages, in arrival order
+        assert contents[1::2] == expected  # each followed by its own reply
+        assert [m["role"] for m in record.messages] == ["user", "assistant"] * 5
+
+
+def test_session_management_is_async_too(tmp_path):
+    async def main():
+        async with AsyncFoliko(storage="memory", model="echo", home=tmp_path) as foliko:
+            await foliko.chat("a", "one")
+            await foliko.update_variables("a", {"k": "v"})
+            await foliko.fork_session("a", "b")
+            await foliko.rename_session("b", "c")
+            await foliko.clear_session("a")
+            exported = [r.session_id async for r in foliko.export_sessions(["a", "c"])]
+            listed = [s.session_id for s in await foliko.list_sessions(sort="name")]
+            deleted, missing = await foliko.delete_sessions(["a", "zz"])
+            return exported, listed, deleted, missing, await foliko.get_session("c")
+
+    exported, listed, deleted, missing, copy = asyncio.run(main())
+    assert exported == ["a", "c"]
+    assert listed == ["a", "c"]
+    assert (deleted, missing) == (["a"], ["zz"])
+    assert [m["content"] for m in copy.messages] == ["one", "one"]
+    assert copy.variables == {"k": "v"}
+
+
+def test_the_sync_facade_works_inside_a_running_event_loop(tmp_path):
+    async def inside_a_loop():
+        with Foliko(storage="memory", model="echo", home=tmp_path) as foliko:
+            first = foliko.chat("s", "hello")
+            second = foliko.chat("s", "again")
+            return first.message, second.message, len(foliko.get_session("s").messages)
+
+    assert asyncio.run(inside_a_loop()) == ("hello", "again", 4)
+
+
+def test_sync_facade_errors_are_the_services(tmp_path):
+    with (
+        Foliko(storage="memory", model="echo", home=tmp_path) as foliko,
+        pytest.raises(SessionNotFoundError) as caught,
+    ):
+        foliko.get_session("missing")
+    assert caught.value.session_id == "missing"
+    assert "foliko sessions" not in str(caught.value)  # the core never speaks CLI
+
+
+def test_construction_reads_no_config_file_but_from_config_does(tmp_path, monkeypatch):
+    (tmp_path / "foliko.toml").write_text("this is not toml = = =\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FOLIKO_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("FOLIKO_STORAGE", "memory")
+    monkeypatch.setenv("FOLIKO_MODEL", "echo")
+    foliko = AsyncFoliko()
+    assert foliko.home == tmp_path / "home"
+    assert foliko.storage.name == "memory"
+    assert foliko.model == "echo"
+    with pytest.raises(foliko_cli.UsageError, match="not valid TOML"):
+        AsyncFoliko.from_config()
+
+
+def test_notices_go_to_the_callback_once_per_home(tmp_path):
+    seen: list[str] = []
+    for _ in range(2):
+        with Foliko(storage="memory", home=tmp_path, notify=seen.append) as foliko:
+            foliko.chat("s", "hi")
+    assert len([n for n in seen if "echo" in n]) == 1
+
+
+PAUSING_STORAGE = """
+import asyncio, os, signal, sys
+from foliko_cli import Foliko, Interrupted
+from foliko_cli.storage.sqlite import SQLiteStorage
+
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+
+
+class PausingStorage(SQLiteStorage):
+    async def revision(self, session_id):
+        if os.environ["PAUSE"] == "before":
+            print("paused", flush=True)
+            await asyncio.Event().wait()
+        return await super().revision(session_id)
+
+    async def append(self, *args, **kwargs):
+        revision = await super().append(*args, **kwargs)
+        if os.environ["PAUSE"] == "after":
+            print("paused", flush=True)
+            signal.sigtimedwait([signal.SIGUSR1], 30)
+        return revision
+
+
+with Foliko(storage=PausingStorage(sys.argv[1]), model="echo") as foliko:
+    try:
+        result = foliko.chat("s", "hello")
+    except Interrupted as exc:
+        print("interrupted", exc.exit_code, flush=True)
+    else:
+        print("saved", result.message, flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("pause", "sig", "expected", "stored"),
+    [
+        ("before", signal.SIGINT, "interrupted 130", False),
+        ("before", signal.SIGTERM, "interrupted 143", False),
+        ("after", signal.SIGINT, "saved hello", True),
+        ("after", signal.SIGTERM, "saved hello", True),
+    ],
+)
+def test_a_signal_before_the_commit_saves_nothing_and_after_it_reports_success(
+    tmp_path: Path, pause, sig, expected, stored
+):
+    db = tmp_path / "s.db"
+    script = tmp_path / "pausing.py"
+    script.write_text(PAUSING_STORAGE)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PAUSE": pause, "FOLIKO_HOME": str(tmp_path)},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.stdout.readline().strip() == "paused"
+    child.send_signal(sig)
+    if pause == "after":
+        child.send_signal(signal.SIGUSR1)
+    out, err = child.communicate(timeout=60)
+    assert out.strip() == expected, err
+    with Foliko(storage=f"sqlite:///{db}", model="echo", home=tmp_path) as foliko:
+        if stored:
+            assert [m["content"] for m in foliko.get_session("s").messages] == ["hello"] * 2
+        else:
+            with pytest.raises(SessionNotFoundError):
+                foliko.get_session("s")
+
+
+def test_interrupted_is_a_foliko_error_with_the_documented_codes():
+    assert Interrupted("x").exit_code == 130
+    assert Interrupted("x", signal_number=signal.SIGTERM).exit_code == 143
