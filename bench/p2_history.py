@@ -11,7 +11,10 @@ each hold N stored messages:
   interpreter start-up): open the backend, load what the turn sends (the
   messages after the compression summary), run, append, close.
 
-Target (SQLite, both kinds): turn@10000 <= 1.5x turn@10.
+- vars: ``sessions vars ID set K V`` as a new facade does it (an append of
+  no messages with the revision read, which never reads the history).
+
+Target (SQLite, every kind): cost@10000 <= 1.5x cost@10.
 
 Every session has had one untimed turn first (which, on a long session, does
 the one-off compression of its history), so the figures are steady-state.
@@ -56,7 +59,7 @@ def seed(ws: Workspace, backend: str, size: int, count: int) -> tuple[str, list[
     return ws.dataset(f"p2-{backend}-{size}x{count}", build)
 
 
-def measure(ws: Workspace, backend: str, size: int, count: int) -> tuple[list[float], list[float]]:
+def measure(ws: Workspace, backend: str, size: int, count: int) -> dict[str, list[float]]:
     from foliko_cli.facade import Foliko
 
     url, cold_ids, warm_ids = seed(ws, backend, size, count)
@@ -73,6 +76,14 @@ def measure(ws: Workspace, backend: str, size: int, count: int) -> tuple[list[fl
                 facade.chat(sid, "hi")
 
         cold.append(timed(cold_turn))
+    variables = []
+    for i, sid in enumerate(cold_ids):
+
+        def set_variable(sid=sid, i=i):
+            with Foliko(url, "echo", home=home) as facade:
+                facade.update_variables(sid, {"k": i})
+
+        variables.append(timed(set_variable))
     warm = []
     with Foliko(url, "echo", home=home) as facade:
         for sid in warm_ids:
@@ -85,7 +96,9 @@ def measure(ws: Workspace, backend: str, size: int, count: int) -> tuple[list[fl
             expected = size + 2 if sid in cold_ids else size + 2 * WARM_ROUNDS
             if stored != expected:
                 raise AssertionError(f"{backend} {sid}: {stored} messages, expected {expected}")
-    return warm, cold
+        if facade.get_variables(cold_ids[-1]).get("k") != len(cold_ids) - 1:
+            raise AssertionError(f"{backend}: the variable was not stored")
+    return {"warm": warm, "cold": cold, "vars": variables}
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
@@ -93,14 +106,15 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     count = 5 if quick else 11
     results = []
     for backend in BACKENDS:
-        rows: dict[str, list[Result]] = {"warm": [], "cold": []}
+        rows: dict[str, list[Result]] = {"warm": [], "cold": [], "vars": []}
         for size in sizes:
             for kind in rows:
                 target = f"<= {LIMIT:g}x @{sizes[0]}" if backend == "sqlite" else ""
+                what = "vars set, new facade" if kind == "vars" else f"turn, {kind} facade"
                 rows[kind].append(
                     Result(
                         "P2",
-                        f"{backend} turn, {kind} facade, {size:,} stored",
+                        f"{backend} {what}, {size:,} stored",
                         "s",
                         ratio_label=f"of @{sizes[0]}",
                         target=target if size == sizes[-1] else "",
@@ -109,8 +123,8 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         try:
             for i, size in enumerate(sizes):
                 log(f"P2: {backend}, {size:,} stored messages, {count} sessions")
-                warm, cold = measure(ws, backend, size, count)
-                rows["warm"][i].runs, rows["cold"][i].runs = warm, cold
+                for kind, runs in measure(ws, backend, size, count).items():
+                    rows[kind][i].runs = runs
         except Exception as exc:
             results.append(failed("P2", f"{backend} turn", "s", rows["warm"][-1].target, exc))
             continue

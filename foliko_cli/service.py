@@ -30,6 +30,7 @@ from foliko_cli.storage import open_storage
 from foliko_cli.storage.base import SessionExistsError, SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.record import (
     SessionRecord,
+    SessionState,
     SessionSummary,
     check_session_id,
     clear_record,
@@ -628,15 +629,25 @@ class AsyncFoliko:
         return (await self.get_session(session_id)).variables
 
     async def update_variables(
-        self, session_id: str, changes: dict[str, Any], *, unset: tuple[str, ...] = ()
+        self,
+        session_id: str,
+        changes: dict[str, Any],
+        *,
+        unset: tuple[str, ...] = (),
+        create: bool = False,
     ) -> dict[str, Any]:
-        """Set ``changes`` and remove ``unset`` keys; a new session is created for a set."""
+        """Set ``changes`` and remove ``unset`` keys, without touching the history.
+
+        An unknown session is an error unless ``create`` (workflows start
+        sessions this way). The write is an append of no messages with the
+        revision read, so it costs the same however long the history.
+        """
         check_session_id(session_id)
 
         async def work():
-            record = await self.storage.load(session_id)
+            record = await self.storage.load_state(session_id)
             if record is None:
-                if unset and not changes:
+                if not create:
                     raise SessionNotFoundError(session_id)
                 record = SessionRecord(session_id, metadata=new_metadata())
             missing = [key for key in unset if key not in record.variables]
@@ -648,8 +659,9 @@ class AsyncFoliko:
             record.variables.update(changes)
             for key in unset:
                 del record.variables[key]
-            record.saved_at = now_ms()
-            await self.storage.save(record)
+            record.metadata["last_active"] = now_ms()
+            state = SessionState(record.variables, record.metadata, record.compression_state)
+            await self.storage.append(session_id, [], state, expected_revision=record.revision)
             return record.variables
 
         variables = await self._held(session_id, work)

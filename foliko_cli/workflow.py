@@ -229,7 +229,7 @@ def run_workflow(
         "error": None,
     }
     start = {**({} if resume else workflow.variables), **(variables or {})}
-    facade.update_variables(session_id, {**start, STATE_VARIABLE: state})
+    facade.update_variables(session_id, {**start, STATE_VARIABLE: state}, create=True)
     run = WorkflowRun(done=done, ran=[], skipped=list(done), outputs={})
     total = len(workflow.steps)
     for position, step in enumerate(workflow.steps, start=1):

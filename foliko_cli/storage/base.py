@@ -151,6 +151,18 @@ class SessionStorageAdapter(ABC):
             record.first_seq = start
         return record
 
+    async def load_state(self, session_id: str) -> SessionRecord | None:
+        """The session without its messages: variables, metadata, compression
+        state and revision; ``first_seq`` is the message count. Backends that
+        can read the session row alone override this, so updating a variable
+        costs the same however long the history."""
+        record = await self.load(session_id)
+        if record is not None:
+            record.first_seq = len(record.messages)
+            record.metadata["message_count"] = len(record.messages)
+            record.messages = []
+        return record
+
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         """The sessions that exist among ``session_ids``; backends batch this."""
         found = {}

@@ -368,6 +368,24 @@ class SQLiteStorage(SessionStorageAdapter):
         record.metadata["message_count"] = start + len(record.messages)
         return record
 
+    async def load_state(self, session_id: str) -> SessionRecord | None:
+        """One row read, however long the history."""
+        if self._absent():
+            return None
+        with self._guard():
+            row = self.db.execute(
+                f"SELECT {_SESSION_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                self._raise_if_unreadable_seed(session_id)
+                return None
+        *columns, count = row
+        record = self._record(session_id, columns, [])
+        record.first_seq = count
+        record.metadata["message_count"] = count
+        return record
+
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         """Two queries per 500 sessions, however many there are (migration checks)."""
         if self._absent():

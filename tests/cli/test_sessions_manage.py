@@ -839,7 +839,8 @@ def test_prune_needs_a_valid_duration(invoke, aged):
         ("", "", ""),
     ],
 )
-def test_vars_set_and_get_json_or_text(invoke, show, raw, stored, printed):
+def test_vars_set_and_get_json_or_text(invoke, chat, show, raw, stored, printed):
+    chat("v", "hi")
     result = invoke("sessions", "vars", "v", "set", "k", raw)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
@@ -849,11 +850,9 @@ def test_vars_set_and_get_json_or_text(invoke, show, raw, stored, printed):
     assert got.stdout == printed + "\n"
 
 
-def test_vars_set_on_a_new_session_creates_it(invoke, show):
-    assert_usage_error(invoke("sessions", "show", "brand-new"))
-    assert invoke("sessions", "vars", "brand-new", "set", "k", "1").exit_code == 0
-    data = show("brand-new")
-    assert data["messages"] == [] and data["variables"] == {"k": 1}
+def test_vars_set_on_an_unknown_session_exits_2_and_creates_nothing(invoke):
+    assert_usage_error(invoke("sessions", "vars", "typo", "set", "k", "1"), "'typo' not found")
+    assert_usage_error(invoke("sessions", "show", "typo"))
 
 
 def test_vars_set_keeps_history_and_other_variables(invoke, chat, show):
@@ -865,7 +864,8 @@ def test_vars_set_keeps_history_and_other_variables(invoke, chat, show):
     assert [m["content"] for m in data["messages"]] == ["hi", "hi"]
 
 
-def test_vars_list_formats(invoke):
+def test_vars_list_formats(invoke, chat):
+    chat("s", "hi")
     invoke("sessions", "vars", "s", "set", "b", "[1]")
     invoke("sessions", "vars", "s", "set", "a", "text")
     assert orjson.loads(invoke("sessions", "vars", "s", "list", "--json").stdout) == [
@@ -885,7 +885,8 @@ def test_vars_list_of_a_session_without_variables(invoke, chat):
     assert invoke("sessions", "vars", "s", "--json").stdout == "[]\n"
 
 
-def test_vars_unset(invoke, show):
+def test_vars_unset(invoke, chat, show):
+    chat("s", "hi")
     invoke("sessions", "vars", "s", "set", "a", "1")
     invoke("sessions", "vars", "s", "set", "b", "2")
     result = invoke("sessions", "vars", "s", "unset", "a")
@@ -893,7 +894,8 @@ def test_vars_unset(invoke, show):
     assert show("s")["variables"] == {"b": 2}
 
 
-def test_vars_get_or_unset_missing_key_exits_2(invoke, show):
+def test_vars_get_or_unset_missing_key_exits_2(invoke, chat, show):
+    chat("s", "hi")
     invoke("sessions", "vars", "s", "set", "a", "1")
     assert_usage_error(invoke("sessions", "vars", "s", "get", "zz"), "'zz' is not set")
     assert_usage_error(invoke("sessions", "vars", "s", "unset", "zz"), "'zz' is not set")
@@ -906,6 +908,7 @@ def test_vars_get_or_unset_missing_key_exits_2(invoke, show):
         ["list"],
         ["get", "k"],
         ["unset", "k"],
+        ["set", "k", "v"],
     ],
 )
 def test_vars_on_an_unknown_session_exits_2(invoke, args):
@@ -929,16 +932,18 @@ def test_vars_on_an_unknown_session_exits_2(invoke, args):
         [],
     ],
 )
-def test_vars_wrong_arity_exits_2(invoke, args):
+def test_vars_wrong_arity_exits_2(invoke, chat, args):
     if not args:
         assert_usage_error(invoke("sessions", "vars"))
         return
+    chat("s", "hi")
     invoke("sessions", "vars", "s", "set", "k", "1")
     assert_usage_error(invoke("sessions", "vars", "s", *args))
     assert orjson.loads(invoke("sessions", "show", "s", "--json").stdout)["variables"] == {"k": 1}
 
 
 def test_vars_are_seen_by_the_model_tools(invoke, chat):
+    chat("s", "hi")
     invoke("sessions", "vars", "s", "set", "city", "Paris")
     result = invoke("chat", "-s", "s", '/tool get_variable {"key": "city"}')
     assert result.exit_code == 0
