@@ -28,6 +28,7 @@ from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
 from foliko_cli.prompts import turn_system_prompt
+from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.tools import ToolResult
 
@@ -56,13 +57,26 @@ class TurnSetup(NamedTuple):
     """Changes made inside the turn, before the user message, saved with it.
 
     ``start_from`` replaces the stored session (an empty record starts it over,
-    a copy of another session forks it); ``system_prompt`` is kept in the
-    session's metadata for later turns.
+    a copy of another session forks it); ``expected_revision`` is the stored
+    revision it was derived from (0: the session must not exist yet; None:
+    replace whatever is there), checked under the session's lock before the
+    model is called. ``system_prompt`` is kept in the session's metadata for
+    later turns.
     """
 
     start_from: SessionRecord | None = None
     variables: Mapping[str, Any] = MappingProxyType({})
     system_prompt: str | None = None
+    expected_revision: int | None = None
+
+    def check(self, session: SessionContext) -> None:
+        """Refuse to replace a session that moved since ``start_from`` was made."""
+        expected = self.expected_revision
+        if expected is None or session.revision == expected:
+            return
+        if expected == 0:
+            raise SessionExistsError(session.session_id)
+        raise ConflictError(session.session_id, expected, session.revision)
 
     def apply(self, session: SessionContext) -> bool:
         """Change ``session``; return True when it must be saved whole."""
@@ -204,6 +218,7 @@ class AgentChatHandler:
         setup: TurnSetup,
     ) -> TurnResult:
         async def work(session: SessionContext) -> tuple[TurnResult, bool]:
+            setup.check(session)
             replace = setup.apply(session)
             return await self._run_steps(message, session, request, events), replace
 

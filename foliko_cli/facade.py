@@ -173,6 +173,8 @@ class Foliko:
     delete_sessions = _blocking("delete_sessions")
     rename_session = _blocking("rename_session")
     fork_session = _blocking("fork_session")
+    rewind_session = _blocking("rewind_session")
+    latest_session_id = _blocking("latest_session_id")
     clear_session = _blocking("clear_session")
     import_sessions = _blocking("import_sessions")
     stale_sessions = _blocking("stale_sessions")

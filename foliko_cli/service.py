@@ -38,6 +38,7 @@ from foliko_cli.storage.record import (
     new_metadata,
 )
 from foliko_cli.tools import ToolResult
+from foliko_cli.turns import cut_compression, drop_turns, keep_turns
 
 if TYPE_CHECKING:
     from foliko_cli.chat import AgentChatHandler, TurnResult, TurnSetup
@@ -79,6 +80,27 @@ def default_home() -> Path:
     from foliko_cli.config import default_home as platform_home
 
     return platform_home()
+
+
+def forked(source: SessionRecord, target_id: str, turns: int | None) -> SessionRecord:
+    """A new session ``target_id`` holding ``source``'s history (its first ``turns``)."""
+    kept = len(source.messages)
+    if turns is not None:
+        kept = keep_turns(source.messages, turns, session_id=source.session_id)
+    now = now_ms()
+    return SessionRecord(
+        target_id,
+        messages=[dict(m) for m in source.messages[:kept]],
+        variables=dict(source.variables),
+        metadata={
+            **source.metadata,
+            "created_at": now,
+            "last_active": now,
+            "forked_from": source.session_id,
+            "message_count": kept,
+        },
+        compression_state=cut_compression(source.compression_state, kept),
+    )
 
 
 class ImportReport:
@@ -308,10 +330,11 @@ class AsyncFoliko:
         fork_from: str | None,
         variables: dict[str, Any] | None,
         system: str | None,
+        turns: int | None = None,
     ) -> TurnSetup:
         from foliko_cli.chat import TurnSetup
 
-        start_from = None
+        start_from, expected = None, None
         if fork_from is not None:
             check_session_id(fork_from)
             if fork_from == session_id:
@@ -320,23 +343,25 @@ class AsyncFoliko:
                 )
             if not new and await self.storage.revision(session_id) is not None:
                 raise SessionExistsError(session_id)
-            source = await self.get_session(fork_from)
-            now = now_ms()
-            start_from = SessionRecord(
-                session_id,
-                messages=source.messages,
-                variables=source.variables,
-                metadata={
-                    **source.metadata,
-                    "created_at": now,
-                    "last_active": now,
-                    "forked_from": fork_from,
-                },
-                compression_state=source.compression_state,
-            )
+            start_from = forked(await self.get_session(fork_from), session_id, turns)
+            expected = None if new else 0
+        elif turns is not None:
+            raise UsageError("a number of turns to keep needs a session to fork from")
         elif new:
             start_from = SessionRecord(session_id, metadata=new_metadata())
-        return TurnSetup(start_from=start_from, variables=variables or {}, system_prompt=system)
+        return TurnSetup(
+            start_from=start_from,
+            variables=variables or {},
+            system_prompt=system,
+            expected_revision=expected,
+        )
+
+    async def latest_session_id(self) -> str:
+        """The most recently active session (what ``chat --continue`` continues)."""
+        latest = await self.list_sessions(sort="updated", limit=1)
+        if not latest:
+            raise UsageError("there is no session to continue yet", fix="name one to start it")
+        return latest[0].session_id
 
     async def chat(
         self,
@@ -350,21 +375,24 @@ class AsyncFoliko:
         fork_from: str | None = None,
         variables: dict[str, Any] | None = None,
         system: str | None = None,
+        turns: int | None = None,
+        regenerate: bool = False,
         request: RequestContext | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> TurnResult:
-        """One turn; ``new`` starts the session over, ``fork_from`` copies another first.
+        """One turn; ``new`` starts the session over, ``fork_from`` copies another
+        first (its first ``turns`` turns when given); ``regenerate`` replaces the
+        session's last turn by a new answer to its user message (``message``
+        is then None), in one write.
 
         ``on_event`` receives the stream's ``delta``, ``tool_call`` and
         ``tool_result`` events as they happen (the model then streams).
         """
+        options = {"new": new, "fork_from": fork_from, "variables": variables}
+        options.update(system=system, turns=turns, regenerate=regenerate)
         if on_event is None:
-            check_session_id(session_id)
-            check_message_text(message)
             handler = self.handler(model, agent)
-            setup = await self._turn_setup(
-                session_id, new=new, fork_from=fork_from, variables=variables, system=system
-            )
+            message, setup = await self._prepare(session_id, message, **options)
             return await handler.chat(
                 message,
                 session_id=session_id,
@@ -378,11 +406,8 @@ class AsyncFoliko:
             model=model,
             agent=agent,
             timeout=timeout,
-            new=new,
-            fork_from=fork_from,
-            variables=variables,
-            system=system,
             request=request,
+            **options,
         ):
             if event["type"] == "done":
                 result = event["result"]
@@ -403,20 +428,56 @@ class AsyncFoliko:
         fork_from: str | None = None,
         variables: dict[str, Any] | None = None,
         system: str | None = None,
+        turns: int | None = None,
+        regenerate: bool = False,
         request: RequestContext | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
-        (whose ``result`` is the TurnResult)."""
-        check_session_id(session_id)
-        check_message_text(message)
+        (whose ``result`` is the TurnResult). Options as for ``chat``."""
         handler = self.handler(model, agent)
-        setup = await self._turn_setup(
-            session_id, new=new, fork_from=fork_from, variables=variables, system=system
+        message, setup = await self._prepare(
+            session_id,
+            message,
+            new=new,
+            fork_from=fork_from,
+            variables=variables,
+            system=system,
+            turns=turns,
+            regenerate=regenerate,
         )
         async for event in handler.chat_stream(
             message, session_id=session_id, request=request or self.request(timeout), setup=setup
         ):
             yield event
+
+    async def _prepare(
+        self, session_id: str, message: str | None, *, regenerate: bool, **options: Any
+    ) -> tuple[str, TurnSetup]:
+        """Check the turn's input and build its setup; a regenerated turn's message
+        is the user message of the turn it replaces."""
+        check_session_id(session_id)
+        if not regenerate:
+            if message is None:
+                raise UsageError("no message to send", fix="give one")
+            return check_message_text(message), await self._turn_setup(session_id, **options)
+        if message is not None or options["new"] or options["fork_from"] is not None:
+            raise UsageError(
+                "regenerating a turn reuses its message", fix="give no message, --new or fork"
+            )
+        setup = await self._turn_setup(session_id, **options)
+        record = await self.get_session(session_id)
+        kept = drop_turns(record.messages, 1, session_id=session_id)
+        message = str(record.messages[kept].get("content") or "")
+        start_from = SessionRecord(
+            session_id,
+            messages=record.messages[:kept],
+            variables=record.variables,
+            metadata=record.metadata,
+            compression_state=cut_compression(record.compression_state, kept),
+        )
+        return check_message_text(message), setup._replace(
+            start_from=start_from, expected_revision=record.revision
+        )
 
     async def dry_run(
         self,
@@ -429,18 +490,25 @@ class AsyncFoliko:
         fork_from: str | None = None,
         variables: dict[str, Any] | None = None,
         system: str | None = None,
+        turns: int | None = None,
+        regenerate: bool = False,
     ) -> dict[str, Any]:
         """Exactly what the model would be sent for this turn; nothing is called or saved."""
-        check_session_id(session_id)
-        check_message_text(message)
         from foliko_cli.dryrun import CaptureModel, RequestCaptured
         from foliko_cli.models import resolve_model
 
+        message, setup = await self._prepare(
+            session_id,
+            message,
+            new=new,
+            fork_from=fork_from,
+            variables=variables,
+            system=system,
+            turns=turns,
+            regenerate=regenerate,
+        )
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = self._make_handler(CaptureModel(target), agent)
-        setup = await self._turn_setup(
-            session_id, new=new, fork_from=fork_from, variables=variables, system=system
-        )
         try:
             await handler.chat(message, session_id=session_id, request=self.request(), setup=setup)
         except RequestCaptured as captured:
@@ -529,8 +597,11 @@ class AsyncFoliko:
         self.framework.destroy_session_context(old_id)
         self.framework.destroy_session_context(new_id)
 
-    async def fork_session(self, source_id: str, target_id: str) -> SessionRecord:
-        """A copy of ``source_id`` named ``target_id``, which must not exist."""
+    async def fork_session(
+        self, source_id: str, target_id: str, *, turns: int | None = None
+    ) -> SessionRecord:
+        """A copy of ``source_id`` (its first ``turns`` turns when given) named
+        ``target_id``, which must not exist."""
         check_session_id(source_id)
         check_session_id(target_id)
         if source_id == target_id:
@@ -539,11 +610,30 @@ class AsyncFoliko:
 
         async def work():
             async with self.framework.hold_session(second, self.timeout):
-                record = await self.storage.copy(source_id, target_id)
-                record.metadata["forked_from"] = source_id
-                return record
+                if await self.storage.revision(target_id) is not None:
+                    raise SessionExistsError(target_id)
+                copy = forked(await self.get_session(source_id), target_id, turns)
+                copy.revision = await self.storage.save(copy)
+                return copy
 
         return await self._held(first, work)
+
+    async def rewind_session(self, session_id: str, *, turns: int = 1) -> SessionRecord:
+        """Remove the last ``turns`` turns (a locked, explicit rewrite of the history)."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.get_session(session_id)
+            kept = drop_turns(record.messages, turns, session_id=session_id)
+            record.messages = record.messages[:kept]
+            record.compression_state = cut_compression(record.compression_state, kept)
+            record.saved_at = now_ms()
+            record.revision = await self.storage.save(record)
+            return record
+
+        record = await self._held(session_id, work)
+        self.framework.destroy_session_context(session_id)
+        return record
 
     async def clear_session(self, session_id: str, *, variables: bool = False) -> SessionRecord:
         """Drop the history; with ``variables``, the variables too."""

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "foliko_cli.compression",
             "foliko_cli.prompts",
+            "foliko_cli.turns",
             "foliko_cli.skills",
             "foliko_cli.plugins",
             "foliko_cli.tools",

@@ -68,7 +68,14 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 
 @click.command()
 @click.argument("message", required=False)
-@session_option("Session name; created when new, continued otherwise.")
+@session_option("Session name; created when new, continued otherwise.", required=False)
+@click.option(
+    "-c",
+    "--continue",
+    "continue_latest",
+    is_flag=True,
+    help="Continue the most recently active session (instead of -s).",
+)
 @click.option(
     "-m", "--model", metavar="MODEL", help="Model as provider:model, e.g. echo. Env: FOLIKO_MODEL."
 )
@@ -85,6 +92,17 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
     metavar="SRC",
     shell_complete=complete_session_ids,
     help="Fork SRC into this (new) session, then run the turn.",
+)
+@click.option(
+    "--turns",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="With --from: copy only SRC's first N turns (a turn is a user message and its replies).",
+)
+@click.option(
+    "--regenerate",
+    is_flag=True,
+    help="Replace the session's last turn by a new answer to its message (give no MESSAGE).",
 )
 @click.option(
     "--system", metavar="TEXT", help="System prompt for this session; kept for its later turns."
@@ -117,7 +135,10 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 def chat(
     ctx: click.Context,
     message: str | None,
-    session_id: str,
+    session_id: str | None,
+    continue_latest: bool,
+    turns: int | None,
+    regenerate: bool,
     model: str | None,
     agent: str | None,
     new: bool,
@@ -143,8 +164,21 @@ def chat(
       git diff | foliko chat -s review "Summarise this change"
       foliko chat -s s2 --from s1 "try another way"
     """
-    text = compose_message(message, read_stdin(optional=message is not None))
+    if continue_latest == (session_id is not None):
+        raise UsageError(
+            "name the session with -s/--session or continue the latest with -c/--continue "
+            "(one of them)"
+        )
+    if turns is not None and fork_from is None:
+        raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
+    text = (
+        None if regenerate else compose_message(message, read_stdin(optional=message is not None))
+    )
+    if regenerate and message is not None:
+        raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
     facade = open_facade(ctx, model=model, timeout=timeout)
+    if continue_latest:
+        session_id = facade.latest_session_id()
     options = {
         "model": model,
         "new": new,
@@ -152,8 +186,10 @@ def chat(
         "variables": dict(variables),
         "system": system,
         "agent": agent,
+        "turns": turns,
+        "regenerate": regenerate,
     }
-    if text is None:
+    if text is None and not regenerate:
         if not stdin_is_terminal():
             raise UsageError(
                 'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
@@ -208,4 +244,4 @@ def interactive(facade, session_id: str, options: dict) -> None:
         except FolikoError as exc:
             note(f"error: {exc}")
             continue
-        options = {**options, "new": False, "fork_from": None, "variables": {}}
+        options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}

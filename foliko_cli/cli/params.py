@@ -65,13 +65,13 @@ def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str
         return []
 
 
-def session_option(help: str):
-    """``-s/--session ID`` (required), completing ids from storage."""
+def session_option(help: str, *, required: bool = True):
+    """``-s/--session ID``, completing ids from storage."""
     return click.option(
         "-s",
         "--session",
         "session_id",
-        required=True,
+        required=required,
         metavar="ID",
         shell_complete=complete_session_ids,
         help=help,

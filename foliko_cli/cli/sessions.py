@@ -185,6 +185,31 @@ def clear(ctx: click.Context, session_id: str, everything: bool) -> None:
     open_facade(ctx).clear_session(session_id, variables=everything)
 
 
+@sessions.command()
+@click.argument("session_id", **SESSION_ID)
+@click.option(
+    "--turns",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="How many of the last turns to remove.",
+)
+@click.pass_context
+def rewind(ctx: click.Context, session_id: str, turns: int) -> None:
+    """Remove a session's last N turns (a user message and its replies each).
+
+    The rest of the history, the variables and the metadata stay; a summary
+    that stood for removed messages is dropped.
+
+    \b
+    Example:
+      foliko sessions rewind s1 --turns 2
+    """
+    record = open_facade(ctx).rewind_session(session_id, turns=turns)
+    note(f"session {session_id!r} now has {len(record.messages)} message(s)")
+
+
 def _write_output(path: Path | None, lines) -> None:
     if path is None:
         for line in lines:

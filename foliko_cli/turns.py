@@ -1,0 +1,49 @@
+"""Turns within a stored history: counting them and cutting a history at one.
+
+A turn is a user message and everything after it up to the next user
+message (the replies, tool calls and tool results it caused). Messages
+before the first user message (an imported system note, say) belong to no
+turn and are always kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foliko_cli.errors import UsageError
+
+
+def turn_starts(messages: list[dict[str, Any]]) -> list[int]:
+    """The position of each turn's user message."""
+    return [i for i, message in enumerate(messages) if message.get("role") == "user"]
+
+
+def keep_turns(messages: list[dict[str, Any]], turns: int, *, session_id: str) -> int:
+    """How many messages make up the first ``turns`` turns (0 <= turns <= the count)."""
+    starts = turn_starts(messages)
+    if not 0 <= turns <= len(starts):
+        raise UsageError(
+            f"session {session_id!r} has {len(starts)} turn(s); cannot keep {turns}",
+            fix=f"give a number from 0 to {len(starts)}",
+        )
+    return starts[turns] if turns < len(starts) else len(messages)
+
+
+def drop_turns(messages: list[dict[str, Any]], turns: int, *, session_id: str) -> int:
+    """How many messages are left after removing the last ``turns`` turns (>= 1)."""
+    total = len(turn_starts(messages))
+    if not 1 <= turns <= total:
+        raise UsageError(
+            f"session {session_id!r} has {total} turn(s); cannot remove {turns}",
+            fix=f"give a number from 1 to {total}" if total else "it has no turn to remove",
+        )
+    return keep_turns(messages, total - turns, session_id=session_id)
+
+
+def cut_compression(state: dict[str, Any], kept: int) -> dict[str, Any]:
+    """The compression state for a history cut to its first ``kept`` messages:
+    a summary standing for messages that are gone no longer applies."""
+    covered = state.get("covered", 0)
+    if isinstance(covered, int) and covered <= kept:
+        return dict(state)
+    return {}

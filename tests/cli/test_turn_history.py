@@ -1,0 +1,203 @@
+"""Continuing the latest session, forking at a turn, rewinding and regenerating."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import orjson
+import pytest
+
+ECHO = {"FOLIKO_MODEL": "echo"}
+
+
+@pytest.fixture
+def chat(invoke):
+    def run(*args: str):
+        return invoke("chat", *args, env=ECHO)
+
+    return run
+
+
+@pytest.fixture
+def contents(show):
+    def load(session_id: str) -> list[str]:
+        return [m["content"] for m in show(session_id)["messages"]]
+
+    return load
+
+
+def three_turns(chat, session_id="src"):
+    for word in ("one", "two", "three"):
+        assert chat("-s", session_id, word).exit_code == 0
+
+
+def test_continue_picks_the_most_recently_active_session(chat, contents):
+    assert chat("-s", "old", "first").exit_code == 0
+    assert chat("-s", "recent", "second").exit_code == 0
+    result = chat("-c", "again")
+    assert result.exit_code == 0, result.stderr
+    assert contents("recent") == ["second", "second", "again", "again"]
+    assert contents("old") == ["first", "first"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["-c", "-s", "x", "hi"], "one of them"),
+        (["hi"], "-s/--session"),
+    ],
+)
+def test_continue_and_session_are_one_or_the_other(chat, args, fragment):
+    result = chat(*args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+
+
+def test_continue_with_no_session_yet_exits_2(chat):
+    result = chat("-c", "hi")
+    assert result.exit_code == 2
+    assert "no session to continue" in result.stderr
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+def test_fork_at_each_turn(chat, contents, show, turns):
+    three_turns(chat)
+    result = chat("-s", f"fork{turns}", "--from", "src", "--turns", str(turns), "new")
+    assert result.exit_code == 0, result.stderr
+    kept = ["one", "one", "two", "two", "three", "three"][: 2 * turns]
+    assert contents(f"fork{turns}") == [*kept, "new", "new"]
+    assert show(f"fork{turns}")["metadata"]["forked_from"] == "src"
+    assert len(contents("src")) == 6
+
+
+def test_fork_past_the_last_turn_exits_2_and_creates_nothing(chat, invoke):
+    three_turns(chat)
+    result = chat("-s", "fork", "--from", "src", "--turns", "4", "new")
+    assert result.exit_code == 2
+    assert "has 3 turn(s); cannot keep 4" in result.stderr
+    assert invoke("sessions", "show", "fork").exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["-s", "x", "--turns", "1", "hi"], "--turns needs --from"),
+        (["-s", "x", "--from", "src", "--turns", "-1", "hi"], "-1"),
+    ],
+)
+def test_turns_errors(chat, args, fragment):
+    three_turns(chat)
+    result = chat(*args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+
+
+def test_rewind_removes_the_last_turns(chat, invoke, contents, show):
+    three_turns(chat)
+    assert invoke("sessions", "vars", "src", "set", "k", "v").exit_code == 0
+    result = invoke("sessions", "rewind", "src")
+    assert result.exit_code == 0, result.stderr
+    assert contents("src") == ["one", "one", "two", "two"]
+    assert invoke("sessions", "rewind", "src", "--turns", "2").exit_code == 0
+    assert contents("src") == []
+    assert show("src")["variables"] == {"k": "v"}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["src", "--turns", "4"], "cannot remove 4"),
+        (["src", "--turns", "0"], "0"),
+        (["ghost"], "'ghost' not found"),
+    ],
+)
+def test_rewind_errors_change_nothing(chat, invoke, contents, args, fragment):
+    three_turns(chat)
+    result = invoke("sessions", "rewind", *args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+    assert len(contents("src")) == 6
+
+
+def test_rewind_drops_a_summary_that_stood_for_removed_messages(foliko_home):
+    from foliko_cli import Foliko, SessionRecord
+
+    messages = [
+        {"role": role, "content": f"{role} {i}", "created_at": 1}
+        for i in range(3)
+        for role in ("user", "assistant")
+    ]
+    with Foliko(storage="sqlite", model="echo", home=foliko_home) as foliko:
+        record = SessionRecord(
+            "s", messages=messages, compression_state={"summary": "all of it", "covered": 4}
+        )
+        foliko.import_sessions([record])
+        kept = foliko.rewind_session("s")
+        assert len(kept.messages) == 4 and kept.compression_state["covered"] == 4
+        assert foliko.rewind_session("s").compression_state == {}
+        record = foliko.get_session("s")
+        assert len(record.messages) == 2 and record.compression_state == {}
+
+
+def test_regenerate_replaces_the_last_turn_in_one_write(chat, contents, show):
+    three_turns(chat)
+    before = show("src")["messages"]
+    result = chat("-s", "src", "--regenerate", "--json")
+    assert result.exit_code == 0, result.stderr
+    reply = orjson.loads(result.stdout)
+    after = show("src")["messages"]
+    assert [m["content"] for m in after] == ["one", "one", "two", "two", "three", "three"]
+    assert after[:4] == before[:4]
+    assert after[4]["request_id"] == reply["request_id"] != before[4]["request_id"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["-s", "src", "--regenerate", "hi"], "give no MESSAGE"),
+        (["-s", "empty", "--regenerate"], "'empty' not found"),
+    ],
+)
+def test_regenerate_errors(chat, args, fragment):
+    three_turns(chat)
+    result = chat(*args)
+    assert result.exit_code == 2
+    assert fragment in result.stderr
+
+
+def test_two_forks_racing_into_one_new_session_keep_exactly_one(foliko_home):
+    """Both start before either commits; the loser fails, nothing is overwritten."""
+    env = {**os.environ, **ECHO, "FOLIKO_HOME": str(foliko_home)}
+    foliko = [sys.executable, "-m", "foliko_cli"]
+    subprocess.run([*foliko, "chat", "-s", "src", "base"], env=env, check=True)
+    barrier = threading.Barrier(2)
+    outcomes = []
+
+    def fork(word: str) -> None:
+        barrier.wait()
+        done = subprocess.run(
+            [*foliko, "chat", "-s", "dst", "--from", "src", word],
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+        )
+        outcomes.append((word, done.returncode, done.stderr))
+
+    threads = [threading.Thread(target=fork, args=(w,)) for w in ("left", "right")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    shown = subprocess.run(
+        [*foliko, "sessions", "show", "dst", "--json"], env=env, capture_output=True, check=True
+    )
+    stored = [m["content"] for m in orjson.loads(shown.stdout)["messages"]]
+    winners = [word for word, code, _ in outcomes if code == 0]
+    assert len(winners) == 1, outcomes
+    assert stored == ["base", "base", winners[0], winners[0]]
+    loser = next(o for o in outcomes if o[1] != 0)
+    assert loser[1] == 2 and "already exists" in loser[2]
