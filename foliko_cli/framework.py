@@ -28,6 +28,7 @@ from foliko_cli.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolRegistry, Too
 
 T = TypeVar("T")
 
+WAIT_NOTICE_AFTER = 1.0
 SESSION_CREATED = "session:context-created"
 SESSION_DESTROYED = "session:context-destroyed"
 
@@ -66,6 +67,7 @@ class Framework(EventEmitter):
             **limits,
         )
         self.session_queues = SessionQueues()
+        self.on_wait: Callable[[str, str | None], None] | None = None
         self.tools = ToolRegistry(BUILTIN_TOOLS)
         self.home = home or Path.cwd()
         self.session_storage: SessionStorageAdapter = self.configure_storage(storage)
@@ -96,12 +98,7 @@ class Framework(EventEmitter):
         wait = timeout if wait is None else wait
         deadline = time.monotonic() + wait
         async with self.session_queues.hold(session_id, wait):
-            remaining = max(0.0, deadline - time.monotonic())
-            lock = self.session_storage.lock(session_id, remaining)
-            try:
-                await lock.__aenter__()
-            except SessionBusyError as exc:
-                raise SessionBusyError(session_id, timeout, exc.holder) from None
+            lock = await self._storage_lock(session_id, deadline, timeout)
             try:
                 yield
             finally:
@@ -110,6 +107,25 @@ class Framework(EventEmitter):
                     import asyncio
 
                     raise asyncio.CancelledError
+
+    async def _storage_lock(self, session_id: str, deadline: float, timeout: float):
+        """The entered storage lock; after ``WAIT_NOTICE_AFTER`` s of waiting,
+        ``on_wait(session_id, holder)`` is told once who holds it."""
+        patience = max(0.0, min(WAIT_NOTICE_AFTER, deadline - time.monotonic()))
+        told = False
+        while True:
+            lock = self.session_storage.lock(session_id, patience)
+            try:
+                await lock.__aenter__()
+            except SessionBusyError as exc:
+                patience = max(0.0, deadline - time.monotonic())
+                if told or patience == 0:
+                    raise SessionBusyError(session_id, timeout, exc.holder) from None
+                told = True
+                if self.on_wait is not None:
+                    self.on_wait(session_id, exc.holder)
+            else:
+                return lock
 
     # running with a context set
 

@@ -153,6 +153,7 @@ class AsyncFoliko:
             model = os.environ.get("FOLIKO_MODEL") or None
         self.storage: SessionStorageAdapter = open_storage(storage, self.home)
         self.framework = Framework(self.storage, home=self.home)
+        self.framework.on_wait = self._waiting
         self.model = model
         self.timeout = timeout
         self.max_steps = max_steps
@@ -211,6 +212,9 @@ class AsyncFoliko:
                     await close()
         finally:
             await self.storage.close()
+
+    def _waiting(self, session_id: str, holder: str | None) -> None:
+        self.notify(f"waiting for session {session_id!r} (held by {holder or 'another process'})…")
 
     # agents, skills, tools, models
 

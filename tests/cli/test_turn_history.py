@@ -201,3 +201,20 @@ def test_two_forks_racing_into_one_new_session_keep_exactly_one(foliko_home):
     assert stored == ["base", "base", winners[0], winners[0]]
     loser = next(o for o in outcomes if o[1] != 0)
     assert loser[1] == 2 and "already exists" in loser[2]
+
+
+def test_waiting_for_a_busy_session_says_who_holds_it(invoke, foliko_home):
+    from .locks import HOLDER, held
+
+    with held(foliko_home, "busy"):
+        result = invoke("chat", "-s", "busy", "hi", "--timeout", "1.5", env=ECHO)
+    assert result.exit_code == 4
+    waiting, busy = result.stderr.strip().splitlines()[-2:]
+    assert waiting == f"foliko: waiting for session 'busy' (held by {HOLDER.decode()})…"
+    assert "is busy" in busy and "--timeout" in busy
+
+
+def test_a_short_wait_says_nothing(invoke):
+    result = invoke("chat", "-s", "free", "hi", env=ECHO)
+    assert result.exit_code == 0
+    assert "waiting" not in result.stderr
