@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from foliko_cli.errors import Interrupted
+from foliko_cli.errors import Interrupted, SessionNotFoundError
 from foliko_cli.service import AsyncFoliko, ImportReport, check_message_text
 
 if TYPE_CHECKING:
@@ -177,7 +177,6 @@ class Foliko:
     latest_session_id = _blocking("latest_session_id")
     clear_session = _blocking("clear_session")
     import_sessions = _blocking("import_sessions")
-    stale_sessions = _blocking("stale_sessions")
     prune = _blocking("prune")
     get_variables = _blocking("get_variables")
     update_variables = _blocking("update_variables")
@@ -185,7 +184,13 @@ class Foliko:
     check = _blocking("check")
     info = _blocking("info")
 
-    def export_sessions(self, session_ids: list[str]) -> Iterator[SessionRecord]:
-        """The named sessions, each loaded once, in order."""
+    def export_sessions(
+        self, session_ids: list[str], *, skip_missing: bool = False
+    ) -> Iterator[SessionRecord]:
+        """The named sessions, each loaded once, in order (see ``AsyncFoliko``)."""
         for session_id in session_ids:
-            yield self.get_session(session_id)
+            try:
+                yield self.get_session(session_id)
+            except SessionNotFoundError:
+                if not skip_missing:
+                    raise

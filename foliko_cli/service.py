@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.context.request import DEFAULT_TIMEOUT, RequestContext
-from foliko_cli.errors import SessionNotFoundError, UsageError
+from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, UsageError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.storage import open_storage
@@ -101,6 +101,24 @@ def forked(source: SessionRecord, target_id: str, turns: int | None) -> SessionR
         },
         compression_state=cut_compression(source.compression_state, kept),
     )
+
+
+class PruneReport:
+    """What prune deleted, kept because it became active, found gone or could not read."""
+
+    def __init__(self) -> None:
+        self.deleted: list[str] = []
+        self.active: list[str] = []
+        self.gone: list[str] = []
+        self.unreadable: list[str] = []
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {
+            "deleted": self.deleted,
+            "active": self.active,
+            "gone": self.gone,
+            "unreadable": self.unreadable,
+        }
 
 
 class ImportReport:
@@ -655,10 +673,17 @@ class AsyncFoliko:
         self.framework.destroy_session_context(session_id)
         return record
 
-    async def export_sessions(self, session_ids: list[str]) -> AsyncIterator[SessionRecord]:
-        """The named sessions, each loaded once, in order."""
+    async def export_sessions(
+        self, session_ids: list[str], *, skip_missing: bool = False
+    ) -> AsyncIterator[SessionRecord]:
+        """The named sessions, each loaded once, in order; with ``skip_missing``,
+        one deleted or renamed meanwhile is left out instead of failing."""
         for session_id in session_ids:
-            yield await self.get_session(session_id)
+            try:
+                yield await self.get_session(session_id)
+            except SessionNotFoundError:
+                if not skip_missing:
+                    raise
 
     async def import_sessions(
         self,
@@ -673,36 +698,33 @@ class AsyncFoliko:
                 f"unknown on_conflict {on_conflict!r}", fix="use skip, replace or fail"
             )
         report = ImportReport()
-        plan = []
         for record in records:
             check_session_id(record.session_id)
-            existing = await self.storage.load(record.session_id)
-            if existing is None:
-                plan.append(record)
-            elif content_hash(record) == content_hash(existing):
-                report.unchanged.append(record.session_id)
-            elif on_conflict == "replace":
-                plan.append(record)
-            elif on_conflict == "skip":
-                report.skipped.append(record.session_id)
-            else:
-                report.conflicts.append(record.session_id)
-        if report.conflicts:
-            return report
-        progress(len(records) - len(plan))
-        for record in plan:
-            await self._held(record.session_id, lambda r=record: self.storage.save(r))
+        if on_conflict == "fail":
+            for record in records:
+                existing = await self.storage.load(record.session_id)
+                if existing is not None and content_hash(record) != content_hash(existing):
+                    report.conflicts.append(record.session_id)
+            if report.conflicts:
+                return report
+        for record in records:
+            outcome = await self._held(
+                record.session_id, lambda r=record: self._import_one(r, on_conflict)
+            )
+            getattr(report, outcome).append(record.session_id)
             self.framework.destroy_session_context(record.session_id)
-            report.imported.append(record.session_id)
             progress(1)
         return report
 
-    async def stale_sessions(self, older_than_ms: int) -> list[str]:
-        """Sessions not updated for ``older_than_ms`` (what prune deletes)."""
-        cutoff = now_ms() - older_than_ms
-        return [
-            s.session_id for s in await self.list_sessions(sort="name") if s.updated_at < cutoff
-        ]
+    async def _import_one(self, record: SessionRecord, on_conflict: str) -> str:
+        """Store one record, deciding under its lock on what is stored now."""
+        existing = await self.storage.load(record.session_id)
+        if existing is not None and content_hash(record) == content_hash(existing):
+            return "unchanged"
+        if existing is not None and on_conflict != "replace":
+            return "skipped" if on_conflict == "skip" else "conflicts"
+        await self.storage.save(record)
+        return "imported"
 
     async def prune(
         self,
@@ -710,12 +732,44 @@ class AsyncFoliko:
         *,
         dry_run: bool = False,
         progress: Callable[[int], None] = _no_progress,
-    ) -> list[str]:
-        """Delete the sessions not updated for ``older_than_ms``; return their ids."""
-        stale = await self.stale_sessions(older_than_ms)
+        on_total: Callable[[int], None] | None = None,
+    ) -> PruneReport:
+        """Delete the sessions not updated for ``older_than_ms``.
+
+        Each is re-read under its lock first: one that got a turn meanwhile is
+        kept. Unreadable sessions are reported, never deleted.
+        """
+        cutoff = now_ms() - older_than_ms
+        report = PruneReport()
+        stale = []
+        for summary in sorted(await self.storage.list_summaries(), key=lambda s: s.session_id):
+            if summary.error:
+                report.unreadable.append(summary.session_id)
+            elif summary.updated_at < cutoff:
+                stale.append(summary.session_id)
         if dry_run:
-            return stale
-        return (await self.delete_sessions(stale, progress=progress))[0]
+            report.deleted = stale
+            return report
+        if on_total is not None:
+            on_total(len(stale))
+        for session_id in stale:
+            outcome = await self._held(session_id, lambda s=session_id: self._prune_one(s, cutoff))
+            getattr(report, outcome).append(session_id)
+            self.framework.destroy_session_context(session_id)
+            progress(1)
+        return report
+
+    async def _prune_one(self, session_id: str, cutoff: int) -> str:
+        try:
+            state = await self.storage.load_state(session_id)
+        except CorruptSessionError:
+            return "unreadable"
+        if state is None:
+            return "gone"
+        if state.saved_at >= cutoff:
+            return "active"
+        await self.storage.delete(session_id)
+        return "deleted"
 
     # variables
 
@@ -789,11 +843,29 @@ class AsyncFoliko:
                 await dst.close()
 
     async def check(self, *, repair: bool = False) -> list[tuple[StoredProblem, str | None]]:
-        """Every unreadable record, and with ``repair`` where it was moved aside."""
+        """Every unreadable record, and with ``repair`` where it was moved aside.
+
+        A repair re-reads the session under its lock first, so a session that
+        was deleted and created anew meanwhile is left alone (None).
+        """
         problems = await self.storage.check()
         if not repair:
             return [(problem, None) for problem in problems]
-        return [(problem, await self.storage.quarantine(problem)) for problem in problems]
+        return [(problem, await self._repair(problem)) for problem in problems]
+
+    async def _repair(self, problem: StoredProblem) -> str | None:
+        async def work() -> str | None:
+            try:
+                await self.storage.load(problem.session_id)
+            except CorruptSessionError:
+                return await self.storage.quarantine(problem)
+            return None
+
+        try:
+            check_session_id(problem.session_id)
+        except UsageError:
+            return await self.storage.quarantine(problem)
+        return await self._held(problem.session_id, work)
 
     async def info(self) -> dict[str, Any]:
         return await self.storage.info()

@@ -206,3 +206,88 @@ def test_a_signal_before_the_commit_saves_nothing_and_after_it_reports_success(
 def test_interrupted_is_a_foliko_error_with_the_documented_codes():
     assert Interrupted("x").exit_code == 130
     assert Interrupted("x", signal_number=signal.SIGTERM).exit_code == 143
+
+
+def memory_with(**overrides):
+    """A memory backend whose listed view of the world is stale, as if other
+    processes had written after it was read."""
+    from foliko_cli.storage.memory import MemoryStorage
+
+    return type("StaleView", (MemoryStorage,), overrides)()
+
+
+def test_prune_keeps_a_session_that_was_used_while_it_waited(tmp_path):
+    from foliko_cli.storage.memory import MemoryStorage
+    from foliko_cli.storage.record import SessionSummary
+
+    async def stale_summaries(self):
+        listed = await MemoryStorage.list_summaries(self)
+        return [SessionSummary(s.session_id, 0, 0, s.message_count) for s in listed]
+
+    with Foliko(storage=memory_with(list_summaries=stale_summaries), model="echo") as foliko:
+        foliko.chat("busy", "just now")
+        report = foliko.prune(60_000)
+        assert (report.deleted, report.active) == ([], ["busy"])
+        assert len(foliko.get_session("busy").messages) == 2
+
+
+def test_prune_reports_unreadable_sessions_and_deletes_none(tmp_path):
+    sessions = tmp_path / "sessions"
+    with Foliko(storage=f"json:///{sessions}", model="echo", home=tmp_path) as foliko:
+        foliko.chat("good", "x")
+        (sessions / "bad.json").write_text("{not json")
+        report = foliko.prune(0)
+    assert report.unreadable == ["bad"]
+    assert report.deleted == ["good"]
+    assert (sessions / "bad.json").read_text() == "{not json"
+
+
+def test_export_all_leaves_out_a_session_deleted_meanwhile_but_named_ones_fail():
+    from foliko_cli.storage.memory import MemoryStorage
+
+    async def with_a_ghost(self):
+        return [*await MemoryStorage.list(self), "ghost"]
+
+    with Foliko(storage=memory_with(list=with_a_ghost), model="echo") as foliko:
+        foliko.chat("real", "x")
+        ids = foliko.session_ids()
+        assert ids == ["ghost", "real"]
+        exported = [r.session_id for r in foliko.export_sessions(ids, skip_missing=True)]
+        assert exported == ["real"]
+        with pytest.raises(SessionNotFoundError):
+            list(foliko.export_sessions(ids))
+
+
+def test_repair_leaves_alone_a_session_that_reads_fine_by_then():
+    from foliko_cli.storage.base import StoredProblem
+
+    async def reported(self):
+        return [StoredProblem("s", "memory", "was unreadable")]
+
+    async def refuse(self, problem):
+        raise AssertionError("a readable session was quarantined")
+
+    with Foliko(storage=memory_with(check=reported, quarantine=refuse), model="echo") as foliko:
+        foliko.chat("s", "x")
+        assert foliko.check(repair=True) == [(StoredProblem("s", "memory", "was unreadable"), None)]
+        assert len(foliko.get_session("s").messages) == 2
+
+
+def test_a_blocking_tool_cannot_hold_a_turn_past_its_deadline(tmp_path):
+    import threading
+
+    from foliko_cli import Tool, TurnTimeoutError
+
+    release = threading.Event()
+    stuck = Tool(
+        "stuck", "never returns in time", lambda args, ctx: release.wait(60), blocking=True
+    )
+    with Foliko(storage="memory", model="echo", home=tmp_path, timeout=0.5) as foliko:
+        foliko.framework.register_tool(stuck)
+        try:
+            with pytest.raises(TurnTimeoutError):
+                foliko.chat("s", "/tool stuck {}")
+        finally:
+            release.set()
+        with pytest.raises(SessionNotFoundError):
+            foliko.get_session("s")

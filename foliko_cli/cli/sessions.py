@@ -10,6 +10,7 @@ import orjson
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import (
+    deferred_progress,
     emit_json,
     emit_rows,
     error,
@@ -264,7 +265,7 @@ def export(
     ids = facade.session_ids() if everything else list(session_ids)
     dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
-        for record in facade.export_sessions(ids):
+        for record in facade.export_sessions(ids, skip_missing=everything):
             dumps.append(orjson.dumps(record_to_dict(record)).decode())
             advance(1)
     lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
@@ -366,15 +367,22 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool) -> None:
     Example:
       foliko sessions prune --older-than 30d --dry-run
     """
-    facade = open_facade(ctx)
-    pruned = facade.stale_sessions(older_than)
-    if not dry_run:
-        with progress(len(pruned), "pruning") as advance:
-            pruned = facade.delete_sessions(pruned, progress=advance)[0]
-    for session_id in pruned:
+    with deferred_progress("pruning") as (start, advance):
+        report = open_facade(ctx).prune(
+            older_than, dry_run=dry_run, progress=advance, on_total=start
+        )
+    for session_id in report.deleted:
         click.echo(session_id)
+    for session_id in report.active:
+        note(f"kept {session_id!r}: it was used while prune waited for it")
+    for session_id in report.unreadable:
+        error(
+            f"session {session_id!r} is unreadable and was not deleted; see 'foliko storage check'"
+        )
     verb = "would delete" if dry_run else "deleted"
-    note(f"{verb} {len(pruned)} session(s)")
+    note(f"{verb} {len(report.deleted)} session(s)")
+    if report.unreadable:
+        raise click.exceptions.Exit(ExitCode.STORAGE)
 
 
 @sessions.command()
