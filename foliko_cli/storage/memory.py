@@ -7,11 +7,13 @@ from typing import Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.context.queues import SessionQueues
-from foliko_cli.storage.base import ConflictError, SessionStorageAdapter
+from foliko_cli.storage.base import ConflictError, SessionStorageAdapter, check_expected
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    checked_append,
+    checked_for_write,
     new_metadata,
     next_revision,
     preview_of,
@@ -35,9 +37,11 @@ class MemoryStorage(SessionStorageAdapter):
         record = self._records.get(session_id)
         return copy.deepcopy(record) if record is not None else None
 
-    async def save(self, record: SessionRecord) -> int:
-        stored = copy.deepcopy(record)
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        checked_for_write(record)
         previous = self._records.get(record.session_id)
+        check_expected(record.session_id, expected_revision, previous.revision if previous else 0)
+        stored = copy.deepcopy(record)
         stored.revision = next_revision(previous.revision if previous else None)
         stored.saved_at = record.saved_at or now_ms()
         stored.metadata["message_count"] = len(stored.messages)
@@ -52,6 +56,7 @@ class MemoryStorage(SessionStorageAdapter):
         *,
         expected_revision: int,
     ) -> int:
+        checked_append(session_id, messages, state)
         stored = self._records.get(session_id)
         found = stored.revision if stored else 0
         if found != expected_revision:
@@ -67,7 +72,9 @@ class MemoryStorage(SessionStorageAdapter):
         stored.revision = next_revision(stored.revision)
         return stored.revision
 
-    async def delete(self, session_id: str) -> bool:
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        stored = self._records.get(session_id)
+        check_expected(session_id, expected_revision, stored.revision if stored else 0)
         return self._records.pop(session_id, None) is not None
 
     async def list(self) -> list[str]:
