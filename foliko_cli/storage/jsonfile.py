@@ -57,6 +57,7 @@ from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
+    expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks
 from foliko_cli.storage.names import file_stem, session_id_from_stem
@@ -432,25 +433,52 @@ class JsonStorage(SessionStorageAdapter):
         return max(revision, 1)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        checked_for_write(record)
-        async with self._writing(record.session_id):
-            path, previous = self._current(record.session_id)
-            check_expected(
-                record.session_id, expected_revision, previous.revision if previous else 0
-            )
-            now = now_ms()
-            revision = next_revision(previous.revision if previous else None)
-            stored = SessionRecord(
-                session_id=record.session_id,
-                messages=record.messages,
-                variables=record.variables,
-                metadata={**new_metadata(now), **record.metadata},
-                compression_state=record.compression_state,
-                saved_at=record.saved_at or now,
-                revision=revision,
-            )
-            self._write(path, stored)
-        return revision
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
+
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """Under the write locks of all of them, every revision is checked before
+        any file is written: one stale revision writes none."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_for_write(record)
+        if not records:
+            return []
+        if len(records) > 1 and all(want is None for want in expected):
+            return [await self.save(record) for record in records]  # one lock at a time
+        async with self._writing(*(record.session_id for record in records)):
+            current = {}
+            for record, want in zip(records, expected, strict=True):
+                path, previous = self._current(record.session_id)
+                check_expected(record.session_id, want, previous.revision if previous else 0)
+                current[record.session_id] = (path, previous)
+            revisions = []
+            for record in records:
+                path, previous = current[record.session_id]
+                stored = self._replace(path, previous, record)
+                current[record.session_id] = (path, stored)
+                revisions.append(stored.revision)
+            return revisions
+
+    def _replace(
+        self, path: Path, previous: SessionRecord | None, record: SessionRecord
+    ) -> SessionRecord:
+        now = now_ms()
+        stored = SessionRecord(
+            session_id=record.session_id,
+            messages=record.messages,
+            variables=record.variables,
+            metadata={**new_metadata(now), **record.metadata},
+            compression_state=record.compression_state,
+            saved_at=record.saved_at or now,
+            revision=next_revision(previous.revision if previous else None),
+        )
+        self._write(path, stored)
+        return stored
 
     async def append(
         self,

@@ -217,6 +217,13 @@ def hash_tag(session_id: str) -> str:
     return "{" + escaped + "}"
 
 
+def unhash_tag(tag: str) -> str | None:
+    """The session id of a hash tag, or None when ``tag`` is not one."""
+    if len(tag) < 3 or tag[0] != "{" or tag[-1] != "}" or "{" in tag[1:-1] or "}" in tag[1:-1]:
+        return None
+    return re.sub("%(25|7B|7D)", lambda m: chr(int(m[1], 16)), tag[1:-1])
+
+
 def _import_redis() -> Any:
     try:
         import redis
@@ -596,6 +603,44 @@ class RedisStorage(SessionStorageAdapter):
             raise SessionExistsError(new_id)
         if result == -2:
             raise SessionNotFoundError(old_id)
+
+    async def check(self) -> list[StoredProblem]:
+        """Unreadable sessions, index entries whose meta hash is gone, and message
+        lists whose meta hash is gone (found by SCAN: ``check`` only)."""
+        with self._guard():
+            ids = [member.decode() for member in self._client.zrange(self.index_key, 0, -1)]
+        problems = []
+        for session_id in ids:
+            try:
+                if await self.load(session_id) is None:
+                    problems.append(
+                        StoredProblem(
+                            session_id,
+                            self.location,
+                            f"{self.index_key} names it but {self.key(session_id, 'meta')} "
+                            "is gone (evicted or deleted by hand?)",
+                        )
+                    )
+            except CorruptSessionError as exc:
+                problems.append(StoredProblem(session_id, exc.where, exc.reason))
+        indexed = set(ids)
+        head, tail = f"{self.prefix}:s:", ":msgs"
+        with self._guard():
+            for raw in self._client.scan_iter(match=f"{head}*{tail}", count=1000):
+                key = _text(raw)
+                session_id = unhash_tag(key[len(head) : -len(tail)])
+                if session_id is None or session_id in indexed:
+                    continue
+                if not self._client.exists(self.key(session_id, "meta")):
+                    problems.append(
+                        StoredProblem(
+                            session_id,
+                            self.location,
+                            f"{key} holds messages but {self.key(session_id, 'meta')} is gone "
+                            "(evicted or deleted by hand?)",
+                        )
+                    )
+        return problems
 
     async def quarantine(self, problem: StoredProblem) -> str:
         moved_at = now_ms()
