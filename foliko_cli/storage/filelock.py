@@ -75,7 +75,7 @@ class SessionFileLocks:
                 ) from None
             raise os_error("open the lock file", path, exc) from None
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:  # 0: just removed, retried
             os.close(fd)
             raise StorageError(
                 f"refusing the lock file {path}: it is not a plain file with one link; remove it"

@@ -675,25 +675,29 @@ class SQLiteStorage(SessionStorageAdapter):
                 await self.load(session_id)
             except CorruptSessionError as exc:
                 problems.append(StoredProblem(session_id, exc.where, exc.reason))
-        if self._absent():
-            return problems
-        with self._guard():
-            problems.extend(
-                StoredProblem(sid, self.path + SEED_WHERE, UNREADABLE_SEED)
-                for sid, _, _ in self._unreadable_seed_rows()
-            )
-            failures = [
-                row[0] for row in self.db.execute("PRAGMA quick_check").fetchall() if row[0] != "ok"
-            ]
-        if failures:
-            problems.append(
-                StoredProblem("", self.path, f"{DATABASE_PROBLEM}: {'; '.join(failures[:5])}")
-            )
+        if not self._absent():
+            with self._guard():
+                problems.extend(
+                    StoredProblem(sid, self.path + SEED_WHERE, UNREADABLE_SEED)
+                    for sid, _, _ in self._unreadable_seed_rows()
+                )
+            failures = self._quick_check()
+            if failures:
+                reason = f"{DATABASE_PROBLEM}: {'; '.join(failures[:5])}"
+                problems.append(StoredProblem("", self.path, reason))
         problems.extend(
             StoredProblem(session_id, str(path), f"{STRAY_LOCK}: {why}")
             for path, session_id, why in self._stray_locks()
         )
         return problems
+
+    def _quick_check(self) -> list[str]:
+        """What ``PRAGMA quick_check`` finds wrong, one line each."""
+        try:
+            rows = self.db.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return [str(exc)]
+        return [" ".join(str(row[0]).split()) for row in rows if row[0] != "ok"]
 
     def _live_lock(self, key: str | None) -> bool:
         if key is None:
