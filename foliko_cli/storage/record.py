@@ -25,7 +25,7 @@ PREVIEW_LENGTH = 100
 MAX_DEPTH = 200
 MAX_TIMESTAMP = 2**53
 MIN_INT, MAX_INT = -(2**63), 2**64 - 1  # what orjson writes and reads back exactly
-_LONG_DIGITS = re.compile(rb"[0-9]{20}")
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
 
 
 class InvalidRecordError(UsageError):
@@ -170,7 +170,7 @@ def loads(data: bytes | str) -> Any:
 
     orjson reads an integer beyond 64 bits as a float, silently changing it;
     such a document is refused instead. Only text with a run of 20 digits
-    can hold one, so only that is parsed a second time, by the stdlib.
+    can hold one (below -2^63 takes 19), so only that is parsed again, by the stdlib.
     """
     try:
         value = orjson.loads(data)
