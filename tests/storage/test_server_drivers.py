@@ -136,3 +136,69 @@ def test_taking_the_session_lock_through_a_stall_fails_within_its_bound(stalling
 
     _fails_within_the_bound(run, take())
     assert run(storage.health_check()) is False
+
+
+# URLs: one parser, passwords never shown
+
+
+SECRET_URLS = {
+    "postgres": [
+        "postgresql://alice:p@ss@wd9@127.0.0.1:1/test",
+        "postgresql://alice@127.0.0.1:1/test?password=p%40sssecret&sslmode=disable",
+        "postgresql://alice@127.0.0.1:1/test?password=plainsecret",
+    ],
+    "redis": [
+        "redis://bob:p@ss@wd9@127.0.0.1:1/0",
+        "redis://127.0.0.1:1/0?password=p%40sssecret",
+        "redis://127.0.0.1:1/0?password=plainsecret",
+    ],
+}
+
+
+def _secret_parts(url: str) -> list[str]:
+    return ["p@ss", "wd9", "sssecret", "plainsecret", "p%40"]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_a_password_in_the_user_part_or_the_query_is_never_shown(backend, run, which):
+    from foliko_cli.storage import shown
+
+    name, _, adapter, _, _, options = backend
+    url = SECRET_URLS[name][which]
+    storage = adapter(url, **options)
+    with pytest.raises(StorageError) as error:
+        run(storage.list())
+    texts = [shown(url), storage.location, repr(storage), str(error.value)]
+    for text in texts:
+        for secret in _secret_parts(url):
+            assert secret not in text, (text, secret)
+    assert "127.0.0.1:1" in storage.location
+    assert run(storage.health_check()) is False
+    run(storage.close())
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "postgresql://u@h/db?schema=",
+        "postgresql://u@h:0/db",
+        "postgresql://u@h:70000/db",
+        "redis://h:6379/0?prefix=",
+        "redis://h:0/0",
+        "redis://h:6379/0?lease_ms=",
+    ],
+)
+def test_an_empty_namespace_or_a_port_outside_1_to_65535_is_a_usage_error(spec):
+    from foliko_cli.storage import open_storage
+
+    with pytest.raises(StorageConfigError) as error:
+        open_storage(spec, home=None)  # type: ignore[arg-type]
+    assert error.value.exit_code == ExitCode.USAGE
+    assert "\n" not in str(error.value)
+
+
+def test_an_empty_namespace_given_as_an_option_is_a_usage_error(backend):
+    _, _, adapter, url, _, options = backend
+    (key,) = options
+    with pytest.raises(StorageConfigError):
+        adapter(url, **{key: " "})
