@@ -228,7 +228,7 @@ class JsonStorage(SessionStorageAdapter):
 
     def _record(self, session_id: str, path: Path, document: dict[str, Any]) -> SessionRecord:
         try:
-            record = record_from_seed(document, session_id)
+            record = record_from_seed(document, session_id, values=False)
             if not isinstance(record.compression_state, dict):
                 raise ValueError("compressionState must be an object")
         except (ValueError, TypeError, AttributeError) as exc:

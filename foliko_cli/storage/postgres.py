@@ -428,7 +428,8 @@ class PostgresStorage(SessionStorageAdapter):
                     compression_state=loads(compression_state),
                     saved_at=updated_at,
                     revision=revision,
-                )
+                ),
+                values=False,
             )
         except (ValueError, TypeError) as exc:
             raise CorruptSessionError(session_id, self.location, str(exc)) from None

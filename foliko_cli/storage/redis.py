@@ -379,7 +379,8 @@ class RedisStorage(SessionStorageAdapter):
                     compression_state=loads(fields["compression_state"]),
                     saved_at=int(fields["updated_at"]),
                     revision=int(fields["revision"]),
-                )
+                ),
+                values=False,
             )
         except KeyError as exc:
             reason = f"field {exc.args[0]} missing from {meta_key}"

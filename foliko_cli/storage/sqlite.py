@@ -116,7 +116,7 @@ def import_seed_sessions(db: sqlite3.Connection) -> None:
             continue
         try:
             document = loads(data)
-            record = record_from_seed(document, session_id)
+            record = record_from_seed(document, session_id, values=False)
         except (ValueError, TypeError):
             continue  # left in seed_sessions; `storage check` reports it
         record.session_id = session_id
@@ -458,7 +458,8 @@ class SQLiteStorage(SessionStorageAdapter):
                     compression_state=loads(compression_state),
                     saved_at=updated_at,
                     revision=revision,
-                )
+                ),
+                values=False,
             )
         except (ValueError, TypeError) as exc:
             raise CorruptSessionError(session_id, self.path, str(exc)) from None
