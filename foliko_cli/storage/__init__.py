@@ -7,7 +7,6 @@ URLs follow SQLAlchemy's convention: ``sqlite:///relative.db``,
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,9 @@ def default_location(kind: str, home: Path) -> Path:
 
 def shown(spec: str) -> str:
     """``spec`` as it may appear in a message: any password replaced by ***."""
-    return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", spec)
+    from foliko_cli.storage.urls import redact
+
+    return redact(spec)
 
 
 def _from_url(spec: str) -> SessionStorageAdapter:

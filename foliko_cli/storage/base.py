@@ -28,13 +28,43 @@ from foliko_cli.storage.record import (
 
 
 class ConflictError(StorageError):
-    """The stored session moved since it was loaded: a writer skipped the lock."""
+    """A compare-and-set write found another revision than the one it expected.
+
+    ``found`` is 0 when the session no longer exists. Nothing was written.
+    """
 
     def __init__(self, session_id: str, expected: int, found: int):
-        super().__init__(
-            f"session {session_id!r} changed while this turn ran (revision {found}, "
-            f"expected {expected}); the turn was not saved: run it again"
-        )
+        self.session_id = session_id
+        self.expected = expected
+        self.found = found
+        if found:
+            what = f"changed while this operation ran (revision {found}, expected {expected})"
+        else:
+            what = f"was deleted while this operation ran (expected revision {expected})"
+        super().__init__(f"session {session_id!r} {what}; nothing was saved: run it again")
+
+
+def check_expected(session_id: str, expected: int | None, found: int) -> None:
+    """The compare-and-set rule of ``save``/``delete``; ``found`` is 0 when absent."""
+    if expected is None:
+        return
+    if expected == 0:
+        if found:
+            raise SessionExistsError(session_id)
+        return
+    if found != expected:
+        raise ConflictError(session_id, expected, found)
+
+
+def expected_list(
+    records: list[SessionRecord], expected_revisions: list[int | None] | None
+) -> list[int | None]:
+    """``expected_revisions`` checked against ``records`` (None: every write unconditional)."""
+    if expected_revisions is None:
+        return [None] * len(records)
+    if len(expected_revisions) != len(records):
+        raise ValueError("save_many needs one expected revision per record")
+    return list(expected_revisions)
 
 
 class SessionExistsError(UsageError):
@@ -56,10 +86,20 @@ class StoredProblem(NamedTuple):
 class SessionStorageAdapter(ABC):
     """Where sessions live.
 
-    ``revision`` counts writes to a session; ``append`` refuses to write when
-    the stored revision is not the one the caller loaded, so a lost update is
-    an error, never silent. ``lock`` serialises turns on one session across
-    processes; it must not depend on anything held only in this process.
+    ``revision`` counts writes to a session. Every write of a whole record
+    (``save``, ``save_many``, ``delete``) and every ``append`` is a
+    compare-and-set on it, checked and written atomically (in one
+    transaction, one Lua script, or under the session's file write lock):
+
+    * ``expected_revision=None``: unconditional (an explicit overwrite);
+    * ``0``: the session must not exist, else SessionExistsError (``append``:
+      ConflictError);
+    * ``N > 0``: the stored revision must be N, else ConflictError, also when
+      the session is gone (``found`` 0).
+
+    So a lost update is an error, never silent. ``lock`` serialises turns on
+    one session across processes; it must not depend on anything held only in
+    this process.
     """
 
     name: ClassVar[str]
@@ -68,10 +108,13 @@ class SessionStorageAdapter(ABC):
     async def load(self, session_id: str) -> SessionRecord | None: ...
 
     @abstractmethod
-    async def save(self, record: SessionRecord) -> int:
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         """Replace the whole session; return its new revision.
 
-        ``record.saved_at`` is kept when set (migration preserves it); 0 means now.
+        ``expected_revision`` follows the compare-and-set rule of the class
+        docstring. ``record.saved_at`` is kept when set (migration preserves
+        it); 0 means now. A record that does not have the canonical shape
+        (record.check_record) raises InvalidRecordError and writes nothing.
         """
 
     @abstractmethod
@@ -90,7 +133,10 @@ class SessionStorageAdapter(ABC):
         """
 
     @abstractmethod
-    async def delete(self, session_id: str) -> bool: ...
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        """Remove the session; False when there was none (with ``expected_revision``
+        None). ``expected_revision`` N > 0 must match the stored revision, else
+        ConflictError (also when absent); 0 is refused unless absent."""
 
     @abstractmethod
     async def list(self) -> list[str]: ...
@@ -128,16 +174,29 @@ class SessionStorageAdapter(ABC):
             metadata={**record.metadata, "created_at": now, "last_active": now},
             compression_state=dict(record.compression_state),
         )
-        copied.revision = await self.save(copied)
+        copied.revision = await self.save(copied, expected_revision=0)
         return copied
 
     async def rename(self, old_id: str, new_id: str) -> None:
+        source = await self.load(old_id)
+        if source is None:
+            raise SessionNotFoundError(old_id)
         await self.copy(old_id, new_id)
-        await self.delete(old_id)
+        await self.delete(old_id, expected_revision=source.revision)
 
-    async def save_many(self, records: list[SessionRecord]) -> list[int]:
-        """Replace several sessions; backends batch this for migration speed."""
-        return [await self.save(record) for record in records]
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """Replace several sessions, each by the rule of ``save``; backends batch
+        this for migration speed. Backends with transactions write all or none."""
+        expected = expected_list(records, expected_revisions)
+        return [
+            await self.save(record, expected_revision=rev)
+            for record, rev in zip(records, expected, strict=True)
+        ]
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
         """The session with only the messages a turn sends: those after the
@@ -173,7 +232,9 @@ class SessionStorageAdapter(ABC):
         return found
 
     async def check(self) -> list[StoredProblem]:
-        """Every record that cannot be read (``storage check``)."""
+        """Every record that cannot be read (``storage check``); file backends also
+        report stray files (orphan lock files, temporary files of killed writes),
+        which ``quarantine`` and ``repair_files`` remove."""
         problems = []
         for session_id in await self.list():
             try:
@@ -189,6 +250,10 @@ class SessionStorageAdapter(ABC):
             f"remove session {problem.session_id!r} by hand"
         )
 
+    async def repair_files(self) -> list[str]:
+        """Remove the stray files ``check`` reports (never a session); return their paths."""
+        return []
+
     async def info(self) -> dict[str, Any]:
         """What ``storage info`` prints: at least backend, location, sessions."""
         return {"backend": self.name, "location": self.location, "sessions": len(await self.list())}
@@ -198,4 +263,5 @@ class SessionStorageAdapter(ABC):
         return self.name
 
     async def close(self) -> None:
+        """Release every connection and file this adapter holds."""
         return None

@@ -6,7 +6,9 @@ A storage directory looks like this::
       work.json                 0600, session 'work'
       ^my^notes%2Etxt.json      session 'MyNotes.txt'
       .work.3f9a0c1b.tmp        a write in progress, or left by a crash: ignored
-      .locks/                   flock files: turn locks and short write locks
+                                (``storage check`` reports one older than 5 minutes)
+      .locks/                   flock files: turn locks and short write locks,
+                                removed with their session
       .quarantine/              unreadable files moved aside by `storage check --repair`
 
 File names. ``a``-``z``, ``0``-``9``, ``_`` and ``-`` are kept, so plain ids
@@ -26,6 +28,13 @@ over the old file with ``os.replace``; then the directory is fsynced. A short
 per-session write lock makes read-check-write atomic even for a caller that
 does not hold the turn lock. A file that cannot be parsed is reported
 (CorruptSessionError, or a summary with ``error`` set) and never overwritten.
+A session path that is a symbolic link is refused, never followed.
+
+``save`` and ``delete`` compare the stored revision under that write lock.
+``check`` also reports stray files (orphan lock files, temporary files of
+killed writes); ``quarantine`` of such a problem, or ``repair_files``, removes
+them. Failures of the filesystem (full, read-only, permissions) are a
+StorageError naming the path.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -46,6 +56,8 @@ from foliko_cli.storage.base import (
     SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
+    check_expected,
+    expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks
 from foliko_cli.storage.names import file_stem, session_id_from_stem
@@ -54,6 +66,9 @@ from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    checked_append,
+    checked_for_write,
+    loads,
     new_metadata,
     next_revision,
     preview_of,
@@ -66,6 +81,8 @@ TEMP_SUFFIX = ".tmp"
 LOCK_DIRECTORY = ".locks"
 QUARANTINE_DIRECTORY = ".quarantine"
 WRITE_LOCK_TIMEOUT = 30.0
+STALE_TEMP_S = 300
+STRAY_FILE = "a stray file"
 _WRITE_KEY = "\0write\0"
 _HEX = frozenset("0123456789abcdef")
 _DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
@@ -107,6 +124,12 @@ class _Entry(NamedTuple):
     reason: str | None = None  # why it cannot be read
 
 
+def _key_of(lock_file: str) -> str:
+    """The session id a lock file is named for ("" when the name is hashed)."""
+    key = session_id_from_stem(lock_file.removesuffix(".lock")) or ""
+    return key.removeprefix(_WRITE_KEY)
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -135,10 +158,19 @@ class JsonStorage(SessionStorageAdapter):
 
     def _read_bytes(self, path: Path) -> bytes | None:
         try:
-            with open(path, "rb") as stream:
-                return stream.read()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StorageError(
+                    f"refusing the session file {path}: it is a symbolic link; "
+                    "replace it by the file it points to"
+                ) from None
+            raise self._storage_error("read", path, exc) from None
+        try:
+            with open(fd, "rb") as stream:
+                return stream.read()
         except IsADirectoryError:
             return b""  # parsed as corrupt: reported, never replaced
         except OSError as exc:
@@ -174,10 +206,10 @@ class JsonStorage(SessionStorageAdapter):
     @staticmethod
     def _parse(session_id: str, path: Path, data: bytes) -> dict[str, Any]:
         try:
-            document = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
+            document = loads(data)
+        except ValueError as exc:
             if data.strip():
-                reason = f"invalid JSON: {exc}"
+                reason = str(exc)
             else:
                 reason = "it is a directory" if path.is_dir() else "the file is empty"
             raise CorruptSessionError(session_id, str(path), reason) from None
@@ -196,7 +228,7 @@ class JsonStorage(SessionStorageAdapter):
 
     def _record(self, session_id: str, path: Path, document: dict[str, Any]) -> SessionRecord:
         try:
-            record = record_from_seed(document, session_id)
+            record = record_from_seed(document, session_id, values=False)
             if not isinstance(record.compression_state, dict):
                 raise ValueError("compressionState must be an object")
         except (ValueError, TypeError, AttributeError) as exc:
@@ -221,6 +253,13 @@ class JsonStorage(SessionStorageAdapter):
             raise StorageError(
                 f"{self.directory} is not a directory; point --storage json:///… at a directory"
             )
+
+    def _gone(self, session_id: str) -> bool:
+        """No file holds ``session_id`` (its lock files may go)."""
+        seed_name = seed_file_name(session_id)
+        return not os.path.lexists(self.directory / file_name(session_id)) and not (
+            seed_name and os.path.lexists(self.directory / seed_name)
+        )
 
     def _sync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -356,14 +395,22 @@ class JsonStorage(SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def _writing(self, *session_ids: str) -> AsyncIterator[None]:
-        """Short write locks (in a fixed order) around one read-check-write."""
+        """Short write locks (in a fixed order) around one read-check-write; the
+        lock file of a session that is gone afterwards is removed."""
         self._make_directory()
         async with contextlib.AsyncExitStack() as stack:
             for session_id in sorted(set(session_ids)):
                 await stack.enter_async_context(
-                    self._locks.hold(_WRITE_KEY + session_id, WRITE_LOCK_TIMEOUT)
+                    self._locks.hold(
+                        _WRITE_KEY + session_id,
+                        WRITE_LOCK_TIMEOUT,
+                        remove_if=lambda sid=session_id: self._gone(sid),
+                    )
                 )
             yield
+        for session_id in session_ids:
+            if self._gone(session_id):
+                self._locks.remove_if_free(session_id, lambda sid=session_id: self._gone(sid))
 
     # contract
 
@@ -385,22 +432,53 @@ class JsonStorage(SessionStorageAdapter):
             raise CorruptSessionError(session_id, str(path), "revision is not an integer")
         return max(revision, 1)
 
-    async def save(self, record: SessionRecord) -> int:
-        async with self._writing(record.session_id):
-            path, previous = self._current(record.session_id)
-            now = now_ms()
-            revision = next_revision(previous.revision if previous else None)
-            stored = SessionRecord(
-                session_id=record.session_id,
-                messages=record.messages,
-                variables=record.variables,
-                metadata={**new_metadata(now), **record.metadata},
-                compression_state=record.compression_state,
-                saved_at=record.saved_at or now,
-                revision=revision,
-            )
-            self._write(path, stored)
-        return revision
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
+
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """Under the write locks of all of them, every revision is checked before
+        any file is written: one stale revision writes none."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_for_write(record)
+        if not records:
+            return []
+        if len(records) > 1 and all(want is None for want in expected):
+            return [await self.save(record) for record in records]  # one lock at a time
+        async with self._writing(*(record.session_id for record in records)):
+            current = {}
+            for record, want in zip(records, expected, strict=True):
+                path, previous = self._current(record.session_id)
+                check_expected(record.session_id, want, previous.revision if previous else 0)
+                current[record.session_id] = (path, previous)
+            revisions = []
+            for record in records:
+                path, previous = current[record.session_id]
+                stored = self._replace(path, previous, record)
+                current[record.session_id] = (path, stored)
+                revisions.append(stored.revision)
+            return revisions
+
+    def _replace(
+        self, path: Path, previous: SessionRecord | None, record: SessionRecord
+    ) -> SessionRecord:
+        now = now_ms()
+        stored = SessionRecord(
+            session_id=record.session_id,
+            messages=record.messages,
+            variables=record.variables,
+            metadata={**new_metadata(now), **record.metadata},
+            compression_state=record.compression_state,
+            saved_at=record.saved_at or now,
+            revision=next_revision(previous.revision if previous else None),
+        )
+        self._write(path, stored)
+        return stored
 
     async def append(
         self,
@@ -410,6 +488,7 @@ class JsonStorage(SessionStorageAdapter):
         *,
         expected_revision: int,
     ) -> int:
+        checked_append(session_id, messages, state)
         async with self._writing(session_id):
             path, stored = self._current(session_id)
             found = stored.revision if stored else 0
@@ -431,12 +510,17 @@ class JsonStorage(SessionStorageAdapter):
             self._write(path, record)
         return revision
 
-    async def delete(self, session_id: str) -> bool:
-        """Remove the session's file, readable or not (the fix a corrupt session names)."""
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        """Remove the session's file, readable or not (the fix a corrupt session names;
+        with ``expected_revision`` it must be readable), and its lock files."""
         if not self.directory.exists():
+            check_expected(session_id, expected_revision, 0)
             return False
         async with self._writing(session_id):
             located = self._locate(session_id)
+            if expected_revision is not None:
+                found = 0 if located is None else (await self.revision(session_id) or 0)
+                check_expected(session_id, expected_revision, found)
             if located is None:
                 return False
             path = located[0]
@@ -483,7 +567,7 @@ class JsonStorage(SessionStorageAdapter):
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
         self._make_directory()
-        async with self._locks.hold(session_id, timeout):
+        async with self._locks.hold(session_id, timeout, remove_if=lambda: self._gone(session_id)):
             yield
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
@@ -527,15 +611,67 @@ class JsonStorage(SessionStorageAdapter):
     # storage check
 
     async def check(self) -> list[StoredProblem]:
-        return [
+        problems = [
             StoredProblem(entry.summary.session_id, str(self.directory / entry.name), entry.reason)
             for entry in self._inspect_all(summarise=True)
             if entry.reason
         ]
+        problems.extend(
+            StoredProblem(session_id, str(path), f"{STRAY_FILE}: {why}")
+            for path, session_id, why in self._stray_files()
+        )
+        return problems
+
+    def _live_lock(self, key: str | None) -> bool:
+        if key is None:
+            return False
+        return not self._gone(key.removeprefix(_WRITE_KEY))
+
+    def _stray_files(self) -> list[tuple[Path, str, str]]:
+        """Orphan lock files and temporary files older than STALE_TEMP_S."""
+        found = [
+            (path, _key_of(path.name), why) for path, why in self._locks.stray(self._live_lock)
+        ]
+        try:
+            names = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return found
+        except OSError as exc:
+            raise self._storage_error("list", self.directory, exc) from None
+        cutoff = time.time() - STALE_TEMP_S
+        for name in names:
+            if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+                continue
+            path = self.directory / name
+            with contextlib.suppress(FileNotFoundError):
+                if os.lstat(path).st_mtime < cutoff:
+                    found.append((path, "", "a temporary file left by an interrupted write"))
+        return found
+
+    def _remove_stray(self, path: Path) -> bool:
+        if path.parent == self._locks.directory:
+            return self._locks.remove_stray(path, self._live_lock)
+        if path.parent != self.directory or not path.name.endswith(TEMP_SUFFIX):
+            return False
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise self._storage_error("remove", path, exc) from None
+        return True
+
+    async def repair_files(self) -> list[str]:
+        """Remove the stray files ``check`` reports; sessions are never touched."""
+        return [str(path) for path, _, _ in self._stray_files() if self._remove_stray(path)]
 
     async def quarantine(self, problem: StoredProblem) -> str:
-        """Move the unreadable file to ``.quarantine/`` (never deleted); return its new path."""
+        """Move the unreadable file to ``.quarantine/`` (never deleted); return its new path.
+        A stray file (``check``) holds no session: it is removed."""
         source = Path(problem.where)
+        if problem.reason.startswith(STRAY_FILE):
+            removed = self._remove_stray(source)
+            return f"nowhere: {source} removed" if removed else f"nowhere: {source} kept (in use)"
         if source.parent != self.directory or not source.name.endswith(SUFFIX):
             raise StorageError(f"{problem.where} is not a session file of {self.directory}")
         async with self._writing(problem.session_id):

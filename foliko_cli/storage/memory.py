@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.queues import SessionQueues
-from foliko_cli.storage.base import ConflictError, SessionStorageAdapter
+from foliko_cli.storage.base import (
+    ConflictError,
+    SessionStorageAdapter,
+    check_expected,
+    expected_list,
+)
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    checked_append,
+    checked_for_write,
     new_metadata,
     next_revision,
     preview_of,
@@ -19,12 +27,14 @@ from foliko_cli.storage.record import (
 
 
 class MemoryStorage(SessionStorageAdapter):
-    """Records are deep-copied in and out, so callers never share state with it."""
+    """Records are deep-copied in and out, so callers never share state with it.
+    A write's revision check and the write hold one lock (threads may share it)."""
 
     name = "memory"
 
     def __init__(self) -> None:
         self._records: dict[str, SessionRecord] = {}
+        self._mutex = threading.RLock()
         self._queues = SessionQueues()
 
     def lock(self, session_id: str, timeout: float):
@@ -35,9 +45,28 @@ class MemoryStorage(SessionStorageAdapter):
         record = self._records.get(session_id)
         return copy.deepcopy(record) if record is not None else None
 
-    async def save(self, record: SessionRecord) -> int:
-        stored = copy.deepcopy(record)
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
+
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """All checked before any is written: one stale revision writes none."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_for_write(record)
+        with self._mutex:
+            for record, want in zip(records, expected, strict=True):
+                previous = self._records.get(record.session_id)
+                check_expected(record.session_id, want, previous.revision if previous else 0)
+            return [self._put(record) for record in records]
+
+    def _put(self, record: SessionRecord) -> int:
         previous = self._records.get(record.session_id)
+        stored = copy.deepcopy(record)
         stored.revision = next_revision(previous.revision if previous else None)
         stored.saved_at = record.saved_at or now_ms()
         stored.metadata["message_count"] = len(stored.messages)
@@ -50,6 +79,17 @@ class MemoryStorage(SessionStorageAdapter):
         messages: list[dict[str, Any]],
         state: SessionState,
         *,
+        expected_revision: int,
+    ) -> int:
+        checked_append(session_id, messages, state)
+        with self._mutex:
+            return self._append(session_id, messages, state, expected_revision)
+
+    def _append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
         expected_revision: int,
     ) -> int:
         stored = self._records.get(session_id)
@@ -67,8 +107,11 @@ class MemoryStorage(SessionStorageAdapter):
         stored.revision = next_revision(stored.revision)
         return stored.revision
 
-    async def delete(self, session_id: str) -> bool:
-        return self._records.pop(session_id, None) is not None
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        with self._mutex:
+            stored = self._records.get(session_id)
+            check_expected(session_id, expected_revision, stored.revision if stored else 0)
+            return self._records.pop(session_id, None) is not None
 
     async def list(self) -> list[str]:
         return list(self._records)

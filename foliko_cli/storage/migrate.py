@@ -4,6 +4,11 @@ Each session goes through the canonical record: read from the source, written
 to the target in batches, read back and compared (message count and content
 hash). A session already in the target with the same content is skipped, so
 an interrupted run finishes the job when run again. The source is only read.
+
+Writes are compare-and-set: a new session is created only if it is still
+absent, and ``overwrite`` replaces only the revision that was compared, so a
+session written in the target while the migration runs is reported, never
+overwritten.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from foliko_cli.errors import FolikoError, UsageError
-from foliko_cli.storage.base import SessionStorageAdapter
+from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
 from foliko_cli.storage.record import SessionRecord, content_hash
 
 BATCH_SIZE = 500
@@ -68,11 +73,12 @@ async def migrate(
     for start in range(0, len(session_ids), batch_size):
         batch = session_ids[start : start + batch_size]
         pending = await _collect(source, target, batch, already, report, overwrite)
+        records = [record for record, _ in pending]
         if pending and not dry_run:
-            await target.save_many(pending)
-            await _verify(target, pending, report)
+            written = await _write(target, pending, report)
+            await _verify(target, written, report)
         elif dry_run:
-            report.copied.extend(record.session_id for record in pending)
+            report.copied.extend(record.session_id for record in records)
         if progress:
             progress(len(batch))
     return report
@@ -85,9 +91,11 @@ async def _collect(
     already: set[str],
     report: MigrationReport,
     overwrite: bool,
-) -> list[SessionRecord]:
+) -> list[tuple[SessionRecord, int]]:
+    """The records to write, each with the revision it must replace (0: none)."""
     pending = []
     for session_id in batch:
+        expected = 0
         try:
             record = await source.load(session_id)
             if record is None:
@@ -106,11 +114,52 @@ async def _collect(
                         )
                     )
                     continue
+                expected = existing.revision if existing is not None else 0
         except FolikoError as exc:
             report.failed.append((session_id, str(exc)))
             continue
-        pending.append(record)
+        pending.append((record, expected))
     return pending
+
+
+async def _write(
+    target: SessionStorageAdapter,
+    pending: list[tuple[SessionRecord, int]],
+    report: MigrationReport,
+) -> list[SessionRecord]:
+    """Write the batch in one go; if a session moved meanwhile, one by one (a
+    backend without transactions may have written part of the batch)."""
+    records = [record for record, _ in pending]
+    try:
+        await target.save_many(records, expected_revisions=[e for _, e in pending])
+        return records
+    except (ConflictError, SessionExistsError):
+        pass
+    written = []
+    for record, expected in pending:
+        try:
+            await target.save(record, expected_revision=expected)
+        except (ConflictError, SessionExistsError):
+            try:
+                stored = await target.load(record.session_id)
+            except FolikoError:
+                stored = None
+            if stored is not None and same_content(record, stored):
+                written.append(record)  # written by the batch before it stopped
+                continue
+            report.failed.append(
+                (
+                    record.session_id,
+                    "was written in the destination while the migration ran; "
+                    "run the migration again",
+                )
+            )
+            continue
+        except FolikoError as exc:
+            report.failed.append((record.session_id, str(exc)))
+            continue
+        written.append(record)
+    return written
 
 
 async def _verify(

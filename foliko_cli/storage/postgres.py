@@ -13,6 +13,19 @@ in commit order. The per-turn session lock is a session-level advisory lock
 held on its own connection: when the holding process dies, the server closes
 that connection and releases the lock.
 
+``save``, ``save_many`` and ``delete`` compare the expected revision in the
+statement that writes (``UPDATE ... WHERE revision = N``, ``INSERT ... ON
+CONFLICT DO NOTHING``), so of two concurrent writers exactly one wins.
+
+No call waits without bound. Connections use ``connect_timeout``, TCP
+keepalives (idle 5 s, every 2 s, 3 probes) and ``tcp_user_timeout`` on the
+client, the same keepalives on the server (so a lock holder that vanishes
+behind a network stall loses its advisory lock within about 11 s), and
+``statement_timeout``/``lock_timeout``. A stall the kernel cannot see (a
+proxy that stops forwarding) is bounded by a watchdog: an operation that
+overruns ``operation_timeout`` has its socket shut down and fails with a
+StorageError.
+
 psycopg 3 is imported when a storage is created, never at module import.
 Its calls are synchronous and short; they run inline, as SQLite's do, on one
 connection per thread.
@@ -30,7 +43,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import orjson
 
@@ -42,26 +55,42 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
 )
+from foliko_cli.storage import watchdog
 from foliko_cli.storage.base import (
     ConflictError,
     SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
+    check_expected,
+    expected_list,
 )
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    check_record,
     check_session_id,
+    checked_append,
+    checked_for_write,
     decode_message,
     encode_message,
+    loads,
     new_metadata,
     next_revision,
     preview_of,
 )
+from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_SCHEMA = "foliko"
 CONNECT_TIMEOUT_S = 10
+OPERATION_TIMEOUT_S = 30.0
+KEEPALIVES = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+}
+TCP_USER_TIMEOUT_MS = 20_000
 SUMMARY_PAGE = 1000
 IDLE_LOCK_CONNECTIONS = 2
 _FIRST_DELAY = 0.002
@@ -160,9 +189,7 @@ def _reason(exc: BaseException, password: str | None) -> str:
     if "failed: " in text:
         text = text.rsplit("failed: ", 1)[1]
     text = text.removeprefix("FATAL: ").strip() or type(exc).__name__
-    if password:
-        text = text.replace(password, "***")
-    return text
+    return hide(text, password)
 
 
 def _import_psycopg() -> Any:
@@ -176,49 +203,68 @@ def _import_psycopg() -> Any:
 class PostgresStorage(SessionStorageAdapter):
     name = "postgresql"
 
-    def __init__(self, url: str, *, schema: str | None = None):
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        operation_timeout: float = OPERATION_TIMEOUT_S,
+    ):
         self._pg = _import_psycopg()
-        parts = urlsplit(url)
-        scheme = parts.scheme.lower().split("+", 1)[0]
-        if scheme not in ("postgresql", "postgres"):
+        parsed = parse_server_url(
+            url,
+            schemes=("postgresql", "postgres"),
+            default_port=5432,
+            own_options=("schema",),
+            example="postgresql://user@host:5432/database",
+        )
+        if schema is not None and not schema.strip():
             raise StorageConfigError(
-                f"not a PostgreSQL URL: {parts.scheme}://…; "
-                "write postgresql://user@host:5432/database"
+                "the PostgreSQL schema name is empty; give one or leave it out"
             )
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        url_schema = next((value for key, value in query if key == "schema"), None)
-        query = [(key, value) for key, value in query if key != "schema"]
-        self.schema = schema or url_schema or DEFAULT_SCHEMA
+        self.schema = schema or parsed.options.get("schema") or DEFAULT_SCHEMA
         if not _SCHEMA_NAME.fullmatch(self.schema):
             raise StorageConfigError(
                 f"invalid PostgreSQL schema name {self.schema!r}; "
                 "use letters, digits and underscores (at most 63)"
             )
+        if not operation_timeout > 0:
+            raise StorageConfigError("the PostgreSQL operation timeout must be positive")
+        self.operation_timeout = float(operation_timeout)
         self._q = f'"{self.schema}"'
-        self._password = unquote(parts.password) if parts.password else dict(query).get("password")
-        self._conninfo = urlunsplit(("postgresql", parts.netloc, parts.path, urlencode(query), ""))
-        self._connect_kwargs: dict[str, Any] = {}
-        if not any(key == "connect_timeout" for key, _ in query):
-            self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_S
-        self.host = parts.hostname or "localhost"
-        try:
-            self.port = parts.port or 5432
-        except ValueError:
-            raise StorageConfigError(
-                f"invalid port in the PostgreSQL URL for host {self.host}; "
-                "write postgresql://user@host:5432/database"
-            ) from None
-        self.user = unquote(parts.username) if parts.username else None
-        self.database = unquote(parts.path.lstrip("/")) or self.user or "postgres"
+        self._password = parsed.password
+        self._conninfo = parsed.driver_url("postgresql")
+        self._connect_kwargs = self._connection_settings({k for k, _ in parsed.query})
+        self.host = parsed.host
+        self.port = parsed.port
+        self.user = parsed.user
+        self.database = unquote(parsed.path.lstrip("/")) or self.user or "postgres"
         user = f"{self.user}@" if self.user else ""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        self._where = f"{host}:{self.port}"
-        self._url = f"postgresql://{user}{host}:{self.port}/{self.database}"
+        self._where = parsed.where
+        self._url = f"postgresql://{user}{parsed.where}/{self.database}"
         self._local = threading.local()
         self._connections: list[Any] = []
         self._idle_lock_connections: list[Any] = []
         self._guard_lock = threading.Lock()
         self._migrated = False
+        self._watchdog = watchdog.shared()
+
+    def _connection_settings(self, given: set[str]) -> dict[str, Any]:
+        """Bounds on every wait, unless the URL sets them itself."""
+        settings: dict[str, Any] = {"connect_timeout": CONNECT_TIMEOUT_S, **KEEPALIVES}
+        if self._pg.pq.version() >= 120000:
+            settings["tcp_user_timeout"] = TCP_USER_TIMEOUT_MS
+        bound_ms = int(self.operation_timeout * 1000)
+        server = {
+            "statement_timeout": bound_ms,
+            "lock_timeout": bound_ms,
+            "idle_in_transaction_session_timeout": max(bound_ms, 60_000),
+            "tcp_keepalives_idle": KEEPALIVES["keepalives_idle"],
+            "tcp_keepalives_interval": KEEPALIVES["keepalives_interval"],
+            "tcp_keepalives_count": KEEPALIVES["keepalives_count"],
+        }
+        settings["options"] = " ".join(f"-c {key}={value}" for key, value in server.items())
+        return {key: value for key, value in settings.items() if key not in given}
 
     def __repr__(self) -> str:
         return f"PostgresStorage({self._url!r}, schema={self.schema!r})"
@@ -251,7 +297,7 @@ class PostgresStorage(SessionStorageAdapter):
             db = self._open("foliko")
             try:
                 if not self._migrated:
-                    with self._guard():
+                    with self._guard(db):
                         self._migrate(db)
                     self._migrated = True
             except BaseException:
@@ -260,13 +306,21 @@ class PostgresStorage(SessionStorageAdapter):
             with self._guard_lock:
                 self._connections.append(db)
             self._local.db = db
+        self._watch(db)
         return db
+
+    def _watch(self, conn: Any) -> None:
+        """Put ``conn`` under the bound of the operation running in this thread."""
+        operation = getattr(self._local, "operation", None)
+        if operation is not None:
+            self._watchdog.watch(operation, conn.pgconn.socket)
 
     def _ready(self) -> None:
         with self._guard():
             self.db  # noqa: B018 — connects and migrates once
 
     def _migrate(self, db: Any) -> None:
+        """Apply the missing steps; an existing schema needs no CREATE privilege."""
         s = self._q
         table = f"{s}.schema_migrations"
         if db.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
@@ -276,7 +330,11 @@ class PostgresStorage(SessionStorageAdapter):
                 return
         with db.transaction():
             db.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("migrate", self.schema),))
-            db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            exists = db.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+            ).fetchone()
+            if not exists:
+                db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
             db.execute(
                 f"""CREATE TABLE IF NOT EXISTS {table} (
                     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL
@@ -312,14 +370,30 @@ class PostgresStorage(SessionStorageAdapter):
         )
 
     @contextlib.contextmanager
-    def _guard(self) -> Iterator[None]:
+    def _guard(self, conn: Any = None) -> Iterator[None]:
+        """One bounded operation: driver errors become StorageError, and the socket
+        of a connection it uses (``conn``, or ``self.db``) is shut down if the
+        operation overruns ``operation_timeout``."""
+        outer = getattr(self._local, "operation", None)
+        operation = self._local.operation = self._watchdog.start(self.operation_timeout)
         try:
+            if conn is not None:
+                self._watch(conn)
             yield
         except self._pg.Error as exc:
             db = getattr(self._local, "db", None)
             if db is not None and (db.closed or db.broken):
                 self._local.db = None
+            if self._watchdog.stop(operation):
+                raise StorageError(
+                    f"PostgreSQL at {self._where} did not answer within "
+                    f"{self.operation_timeout:g}s (a network stall or an overloaded server); "
+                    "check the server and the network, then retry"
+                ) from None
             raise self._error(exc) from None
+        finally:
+            self._watchdog.stop(operation)
+            self._local.operation = outer
 
     # contract
 
@@ -342,28 +416,44 @@ class PostgresStorage(SessionStorageAdapter):
         variables, metadata, compression_state, updated_at, revision, bodies = row
         try:
             messages = [decode_message(body) for body in bodies or ()]
-            return SessionRecord(
-                session_id=session_id,
-                messages=messages,
-                variables=orjson.loads(variables),
-                metadata={**orjson.loads(metadata), "message_count": len(messages)},
-                compression_state=orjson.loads(compression_state),
-                saved_at=updated_at,
-                revision=revision,
+            metadata = loads(metadata)
+            if type(metadata) is not dict:
+                raise ValueError("metadata must be an object")
+            return check_record(
+                SessionRecord(
+                    session_id=session_id,
+                    messages=messages,
+                    variables=loads(variables),
+                    metadata={**metadata, "message_count": len(messages)},
+                    compression_state=loads(compression_state),
+                    saved_at=updated_at,
+                    revision=revision,
+                ),
+                values=False,
             )
-        except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
+        except (ValueError, TypeError) as exc:
             raise CorruptSessionError(session_id, self.location, str(exc)) from None
 
-    async def save(self, record: SessionRecord) -> int:
-        return (await self.save_many([record]))[0]
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
-    async def save_many(self, records: list[SessionRecord]) -> list[int]:
-        """All in one transaction, rows locked in session-id order (no deadlocks)."""
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """All in one transaction, rows locked in session-id order (no deadlocks);
+        one failed revision check writes none of them."""
         if not records:
             return []
+        expected = expected_list(records, expected_revisions)
         for record in records:
             self._check_id(record.session_id)
+            checked_for_write(record)
         order = sorted(range(len(records)), key=lambda i: records[i].session_id)
+        if any(revision is not None for revision in expected):
+            return self._save_checked(records, expected, order)
         rows = [
             (*self._session_row(records[i], records[i].messages), next_revision(None))
             for i in order
@@ -401,6 +491,65 @@ class PostgresStorage(SessionStorageAdapter):
         for position, revision in zip(order, revisions, strict=True):
             result[position] = revision
         return result
+
+    def _save_checked(
+        self, records: list[SessionRecord], expected: list[int | None], order: list[int]
+    ) -> list[int]:
+        """Row by row, each write conditional on its expected revision."""
+        s = self._q
+        result = [0] * len(records)
+        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
+            for i in order:
+                record, want = records[i], expected[i]
+                sid, *values = self._session_row(record, record.messages)
+                if want is None:
+                    row = cur.execute(
+                        f"""INSERT INTO {s}.sessions AS t (session_id, created_at, updated_at,
+                               message_count, preview, variables, metadata, compression_state,
+                               revision)
+                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                            ON CONFLICT (session_id) DO UPDATE SET
+                               created_at = EXCLUDED.created_at,
+                               updated_at = EXCLUDED.updated_at,
+                               message_count = EXCLUDED.message_count,
+                               revision = t.revision + 1,
+                               preview = EXCLUDED.preview, variables = EXCLUDED.variables,
+                               metadata = EXCLUDED.metadata,
+                               compression_state = EXCLUDED.compression_state
+                            RETURNING revision""",
+                        (sid, *values, next_revision(None)),
+                    ).fetchone()
+                elif want == 0:
+                    row = cur.execute(
+                        f"""INSERT INTO {s}.sessions (session_id, created_at, updated_at,
+                               message_count, preview, variables, metadata, compression_state,
+                               revision)
+                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
+                            ON CONFLICT (session_id) DO NOTHING RETURNING revision""",
+                        (sid, *values, next_revision(None)),
+                    ).fetchone()
+                    if row is None:
+                        raise SessionExistsError(sid)
+                else:
+                    row = cur.execute(
+                        f"""UPDATE {s}.sessions SET created_at = %s, updated_at = %s,
+                               message_count = %s, preview = %s, variables = %s, metadata = %s,
+                               compression_state = %s, revision = revision + 1
+                            WHERE session_id = %s AND revision = %s RETURNING revision""",
+                        (*values, sid, want),
+                    ).fetchone()
+                    if row is None:
+                        raise ConflictError(sid, want, self._stored_revision(cur, sid))
+                result[i] = row[0]
+                cur.execute(f"DELETE FROM {s}.messages WHERE session_id = %s", (sid,))
+                self._copy_messages(cur, self._message_rows(sid, 0, record.messages))
+        return result
+
+    def _stored_revision(self, cur: Any, session_id: str) -> int:
+        row = cur.execute(
+            f"SELECT revision FROM {self._q}.sessions WHERE session_id = %s", (session_id,)
+        ).fetchone()
+        return row[0] if row else 0
 
     def _session_row(self, record: SessionRecord, messages: list[dict[str, Any]]) -> tuple:
         metadata = {**new_metadata(), **record.metadata, "message_count": len(messages)}
@@ -448,6 +597,7 @@ class PostgresStorage(SessionStorageAdapter):
         expected_revision: int,
     ) -> int:
         self._check_id(session_id)
+        checked_append(session_id, messages, state)
         now = now_ms()
         s = self._q
         with self._guard(), self.db.transaction(), self.db.cursor() as cur:
@@ -499,13 +649,24 @@ class PostgresStorage(SessionStorageAdapter):
             self._copy_messages(cur, self._message_rows(session_id, count, messages))
         return revision
 
-    async def delete(self, session_id: str) -> bool:
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         self._check_id(session_id)
-        with self._guard():
-            cur = self.db.execute(
-                f"DELETE FROM {self._q}.sessions WHERE session_id = %s", (session_id,)
+        s = self._q
+        with self._guard(), self.db.cursor() as cur:
+            if expected_revision is None:
+                cur.execute(f"DELETE FROM {s}.sessions WHERE session_id = %s", (session_id,))
+                return cur.rowcount > 0
+            if expected_revision == 0:
+                check_expected(session_id, 0, self._stored_revision(cur, session_id))
+                return False
+            cur.execute(
+                f"DELETE FROM {s}.sessions WHERE session_id = %s AND revision = %s",
+                (session_id, expected_revision),
             )
-            return cur.rowcount > 0
+            if cur.rowcount == 0:
+                found = self._stored_revision(cur, session_id)
+                raise ConflictError(session_id, expected_revision, found)
+            return True
 
     async def list(self) -> list[str]:
         with self._guard():
@@ -549,11 +710,18 @@ class PostgresStorage(SessionStorageAdapter):
         return None if row is None else row[0]
 
     async def health_check(self) -> bool:
+        """The server answers; creates nothing (no schema, no table)."""
         try:
-            with self._guard():
-                self.db.execute(f"SELECT 1 FROM {self._q}.sessions LIMIT 1").fetchall()
+            conn = self._open("foliko: health check")
         except StorageError:
             return False
+        try:
+            with self._guard(conn):
+                conn.execute("SELECT 1").fetchall()
+        except StorageError:
+            return False
+        finally:
+            conn.close()
         return True
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
@@ -700,7 +868,7 @@ class PostgresStorage(SessionStorageAdapter):
         deadline = time.monotonic() + timeout
         delay = _FIRST_DELAY
         while True:
-            with self._guard():
+            with self._guard(conn):
                 if conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
                     return
             if time.monotonic() >= deadline:
@@ -711,16 +879,17 @@ class PostgresStorage(SessionStorageAdapter):
     def _holder(self, conn: Any, key: int) -> str:
         """Who holds ``key``: the application name foliko gives its lock connections."""
         try:
-            row = conn.execute(
-                """SELECT l.pid, a.application_name, host(a.client_addr)
+            with self._guard(conn):
+                row = conn.execute(
+                    """SELECT l.pid, a.application_name, host(a.client_addr)
                    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
                      AND l.database = (SELECT oid FROM pg_database
                                        WHERE datname = current_database())
                      AND l.classid::bigint = %s AND l.objid::bigint = %s""",
-                ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
-            ).fetchone()
-        except self._pg.Error:
+                    ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
+                ).fetchone()
+        except StorageError:
             return "another connection"
         if row is None:
             return "another connection"
@@ -731,8 +900,9 @@ class PostgresStorage(SessionStorageAdapter):
 
     def _release(self, conn: Any, key: int) -> None:
         try:
-            released = conn.execute("SELECT pg_advisory_unlock(%s)", (key,)).fetchone()[0]
-        except self._pg.Error:
+            with self._guard(conn):
+                released = conn.execute("SELECT pg_advisory_unlock(%s)", (key,)).fetchone()[0]
+        except StorageError:
             released = False  # closing the connection below releases it on the server
         with self._guard_lock:
             if released and len(self._idle_lock_connections) < IDLE_LOCK_CONNECTIONS:

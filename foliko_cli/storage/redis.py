@@ -12,8 +12,13 @@ Key layout, all under a prefix (``foliko`` unless told otherwise)::
 ``<id>`` is the session id with ``%``, ``{`` and ``}`` percent-escaped, so the
 braces form a hash tag and one session's keys share one cluster slot. Every
 write (save, append, delete, rename, quarantine) is one Lua script: atomic,
-one round trip, the index updated with the session. ``save_many`` runs its
-scripts in one MULTI. Listing reads the index, never ``SCAN``.
+one round trip, the index updated with the session, and the expected
+revision of ``save``/``delete`` compared inside it. ``save_many`` runs its
+scripts in one MULTI. Listing reads the index, never ``SCAN`` (``check``
+scans for message lists whose meta hash is gone).
+
+Every call is bounded by ``socket_timeout`` (30 s) and every connection by
+``socket_connect_timeout`` (5 s), unless the URL sets them.
 
 The per-turn lock is a lease (``SET NX PX``) with a random token, renewed by a
 background task while the turn runs and deleted only by its owner; when the
@@ -34,7 +39,6 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -51,17 +55,24 @@ from foliko_cli.storage.base import (
     SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
+    check_expected,
+    expected_list,
 )
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    check_record,
+    checked_append,
+    checked_for_write,
     decode_message,
     encode_message,
+    loads,
     new_metadata,
     next_revision,
     preview_of,
 )
+from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_PREFIX = "foliko"
 DEFAULT_LEASE_MS = 15_000
@@ -88,17 +99,23 @@ local function next_revision(current, fresh)
 end
 """
 
-# KEYS: meta, msgs, index. ARGV: id, mode (replace|create), updated_at, created_at,
-# message_count, preview, variables, metadata, compression_state, first revision,
-# messages...
+# KEYS: meta, msgs, index. ARGV: id, expected revision ('' for none, 0 for create),
+# updated_at, created_at, message_count, preview, variables, metadata,
+# compression_state, first revision, messages...
+# Returns {1, revision}, {0, found} (a stale revision) or {-1, found} (it exists).
 _SAVE = (
     _PUSH
     + """
 local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
-if ARGV[2] == 'create' and redis.call('EXISTS', meta) == 1 then return -1 end
+local exists = redis.call('EXISTS', meta) == 1
 local current = nil
 if redis.call('TYPE', meta).ok == 'hash' then
   current = tonumber(redis.call('HGET', meta, 'revision'))
+end
+local found = string.format('%d', current or 0)
+if ARGV[2] == '0' and exists then return {-1, found} end
+if ARGV[2] ~= '' and ARGV[2] ~= '0' and (current or 0) ~= tonumber(ARGV[2]) then
+  return {0, found}
 end
 local revision = next_revision(current, ARGV[10])
 redis.call('DEL', meta, msgs)
@@ -107,7 +124,7 @@ redis.call('HSET', meta, 'created_at', ARGV[4], 'updated_at', ARGV[3],
   'message_count', ARGV[5], 'revision', revision, 'preview', ARGV[6],
   'variables', ARGV[7], 'metadata', ARGV[8], 'compression_state', ARGV[9])
 redis.call('ZADD', index, ARGV[3], ARGV[1])
-return revision
+return {1, revision}
 """
 )
 
@@ -138,12 +155,22 @@ return {1, revision}
 """
 )
 
-# KEYS: meta, msgs, index. ARGV: id.
+# KEYS: meta, msgs, index. ARGV: id, expected revision ('' for none).
+# Returns {1|0, found}: deleted or not, and the revision that was stored.
 _DELETE = """
+local found = 0
+if redis.call('TYPE', KEYS[1]).ok == 'hash' then
+  found = tonumber(redis.call('HGET', KEYS[1], 'revision')) or 0
+end
+local shown = string.format('%d', found)
+if ARGV[2] ~= '' then
+  if ARGV[2] == '0' then return {0, shown} end
+  if found ~= tonumber(ARGV[2]) then return {0, shown} end
+end
 local existed = redis.call('DEL', KEYS[1])
 redis.call('DEL', KEYS[2])
 redis.call('ZREM', KEYS[3], ARGV[1])
-return existed
+return {existed, shown}
 """
 
 # KEYS: old meta, old msgs, new meta, new msgs, index. ARGV: old id, new id.
@@ -190,6 +217,13 @@ def hash_tag(session_id: str) -> str:
     return "{" + escaped + "}"
 
 
+def unhash_tag(tag: str) -> str | None:
+    """The session id of a hash tag, or None when ``tag`` is not one."""
+    if len(tag) < 3 or tag[0] != "{" or tag[-1] != "}" or "{" in tag[1:-1] or "}" in tag[1:-1]:
+        return None
+    return re.sub("%(25|7B|7D)", lambda m: chr(int(m[1], 16)), tag[1:-1])
+
+
 def _import_redis() -> Any:
     try:
         import redis
@@ -207,46 +241,44 @@ class RedisStorage(SessionStorageAdapter):
 
     def __init__(self, url: str, *, prefix: str | None = None, lease_ms: int | None = None):
         self._redis = _import_redis()
-        parts = urlsplit(url)
-        if parts.scheme.lower() not in ("redis", "rediss"):
-            raise StorageConfigError(
-                f"not a Redis URL: {parts.scheme}://…; write redis://host:6379/0"
-            )
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        options = dict(query)
-        query = [(k, v) for k, v in query if k not in ("prefix", "lease_ms")]
-        self.prefix = prefix or options.get("prefix") or DEFAULT_PREFIX
+        parsed = parse_server_url(
+            url,
+            schemes=("redis", "rediss"),
+            default_port=6379,
+            own_options=("prefix", "lease_ms"),
+            example="redis://host:6379/0",
+        )
+        if prefix is not None and not prefix.strip():
+            raise StorageConfigError("the Redis key prefix is empty; give one or leave it out")
+        self.prefix = prefix or parsed.options.get("prefix") or DEFAULT_PREFIX
         if not _PREFIX.fullmatch(self.prefix):
             raise StorageConfigError(
                 f"invalid Redis key prefix {self.prefix!r}; use letters, digits and _ . : -"
             )
         try:
-            self.lease_ms = int(lease_ms or options.get("lease_ms") or DEFAULT_LEASE_MS)
-            self.host = parts.hostname or "localhost"
-            self.port = parts.port or 6379
-            self.db_number = int(parts.path.strip("/") or 0)
+            self.lease_ms = int(lease_ms or parsed.options.get("lease_ms") or DEFAULT_LEASE_MS)
+            self.db_number = int(parsed.path.strip("/") or 0)
         except ValueError:
             raise StorageConfigError(
-                "malformed Redis URL: the port, database number and lease_ms must be numbers; "
+                "malformed Redis URL: the database number and lease_ms must be numbers; "
                 "write redis://host:6379/0"
             ) from None
         if self.lease_ms < 100:
             raise StorageConfigError("the Redis lock lease must be at least 100 ms")
-        self._password = unquote(parts.password) if parts.password else options.get("password")
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        self._where = f"{host}:{self.port}"
-        user = f"{unquote(parts.username)}@" if parts.username else ""
-        self._url = f"{parts.scheme.lower()}://{user}{host}:{self.port}/{self.db_number}"
+        self.host = parsed.host
+        self.port = parsed.port
+        self._password = parsed.password
+        self._where = parsed.where
+        user = f"{parsed.user}@" if parsed.user else ""
+        self._url = f"{parsed.scheme}://{user}{parsed.where}/{self.db_number}"
+        given = {key for key, _ in parsed.query}
         keywords: dict[str, Any] = {}
-        if "socket_connect_timeout" not in options:
+        if "socket_connect_timeout" not in given:
             keywords["socket_connect_timeout"] = CONNECT_TIMEOUT_S
-        if "socket_timeout" not in options:
+        if "socket_timeout" not in given:
             keywords["socket_timeout"] = SOCKET_TIMEOUT_S
         try:
-            self._client = self._redis.Redis.from_url(
-                urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), "")),
-                **keywords,
-            )
+            self._client = self._redis.Redis.from_url(parsed.driver_url(), **keywords)
         except ValueError as exc:
             raise StorageConfigError(
                 f"malformed Redis URL for {self._where}: {self._reason(exc)}; "
@@ -280,8 +312,7 @@ class RedisStorage(SessionStorageAdapter):
     # errors
 
     def _reason(self, exc: BaseException) -> str:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        return text.replace(self._password, "***") if self._password else text
+        return hide(" ".join(str(exc).split()) or type(exc).__name__, self._password)
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
@@ -336,22 +367,32 @@ class RedisStorage(SessionStorageAdapter):
                     f"{msgs_key} holds {len(bodies)} (evicted or edited by hand?)"
                 )
             messages = [decode_message(body) for body in bodies]
-            return SessionRecord(
-                session_id=session_id,
-                messages=messages,
-                variables=orjson.loads(fields["variables"]),
-                metadata={**orjson.loads(fields["metadata"]), "message_count": len(messages)},
-                compression_state=orjson.loads(fields["compression_state"]),
-                saved_at=int(fields["updated_at"]),
-                revision=int(fields["revision"]),
+            metadata = loads(fields["metadata"])
+            if type(metadata) is not dict:
+                raise ValueError("metadata must be an object")
+            return check_record(
+                SessionRecord(
+                    session_id=session_id,
+                    messages=messages,
+                    variables=loads(fields["variables"]),
+                    metadata={**metadata, "message_count": len(messages)},
+                    compression_state=loads(fields["compression_state"]),
+                    saved_at=int(fields["updated_at"]),
+                    revision=int(fields["revision"]),
+                ),
+                values=False,
             )
         except KeyError as exc:
             reason = f"field {exc.args[0]} missing from {meta_key}"
-        except (ValueError, TypeError, orjson.JSONDecodeError) as exc:
+        except (ValueError, TypeError) as exc:
             reason = str(exc)
         raise CorruptSessionError(session_id, self.location, reason)
 
-    def _save_args(self, record: SessionRecord, mode: str) -> list[Any]:
+    def _save_args(self, record: SessionRecord, expected: int | None) -> list[Any]:
+        checked_for_write(record)
+        return self._script_args(record, "" if expected is None else str(expected))
+
+    def _script_args(self, record: SessionRecord, mode: str) -> list[Any]:
         metadata = {**new_metadata(), **record.metadata, "message_count": len(record.messages)}
         return [
             record.session_id,
@@ -367,23 +408,69 @@ class RedisStorage(SessionStorageAdapter):
             *(encode_message(m) for m in record.messages),
         ]
 
-    async def save(self, record: SessionRecord) -> int:
-        args = self._save_args(record, "replace")
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        args = self._save_args(record, expected_revision)
         with self._guard():
-            return int(self._save_script(self._session_keys(record.session_id), args))
+            result = self._save_script(self._session_keys(record.session_id), args)
+        return self._saved(record.session_id, expected_revision, result)
 
-    async def save_many(self, records: list[SessionRecord]) -> list[int]:
-        """One MULTI of save scripts: applied together, no reader sees half a batch."""
+    @staticmethod
+    def _saved(session_id: str, expected: int | None, result: list) -> int:
+        status, value = int(result[0]), int(result[1])
+        if status == -1:
+            raise SessionExistsError(session_id)
+        if status == 0:
+            raise ConflictError(session_id, expected or 0, value)
+        return value
+
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """One MULTI of save scripts: applied together, no reader sees half a batch.
+
+        Each script checks its own expected revision; without any (migration)
+        the whole batch is written. With some, the batch is first checked
+        under WATCH, so one stale revision writes none of them."""
         if not records:
             return []
+        expected = expected_list(records, expected_revisions)
         batches = [
-            (self._session_keys(r.session_id), self._save_args(r, "replace")) for r in records
+            (r.session_id, self._session_keys(r.session_id), self._save_args(r, e))
+            for r, e in zip(records, expected, strict=True)
         ]
-        with self._guard():
-            pipe = self._client.pipeline(transaction=True)
-            for keys, args in batches:
-                self._save_script(keys, args, client=pipe)
-            return [int(revision) for revision in pipe.execute()]
+        if all(e is None for e in expected):
+            with self._guard():
+                pipe = self._client.pipeline(transaction=True)
+                for _, keys, args in batches:
+                    self._save_script(keys, args, client=pipe)
+                results = pipe.execute()
+            pairs = zip(batches, results, strict=True)
+            return [self._saved(sid, None, result) for (sid, _, _), result in pairs]
+        return self._save_watched(batches, expected)
+
+    def _save_watched(self, batches: list[tuple], expected: list[int | None]) -> list[int]:
+        errors = self._redis.exceptions
+        metas = sorted({keys[0] for _, keys, _ in batches})
+        while True:
+            with self._guard(), self._client.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(*metas)
+                    for (sid, keys, _), want in zip(batches, expected, strict=True):
+                        if want is not None:
+                            check_expected(sid, want, int(pipe.hget(keys[0], "revision") or 0))
+                    pipe.multi()
+                    for _, keys, args in batches:
+                        self._save_script(keys, args, client=pipe)
+                    results = pipe.execute()
+                except errors.WatchError:
+                    continue
+            return [
+                self._saved(sid, want, r)
+                for (sid, _, _), want, r in zip(batches, expected, results, strict=True)
+            ]
 
     async def append(
         self,
@@ -395,6 +482,7 @@ class RedisStorage(SessionStorageAdapter):
     ) -> int:
         now = now_ms()
         created_at = state.metadata.get("created_at", now)
+        checked_append(session_id, messages, state)
         args = [
             session_id,
             expected_revision,
@@ -413,9 +501,13 @@ class RedisStorage(SessionStorageAdapter):
             raise ConflictError(session_id, expected_revision, int(revision))
         return int(revision)
 
-    async def delete(self, session_id: str) -> bool:
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        mode = "" if expected_revision is None else str(expected_revision)
         with self._guard():
-            return bool(self._delete_script(self._session_keys(session_id), [session_id]))
+            existed, found = self._delete_script(self._session_keys(session_id), [session_id, mode])
+        if not existed:
+            check_expected(session_id, expected_revision, int(found))
+        return bool(existed)
 
     async def list(self) -> list[str]:
         with self._guard():
@@ -500,12 +592,8 @@ class RedisStorage(SessionStorageAdapter):
             saved_at=now,
         )
         with self._guard():
-            revision = int(
-                self._save_script(self._session_keys(target_id), self._save_args(copied, "create"))
-            )
-        if revision < 0:
-            raise SessionExistsError(target_id)
-        copied.revision = revision
+            result = self._save_script(self._session_keys(target_id), self._save_args(copied, 0))
+        copied.revision = self._saved(target_id, 0, result)
         return copied
 
     async def rename(self, old_id: str, new_id: str) -> None:
@@ -516,6 +604,44 @@ class RedisStorage(SessionStorageAdapter):
             raise SessionExistsError(new_id)
         if result == -2:
             raise SessionNotFoundError(old_id)
+
+    async def check(self) -> list[StoredProblem]:
+        """Unreadable sessions, index entries whose meta hash is gone, and message
+        lists whose meta hash is gone (found by SCAN: ``check`` only)."""
+        with self._guard():
+            ids = [member.decode() for member in self._client.zrange(self.index_key, 0, -1)]
+        problems = []
+        for session_id in ids:
+            try:
+                if await self.load(session_id) is None:
+                    problems.append(
+                        StoredProblem(
+                            session_id,
+                            self.location,
+                            f"{self.index_key} names it but {self.key(session_id, 'meta')} "
+                            "is gone (evicted or deleted by hand?)",
+                        )
+                    )
+            except CorruptSessionError as exc:
+                problems.append(StoredProblem(session_id, exc.where, exc.reason))
+        indexed = set(ids)
+        head, tail = f"{self.prefix}:s:", ":msgs"
+        with self._guard():
+            for raw in self._client.scan_iter(match=f"{head}*{tail}", count=1000):
+                key = _text(raw)
+                session_id = unhash_tag(key[len(head) : -len(tail)])
+                if session_id is None or session_id in indexed:
+                    continue
+                if not self._client.exists(self.key(session_id, "meta")):
+                    problems.append(
+                        StoredProblem(
+                            session_id,
+                            self.location,
+                            f"{key} holds messages but {self.key(session_id, 'meta')} is gone "
+                            "(evicted or deleted by hand?)",
+                        )
+                    )
+        return problems
 
     async def quarantine(self, problem: StoredProblem) -> str:
         moved_at = now_ms()

@@ -2,7 +2,15 @@
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, so concurrent processes
 queue on SQLite's own lock (with a busy timeout) and never interleave; the
-per-turn session lock is a lock file beside the database.
+compare-and-set of ``save``/``delete`` reads the revision inside it. The
+per-turn session lock is a lock file beside the database (``<db>.locks/``),
+removed with its session.
+
+A database file with more than one hard link is refused: SQLite finds its
+``-wal`` and ``-shm`` files by the path, so two paths to one database would
+each get their own and corrupt it. ``check`` runs ``PRAGMA quick_check`` and
+reports orphan lock files; ``health_check`` opens the file read-only and
+creates nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +19,7 @@ import contextlib
 import os
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,15 +33,22 @@ from foliko_cli.storage.base import (
     SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
+    check_expected,
+    expected_list,
 )
-from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.filelock import SessionFileLocks, os_error
+from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    check_record,
+    checked_append,
+    checked_for_write,
     decode_message,
     encode_message,
+    loads,
     new_metadata,
     next_revision,
     preview_of,
@@ -41,6 +57,9 @@ from foliko_cli.storage.record import (
 
 BUSY_TIMEOUT_MS = 30_000
 UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
+SEED_WHERE = " (seed_sessions)"
+STRAY_LOCK = "a stray file"
+DATABASE_PROBLEM = "PRAGMA quick_check"
 
 Migration = Callable[[sqlite3.Connection], None]
 MIGRATIONS: list[Migration] = []
@@ -96,11 +115,12 @@ def import_seed_sessions(db: sqlite3.Connection) -> None:
         if db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone():
             continue
         try:
-            record = record_from_seed(orjson.loads(data), session_id)
-        except (orjson.JSONDecodeError, ValueError, TypeError):
+            document = loads(data)
+            record = record_from_seed(document, session_id, values=False)
+        except (ValueError, TypeError):
             continue  # left in seed_sessions; `storage check` reports it
         record.session_id = session_id
-        if not (orjson.loads(data).get("metadata") or {}).get("createdAt"):
+        if not (document.get("metadata") or {}).get("createdAt"):
             record.metadata["created_at"] = created_at
         record.saved_at = updated_at
         _insert_record(db, record, revision=next_revision(None))
@@ -161,11 +181,14 @@ def _in_chunks(ids: list[str], size: int = 500):
         yield chunk, ",".join("?" * len(chunk))
 
 
-def _write_records(db: sqlite3.Connection, records: list[SessionRecord]) -> list[int]:
-    """Replace ``records`` with one statement per kind of row (migration batches)."""
+def _write_records(
+    db: sqlite3.Connection, records: list[SessionRecord], expected: list[int | None]
+) -> list[int]:
+    """Replace ``records`` with one statement per kind of row (migration batches),
+    after checking each expected revision (the caller's transaction)."""
     ids = [record.session_id for record in records]
     if len(set(ids)) != len(ids):
-        return [_replace_record(db, record) for record in records]
+        return [_replace_record(db, r, e) for r, e in zip(records, expected, strict=True)]
     current: dict[str, int] = {}
     for chunk, marks in _in_chunks(ids):
         current.update(
@@ -173,6 +196,8 @@ def _write_records(db: sqlite3.Connection, records: list[SessionRecord]) -> list
                 f"SELECT session_id, revision FROM sessions WHERE session_id IN ({marks})", chunk
             ).fetchall()
         )
+    for session_id, revision in zip(ids, expected, strict=True):
+        check_expected(session_id, revision, current.get(session_id, 0))
     if current:
         gone = [(session_id,) for session_id in current]
         db.executemany("DELETE FROM messages WHERE session_id = ?", gone)
@@ -194,10 +219,11 @@ def _text_row(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-def _replace_record(db: sqlite3.Connection, record: SessionRecord) -> int:
+def _replace_record(db: sqlite3.Connection, record: SessionRecord, expected: int | None) -> int:
     row = db.execute(
         "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
     ).fetchone()
+    check_expected(record.session_id, expected, row[0] if row else 0)
     revision = next_revision(row[0] if row else None)
     db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
     db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
@@ -214,6 +240,8 @@ class SQLiteStorage(SessionStorageAdapter):
         self._local = threading.local()
         self._locks = None if self.in_memory else SessionFileLocks(Path(self.path + ".locks"))
         self._shared: sqlite3.Connection | None = None
+        self._opened: list[sqlite3.Connection] = []
+        self._opened_lock = threading.Lock()
         self._has_seed_table: bool | None = None
 
     def __repr__(self) -> str:
@@ -224,7 +252,12 @@ class SQLiteStorage(SessionStorageAdapter):
     def _connect(self) -> sqlite3.Connection:
         if not self.in_memory:
             self._create_file()
-        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=not self.in_memory)
+            self._refuse_hard_links()
+        try:
+            # Each thread uses its own connection; close() may close them all from one.
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self._refuse_newer_schema(db)
@@ -238,7 +271,21 @@ class SQLiteStorage(SessionStorageAdapter):
         except BaseException:
             db.close()
             raise
+        with self._opened_lock:
+            self._opened.append(db)
         return db
+
+    def _refuse_hard_links(self) -> None:
+        try:
+            links = os.stat(self.path).st_nlink
+        except OSError as exc:
+            raise os_error("open the database", self.path, exc) from None
+        if links > 1:
+            raise StorageError(
+                f"refusing the database {self.path}: the file has {links} hard links, and "
+                "SQLite finds its -wal and -shm files by path, so two paths to one database "
+                "corrupt it; copy the file instead of linking it"
+            )
 
     def _refuse_newer_schema(self, db: sqlite3.Connection) -> None:
         """Checked before anything writes, so a newer database is left untouched."""
@@ -255,7 +302,7 @@ class SQLiteStorage(SessionStorageAdapter):
             return
         try:
             make_private_dirs(path.parent)
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as exc:
             raise StorageError(
                 f"cannot create the database {self.path}: {exc.strerror}; "
@@ -323,6 +370,10 @@ class SQLiteStorage(SessionStorageAdapter):
             yield
         except sqlite3.Error as exc:
             raise self._error(exc) from None
+        except OverflowError as exc:  # an integer SQLite cannot bind
+            raise self._error(sqlite3.DataError(str(exc))) from None
+        except OSError as exc:
+            raise os_error("use the database", self.path, exc) from None
 
     # contract
 
@@ -413,25 +464,40 @@ class SQLiteStorage(SessionStorageAdapter):
         variables, metadata, compression_state, updated_at, revision = row
         try:
             messages = [decode_message(body) for body in bodies]
-            return SessionRecord(
-                session_id=session_id,
-                messages=messages,
-                variables=orjson.loads(variables),
-                metadata={**orjson.loads(metadata), "message_count": len(messages)},
-                compression_state=orjson.loads(compression_state),
-                saved_at=updated_at,
-                revision=revision,
+            metadata = loads(metadata)
+            if type(metadata) is not dict:
+                raise ValueError("metadata must be an object")
+            return check_record(
+                SessionRecord(
+                    session_id=session_id,
+                    messages=messages,
+                    variables=loads(variables),
+                    metadata={**metadata, "message_count": len(messages)},
+                    compression_state=loads(compression_state),
+                    saved_at=updated_at,
+                    revision=revision,
+                ),
+                values=False,
             )
-        except (ValueError, orjson.JSONDecodeError) as exc:
+        except (ValueError, TypeError) as exc:
             raise CorruptSessionError(session_id, self.path, str(exc)) from None
 
-    async def save(self, record: SessionRecord) -> int:
-        return (await self.save_many([record]))[0]
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
-    async def save_many(self, records: list[SessionRecord]) -> list[int]:
-        """All in one transaction: a migration batch costs one commit."""
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        """All in one transaction: a migration batch costs one commit; one failed
+        revision check writes none of them."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_for_write(record)
         with self._guard(), self._write() as db:
-            return _write_records(db, records)
+            return _write_records(db, records, expected)
 
     async def append(
         self,
@@ -441,6 +507,7 @@ class SQLiteStorage(SessionStorageAdapter):
         *,
         expected_revision: int,
     ) -> int:
+        checked_append(session_id, messages, state)
         now = now_ms()
         with self._guard(), self._write() as db:
             row = db.execute(
@@ -475,12 +542,48 @@ class SQLiteStorage(SessionStorageAdapter):
             db.executemany(_INSERT_MESSAGE, _message_rows(session_id, count, messages))
         return revision
 
-    async def delete(self, session_id: str) -> bool:
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        """Remove the session (an unreadable row of the seed's table too) and its lock file."""
+        if self._absent():
+            check_expected(session_id, expected_revision, 0)
+            return False
         with self._guard(), self._write() as db:
+            row = db.execute(
+                "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            check_expected(session_id, expected_revision, row[0] if row else 0)
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            return (
+            existed = (
                 db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
             )
+            existed = self._drop_seed_row(db, session_id) or existed
+        self._remove_lock_file(session_id)
+        return existed
+
+    def _drop_seed_row(self, db: sqlite3.Connection, session_id: str) -> bool:
+        """Forget the seed's row of a session that leaves ``sessions``: left behind, it
+        would read as an unreadable session."""
+        if not self._seed_table():
+            return False
+        cursor = db.execute("DELETE FROM seed_sessions WHERE session_id = ?", (session_id,))
+        return cursor.rowcount > 0
+
+    def _seed_table(self) -> bool:
+        if self._has_seed_table is None:
+            self._has_seed_table = bool(_columns(self.db, "seed_sessions"))
+        return self._has_seed_table
+
+    def _exists(self, session_id: str) -> bool:
+        if self._absent():
+            return False
+        row = self.db.execute(
+            "SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        return row is not None or bool(self._unreadable_seed_rows(session_id))
+
+    def _remove_lock_file(self, session_id: str) -> None:
+        if self._locks is not None:
+            self._locks.remove_if_free(session_id, lambda: not self._exists(session_id))
 
     async def list(self) -> list[str]:
         if self._absent():
@@ -506,9 +609,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     def _unreadable_seed_rows(self, session_id: str | None = None) -> list[tuple]:
         """Rows of the seed's table that could not be imported (never silently skipped)."""
-        if self._has_seed_table is None:
-            self._has_seed_table = bool(_columns(self.db, "seed_sessions"))
-        if not self._has_seed_table:
+        if not self._seed_table():
             return []
         query = """SELECT session_id, created_at, updated_at FROM seed_sessions
                    WHERE session_id NOT IN (SELECT session_id FROM sessions)"""
@@ -518,7 +619,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     def _raise_if_unreadable_seed(self, session_id: str) -> None:
         if self._unreadable_seed_rows(session_id):
-            raise CorruptSessionError(session_id, f"{self.path} (seed_sessions)", UNREADABLE_SEED)
+            raise CorruptSessionError(session_id, self.path + SEED_WHERE, UNREADABLE_SEED)
 
     async def revision(self, session_id: str) -> int | None:
         if self._absent():
@@ -532,10 +633,25 @@ class SQLiteStorage(SessionStorageAdapter):
         return None if row is None else row[0]
 
     async def health_check(self) -> bool:
+        """The database answers, read-only; a missing one can be created. Creates nothing."""
+        if self.in_memory:
+            return True
+        if not os.path.exists(self.path):
+            parent = Path(self.path).parent
+            while not parent.exists():
+                if parent.parent == parent:
+                    return False
+                parent = parent.parent
+            return parent.is_dir() and os.access(parent, os.W_OK | os.X_OK)
         try:
-            with self._guard():
-                self.db.execute("SELECT 1 FROM sessions LIMIT 1").fetchall()
-        except StorageError:
+            self._refuse_hard_links()
+            uri = "file:" + urllib.parse.quote(os.path.abspath(self.path)) + "?mode=ro"
+            db = sqlite3.connect(uri, uri=True)
+            try:
+                db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            finally:
+                db.close()
+        except (sqlite3.Error, StorageError, OSError):
             return False
         return True
 
@@ -544,7 +660,12 @@ class SQLiteStorage(SessionStorageAdapter):
         if self._locks is None:
             yield
             return
-        async with self._locks.hold(session_id, timeout):
+
+        def gone() -> bool:
+            with self._guard():
+                return not self._exists(session_id)
+
+        async with self._locks.hold(session_id, timeout, remove_if=gone):
             yield
 
     async def rename(self, old_id: str, new_id: str) -> None:
@@ -563,6 +684,8 @@ class SQLiteStorage(SessionStorageAdapter):
                 "UPDATE sessions SET revision = ? WHERE session_id = ?",
                 (next_revision(None), new_id),
             )
+            self._drop_seed_row(db, old_id)
+        self._remove_lock_file(old_id)
 
     async def check(self) -> list[StoredProblem]:
         problems = []
@@ -571,16 +694,65 @@ class SQLiteStorage(SessionStorageAdapter):
                 await self.load(session_id)
             except CorruptSessionError as exc:
                 problems.append(StoredProblem(session_id, exc.where, exc.reason))
-        with self._guard():
-            problems.extend(
-                StoredProblem(sid, f"{self.path} (seed_sessions)", UNREADABLE_SEED)
-                for sid, _, _ in self._unreadable_seed_rows()
-            )
+        if not self._absent():
+            with self._guard():
+                problems.extend(
+                    StoredProblem(sid, self.path + SEED_WHERE, UNREADABLE_SEED)
+                    for sid, _, _ in self._unreadable_seed_rows()
+                )
+            failures = self._quick_check()
+            if failures:
+                reason = f"{DATABASE_PROBLEM}: {'; '.join(failures[:5])}"
+                problems.append(StoredProblem("", self.path, reason))
+        problems.extend(
+            StoredProblem(session_id, str(path), f"{STRAY_LOCK}: {why}")
+            for path, session_id, why in self._stray_locks()
+        )
         return problems
 
+    def _quick_check(self) -> list[str]:
+        """What ``PRAGMA quick_check`` finds wrong, one line each."""
+        try:
+            rows = self.db.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.DatabaseError as exc:
+            return [str(exc)]
+        return [" ".join(str(row[0]).split()) for row in rows if row[0] != "ok"]
+
+    def _live_lock(self, key: str | None) -> bool:
+        if key is None:
+            return False
+        with self._guard():
+            return self._exists(key)
+
+    def _stray_locks(self) -> list[tuple[Path, str, str]]:
+        if self._locks is None:
+            return []
+        return [
+            (path, session_id_from_stem(path.name.removesuffix(".lock")) or "", why)
+            for path, why in self._locks.stray(self._live_lock)
+        ]
+
+    async def repair_files(self) -> list[str]:
+        """Remove the orphan lock files ``check`` reports; sessions are never touched."""
+        if self._locks is None:
+            return []
+        return [
+            str(path)
+            for path, _, _ in self._stray_locks()
+            if self._locks.remove_stray(path, self._live_lock)
+        ]
+
     async def quarantine(self, problem: StoredProblem) -> str:
-        if problem.where.endswith("(seed_sessions)"):
-            return problem.where
+        """Move the unreadable session (or seed row) to the quarantine table; remove a
+        stray lock file; a failed ``quick_check`` cannot be moved and is left as it is."""
+        if problem.reason.startswith(DATABASE_PROBLEM):
+            return f"nowhere: {self.path} left as it is; restore it from a backup"
+        if problem.reason.startswith(STRAY_LOCK):
+            path = Path(problem.where)
+            removed = self._locks is not None and self._locks.remove_stray(path, self._live_lock)
+            return f"nowhere: {path} removed" if removed else f"nowhere: {path} kept (in use)"
+        if problem.where.endswith(SEED_WHERE):
+            return self._quarantine_seed_row(problem)
         with self._guard(), self._write() as db:
             db.row_factory = sqlite3.Row
             try:
@@ -605,6 +777,38 @@ class SQLiteStorage(SessionStorageAdapter):
             )
             db.execute("DELETE FROM messages WHERE session_id = ?", (problem.session_id,))
             db.execute("DELETE FROM sessions WHERE session_id = ?", (problem.session_id,))
+            self._drop_seed_row(db, problem.session_id)
+        self._remove_lock_file(problem.session_id)
+        return f"{self.path} (table quarantine)"
+
+    def _quarantine_seed_row(self, problem: StoredProblem) -> str:
+        with self._guard(), self._write() as db:
+            db.row_factory = sqlite3.Row
+            try:
+                rows = db.execute(
+                    """SELECT * FROM seed_sessions WHERE session_id = ?
+                       AND session_id NOT IN (SELECT session_id FROM sessions)""",
+                    (problem.session_id,),
+                ).fetchall()
+            finally:
+                db.row_factory = None
+            if not rows:
+                raise StorageError(
+                    f"session {problem.session_id!r} is no longer an unreadable row of "
+                    f"{self.path + SEED_WHERE}; run 'foliko storage check' again"
+                )
+            for row in rows:
+                db.execute(
+                    "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?)",
+                    (
+                        problem.session_id,
+                        now_ms(),
+                        problem.reason,
+                        orjson.dumps(_text_row(row)).decode(),
+                        "[]",
+                    ),
+                )
+            self._drop_seed_row(db, problem.session_id)
         return f"{self.path} (table quarantine)"
 
     @property
@@ -630,8 +834,11 @@ class SQLiteStorage(SessionStorageAdapter):
         }
 
     async def close(self) -> None:
-        db = getattr(self._local, "db", None) or self._shared
-        if db is not None:
-            db.close()
+        """Close every connection, those opened by other threads included."""
+        with self._opened_lock:
+            opened, self._opened = self._opened, []
+        for db in opened:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
         self._local = threading.local()
         self._shared = None

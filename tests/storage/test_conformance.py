@@ -12,9 +12,16 @@ import copy
 import pytest
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import SessionBusyError, SessionNotFoundError
+from foliko_cli.errors import ExitCode, SessionBusyError, SessionNotFoundError
 from foliko_cli.storage.base import ConflictError, SessionExistsError
-from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
+from foliko_cli.storage.record import (
+    InvalidRecordError,
+    SessionRecord,
+    SessionState,
+    content_hash,
+)
+
+from .services import in_threads
 
 T0 = 1_700_000_000_000
 
@@ -513,6 +520,201 @@ def test_lock_is_released_when_the_body_raises(storage, run):
             return True
 
     assert run(scenario()) is True
+
+
+# compare-and-set: every whole-record write
+
+
+def test_save_with_expected_revision_zero_creates_only(storage, run):
+    first = run(storage.save(make_record("s", messages=turn("first")), expected_revision=0))
+    with pytest.raises(SessionExistsError) as error:
+        run(storage.save(make_record("s", messages=turn("second")), expected_revision=0))
+    assert error.value.exit_code == ExitCode.USAGE
+    stored = run(storage.load("s"))
+    assert (stored.revision, stored.messages) == (first, turn("first"))
+
+
+def test_save_with_a_stale_revision_conflicts_and_writes_nothing(storage, run):
+    first = run(storage.save(make_record("s", messages=turn("one"))))
+    second = run(storage.save(make_record("s", messages=turn("two")), expected_revision=first))
+    assert second != first
+    with pytest.raises(ConflictError) as error:
+        run(storage.save(make_record("s", messages=turn("lost")), expected_revision=first))
+    conflict = error.value
+    assert (conflict.session_id, conflict.expected, conflict.found) == ("s", first, second)
+    assert conflict.exit_code == ExitCode.STORAGE
+    assert str(conflict) == (
+        f"session 's' changed while this operation ran (revision {second}, expected {first}); "
+        "nothing was saved: run it again"
+    )
+    stored = run(storage.load("s"))
+    assert (stored.revision, stored.messages) == (second, turn("two"))
+
+
+def test_save_with_a_revision_of_a_session_that_is_gone_conflicts_and_creates_nothing(storage, run):
+    revision = run(storage.save(make_record("s")))
+    run(storage.delete("s"))
+    with pytest.raises(ConflictError) as error:
+        run(storage.save(make_record("s"), expected_revision=revision))
+    assert error.value.found == 0
+    assert "was deleted while this operation ran" in str(error.value)
+    assert run(storage.load("s")) is None
+
+
+def test_save_without_an_expected_revision_replaces_whatever_is_stored(storage, run):
+    run(storage.save(make_record("s", messages=turn("one"))))
+    run(storage.save(make_record("s", messages=turn("two"))))
+    run(storage.save(make_record("s", messages=turn("three")), expected_revision=None))
+    assert run(storage.load("s")).messages == turn("three")
+
+
+def test_delete_with_a_stale_revision_conflicts_and_keeps_the_session(storage, run):
+    first = run(storage.save(make_record("s", messages=turn("one"))))
+    second = run(storage.save(make_record("s", messages=turn("two"))))
+    with pytest.raises(ConflictError) as error:
+        run(storage.delete("s", expected_revision=first))
+    assert (error.value.expected, error.value.found) == (first, second)
+    assert run(storage.load("s")).messages == turn("two")
+    with pytest.raises(SessionExistsError):
+        run(storage.delete("s", expected_revision=0))
+    assert run(storage.delete("s", expected_revision=second)) is True
+    assert run(storage.load("s")) is None
+
+
+def test_delete_of_a_missing_session_with_a_revision_conflicts(storage, run):
+    with pytest.raises(ConflictError) as error:
+        run(storage.delete("nobody", expected_revision=5))
+    assert error.value.found == 0
+    assert run(storage.delete("nobody")) is False
+    assert run(storage.delete("nobody", expected_revision=0)) is False
+
+
+def test_save_many_with_one_stale_revision_writes_none_of_the_batch(storage, run):
+    a = run(storage.save(make_record("a", messages=turn("a1"))))
+    b = run(storage.save(make_record("b", messages=turn("b1"))))
+    run(storage.save(make_record("b", messages=turn("b2"))))
+    batch = [
+        make_record("a", messages=turn("a-new")),
+        make_record("b", messages=turn("b-new")),
+        make_record("c", messages=turn("c-new")),
+    ]
+    with pytest.raises(ConflictError):
+        run(storage.save_many(batch, expected_revisions=[a, b, 0]))
+    assert run(storage.load("a")).messages == turn("a1")
+    assert run(storage.load("b")).messages == turn("b2")
+    assert run(storage.load("c")) is None
+    with pytest.raises(SessionExistsError):
+        run(storage.save_many(batch[:1], expected_revisions=[0]))
+    current = run(storage.revision("b"))
+    revisions = run(storage.save_many(batch, expected_revisions=[a, current, 0]))
+    assert revisions == [run(storage.revision(name)) for name in "abc"]
+    assert run(storage.load("c")).messages == turn("c-new")
+    with pytest.raises(ValueError):
+        run(storage.save_many(batch, expected_revisions=[None]))
+
+
+def _racing_saves(storage, expected: int, writers: int = 6) -> list:
+    """``writers`` threads (each its own connection) save session "s" at once."""
+
+    def write(i: int):
+        record = make_record("s", messages=turn(f"writer {i}"))
+        try:
+            return asyncio.run(storage.save(record, expected_revision=expected))
+        except (ConflictError, SessionExistsError) as exc:
+            return exc
+
+    return in_threads(writers, write)
+
+
+def test_of_concurrent_creates_exactly_one_wins(storage, run):
+    results = _racing_saves(storage, expected=0)
+    won = [r for r in results if isinstance(r, int)]
+    assert len(won) == 1
+    assert all(isinstance(r, SessionExistsError) for r in results if not isinstance(r, int))
+    stored = run(storage.load("s"))
+    assert stored.revision == won[0]
+    assert stored.messages == turn(f"writer {results.index(won[0])}")
+
+
+def test_of_concurrent_saves_from_one_revision_exactly_one_wins(storage, run):
+    base = run(storage.save(make_record("s", messages=turn("base"))))
+    results = _racing_saves(storage, expected=base)
+    won = [r for r in results if isinstance(r, int)]
+    assert len(won) == 1
+    assert all(isinstance(r, ConflictError) for r in results if not isinstance(r, int))
+    stored = run(storage.load("s"))
+    assert stored.revision == won[0]
+    assert stored.messages == turn(f"writer {results.index(won[0])}")
+
+
+def test_copy_and_rename_never_overwrite_a_target_created_meanwhile(storage, run):
+    run(storage.save(make_record("src")))
+    run(storage.save(make_record("dst", messages=turn("mine")), expected_revision=0))
+    with pytest.raises(SessionExistsError):
+        run(storage.copy("src", "dst"))
+    with pytest.raises(SessionExistsError):
+        run(storage.rename("src", "dst"))
+    assert run(storage.load("dst")).messages == turn("mine")
+    assert run(storage.load("src")) is not None
+
+
+# what is written and read has the canonical shape
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"variables": {"huge": 2**64}},
+        {"variables": {"tiny": -(2**63) - 1}},
+        {"variables": {"nan": float("nan")}},
+        {"variables": {"set": {1, 2}}},
+        {"saved_at": 2**53},
+        {"saved_at": -1},
+        {"messages": [{"role": "wizard", "content": "x"}]},
+        {"messages": [{"role": "user", "content": 3}]},
+        {"messages": [{"role": "assistant", "content": "", "tool_calls": {"id": 1}}]},
+        {"messages": [{"role": "user", "content": "x", "created_at": "yesterday"}]},
+    ],
+    ids=lambda bad: next(iter(bad)) + ":" + repr(next(iter(bad.values())))[:24],
+)
+def test_a_record_that_is_not_canonical_is_refused_and_nothing_is_written(storage, run, bad):
+    record = make_record("s", messages=turn("ok"))
+    for field, value in bad.items():
+        setattr(record, field, value)
+    with pytest.raises(InvalidRecordError) as error:
+        run(storage.save(record))
+    assert error.value.exit_code == ExitCode.USAGE
+    assert "nothing was saved" in str(error.value)
+    assert run(storage.load("s")) is None
+    assert run(storage.list()) == []
+
+
+def test_json_nested_deeper_than_200_levels_is_refused_and_150_kept(storage, run):
+    def nested(depth: int):
+        value: object = "leaf"
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    with pytest.raises(InvalidRecordError) as error:
+        run(storage.save(make_record("deep", variables={"v": nested(250)})))
+    assert "deeper than 200 levels" in str(error.value)
+    run(storage.save(make_record("ok", variables={"v": nested(150)})))
+    assert run(storage.load("ok")).variables == {"v": nested(150)}
+
+
+def test_append_of_a_message_that_is_not_canonical_is_refused(storage, run):
+    with pytest.raises(InvalidRecordError):
+        run(storage.append("s", [{"role": "user", "content": None}], state(), expected_revision=0))
+    with pytest.raises(InvalidRecordError):
+        run(storage.append("s", turn("x"), state({"big": 2**70}), expected_revision=0))
+    assert run(storage.load("s")) is None
+
+
+def test_64_bit_integers_at_both_ends_round_trip_exactly(storage, run):
+    values = {"max": 2**64 - 1, "min": -(2**63), "long": "1" * 40}
+    run(storage.save(make_record("s", variables=values)))
+    assert run(storage.load("s")).variables == values
 
 
 # a turn's view of a long session

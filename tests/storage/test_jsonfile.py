@@ -582,3 +582,50 @@ def test_state_written_by_append_is_what_load_returns(json_storage, run):
     assert record.metadata["compression_count"] == 2
     assert record.metadata["extra"] == "kept"
     assert record.compression_state == custom.compression_state
+
+
+# what is read is checked, never silently changed
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (
+            b'{"sessionId": "s", "messages": [], "variables": {"n": 18446744073709551616}}',
+            "64 bits",
+        ),
+        (
+            b'{"sessionId": "s", "messages": [], "variables": {"n": -9223372036854775809}}',
+            "64 bits",
+        ),
+        (b'{"sessionId": "s", "messages": [{"role": 7, "content": "x"}]}', "role"),
+        (b'{"sessionId": "s", "messages": [], "savedAt": 9007199254740993}', "2^53"),
+        (
+            b'{"sessionId": "s", "variables": {"d": ' + b"[" * 220 + b"]" * 220 + b"}}",
+            "deeper than 200 levels",
+        ),
+    ],
+)
+def test_a_file_that_is_not_canonical_is_corrupt_and_reported(
+    json_storage, directory, run, raw, reason
+):
+    directory.mkdir()
+    (directory / "s.json").write_bytes(raw)
+    with pytest.raises(CorruptSessionError) as error:
+        run(json_storage.load("s"))
+    assert reason in error.value.reason
+    (problem,) = run(json_storage.check())
+    assert reason in problem.reason
+    assert (directory / "s.json").read_bytes() == raw
+
+
+def test_a_long_run_of_digits_inside_a_string_is_not_mistaken_for_a_number(json_storage, run):
+    digits = "12345678901234567890123456789"
+    run(json_storage.save(make_record("s", variables={"text": digits, "n": 2**64 - 1})))
+    assert run(json_storage.load("s")).variables == {"text": digits, "n": 2**64 - 1}
+
+
+def test_health_check_creates_nothing(tmp_path, run):
+    storage = JsonStorage(tmp_path / "a" / "b")
+    assert run(storage.health_check()) is True
+    assert list(tmp_path.iterdir()) == []

@@ -415,3 +415,67 @@ def test_a_lock_connection_lost_mid_turn_is_closed_and_the_session_freed(url, pg
         run(scenario())
     finally:
         run(other.close())
+
+
+# bounded waits, privileges and what a health check leaves behind
+
+
+def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
+    run(pg.list())
+    for conn in (pg.db, pg._lock_connection()):
+        settings = conn.info.get_parameters()
+        assert settings["keepalives"] == "1"
+        assert (settings["keepalives_idle"], settings["keepalives_interval"]) == ("5", "2")
+        assert settings["keepalives_count"] == "3"
+        if psycopg.pq.version() >= 120000:
+            assert settings["tcp_user_timeout"] == "20000"
+        shown = {
+            name: conn.execute(f"SHOW {name}").fetchone()[0]
+            for name in ("statement_timeout", "lock_timeout", "tcp_keepalives_idle")
+        }
+        assert shown == {
+            "statement_timeout": "30s",
+            "lock_timeout": "30s",
+            "tcp_keepalives_idle": "5",
+        }
+        conn.close()
+
+
+def test_a_health_check_creates_no_schema(url, schema, run):
+    storage = PostgresStorage(url, schema=schema)
+    try:
+        assert run(storage.health_check()) is True
+    finally:
+        run(storage.close())
+    assert query(url, "SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)) == []
+
+
+def test_an_existing_schema_needs_no_create_privilege_on_the_database(url, schema, run):
+    import secrets
+
+    role = f"foliko_reader_{secrets.token_hex(4)}"
+    owner = PostgresStorage(url, schema=schema)
+    run(owner.save(SessionRecord("s", messages=[{"role": "user", "content": "hi"}])))
+    run(owner.close())
+    # the schema exists, but a step is missing: the role must add it without CREATE SCHEMA
+    query(url, f'DELETE FROM "{schema}".schema_migrations WHERE version = %s', (len(MIGRATIONS),))
+    query(url, f'DROP TABLE "{schema}".quarantine')
+    query(url, f'CREATE ROLE "{role}" LOGIN')
+    try:
+        query(url, f'GRANT USAGE, CREATE ON SCHEMA "{schema}" TO "{role}"')
+        query(url, f'GRANT ALL ON ALL TABLES IN SCHEMA "{schema}" TO "{role}"')
+        as_role = url.replace("postgres@", f"{role}@", 1)
+        storage = PostgresStorage(as_role, schema=schema)
+        try:
+            assert run(storage.load("s")).messages == [{"role": "user", "content": "hi"}]
+        finally:
+            run(storage.close())
+        assert query(url, f"SELECT to_regclass('\"{schema}\".quarantine') IS NOT NULL") == [(True,)]
+        other = PostgresStorage(as_role, schema=f"{schema}_new")
+        with pytest.raises(StorageError) as error:
+            run(other.list())
+        assert "permission denied" in str(error.value)
+        run(other.close())
+    finally:
+        query(url, f'DROP OWNED BY "{role}"')
+        query(url, f'DROP ROLE "{role}"')

@@ -359,3 +359,37 @@ def test_a_killed_holder_stops_blocking_once_its_lease_runs_out(url, run):
                 return time.monotonic() - started
 
         assert run(take_over()) <= 2 * lease_ms / 1000
+
+
+def test_check_reports_keys_left_without_their_meta_hash_and_quarantine_clears_them(
+    rs, run, client
+):
+    for name in ("indexed-only", "messages-only", "good"):
+        run(rs.save(SessionRecord(name, messages=turn(name))))
+    client.delete(rs.key("indexed-only", "meta"), rs.key("indexed-only", "msgs"))
+    client.delete(rs.key("messages-only", "meta"))
+    client.zrem(rs.index_key, "messages-only")
+    problems = {p.session_id: p.reason for p in run(rs.check())}
+    assert sorted(problems) == ["indexed-only", "messages-only"]
+    assert "is gone" in problems["indexed-only"] and rs.index_key in problems["indexed-only"]
+    assert rs.key("messages-only", "msgs") in problems["messages-only"]
+    for problem in run(rs.check()):
+        run(rs.quarantine(problem))
+    assert run(rs.check()) == []
+    assert run(rs.list()) == ["good"]
+    assert client.exists(rs.key("messages-only", "msgs")) == 0
+
+
+def test_a_stored_integer_beyond_64_bits_is_corrupt_never_rounded(rs, run, client):
+    run(rs.save(SessionRecord("s", messages=turn("x"))))
+    client.hset(rs.key("s", "meta"), "variables", b'{"n": 18446744073709551616}')
+    with pytest.raises(CorruptSessionError) as error:
+        run(rs.load("s"))
+    assert "64 bits" in error.value.reason
+
+
+def test_a_health_check_creates_nothing(url, run, client):
+    storage = RedisStorage(url, prefix="foliko-test-health-untouched")
+    assert run(storage.health_check()) is True
+    run(storage.close())
+    assert list(client.scan_iter(match="foliko-test-health-untouched*")) == []

@@ -320,3 +320,133 @@ def test_a_database_from_a_newer_foliko_is_left_byte_for_byte(db_path, opened, r
     with pytest.raises(StorageError):
         run(opened(db_path).list())
     assert db_path.read_bytes() == original
+
+
+# the seed layout: an unreadable row can be deleted or moved aside
+
+
+def test_an_unreadable_seed_row_can_be_deleted(db_path, opened, run):
+    corrupt_seed_database(db_path)
+    storage = opened(db_path)
+    assert run(storage.delete("bad")) is True
+    assert run(storage.check()) == []
+    assert run(storage.load("bad")) is None
+    assert run(storage.delete("bad")) is False
+    assert run(storage.load("good")) is not None
+
+
+def test_quarantine_moves_an_unreadable_seed_row_aside_for_good(db_path, opened, run):
+    corrupt_seed_database(db_path)
+    storage = opened(db_path)
+    (problem,) = run(storage.check())
+    assert run(storage.quarantine(problem)) == f"{db_path} (table quarantine)"
+    assert run(storage.check()) == []
+    assert [s.session_id for s in run(storage.list_summaries())] == ["good"]
+    (row,) = query(db_path, "SELECT session_id, session_row FROM quarantine")
+    assert row[0] == "bad" and '{\\"sessionId\\": \\"bad\\", \\"mes' in row[1]
+
+
+def test_deleting_or_renaming_an_imported_seed_session_leaves_no_ghost(db_path, opened, run):
+    corrupt_seed_database(db_path)
+    storage = opened(db_path)
+    run(storage.rename("good", "better"))
+    assert [p.session_id for p in run(storage.check())] == ["bad"]
+    run(storage.delete("better"))
+    assert [p.session_id for p in run(storage.check())] == ["bad"]
+
+
+# what is read is checked
+
+
+@pytest.mark.parametrize(
+    ("column", "text", "reason"),
+    [
+        ("variables", '{"n": 18446744073709551616}', "does not fit in 64 bits"),
+        ("variables", "[1, 2]", "variables must be an object"),
+        ("metadata", '{"created_at": "monday"}', "created_at must be milliseconds"),
+        ("compression_state", '{"a": ' + "[" * 220 + "]" * 220 + "}", "deeper than 200 levels"),
+    ],
+)
+def test_a_stored_value_that_is_not_canonical_is_corrupt_never_changed(
+    db_path, opened, run, column, text, reason
+):
+    storage = opened(db_path)
+    run(storage.save(make_record("s", messages=turn("x"))))
+    db = sqlite3.connect(db_path)
+    db.execute(f"UPDATE sessions SET {column} = ? WHERE session_id = 's'", (text,))
+    db.commit()
+    db.close()
+    with pytest.raises(CorruptSessionError) as error:
+        run(storage.load("s"))
+    assert reason in error.value.reason
+    assert [(p.session_id, reason in p.reason) for p in run(storage.check())] == [("s", True)]
+
+
+# files
+
+
+def test_a_database_with_a_second_hard_link_is_refused(db_path, opened, run):
+    run(opened(db_path).save(make_record("s")))
+    os.link(db_path, db_path.with_name("alias.db"))
+    storage = opened(db_path)
+    with pytest.raises(StorageError) as error:
+        run(storage.load("s"))
+    assert "2 hard links" in str(error.value) and "-wal" in str(error.value)
+    assert run(storage.health_check()) is False
+
+
+def test_check_runs_quick_check_and_reports_a_damaged_database(db_path, opened, run):
+    storage = opened(db_path)
+    for i in range(20):
+        run(storage.save(make_record(f"s{i}", messages=turn("x" * 200))))
+    run(storage.close())
+    db = sqlite3.connect(db_path)
+    db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    roots = dict(db.execute("SELECT name, rootpage FROM sqlite_master").fetchall())
+    db.execute("PRAGMA writable_schema = ON")
+    db.execute(
+        "UPDATE sqlite_master SET rootpage = ? WHERE name = 'sessions_by_updated'",
+        (roots["quarantine"],),
+    )
+    db.commit()
+    db.close()
+    problems = [p for p in run(opened(db_path).check()) if "quick_check" in p.reason]
+    assert len(problems) == 1
+    assert problems[0].where == str(db_path) and "\n" not in problems[0].reason
+    assert "left as it is" in run(opened(db_path).quarantine(problems[0]))
+
+
+def test_health_check_creates_nothing(tmp_path, opened, run):
+    missing = tmp_path / "not" / "yet" / "sessions.db"
+    assert run(opened(missing).health_check()) is True
+    assert not (tmp_path / "not").exists()
+    existing = tmp_path / "sessions.db"
+    existing.touch()
+    assert run(opened(existing).health_check()) is True
+    assert existing.stat().st_size == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sessions.db"]
+
+
+def test_close_closes_the_connections_of_every_thread(db_path, opened, run):
+    import threading
+
+    storage = opened(db_path)
+    run(storage.save(make_record("s")))
+
+    def read() -> None:
+        import asyncio
+
+        asyncio.run(storage.load("s"))
+
+    threads = [threading.Thread(target=read) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    connections = list(storage._opened)
+    assert len(connections) == 4
+    run(storage.close())
+    for connection in connections:
+        with pytest.raises(sqlite3.ProgrammingError):
+            connection.execute("SELECT 1")
+    assert run(storage.load("s")) is not None  # reopens

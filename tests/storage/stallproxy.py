@@ -1,0 +1,109 @@
+"""A loopback TCP proxy that forwards until told to stall, for the bounded-wait tests.
+
+``stall()`` makes it stop reading from every connection, old and new: the
+client's bytes sit in kernel buffers and no reply ever comes, while the TCP
+connection stays open and healthy, as behind a middlebox that stops
+forwarding. The kernel sees nothing wrong, so only a client-side bound ends
+the wait. The proxy's thread stops when the context exits, or by itself
+after ``lifetime`` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Iterator
+
+
+class StallingProxy:
+    def __init__(self, target: tuple[str, int], lifetime: float = 120.0):
+        self.target = target
+        self.lifetime = lifetime
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._stalled = threading.Event()
+        self._stop = threading.Event()
+        self._sockets: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._run, name="stalling-proxy", daemon=True)
+
+    def stall(self) -> None:
+        self._stalled.set()
+
+    def _run(self) -> None:
+        selector = selectors.DefaultSelector()
+        selector.register(self.listener, selectors.EVENT_READ)
+        peers: dict[socket.socket, socket.socket] = {}
+        deadline = time.monotonic() + self.lifetime
+        forwarding = True
+        try:
+            while not self._stop.is_set() and time.monotonic() < deadline:
+                if forwarding and self._stalled.is_set():
+                    forwarding = False
+                    for sock in peers:
+                        selector.unregister(sock)
+                for key, _ in selector.select(0.05):
+                    sock = key.fileobj
+                    if sock is self.listener:
+                        self._accept(selector, peers, forwarding)
+                        continue
+                    try:
+                        data = sock.recv(65536)
+                    except OSError:
+                        data = b""
+                    peer = peers[sock]
+                    if not data:
+                        for s in (sock, peer):
+                            with contextlib.suppress(KeyError, ValueError):
+                                selector.unregister(s)
+                            s.close()
+                        continue
+                    with contextlib.suppress(OSError):
+                        peer.sendall(data)
+        finally:
+            selector.close()
+            for sock in [self.listener, *self._sockets]:
+                with contextlib.suppress(OSError):
+                    sock.close()
+
+    def _accept(self, selector, peers, forwarding: bool) -> None:
+        client, _ = self.listener.accept()
+        self._sockets.append(client)
+        if not forwarding:
+            return  # accepted, never answered
+        upstream = socket.create_connection(self.target, timeout=5)
+        upstream.settimeout(None)
+        self._sockets.append(upstream)
+        peers[client], peers[upstream] = upstream, client
+        selector.register(client, selectors.EVENT_READ)
+        selector.register(upstream, selectors.EVENT_READ)
+
+    def __enter__(self) -> StallingProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def stalling_proxy(url: str) -> Iterator[StallingProxy]:
+    """A proxy in front of the server of ``url`` (host and port)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with StallingProxy((parts.hostname or "127.0.0.1", parts.port or 0)) as proxy:
+        yield proxy
+
+
+def through(url: str, proxy: StallingProxy) -> str:
+    """``url`` with its host and port replaced by the proxy's."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    user = parts.netloc.rpartition("@")[0]
+    netloc = (user + "@" if user else "") + f"127.0.0.1:{proxy.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
