@@ -272,7 +272,7 @@ class AgentChatHandler:
             if replace:
                 record = session.to_record()
                 record.saved_at = 0
-                write = storage.save(record)
+                write = storage.save(record, expected_revision=checkpoint.revision)
             else:
                 write = storage.append(
                     session.session_id,

@@ -635,7 +635,7 @@ class AsyncFoliko:
                 if await self.storage.revision(target_id) is not None:
                     raise SessionExistsError(target_id)
                 copy = forked(await self.get_session(source_id), target_id, turns)
-                copy.revision = await self.storage.save(copy)
+                copy.revision = await self.storage.save(copy, expected_revision=0)
                 return copy
 
         return await self._held(first, work)
@@ -650,7 +650,7 @@ class AsyncFoliko:
             record.messages = record.messages[:kept]
             record.compression_state = cut_compression(record.compression_state, kept)
             record.saved_at = now_ms()
-            record.revision = await self.storage.save(record)
+            record.revision = await self.storage.save(record, expected_revision=record.revision)
             return record
 
         record = await self._held(session_id, work)
@@ -665,8 +665,9 @@ class AsyncFoliko:
             record = await self.storage.load(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
+            expected = record.revision
             record = clear_record(record, variables=variables)
-            record.revision = await self.storage.save(record)
+            record.revision = await self.storage.save(record, expected_revision=expected)
             return record
 
         record = await self._held(session_id, work)
@@ -723,7 +724,7 @@ class AsyncFoliko:
             return "unchanged"
         if existing is not None and on_conflict != "replace":
             return "skipped" if on_conflict == "skip" else "conflicts"
-        await self.storage.save(record)
+        await self.storage.save(record, expected_revision=existing.revision if existing else 0)
         return "imported"
 
     async def prune(
@@ -768,7 +769,7 @@ class AsyncFoliko:
             return "gone"
         if state.saved_at >= cutoff:
             return "active"
-        await self.storage.delete(session_id)
+        await self.storage.delete(session_id, expected_revision=state.revision)
         return "deleted"
 
     # variables

@@ -210,6 +210,12 @@ class SessionStorageAdapter(ABC):
             record.first_seq = start
         return record
 
+    async def exists(self) -> bool:
+        """Whether the store itself is there (a file, a directory, a schema); it
+        may be empty. Creates nothing. A migration from a store that does not
+        exist is a typo, not an empty copy."""
+        return True
+
     async def load_state(self, session_id: str) -> SessionRecord | None:
         """The session without its messages: variables, metadata, compression
         state and revision; ``first_seq`` is the message count. Backends that

@@ -555,6 +555,9 @@ class JsonStorage(SessionStorageAdapter):
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
 
+    async def exists(self) -> bool:
+        return self.directory.is_dir()
+
     async def health_check(self) -> bool:
         """The directory is usable: it exists and is writable, or it can be created."""
         path = self.directory

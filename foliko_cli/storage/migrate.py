@@ -65,6 +65,11 @@ async def migrate(
             f"source and destination are the same storage ({source.location}); "
             "name two different backends or locations"
         )
+    if not await source.exists():
+        raise UsageError(
+            f"the source {source.location} does not exist",
+            fix="check the name or URL of the storage to migrate from",
+        )
     session_ids = await source.list()
     already = set(await target.list())
     report = MigrationReport(

@@ -709,6 +709,18 @@ class PostgresStorage(SessionStorageAdapter):
             ).fetchone()
         return None if row is None else row[0]
 
+    async def exists(self) -> bool:
+        """The schema is there; creates nothing."""
+        conn = self._open("foliko: exists")
+        try:
+            with self._guard(conn):
+                found = conn.execute(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+                ).fetchone()
+        finally:
+            conn.close()
+        return found is not None
+
     async def health_check(self) -> bool:
         """The server answers; creates nothing (no schema, no table)."""
         try:

@@ -632,6 +632,9 @@ class SQLiteStorage(SessionStorageAdapter):
                 self._raise_if_unreadable_seed(session_id)
         return None if row is None else row[0]
 
+    async def exists(self) -> bool:
+        return self.in_memory or os.path.exists(self.path)
+
     async def health_check(self) -> bool:
         """The database answers, read-only; a missing one can be created. Creates nothing."""
         if self.in_memory:
