@@ -67,22 +67,25 @@ def show(url: str, session_id: str, env: dict[str, str]) -> dict:
 
 
 def test_eight_processes_taking_turns_on_one_session_lose_nothing(storage_url, env):
+    # Each worker is one process running the whole `foliko chat` command for
+    # every turn (settings, a new facade, the storage opened, locked, written
+    # and closed), without paying for an interpreter start each time.
     worker = textwrap.dedent(
         """
-        import subprocess, sys
-        foliko, url, i, turns = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+        import sys
+        from click.testing import CliRunner
+        from foliko_cli.cli.main import cli
+        url, i, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        runner = CliRunner()
         for j in range(turns):
-            done = subprocess.run(
-                [foliko, "--storage", url, "chat", "-s", "same", f"p{i}-{j}"],
-                capture_output=True, stdin=subprocess.DEVNULL,
-            )
-            if done.returncode != 0 or done.stdout.decode().strip() != f"p{i}-{j}":
-                sys.exit(f"turn p{i}-{j}: exit {done.returncode}: {done.stderr.decode()}")
+            done = runner.invoke(cli, ["--storage", url, "chat", "-s", "same", f"p{i}-{j}"])
+            if done.exit_code != 0 or done.stdout.strip() != f"p{i}-{j}":
+                sys.exit(f"turn p{i}-{j}: exit {done.exit_code}: {done.stderr}")
         """
     )
     workers = [
         subprocess.Popen(
-            [sys.executable, "-c", worker, str(FOLIKO), storage_url, str(i), str(TURNS)],
+            [sys.executable, "-c", worker, storage_url, str(i), str(TURNS)],
             env=env,
             stdin=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
