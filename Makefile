@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint format bench completions clean
+.PHONY: demo test test-fast lint format bench completions clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -30,6 +30,11 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+
+# The edit loop: no PostgreSQL/Redis, no process storms or real servers.
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/ruff check .
+	FOLIKO_TEST_SERVICES=0 $(BIN)/pytest -q -m "not slow"
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .

@@ -41,7 +41,7 @@ def importtime_top(argv: list[str], env: dict[str, str], top: int = TOP) -> list
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
-    runs = 5 if quick else 21
+    runs = 3 if quick else 21
     home = ws.fresh("p1-home")
     env = ws.env(FOLIKO_HOME=str(home), FOLIKO_MODEL="echo")
     chat = foliko("chat", "-s", SESSION, "hi")

@@ -102,8 +102,8 @@ def measure(ws: Workspace, backend: str, size: int, count: int) -> dict[str, lis
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
-    sizes = (10, 100, 1000) if quick else (10, 1000, 10000)
-    count = 5 if quick else 11
+    sizes = (10, 50, 200) if quick else (10, 1000, 10000)
+    count = 3 if quick else 11
     results = []
     for backend in BACKENDS:
         rows: dict[str, list[Result]] = {"warm": [], "cold": [], "vars": []}

@@ -41,8 +41,8 @@ def measure(ws: Workspace, url: str, expected: int, runs: int) -> list[float]:
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
-    sqlite_n, json_n = (1000, 1000) if quick else (100_000, 10_000)
-    runs = 5 if quick else 7
+    sqlite_n, json_n = (300, 300) if quick else (100_000, 10_000)
+    runs = 3 if quick else 7
     results = []
     figure = f"sqlite: sessions list --json, {sqlite_n:,} sessions"
     target = f"< {LIMIT_S:g} s"

@@ -44,7 +44,7 @@ def read_and_parse(directory: Path) -> int:
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
-    sessions = 1000 if quick else 100_000
+    sessions = 300 if quick else 100_000
     runs = 5
     target = f">= {LIMIT:g}"
     read = Result("P4", f"read + orjson-parse {sessions:,} JSON files (in-process)", "s")

@@ -43,8 +43,8 @@ async def one_run(sessions: int, turns: int) -> tuple[float, int]:
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
-    sessions, turns = (50, 10) if quick else (1000, 10)
-    runs = 5 if quick else 7
+    sessions, turns = (20, 5) if quick else (1000, 10)
+    runs = 3 if quick else 7
     figure = f"{sessions:,} sessions x {turns} turns at once (echo, memory)"
     result = Result("P5", figure, "turns/s", target="0 cross-talk")
     try:

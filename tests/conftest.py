@@ -12,6 +12,25 @@ from pathlib import Path
 import pytest
 
 FOLIKO_BIN = Path(sys.executable).with_name("foliko")
+TESTS = Path(__file__).resolve().parent
+
+# Process storms, real servers and whole-program runs: left out by `make test-fast`.
+SLOW = (
+    "e2e",
+    "serve",
+    "mcp",
+    "storage/test_multiprocess.py",
+    "storage/test_termination.py",
+    "storage/test_roundtrip.py",
+    "test_bench_smoke.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        where = Path(str(item.fspath)).relative_to(TESTS).as_posix()
+        if any(where == slow or where.startswith(slow + "/") for slow in SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(autouse=True)

@@ -74,12 +74,9 @@ def imports(name: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.startswith("foliko_cli"):
-                found.add(owner(node.module))
-                found.update(
-                    f"{node.module}.{a.name}"
-                    for a in node.names
-                    if f"{node.module}.{a.name}" in MODULES
-                )
+                submodules = {f"{node.module}.{a.name}" for a in node.names} & set(MODULES)
+                # ``from package import submodule`` depends on the submodule only
+                found.update(submodules or {owner(node.module)})
         elif isinstance(node, ast.Import):
             found.update(owner(a.name) for a in node.names if a.name.startswith("foliko_cli"))
     return found - {name, "foliko_cli"}

@@ -86,6 +86,8 @@ def _host_port(url: str) -> str:
 
 def require_or_skip(name: str, reachable: bool, reason: str = "") -> None:
     """Skip when ``name`` is unreachable; fail instead under FOLIKO_REQUIRE_SERVICES=1."""
+    if os.environ.get("FOLIKO_TEST_SERVICES") == "0":
+        pytest.skip(f"{name} tests are off (FOLIKO_TEST_SERVICES=0, as in make test-fast)")
     if reachable:
         return
     why = f"{name} server needed: {reason or 'unreachable'}"
