@@ -36,9 +36,10 @@ if TYPE_CHECKING:
     from foliko_cli.config import Settings
     from foliko_cli.context.agent import AgentContext
     from foliko_cli.framework import Framework
+    from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.models.base import ModelProvider
     from foliko_cli.skills import SkillSet
-    from foliko_cli.tools import ToolResult
+    from foliko_cli.tools import Tool, ToolResult
 
 T = TypeVar("T")
 
@@ -80,6 +81,7 @@ class Foliko:
         tools: tuple[str, ...] = (),
         skill_dirs: list[Path] | None = None,
         notify: Callable[[str], None] | None = None,
+        mcp_servers: dict[str, dict[str, Any]] | None = None,
     ):
         if home is None:
             from foliko_cli.config import foliko_home
@@ -104,6 +106,8 @@ class Foliko:
         self._handlers: dict[tuple[str, str | None], AgentChatHandler] = {}
         self._skills: SkillSet | None = None
         self._tools_loaded = False
+        self.mcp_servers = mcp_servers or {}
+        self._mcp: MCPManager | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> Foliko:
@@ -119,6 +123,7 @@ class Foliko:
             "agents": settings.agents,
             "tools": settings.tools,
             "skill_dirs": skill_dirs(Path.cwd()),
+            "mcp_servers": settings.mcp_servers,
             **overrides,
         }
         return cls(settings.storage, settings.model, **options)
@@ -130,6 +135,8 @@ class Foliko:
         self.close()
 
     def close(self) -> None:
+        if self._mcp is not None and self._runner is not None:
+            self._run(self._mcp.aclose())
         self._read(self.storage.close)
         if self._runner is not None:
             self._runner.close()
@@ -174,13 +181,40 @@ class Foliko:
         return self._skills
 
     def _load_global_tools(self) -> None:
-        if self._tools_loaded or not self.tools:
+        if self._tools_loaded:
             return
-        from foliko_cli.plugins import load_tool
+        if self.tools:
+            from foliko_cli.plugins import load_tool
 
-        for reference in self.tools:
-            self.framework.register_tool(load_tool(reference))
+            for reference in self.tools:
+                self.framework.register_tool(load_tool(reference))
+        if self.mcp_servers:
+            for tool in self.mcp_tools(self.mcp.enabled()):
+                self.framework.register_tool(tool)
         self._tools_loaded = True
+
+    # MCP servers (F12)
+
+    @property
+    def mcp(self) -> MCPManager:
+        """The MCP servers of this facade, checked on first use, started only when needed."""
+        if self._mcp is None:
+            from foliko_cli.mcp.manager import MCPManager
+
+            self._mcp = MCPManager(self.mcp_servers)
+        return self._mcp
+
+    def start_mcp_servers(self, names: list[str] | None = None) -> None:
+        """Start the servers (all configured ones by default); problems go to ``notify``."""
+        names = list(self.mcp.configs) if names is None else names
+        if names:
+            for warning in self._run(self.mcp.start(names)):
+                self.notify(warning)
+
+    def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
+        """The tools of these servers, each started once for this facade's life."""
+        self.start_mcp_servers(self.mcp.check(names, owner))
+        return self.mcp.tools(names)
 
     def agent_context(self, name: str) -> AgentContext:
         from foliko_cli.agents import agent_config, build_agent
@@ -189,6 +223,9 @@ class Foliko:
         context = self.framework.get_or_create_agent_context(name)
         for warning in build_agent(context, config, self.skills()):
             self.notify(warning)
+        if config.mcp_servers:
+            for tool in self.mcp_tools(list(config.mcp_servers), owner=f"agent {name!r}"):
+                context.register_tool(tool)
         return context
 
     def _model_name(self, model: str | ModelProvider | None, agent: str | None):
