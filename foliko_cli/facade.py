@@ -211,6 +211,21 @@ class Foliko:
             for warning in self._run(self.mcp.start(names)):
                 self.notify(warning)
 
+    def mcp_status(self) -> list[dict[str, Any]]:
+        """Every configured server, started, with its state, tool count and any error."""
+        names = list(self.mcp.configs)
+        if names:
+            self._run(self.mcp.start(names))
+        return [self.mcp.status(name) for name in names]
+
+    def mcp_tool_list(self, server: str | None = None) -> list[dict[str, Any]]:
+        """Each tool of the server (or of every server), also those the config leaves out."""
+        if server is not None:
+            self._run(self.mcp.start(self.mcp.check([server], "mcp tools")))
+            return self.mcp.tool_rows([server])
+        self.start_mcp_servers()
+        return self.mcp.tool_rows(self.mcp.configs)
+
     def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
         """The tools of these servers, each started once for this facade's life."""
         self.start_mcp_servers(self.mcp.check(names, owner))

@@ -143,7 +143,7 @@ def tools() -> None:
 @format_option
 @click.pass_context
 def list_tools(ctx: click.Context, fmt: str) -> None:
-    """Built-in tools, the enabled ones from the config, and installed plugins.
+    """Built-in tools, the enabled ones from the config, installed plugins, MCP tools.
 
     Plugins (entry points in group foliko.tools) run only when enabled with
     tools = [...] in the config or in an agent's tools.
@@ -173,6 +173,8 @@ def list_tools(ctx: click.Context, fmt: str) -> None:
                 "description": tool.description,
             }
         )
+    if settings.mcp_servers:
+        rows += _mcp_rows(ctx)
     enabled = {r["source"] for r in rows} | {r["name"] for r in rows}
     for name, entry in sorted(entry_point_tools().items()):
         if name not in enabled:
@@ -191,4 +193,21 @@ def list_tools(ctx: click.Context, fmt: str) -> None:
         human={"enabled": lambda on: "yes" if on else "no"},
     )
     if fmt == "table" and any(not r["enabled"] for r in rows):
-        note("plugins marked 'no' run only when listed in tools = [...] in the config")
+        note(
+            "plugins marked 'no' run only when listed in tools = [...] in the config; "
+            "MCP servers marked 'no' only for agents that list them in mcp_servers"
+        )
+
+
+def _mcp_rows(ctx: click.Context) -> list[dict]:
+    """The tools each MCP server offers the model (its servers are started for this)."""
+    return [
+        {
+            "name": row["name"],
+            "source": f"mcp {row['server']}",
+            "enabled": row["enabled"],
+            "description": row["description"],
+        }
+        for row in open_facade(ctx).mcp_tool_list()
+        if row["offered"]
+    ]

@@ -121,7 +121,7 @@ def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
             f"[mcp_servers.{name}] {which}: set 'command' (a local server over stdio) "
             "or 'url' (a Streamable HTTP server)"
         )
-    own, other = (STDIO_KEYS, HTTP_KEYS) if "command" in entry else (HTTP_KEYS, STDIO_KEYS)
+    other = HTTP_KEYS if "command" in entry else STDIO_KEYS
     misplaced = [key for key in other if key in entry]
     if misplaced:
         raise _problem(name, misplaced[0], f"applies only to a server with '{other[0]}'")

@@ -96,6 +96,25 @@ class MCPManager:
             for tool in self.server_tools(name)
         ]
 
+    def tool_rows(self, names: Iterable[str]) -> list[dict[str, Any]]:
+        """Every listed tool of these servers, with whether the model is offered it."""
+        rows = []
+        for name in names:
+            connection = self.connection(name)
+            for tool in connection.tools:
+                rows.append(
+                    {
+                        "name": exposed_name(name, tool.name),
+                        "server": name,
+                        "tool": tool.name,
+                        "offered": connection.config.offers(tool.name),
+                        "enabled": connection.config.enabled,
+                        "description": tool.description,
+                        "input_schema": tool.input_schema,
+                    }
+                )
+        return rows
+
     def status(self, name: str) -> dict[str, Any]:
         config = self.configs[name]
         connection = self.connection(name)

@@ -2,8 +2,9 @@
 
 Text blocks are kept as they are; images and audio are described (the model
 gets tool results as text); resource links and embedded resources are named
-by URI; structured content is added as JSON unless a text block already
-carries it.
+by URI. Structured content is shown as JSON only when there is no text
+block: the spec asks a server that returns structured content to send its
+JSON as text too, and that text is what the server meant the model to read.
 """
 
 from __future__ import annotations
@@ -46,19 +47,11 @@ def _block(block: Any) -> str:
     return f"[{kind or 'unknown'} content]"
 
 
-def _parsed(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-
-
 def result_text(result: Any) -> str:
     """The text the model reads for ``result`` (an ``mcp`` ``CallToolResult``)."""
     parts = [_block(block) for block in result.content or []]
     structured = getattr(result, "structured_content", None)
-    if structured is not None:
-        texts = [b.text for b in result.content or [] if getattr(b, "type", None) == "text"]
-        if not any(_parsed(text) == structured for text in texts):
-            parts.append(orjson.dumps(structured, option=orjson.OPT_NON_STR_KEYS).decode())
+    has_text = any(getattr(b, "type", None) == "text" for b in result.content or [])
+    if structured is not None and not has_text:
+        parts.append(orjson.dumps(structured, option=orjson.OPT_NON_STR_KEYS).decode())
     return "\n".join(parts) if parts else "(no content)"

@@ -46,6 +46,12 @@ def env() -> dict[str, str]:
 
 
 @server.tool()
+def pid() -> int:
+    """The server's process id."""
+    return os.getpid()
+
+
+@server.tool()
 def refuse(reason: str) -> str:
     """Fail with the given reason (an isError result)."""
     raise ToolError(reason)
