@@ -17,12 +17,26 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from storage.services import require_or_skip
+
+from foliko_cli.cli.main import cli
 
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 NPM_CACHE = Path.home() / ".cache" / "foliko-tests" / "npm"
 LISTEN_TIMEOUT_S = 30
 INSTALL_TIMEOUT_S = 300
+
+
+@pytest.fixture
+def invoke():
+    """Run a foliko command in-process (the mcp package is imported once per test run)."""
+    runner = CliRunner()
+
+    def run(*args: str, env: dict[str, str] | None = None):
+        return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+
+    return run
 
 
 @pytest.fixture(scope="session")
