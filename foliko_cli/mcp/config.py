@@ -51,12 +51,14 @@ class ServerConfig:
 
     @property
     def target(self) -> str:
-        """What to show for the server: its command line or its URL (without credentials)."""
+        """What to show for the server: its command line, or its URL without a
+        password or query string (either may hold credentials)."""
         if self.command is not None:
             return " ".join([self.command, *self.args])
         from foliko_cli.storage import shown
 
-        return shown(self.url or "")
+        url, query, _ = (self.url or "").partition("?")
+        return shown(url) + ("?***" if query else "")
 
     def offers(self, tool: str) -> bool:
         """Whether the allow-list (``tools``) and ``exclude`` let the model see ``tool``."""

@@ -70,7 +70,8 @@ def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
     """The transport for ``config``; a ``${VAR}`` that is not set raises UnsetVariableError.
 
     Every header value counts as a secret (they are credentials, typically),
-    and so does every ``env`` value read from a ``${VAR}``.
+    and so do the URL's password and query string, and every ``env`` value
+    read from a ``${VAR}``.
     """
     if config.command is not None:
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -95,7 +96,12 @@ def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
         headers=headers,
         timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=HTTP_READ_TIMEOUT),
     )
-    return Transport(_http_streams(config.url or "", client), tuple(headers.values()))
+    from urllib.parse import urlsplit
+
+    url = config.url or ""
+    parts = urlsplit(url)
+    secrets = (*headers.values(), parts.password or "", parts.query)
+    return Transport(_http_streams(url, client), tuple(s for s in secrets if s))
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
