@@ -11,8 +11,17 @@ from foliko_cli.errors import MCPServerError
 _NONE_CONFIGURED = "no MCP servers configured; add [mcp_servers.NAME] to foliko.toml"
 
 
+_SHORT_DESCRIPTION = 80
+
+
 def _yes_no(value: bool) -> str:
     return "yes" if value else "no"
+
+
+def _short(text: str) -> str:
+    """A description's first line, cut for a table (JSON and TSV keep it whole)."""
+    line = (text or "").strip().split("\n", 1)[0]
+    return line if len(line) <= _SHORT_DESCRIPTION else line[: _SHORT_DESCRIPTION - 1] + "…"
 
 
 @click.group()
@@ -82,7 +91,7 @@ def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
         rows,
         {"name": "name", "offered": "offered", "description": "description"},
         fmt,
-        human={"offered": _yes_no},
+        human={"offered": _yes_no, "description": _short},
     )
     if not facade.mcp.configs:
         note(_NONE_CONFIGURED)
