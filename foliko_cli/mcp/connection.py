@@ -93,6 +93,17 @@ class _Watched:
         return await self._transport.__aexit__(*exc)
 
 
+def _keep_sdk_logs_off_stderr() -> None:
+    """The SDK logs server mishaps (with tracebacks); without a handler of the
+    application's, Python would print them on stderr. They stay available to
+    an application that configures logging."""
+    import logging
+
+    logger = logging.getLogger("mcp")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
 def _describe(exc: BaseException) -> str:
     """One line for what went wrong, from the innermost useful exception."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -206,6 +217,7 @@ class ServerConnection:
 
         from foliko_cli import __version__
 
+        _keep_sdk_logs_off_stderr()
         transport = open_transport(self.config, errlog)
         self._secrets = transport.secrets
         client = Client(

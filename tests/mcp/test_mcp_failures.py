@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import orjson
 import pytest
 from mcp_support import write_config
+
+from foliko_cli.facade import Foliko
 
 MISSING = "/nonexistent/bin/mcp-server"
 
@@ -74,3 +77,30 @@ def test_a_header_secret_never_appears_in_errors_or_the_session(
     for output in (listed.stdout, listed.stderr, chat.stdout, chat.stderr, shown.stdout):
         for secret in ("header-secret-value", "url-password", "url-query-key"):
             assert secret not in output
+
+
+def test_a_server_that_speaks_no_mcp_fails_without_a_traceback(tmp_path: Path, invoke):
+    junk = "import sys; print('not json', flush=True); sys.stdin.read()"
+    server = {"command": sys.executable, "args": ["-c", junk], "startup_timeout": 1}
+    write_config(tmp_path / "foliko.toml", {"junk": server})
+    result = invoke("chat", "-s", "s1", "hello")
+    assert result.exit_code == 0
+    assert result.stdout == "hello\n"
+    assert result.stderr.splitlines()[-1] == (
+        "foliko: MCP server 'junk' failed to start: did not start within 1s; its tools are left out"
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_without_the_mcp_package_a_server_fails_saying_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    warnings: list[str] = []
+    servers = {"files": {"command": MISSING}}
+    with Foliko("memory", "echo", home=tmp_path, mcp_servers=servers, notify=warnings.append) as f:
+        assert f.chat("s1", "hello").message == "hello"
+    assert warnings == [
+        "MCP server 'files' failed to start: the mcp package is not installed; "
+        "install it with pip install 'foliko-cli[mcp]'; its tools are left out"
+    ]
