@@ -125,6 +125,7 @@ class MCPManager:
             "enabled": config.enabled,
             "state": connection.state,
             "tools": len(self.server_tools(name)),
+            "restarts": connection.restarts,
             "error": connection.error,
         }
 

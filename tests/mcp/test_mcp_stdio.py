@@ -114,7 +114,8 @@ def test_a_server_that_exits_mid_call_is_a_tool_error_and_is_restarted(shared: F
     assert _wait_gone(before)
     assert shared.chat("crash", '/tool t__add {"a": 1, "b": 1}').message == "t__add returned: 2"
     assert _pid(shared, "crash") != before
-    assert shared.mcp.status("t")["state"] == "ready"
+    status = shared.mcp.status("t")
+    assert (status["state"], status["restarts"]) == ("ready", 1)
 
 
 def test_the_child_gets_only_the_safe_environment_and_close_stops_it(
@@ -150,7 +151,7 @@ def test_a_server_that_does_not_start_in_time_fails_and_the_chat_goes_on(tmp_pat
     warnings: list[str] = []
     hung = {
         "command": sys.executable,
-        "args": ["-c", "import time; time.sleep(60)"],
+        "args": ["-c", "import sys; sys.stdin.read()"],
         "startup_timeout": 0.5,
     }
     with _facade(tmp_path, {"hung": hung}, notify=warnings.append) as facade:
