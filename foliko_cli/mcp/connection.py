@@ -293,6 +293,7 @@ class ServerConnection:
             )
         if code == CONNECTION_CLOSED or self.state == "exited":
             self.state = "exited"
+            self.error = self.error or f"the connection closed during a call to {tool}"
             return (
                 f"{where} went away during the call to {tool} "
                 "(it exited or closed the connection); it is restarted for the next call"

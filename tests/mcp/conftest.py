@@ -82,23 +82,56 @@ def _wait_listening(port: int, process: subprocess.Popen) -> None:
     raise AssertionError(f"the everything server did not listen on port {port}")
 
 
+class EverythingHTTP:
+    """The everything server in Streamable HTTP mode on one port, (re)started on demand."""
+
+    def __init__(self, executable: Path):
+        self.executable = executable
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [str(self.executable), "streamableHttp"],
+            env={
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": str(Path.home()),
+                "PORT": str(self.port),
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_listening(self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
+@pytest.fixture
+def everything_http_server(everything_bin: Path) -> Iterator[EverythingHTTP]:
+    server = EverythingHTTP(everything_bin)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def everything_http(everything_bin: Path) -> Iterator[str]:
     """The everything server in Streamable HTTP mode on a free port: its /mcp URL."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [str(everything_bin), "streamableHttp"],
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(Path.home()), "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = EverythingHTTP(everything_bin)
     try:
-        _wait_listening(port, process)
-        yield f"http://127.0.0.1:{port}/mcp"
+        server.start()
+        yield server.url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        server.stop()

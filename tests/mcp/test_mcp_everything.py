@@ -117,3 +117,22 @@ def test_streamable_http(everything_http: str, tmp_path: Path, monkeypatch: pyte
     assert "demo://resource/dynamic/" in links.message
     assert (status["transport"], status["state"]) == ("http", "ready")
     assert "http-header-secret" not in stored
+
+
+def test_an_http_server_that_went_away_is_reconnected_for_the_next_call(
+    everything_http_server, tmp_path: Path
+):
+    servers = {"everything": {"url": everything_http_server.url}}
+    call = '/tool everything__get-sum {"a": 1, "b": 2}'
+    with Foliko("memory", "echo", home=tmp_path, mcp_servers=servers) as facade:
+        assert facade.chat("s1", call).message.endswith("The sum of 1 and 2 is 3.")
+        everything_http_server.stop()
+        lost = facade.chat("s1", call).message
+        lost_status = facade.mcp.status("everything")
+        everything_http_server.start()
+        again = facade.chat("s1", call).message
+        status = facade.mcp.status("everything")
+    assert "went away during the call to get-sum" in lost
+    assert lost_status["state"] == "exited"
+    assert again.endswith("The sum of 1 and 2 is 3.")
+    assert (status["state"], status["restarts"]) == ("ready", 1)
