@@ -136,7 +136,8 @@ class Foliko:
 
     def close(self) -> None:
         if self._mcp is not None and self._runner is not None:
-            self._run(self._mcp.aclose())
+            manager, self._mcp = self._mcp, None
+            self._run(manager.aclose())
         self._read(self.storage.close)
         if self._runner is not None:
             self._runner.close()
