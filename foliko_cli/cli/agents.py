@@ -42,7 +42,6 @@ def list_agents(ctx: click.Context, fmt: str) -> None:
                 "model": config.model,
                 "tools": list(config.tools),
                 "skills": list(config.skills),
-                "mcp_servers": list(config.mcp_servers),
                 "description": config.description,
             }
         )
