@@ -12,6 +12,7 @@ import orjson
 import pytest
 from mcp_support import stdio_server
 
+from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.facade import Foliko
 
 CALL_TIMEOUT = 1.5
@@ -178,3 +179,11 @@ def test_an_enabled_false_server_is_only_for_the_agents_that_name_it(tmp_path: P
     assert helper["t__add"]["input_schema"]["properties"]["a"]["type"] == "integer"
     assert refused["is_error"] is True
     assert "unknown tool 't__env'" in refused["content"]
+
+
+def test_the_turn_deadline_bounds_a_call_and_the_server_stays_usable(shared: Foliko):
+    before = _pid(shared, "deadline")
+    with pytest.raises(TurnTimeoutError):
+        shared.chat("deadline", '/tool t__slow {"seconds": 30}', timeout=0.5)
+    assert not [m for m in shared.get_session("deadline").messages if "slow" in str(m)]
+    assert _pid(shared, "deadline") == before
