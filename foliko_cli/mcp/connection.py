@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import tempfile
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from foliko_cli.mcp.results import result_text
 from foliko_cli.mcp.transport import open_transport, scrub
 
 CLIENT_NAME = "foliko"
+_CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
 MAX_TOOL_PAGES = 100
 STDERR_TAIL_CHARS = 300
 
@@ -104,19 +106,10 @@ def _keep_sdk_logs_off_stderr() -> None:
         logger.addHandler(logging.NullHandler())
 
 
-def _describe(exc: BaseException) -> str:
-    """One line for what went wrong, from the innermost useful exception."""
+def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in ("mcp", "httpx2"):
-        return "the mcp package is not installed; install it with pip install 'foliko-cli[mcp]'"
-    if isinstance(exc, FileNotFoundError):
-        return f"command not found: {exc.filename or exc}"
-    if isinstance(exc, PermissionError):
-        return f"permission denied: {exc.filename or exc}"
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    name = type(exc).__name__
-    return f"{name}: {text}" if text else name
+    return exc
 
 
 class ServerConnection:
@@ -178,14 +171,14 @@ class ServerConnection:
         self._stopping = False
 
     async def _supervise(self, settled: asyncio.Event) -> None:
-        import anyio
-
-        ended = anyio.Event()
-        self._scope = scope = anyio.CancelScope()
-        scope.deadline = anyio.current_time() + self.config.startup_timeout
         started = False
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
             try:
+                import anyio
+
+                ended = anyio.Event()
+                self._scope = scope = anyio.CancelScope()
+                scope.deadline = anyio.current_time() + self.config.startup_timeout
                 with scope:
                     async with AsyncExitStack() as stack:
                         await self._connect(stack, errlog, ended)
@@ -204,7 +197,7 @@ class ServerConnection:
             except UnsetVariableError as exc:
                 self._ended("failed", str(exc), None)
             except Exception as exc:
-                self._ended("exited" if started else "failed", _describe(exc), errlog)
+                self._ended("exited" if started else "failed", self._describe(exc), errlog)
             finally:
                 self._client = None
                 if not started and self.state != "failed":
@@ -255,6 +248,22 @@ class ServerConnection:
             return ""
         return lines[-1][-STDERR_TAIL_CHARS:] if lines else ""
 
+    def _describe(self, exc: BaseException) -> str:
+        """One line for what went wrong, from the innermost useful exception."""
+        exc = _innermost(exc)
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in _CLIENT_PACKAGES:
+            return "the mcp package is not installed; install it with pip install 'foliko-cli[mcp]'"
+        cwd = os.path.expanduser(self.config.cwd) if self.config.cwd else None
+        if isinstance(exc, FileNotFoundError):
+            if cwd is not None and exc.filename == cwd:
+                return f"working directory not found: {cwd}"
+            return f"command not found: {exc.filename or self.config.command}"
+        if isinstance(exc, PermissionError):
+            return f"permission denied: {exc.filename or self.config.command}"
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        name = type(exc).__name__
+        return f"{name}: {text}" if text else name
+
     def _ended(self, state: str, reason: str, errlog: Any) -> None:
         tail = self._tail(errlog)
         if tail and tail not in reason:
@@ -298,5 +307,5 @@ class ServerConnection:
                 f"{where} went away during the call to {tool} "
                 "(it exited or closed the connection); it is restarted for the next call"
             )
-        message = exc.error.message if isinstance(exc, MCPError) else _describe(exc)
+        message = exc.error.message if isinstance(exc, MCPError) else self._describe(exc)
         return scrub(f"{tool} on {where} failed: {message}", self._secrets)
