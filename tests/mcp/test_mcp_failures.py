@@ -104,3 +104,16 @@ def test_without_the_mcp_package_a_server_fails_saying_what_to_install(
         "MCP server 'files' failed to start: the mcp package is not installed; "
         "install it with pip install 'foliko-cli[mcp]'; its tools are left out"
     ]
+
+
+def test_a_missing_working_directory_is_named(tmp_path: Path):
+    warnings: list[str] = []
+    server = {"command": sys.executable, "cwd": str(tmp_path / "gone")}
+    with Foliko(
+        "memory", "echo", home=tmp_path, mcp_servers={"t": server}, notify=warnings.append
+    ) as f:
+        assert f.chat("s1", "hello").message == "hello"
+    assert warnings == [
+        f"MCP server 't' failed to start: working directory not found: {tmp_path / 'gone'}; "
+        "its tools are left out"
+    ]
