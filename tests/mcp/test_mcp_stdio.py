@@ -167,8 +167,9 @@ def test_a_server_that_does_not_start_in_time_fails_and_the_chat_goes_on(tmp_pat
 
 def test_an_enabled_false_server_is_only_for_the_agents_that_name_it(tmp_path: Path):
     agents = {"helper": {"mcp_servers": ["t"]}}
-    servers = {"t": stdio_server(enabled=False, tools=["add", "pid"])}
-    with _facade(tmp_path, servers, agents=agents) as facade:
+    servers = {"t": stdio_server(enabled=False, tools=["add", "pid", "nope"])}
+    warnings: list[str] = []
+    with _facade(tmp_path, servers, agents=agents, notify=warnings.append) as facade:
         plain = [t["name"] for t in facade.dry_run("s1", "hi")["tools"]]
         assert facade.mcp.status("t")["state"] == "idle", "a chat that does not need it"
         helper = {t["name"]: t for t in facade.dry_run("s1", "hi", agent="helper")["tools"]}
@@ -179,6 +180,9 @@ def test_an_enabled_false_server_is_only_for_the_agents_that_name_it(tmp_path: P
     assert helper["t__add"]["input_schema"]["properties"]["a"]["type"] == "integer"
     assert refused["is_error"] is True
     assert "unknown tool 't__env'" in refused["content"]
+    assert warnings == [
+        "MCP server 't' has no tool 'nope' (named in its 'tools'); see 'foliko mcp tools'"
+    ]
 
 
 def test_the_turn_deadline_bounds_a_call_and_the_server_stays_usable(shared: Foliko):
