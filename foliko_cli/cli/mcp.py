@@ -18,6 +18,17 @@ def _yes_no(value: bool) -> str:
     return "yes" if value else "no"
 
 
+def _complete_servers(ctx: click.Context, param, incomplete: str) -> list[str]:
+    """Server names from the config; silent when the config cannot be read."""
+    try:
+        from foliko_cli.config import load_settings
+
+        names = load_settings().mcp_servers
+    except Exception:
+        return []
+    return [name for name in sorted(names) if name.startswith(incomplete)]
+
+
 def _short(text: str) -> str:
     """A description's first line, cut for a table (JSON and TSV keep it whole)."""
     line = (text or "").strip().split("\n", 1)[0]
@@ -64,7 +75,7 @@ def list_servers(ctx: click.Context, fmt: str) -> None:
 
 
 @mcp.command("tools")
-@click.argument("server", required=False)
+@click.argument("server", required=False, shell_complete=_complete_servers)
 @format_option
 @click.pass_context
 def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
