@@ -11,7 +11,7 @@ from foliko_cli.errors import UsageError
 from foliko_cli.plugins import load_tool
 from foliko_cli.skills import SkillSet, load_skill_tool
 
-AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description")
+AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description", "mcp_servers")
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,7 @@ class AgentConfig:
     tools: tuple[str, ...] = ()
     skills: tuple[str, ...] = ()
     description: str | None = None
+    mcp_servers: tuple[str, ...] = ()
 
 
 def _strings(value: Any, agent: str, key: str) -> tuple[str, ...]:
@@ -54,6 +55,7 @@ def agent_config(name: str, table: Mapping[str, Mapping[str, Any]]) -> AgentConf
         tools=_strings(entry.get("tools", []), name, "tools"),
         skills=_strings(entry.get("skills", []), name, "skills"),
         description=entry.get("description"),
+        mcp_servers=_strings(entry.get("mcp_servers", []), name, "mcp_servers"),
     )
 
 

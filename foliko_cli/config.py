@@ -65,7 +65,7 @@ FIELDS: dict[str, Field] = {
     "context_window": Field(_positive_int, None, "token budget; unset means the model's own"),
     "tools": Field(_names, (), "plugin tools to enable: names or package.module:function"),
 }
-TABLES = ("models", "agents")
+TABLES = ("models", "agents", "mcp_servers")
 SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
 
 
@@ -160,6 +160,7 @@ class Settings(NamedTuple):
     tools: tuple[str, ...]
     models: dict[str, dict[str, Any]]
     agents: dict[str, dict[str, Any]]
+    mcp_servers: dict[str, dict[str, Any]]
     sources: dict[str, str]
     files: dict[str, Path]
 
@@ -219,6 +220,7 @@ def load_settings(
         **values,
         models={**user.get("models", {}), **project.get("models", {})},
         agents={**user.get("agents", {}), **project.get("agents", {})},
+        mcp_servers={**user.get("mcp_servers", {}), **project.get("mcp_servers", {})},
         sources=sources,
         files={"user": user_path, "project": project_path},
     )

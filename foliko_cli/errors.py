@@ -107,6 +107,12 @@ class ModelError(FolikoError):
     exit_code = ExitCode.MODEL
 
 
+class MCPServerError(FolikoError):
+    """An MCP server that was asked for by name could not be started."""
+
+    exit_code = ExitCode.MODEL
+
+
 class UnknownModelError(UsageError):
     pass
 

@@ -183,6 +183,14 @@ class Foliko:
     migrate = _blocking("migrate")
     check = _blocking("check")
     info = _blocking("info")
+    agent_context = _blocking("agent_context")
+    describe_agent = _blocking("describe_agent")
+    tool_rows = _blocking("tool_rows")
+    handler = _blocking("handler")
+    start_mcp_servers = _blocking("start_mcp_servers")
+    mcp_status = _blocking("mcp_status")
+    mcp_tool_list = _blocking("mcp_tool_list")
+    mcp_tools = _blocking("mcp_tools")
 
     def export_sessions(
         self, session_ids: list[str], *, skip_missing: bool = False

@@ -37,13 +37,14 @@ from foliko_cli.storage.record import (
     content_hash,
     new_metadata,
 )
-from foliko_cli.tools import ToolResult
+from foliko_cli.tools import Tool, ToolResult
 from foliko_cli.turns import cut_compression, drop_turns, keep_turns
 
 if TYPE_CHECKING:
     from foliko_cli.chat import AgentChatHandler, TurnResult, TurnSetup
     from foliko_cli.config import Settings
     from foliko_cli.context.agent import AgentContext
+    from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.skills import SkillSet
     from foliko_cli.storage.migrate import MigrationReport
 
@@ -163,6 +164,7 @@ class AsyncFoliko:
         tools: tuple[str, ...] = (),
         skill_dirs: list[Path] | None = None,
         notify: Callable[[str], None] | None = None,
+        mcp_servers: dict[str, dict[str, Any]] | None = None,
     ):
         self.home = home if home is not None else default_home()
         if storage is None:
@@ -186,6 +188,8 @@ class AsyncFoliko:
         self._providers: list[ModelProvider] = []
         self._skills: SkillSet | None = None
         self._tools_loaded = False
+        self.mcp_servers = mcp_servers or {}
+        self._mcp: MCPManager | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any):
@@ -201,6 +205,7 @@ class AsyncFoliko:
             "agents": settings.agents,
             "tools": settings.tools,
             "skill_dirs": skill_dirs(Path.cwd()),
+            "mcp_servers": settings.mcp_servers,
             **overrides,
         }
         return cls(settings.storage, settings.model, **options)
@@ -220,10 +225,13 @@ class AsyncFoliko:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the model connections and the storage (every connection it holds)."""
+        """Stop the MCP servers, close the model connections and the storage."""
         providers, self._providers = self._providers, []
         self._handlers.clear()
+        manager, self._mcp = self._mcp, None
         try:
+            if manager is not None:
+                await manager.aclose()
             for provider in providers:
                 close = getattr(provider, "aclose", None)
                 if close is not None:
@@ -246,29 +254,103 @@ class AsyncFoliko:
                 self.notify(f"skipped skill {problem}")
         return self._skills
 
-    def _load_global_tools(self) -> None:
-        if self._tools_loaded or not self.tools:
+    async def _load_global_tools(self) -> None:
+        """Plugin tools from the config and the tools of the enabled MCP servers, once."""
+        if self._tools_loaded:
             return
-        from foliko_cli.plugins import load_tool
+        if self.tools:
+            from foliko_cli.plugins import load_tool
 
-        for reference in self.tools:
-            self.framework.register_tool(load_tool(reference))
+            for reference in self.tools:
+                self.framework.register_tool(load_tool(reference))
+        if self.mcp_servers:
+            for tool in await self.mcp_tools(self.mcp.enabled()):
+                self.framework.register_tool(tool)
         self._tools_loaded = True
 
-    def agent_context(self, name: str) -> AgentContext:
+    async def agent_context(self, name: str) -> AgentContext:
+        """The agent's context, filled from its config (tools, skills, MCP servers)."""
         from foliko_cli.agents import agent_config, build_agent
 
         config = agent_config(name, self.agents)
         context = self.framework.get_or_create_agent_context(name)
         for warning in build_agent(context, config, self.skills()):
             self.notify(warning)
+        if config.mcp_servers:
+            for tool in await self.mcp_tools(list(config.mcp_servers), owner=f"agent {name!r}"):
+                context.register_tool(tool)
         return context
 
-    def describe_agent(self, name: str) -> dict[str, Any]:
+    # MCP servers (F12)
+
+    @property
+    def mcp(self) -> MCPManager:
+        """The configured MCP servers, checked on first use, started only when needed."""
+        if self._mcp is None:
+            from foliko_cli.mcp.manager import MCPManager
+
+            self._mcp = MCPManager(self.mcp_servers)
+        return self._mcp
+
+    async def start_mcp_servers(self, names: list[str] | None = None) -> None:
+        """Start the servers (all configured ones by default); problems go to ``notify``."""
+        names = list(self.mcp.configs) if names is None else names
+        if names:
+            for warning in await self.mcp.start(names):
+                self.notify(warning)
+
+    async def mcp_status(self) -> list[dict[str, Any]]:
+        """Every configured server, started, with its state, tool count and any error."""
+        names = list(self.mcp.configs)
+        if names:
+            await self.mcp.start(names)
+        return [self.mcp.status(name) for name in names]
+
+    async def mcp_tool_list(self, server: str | None = None) -> list[dict[str, Any]]:
+        """Each tool of the server (or of every server), also those the config leaves out."""
+        if server is not None:
+            await self.mcp.start(self.mcp.check([server], "mcp tools"))
+            return self.mcp.tool_rows([server])
+        await self.start_mcp_servers()
+        return self.mcp.tool_rows(self.mcp.configs)
+
+    async def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
+        """The tools of these servers, each started once for this service's life."""
+        await self.start_mcp_servers(self.mcp.check(names, owner))
+        return self.mcp.tools(names)
+
+    async def tool_rows(self) -> list[dict[str, Any]]:
+        """Every tool a chat may use: built-ins, enabled plugins (the one in effect
+        when names clash), the MCP servers' tools, and installed plugins not enabled."""
+        from foliko_cli.plugins import entry_point_tools, load_tool
+        from foliko_cli.tools import BUILTIN_TOOLS
+
+        def row(name: str, source: str, enabled: bool, description: str) -> dict[str, Any]:
+            return {"name": name, "source": source, "enabled": enabled, "description": description}
+
+        rows = {t.name: row(t.name, "built-in", True, t.description) for t in BUILTIN_TOOLS}
+        for reference in self.tools:
+            if reference not in rows:
+                tool = load_tool(reference)
+                rows[tool.name] = row(tool.name, reference, True, tool.description)
+        listed = list(rows.values())
+        if self.mcp_servers:
+            listed += [
+                row(r["name"], f"mcp {r['server']}", r["enabled"], r["description"])
+                for r in await self.mcp_tool_list()
+                if r["offered"]
+            ]
+        known = {r["source"] for r in listed} | {r["name"] for r in listed}
+        for name, entry in sorted(entry_point_tools().items()):
+            if name not in known:
+                listed.append(row(name, f"plugin {entry.value}", False, ""))
+        return listed
+
+    async def describe_agent(self, name: str) -> dict[str, Any]:
         """An agent's model, tools, skills and the system prompt its turns start with."""
         from foliko_cli.prompts import agent_system_prompt
 
-        context = self.agent_context(name)
+        context = await self.agent_context(name)
         chosen = self.model_name(None, name)
         return {
             "name": name,
@@ -312,29 +394,30 @@ class AsyncFoliko:
             self._providers.append(provider)
         return provider
 
-    def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
+    async def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
         from foliko_cli.chat import AgentChatHandler
 
-        self._load_global_tools()
+        await self._load_global_tools()
         return AgentChatHandler(
             self.framework,
             provider,
-            agent=self.agent_context(agent) if agent else None,
+            agent=await self.agent_context(agent) if agent else None,
             max_steps=self.max_steps,
             system_prompt=self.system_prompt,
             context_window=self.context_window,
         )
 
-    def handler(
+    async def handler(
         self, model: str | ModelProvider | None = None, agent: str | None = None
     ) -> AgentChatHandler:
+        """The chat handler for this model and agent, built once and reused."""
         chosen = self.model_name(model, agent)
         key = (chosen if isinstance(chosen, str) else repr(chosen), agent)
         handler = self._handlers.get(key)
         if handler is None:
             if chosen is None:
                 self._announce_default_model()
-            handler = self._make_handler(self._provider(chosen), agent)
+            handler = await self._make_handler(self._provider(chosen), agent)
             self._handlers[key] = handler
         return handler
 
@@ -413,7 +496,7 @@ class AsyncFoliko:
         options = {"new": new, "fork_from": fork_from, "variables": variables}
         options.update(system=system, turns=turns, regenerate=regenerate)
         if on_event is None:
-            handler = self.handler(model, agent)
+            handler = await self.handler(model, agent)
             message, setup = await self._prepare(session_id, message, **options)
             return await handler.chat(
                 message,
@@ -456,7 +539,7 @@ class AsyncFoliko:
     ) -> AsyncIterator[dict[str, Any]]:
         """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
         (whose ``result`` is the TurnResult). Options as for ``chat``."""
-        handler = self.handler(model, agent)
+        handler = await self.handler(model, agent)
         message, setup = await self._prepare(
             session_id,
             message,
@@ -530,7 +613,7 @@ class AsyncFoliko:
             regenerate=regenerate,
         )
         target = resolve_model(self.model_name(model, agent), self.models)
-        handler = self._make_handler(CaptureModel(target), agent)
+        handler = await self._make_handler(CaptureModel(target), agent)
         try:
             await handler.chat(message, session_id=session_id, request=self.request(), setup=setup)
         except RequestCaptured as captured:
@@ -552,7 +635,7 @@ class AsyncFoliko:
     ) -> ToolResult:
         """Run one tool inside the session, saving the variables it changed."""
         check_session_id(session_id)
-        handler = self.handler(self.model if self.model is not None else "echo", agent)
+        handler = await self.handler(self.model if self.model is not None else "echo", agent)
         return await handler.run_tool(
             name, arguments, session_id=session_id, request=self.request()
         )

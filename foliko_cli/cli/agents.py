@@ -135,7 +135,7 @@ def tools() -> None:
 @format_option
 @click.pass_context
 def list_tools(ctx: click.Context, fmt: str) -> None:
-    """Built-in tools, the enabled ones from the config, and installed plugins.
+    """Built-in tools, the enabled ones from the config, installed plugins, MCP tools.
 
     Plugins (entry points in group foliko.tools) run only when enabled with
     tools = [...] in the config or in an agent's tools.
@@ -144,38 +144,7 @@ def list_tools(ctx: click.Context, fmt: str) -> None:
     Example:
       foliko tools list --json
     """
-    from foliko_cli.plugins import entry_point_tools, load_tool
-    from foliko_cli.tools import BUILTIN_TOOLS
-
-    settings = settings_for(ctx)
-    rows = [
-        {"name": t.name, "source": "built-in", "enabled": True, "description": t.description}
-        for t in BUILTIN_TOOLS
-    ]
-    for reference in settings.tools:
-        if reference in {t.name for t in BUILTIN_TOOLS}:
-            continue
-        tool = load_tool(reference)
-        rows = [r for r in rows if r["name"] != tool.name]
-        rows.append(
-            {
-                "name": tool.name,
-                "source": reference,
-                "enabled": True,
-                "description": tool.description,
-            }
-        )
-    enabled = {r["source"] for r in rows} | {r["name"] for r in rows}
-    for name, entry in sorted(entry_point_tools().items()):
-        if name not in enabled:
-            rows.append(
-                {
-                    "name": name,
-                    "source": f"plugin {entry.value}",
-                    "enabled": False,
-                    "description": "",
-                }
-            )
+    rows = open_facade(ctx).tool_rows()
     emit_rows(
         rows,
         {"name": "name", "source": "source", "enabled": "enabled", "description": "description"},
@@ -183,4 +152,7 @@ def list_tools(ctx: click.Context, fmt: str) -> None:
         human={"enabled": lambda on: "yes" if on else "no"},
     )
     if fmt == "table" and any(not r["enabled"] for r in rows):
-        note("plugins marked 'no' run only when listed in tools = [...] in the config")
+        note(
+            "plugins marked 'no' run only when listed in tools = [...] in the config; "
+            "MCP servers marked 'no' only for agents that list them in mcp_servers"
+        )

@@ -70,6 +70,7 @@ class LazyGroup(FolikoGroup):
         "agents": ("foliko_cli.cli.agents", "agents"),
         "skills": ("foliko_cli.cli.agents", "skills"),
         "tools": ("foliko_cli.cli.agents", "tools"),
+        "mcp": ("foliko_cli.cli.mcp", "mcp"),
         "workflow": ("foliko_cli.cli.workflow", "workflow"),
         "completion": ("foliko_cli.cli.completion", "completion"),
     },

@@ -1,0 +1,108 @@
+"""``foliko mcp``: the MCP servers in the config, their state and their tools."""
+
+from __future__ import annotations
+
+import click
+
+from foliko_cli.cli.app import open_facade
+from foliko_cli.cli.output import emit_rows, format_option, note
+from foliko_cli.errors import MCPServerError
+
+_NONE_CONFIGURED = "no MCP servers configured; add [mcp_servers.NAME] to foliko.toml"
+
+
+_SHORT_DESCRIPTION = 80
+
+
+def _yes_no(value: bool) -> str:
+    return "yes" if value else "no"
+
+
+def _complete_servers(ctx: click.Context, param, incomplete: str) -> list[str]:
+    """Server names from the config; silent when the config cannot be read."""
+    try:
+        from foliko_cli.config import load_settings
+
+        names = load_settings().mcp_servers
+    except Exception:
+        return []
+    return [name for name in sorted(names) if name.startswith(incomplete)]
+
+
+def _short(text: str) -> str:
+    """A description's first line, cut for a table (JSON and TSV keep it whole)."""
+    line = (text or "").strip().split("\n", 1)[0]
+    return line if len(line) <= _SHORT_DESCRIPTION else line[: _SHORT_DESCRIPTION - 1] + "…"
+
+
+@click.group()
+def mcp() -> None:
+    """Model Context Protocol servers, configured as [mcp_servers.NAME].
+
+    \b
+    Example:
+      foliko mcp list
+      foliko mcp tools files --json
+    """
+
+
+@mcp.command("list")
+@format_option
+@click.pass_context
+def list_servers(ctx: click.Context, fmt: str) -> None:
+    """Start every configured server and show its state, tool count and any error.
+
+    \b
+    Example:
+      foliko mcp list --json
+    """
+    rows = open_facade(ctx).mcp_status()
+    emit_rows(
+        rows,
+        {
+            "name": "name",
+            "transport": "transport",
+            "enabled": "enabled",
+            "state": "state",
+            "tools": "tools",
+            "error": "error",
+        },
+        fmt,
+        human={"enabled": _yes_no},
+    )
+    if not rows:
+        note(_NONE_CONFIGURED)
+
+
+@mcp.command("tools")
+@click.argument("server", required=False, shell_complete=_complete_servers)
+@format_option
+@click.pass_context
+def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
+    """The tools of SERVER (or of every server), as the model sees them: SERVER__TOOL.
+
+    JSON and NDJSON carry each tool's input schema. Tools the config's
+    tools/exclude leave out are listed with offered = no.
+
+    \b
+    Example:
+      foliko mcp tools
+      foliko mcp tools files --json
+    """
+    facade = open_facade(ctx)
+    rows = facade.mcp_tool_list(server)
+    if server is not None:
+        status = facade.mcp.status(server)
+        if status["state"] != "ready":
+            raise MCPServerError(
+                f"MCP server {server!r} is not available: {status['error']}; "
+                "see 'foliko mcp list' and fix its [mcp_servers] table"
+            )
+    emit_rows(
+        rows,
+        {"name": "name", "offered": "offered", "description": "description"},
+        fmt,
+        human={"offered": _yes_no, "description": _short},
+    )
+    if not facade.mcp.configs:
+        note(_NONE_CONFIGURED)

@@ -1,0 +1,311 @@
+"""One MCP server for the life of the process: started once, reused, stopped at close.
+
+The ``mcp`` SDK runs each connection in anyio task groups, whose cancel
+scopes must be entered and left by one task. So every connection lives in a
+task of its own (its *supervisor*), on the event loop that runs the turns:
+the supervisor enters the transport and the client session on an
+``AsyncExitStack``, lists the tools, then waits until the server goes away
+or the connection is closed, and leaves them in order. Turns call tools
+through the session from their own tasks. Whatever the SDK raises when a
+server dies (an ``ExceptionGroup`` from its task groups) ends inside the
+supervisor and becomes the connection's state and reason: nothing reaches a
+turn but a tool error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import tempfile
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from foliko_cli.errors import ToolError
+from foliko_cli.mcp.config import ServerConfig, UnsetVariableError
+from foliko_cli.mcp.results import result_text
+from foliko_cli.mcp.transport import open_transport, scrub
+
+CLIENT_NAME = "foliko"
+_CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
+MAX_TOOL_PAGES = 100
+STDERR_TAIL_CHARS = 300
+
+
+@dataclass(frozen=True)
+class ServerTool:
+    """A tool as the server lists it (its own name, before ``SERVER__`` is added)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class _WatchedReadStream:
+    """The transport's read stream, noting when it ends (the server went away)."""
+
+    def __init__(self, inner: Any, ended: Any):
+        self._inner = inner
+        self._ended = ended
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except Exception:
+            self._ended.set()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._inner.__anext__()
+        except (StopAsyncIteration, Exception):
+            self._ended.set()
+            raise
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc)
+
+
+class _Watched:
+    """A transport whose read stream reports its end through ``ended``."""
+
+    def __init__(self, transport: Any, ended: Any):
+        self._transport = transport
+        self._ended = ended
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        read, write = await self._transport.__aenter__()
+        return _WatchedReadStream(read, self._ended), write
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._transport.__aexit__(*exc)
+
+
+def _keep_sdk_logs_off_stderr() -> None:
+    """The SDK logs server mishaps (with tracebacks); without a handler of the
+    application's, Python would print them on stderr. They stay available to
+    an application that configures logging."""
+    import logging
+
+    logger = logging.getLogger("mcp")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+class ServerConnection:
+    """States: ``idle`` (not started), ``ready``, ``exited`` (died after starting),
+    ``failed`` (could not start; ``error`` says why) and ``closed``."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.state = "idle"
+        self.error: str | None = None
+        self.tools: list[ServerTool] = []
+        self.restarts = 0
+        self._client: Any = None
+        self._scope: Any = None
+        self._task: asyncio.Task | None = None
+        self._settled: asyncio.Event | None = None
+        self._secrets: tuple[str, ...] = ()
+        self._lock: asyncio.Lock | None = None
+        self._stopping = False
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    # starting and stopping
+
+    async def start(self) -> bool:
+        """Start the server unless it runs or has failed; True when it is ready.
+
+        A server that died after starting is started again (once per death);
+        if that fails, it stays failed.
+        """
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.state == "exited":
+                await self._stop()
+                self.restarts += 1
+                self.state = "idle"
+            if self.state == "idle":
+                self._settled = asyncio.Event()
+                self._task = asyncio.get_running_loop().create_task(
+                    self._supervise(self._settled), name=f"mcp server {self.name}"
+                )
+                await self._settled.wait()
+            return self.state == "ready"
+
+    async def aclose(self) -> None:
+        await self._stop()
+        self.state = "closed"
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        if self._scope is not None:
+            self._scope.cancel()
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+        self._stopping = False
+
+    async def _supervise(self, settled: asyncio.Event) -> None:
+        started = False
+        with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
+            try:
+                import anyio
+
+                ended = anyio.Event()
+                self._scope = scope = anyio.CancelScope()
+                scope.deadline = anyio.current_time() + self.config.startup_timeout
+                with scope:
+                    async with AsyncExitStack() as stack:
+                        await self._connect(stack, errlog, ended)
+                        scope.deadline = math.inf
+                        started = True
+                        self.state, self.error = "ready", None
+                        settled.set()
+                        await ended.wait()
+                if self._stopping:
+                    pass
+                elif started:
+                    self._ended("exited", "the server closed the connection", errlog)
+                elif scope.cancelled_caught:
+                    timeout = self.config.startup_timeout
+                    self._ended("failed", f"did not start within {timeout:g}s", errlog)
+            except UnsetVariableError as exc:
+                self._ended("failed", str(exc), None)
+            except Exception as exc:
+                self._ended("exited" if started else "failed", self._describe(exc), errlog)
+            finally:
+                self._client = None
+                if not started and self.state != "failed":
+                    self._ended("failed", "stopped while starting", None)
+                settled.set()
+
+    async def _connect(self, stack: AsyncExitStack, errlog: Any, ended: Any) -> None:
+        from mcp import Client
+        from mcp_types import Implementation
+
+        from foliko_cli import __version__
+
+        _keep_sdk_logs_off_stderr()
+        transport = open_transport(self.config, errlog)
+        self._secrets = transport.secrets
+        client = Client(
+            _Watched(transport.streams, ended),
+            client_info=Implementation(name=CLIENT_NAME, version=__version__),
+            cache=None,
+        )
+        self._client = await stack.enter_async_context(client)
+        self.tools = await self._list_tools(self._client)
+
+    @staticmethod
+    async def _list_tools(client: Any) -> list[ServerTool]:
+        tools: list[ServerTool] = []
+        cursor = None
+        for _ in range(MAX_TOOL_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            for tool in page.tools:
+                schema = dict(tool.input_schema or {})
+                schema.setdefault("type", "object")
+                description = tool.description or tool.title or f"Tool {tool.name}."
+                tools.append(ServerTool(tool.name, description, schema))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    def _tail(self, errlog: Any) -> str:
+        if errlog is None:
+            return ""
+        try:
+            errlog.flush()
+            errlog.seek(0)
+            lines = [line.strip() for line in errlog.read().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return ""
+        return lines[-1][-STDERR_TAIL_CHARS:] if lines else ""
+
+    def _describe(self, exc: BaseException) -> str:
+        """One line for what went wrong, from the innermost useful exception."""
+        exc = _innermost(exc)
+        if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in _CLIENT_PACKAGES:
+            return "the mcp package is not installed; install it with pip install 'foliko-cli[mcp]'"
+        cwd = os.path.expanduser(self.config.cwd) if self.config.cwd else None
+        if isinstance(exc, FileNotFoundError):
+            if cwd is not None and exc.filename == cwd:
+                return f"working directory not found: {cwd}"
+            return f"command not found: {exc.filename or self.config.command}"
+        if isinstance(exc, PermissionError):
+            return f"permission denied: {exc.filename or self.config.command}"
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        name = type(exc).__name__
+        return f"{name}: {text}" if text else name
+
+    def _ended(self, state: str, reason: str, errlog: Any) -> None:
+        tail = self._tail(errlog)
+        if tail and tail not in reason:
+            reason = f"{reason} (stderr: {tail})"
+        self.state, self.error = state, scrub(reason, self._secrets)
+
+    # calling
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
+        """The result's text; any failure raises ToolError, for the model to read."""
+        where = f"MCP server {self.name!r}"
+        if not await self.start() or self._client is None:
+            raise ToolError(f"{where} is not available: {self.error}")
+        client = self._client
+        try:
+            result = await client.call_tool(
+                tool, arguments, read_timeout_seconds=self.config.call_timeout
+            )
+        except Exception as exc:
+            raise ToolError(self._call_problem(tool, exc)) from None
+        text = scrub(result_text(result), self._secrets)
+        if result.is_error:
+            raise ToolError(f"{tool} on {where} reported an error: {text}")
+        return text
+
+    def _call_problem(self, tool: str, exc: Exception) -> str:
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        where = f"MCP server {self.name!r}"
+        code = exc.error.code if isinstance(exc, MCPError) else None
+        if code == REQUEST_TIMEOUT or isinstance(exc, TimeoutError):
+            return (
+                f"{tool} on {where} did not finish within {self.config.call_timeout:g}s "
+                "(call_timeout) and was cancelled"
+            )
+        if code == CONNECTION_CLOSED or self.state == "exited":
+            self.state = "exited"
+            self.error = self.error or f"the connection closed during a call to {tool}"
+            return (
+                f"{where} went away during the call to {tool} "
+                "(it exited or closed the connection); it is restarted for the next call"
+            )
+        message = exc.error.message if isinstance(exc, MCPError) else self._describe(exc)
+        return scrub(f"{tool} on {where} failed: {message}", self._secrets)

@@ -1,0 +1,27 @@
+"""The name a model sees for a server's tool: ``SERVER__TOOL``.
+
+Providers accept tool names of at most 64 characters matching
+``^[a-zA-Z0-9_-]+$``. A name that does not fit is rewritten
+deterministically: other characters become ``_``, the name is cut, and a
+hash of the original keeps two rewritten names apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+MAX_LENGTH = 64
+SEPARATOR = "__"
+_ALLOWED = re.compile(r"^[a-zA-Z0-9_-]+$")
+_OTHER = re.compile(r"[^a-zA-Z0-9_-]")
+_HASH_LENGTH = 8
+
+
+def exposed_name(server: str, tool: str) -> str:
+    name = f"{server}{SEPARATOR}{tool}"
+    if len(name) <= MAX_LENGTH and _ALLOWED.match(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:_HASH_LENGTH]
+    stem = _OTHER.sub("_", name)[: MAX_LENGTH - _HASH_LENGTH - 1]
+    return f"{stem}_{digest}"

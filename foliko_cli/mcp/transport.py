@@ -1,0 +1,111 @@
+"""How to reach one server: a stdio child process or a Streamable HTTP endpoint.
+
+A stdio child gets a small safe environment plus the server's own ``env``;
+nothing else of foliko's environment (API keys, storage URLs) reaches it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import IO, Any, NamedTuple
+
+from foliko_cli.mcp.config import REFERENCE, ServerConfig, expand
+
+SAFE_VARIABLES = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TERM",
+    "TMPDIR",
+    "TZ",
+)
+HTTP_CONNECT_TIMEOUT = 30.0
+HTTP_READ_TIMEOUT = 300.0
+
+
+class Transport(NamedTuple):
+    """An ``mcp`` transport (an async context manager) and the secrets it carries."""
+
+    streams: Any
+    secrets: tuple[str, ...]
+
+
+def child_environment(
+    config: ServerConfig, environment: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The whole environment of the server's process."""
+    environment = os.environ if environment is None else environment
+    base = {
+        name: value
+        for name, value in environment.items()
+        if (name in SAFE_VARIABLES or name.startswith("LC_")) and not value.startswith("()")
+    }
+    own = {
+        name: expand(value, environment, f"[mcp_servers.{config.name}] env.{name}")
+        for name, value in config.env
+    }
+    return {**base, **own}
+
+
+def _expanded_values(config: ServerConfig, environment: Mapping[str, str]) -> tuple[str, ...]:
+    """Values of ``env`` entries that came from ``${VAR}`` references."""
+    return tuple(environment[name] for name, value in config.env if REFERENCE.search(value))
+
+
+@asynccontextmanager
+async def _http_streams(url: str, client: Any) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
+
+
+def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
+    """The transport for ``config``; a ``${VAR}`` that is not set raises UnsetVariableError.
+
+    Every header value counts as a secret (they are credentials, typically),
+    and so do the URL's password and query string, and every ``env`` value
+    read from a ``${VAR}``.
+    """
+    if config.command is not None:
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+
+        environment = child_environment(config)
+        parameters = StdioServerParameters(
+            command=config.command,
+            args=list(config.args),
+            env=environment,
+            cwd=os.path.expanduser(config.cwd) if config.cwd else None,
+        )
+        return Transport(
+            stdio_client(parameters, errlog=errlog), _expanded_values(config, environment)
+        )
+    import httpx2
+
+    headers = {
+        key: expand(value, os.environ, f"[mcp_servers.{config.name}] headers.{key}")
+        for key, value in config.headers
+    }
+    client = httpx2.AsyncClient(
+        headers=headers,
+        timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=HTTP_READ_TIMEOUT),
+    )
+    from urllib.parse import urlsplit
+
+    url = config.url or ""
+    parts = urlsplit(url)
+    secrets = (*headers.values(), parts.password or "", parts.query)
+    return Transport(_http_streams(url, client), tuple(s for s in secrets if s))
+
+
+def scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` with every secret replaced by ``***``."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text

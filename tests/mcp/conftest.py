@@ -1,0 +1,137 @@
+"""Real MCP servers for the tests: ``stdio_server.py`` (written with the ``mcp``
+package) and the reference server ``@modelcontextprotocol/server-everything``
+from npm, installed once into ~/.cache/foliko-tests/npm.
+
+Without npm the everything-server tests skip, except under
+FOLIKO_REQUIRE_SERVICES=1, where that is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from storage.services import require_or_skip
+
+from foliko_cli.cli.main import cli
+
+EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
+NPM_CACHE = Path.home() / ".cache" / "foliko-tests" / "npm"
+LISTEN_TIMEOUT_S = 30
+INSTALL_TIMEOUT_S = 300
+
+
+@pytest.fixture
+def invoke():
+    """Run a foliko command in-process (the mcp package is imported once per test run)."""
+    runner = CliRunner()
+
+    def run(*args: str, env: dict[str, str] | None = None):
+        return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def everything_bin() -> Path:
+    """The everything server's executable, installed once per machine."""
+    executable = NPM_CACHE / "node_modules" / ".bin" / "mcp-server-everything"
+    if executable.exists():
+        return executable
+    npm = shutil.which("npm")
+    require_or_skip("npm (for the MCP everything server)", npm is not None, "npm is not installed")
+    NPM_CACHE.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [npm, "install", "--prefix", str(NPM_CACHE), "--no-audit", "--no-fund", EVERYTHING_PACKAGE],
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT_S,
+    )
+    last = (done.stderr.strip().splitlines() or [""])[-1]
+    require_or_skip(
+        "npm (for the MCP everything server)",
+        done.returncode == 0 and executable.exists(),
+        f"npm install {EVERYTHING_PACKAGE} failed: {last}",
+    )
+    return executable
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_listening(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + LISTEN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the everything server exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"the everything server did not listen on port {port}")
+
+
+class EverythingHTTP:
+    """The everything server in Streamable HTTP mode on one port, (re)started on demand."""
+
+    def __init__(self, executable: Path):
+        self.executable = executable
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [str(self.executable), "streamableHttp"],
+            env={
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": str(Path.home()),
+                "PORT": str(self.port),
+            },
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_listening(self.port, self.process)
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
+@pytest.fixture
+def everything_http_server(everything_bin: Path) -> Iterator[EverythingHTTP]:
+    server = EverythingHTTP(everything_bin)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def everything_http(everything_bin: Path) -> Iterator[str]:
+    """The everything server in Streamable HTTP mode on a free port: its /mcp URL."""
+    server = EverythingHTTP(everything_bin)
+    try:
+        server.start()
+        yield server.url
+    finally:
+        server.stop()
