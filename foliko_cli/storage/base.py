@@ -7,9 +7,8 @@ transaction while a model runs.
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, NamedTuple
 
 from foliko_cli.clock import now_ms
@@ -155,10 +154,11 @@ class SessionStorageAdapter(ABC):
             return False
         return True
 
-    @contextlib.asynccontextmanager
-    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """Hold the session for one turn; raise SessionBusyError after ``timeout`` s."""
-        yield
+    @abstractmethod
+    def lock(self, session_id: str, timeout: float) -> AbstractAsyncContextManager[None]:
+        """Hold the session exclusively, across processes (and machines, for a
+        shared server); raise SessionBusyError after ``timeout`` s. It must not
+        rest on anything held only in this process: there is no default."""
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
         record = await self.load(source_id)
@@ -178,10 +178,20 @@ class SessionStorageAdapter(ABC):
         return copied
 
     async def rename(self, old_id: str, new_id: str) -> None:
+        """Move the session to ``new_id``: everything kept (``created_at`` too)
+        but the revision, which is new, so no cache of either id matches it."""
         source = await self.load(old_id)
         if source is None:
             raise SessionNotFoundError(old_id)
-        await self.copy(old_id, new_id)
+        moved = SessionRecord(
+            session_id=new_id,
+            messages=source.messages,
+            variables=source.variables,
+            metadata=source.metadata,
+            compression_state=source.compression_state,
+            saved_at=source.saved_at,
+        )
+        await self.save(moved, expected_revision=0)
         await self.delete(old_id, expected_revision=source.revision)
 
     async def save_many(

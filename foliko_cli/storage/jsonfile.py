@@ -502,7 +502,7 @@ class JsonStorage(SessionStorageAdapter):
                 session_id=session_id,
                 messages=[*previous, *messages],
                 variables=state.variables,
-                metadata={**metadata, **state.metadata},
+                metadata={"created_at": metadata.get("created_at", now), **state.metadata},
                 compression_state=state.compression_state,
                 saved_at=now,
                 revision=revision,

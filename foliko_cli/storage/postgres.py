@@ -786,8 +786,9 @@ class PostgresStorage(SessionStorageAdapter):
                     if exists:
                         raise SessionExistsError(new_id)
                     moved = self.db.execute(
-                        f"UPDATE {s}.sessions SET session_id = %s WHERE session_id = %s",
-                        (new_id, old_id),
+                        f"""UPDATE {s}.sessions SET session_id = %s,
+                               revision = GREATEST(revision + 1, %s) WHERE session_id = %s""",
+                        (new_id, next_revision(None), old_id),
                     ).rowcount
                     if moved == 0:
                         raise SessionNotFoundError(old_id)

@@ -173,11 +173,15 @@ redis.call('ZREM', KEYS[3], ARGV[1])
 return {existed, shown}
 """
 
-# KEYS: old meta, old msgs, new meta, new msgs, index. ARGV: old id, new id.
+# KEYS: old meta, old msgs, new meta, new msgs, index. ARGV: old id, new id, a fresh
+# clock-based revision (the renamed session gets a revision no cache can hold).
 _RENAME = """
 if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 local score = redis.call('ZSCORE', KEYS[5], ARGV[1]) or redis.call('HGET', KEYS[1], 'updated_at')
+local current = tonumber(redis.call('HGET', KEYS[1], 'revision')) or 0
+local revision = math.max(current + 1, tonumber(ARGV[3]))
+redis.call('HSET', KEYS[1], 'revision', string.format('%d', revision))
 redis.call('RENAME', KEYS[1], KEYS[3])
 redis.call('DEL', KEYS[4])
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
@@ -599,7 +603,7 @@ class RedisStorage(SessionStorageAdapter):
     async def rename(self, old_id: str, new_id: str) -> None:
         keys = [*self._session_keys(old_id)[:2], *self._session_keys(new_id)]
         with self._guard():
-            result = int(self._rename_script(keys, [old_id, new_id]))
+            result = int(self._rename_script(keys, [old_id, new_id, next_revision(None)]))
         if result == -1:
             raise SessionExistsError(new_id)
         if result == -2:

@@ -740,3 +740,56 @@ def test_load_recent_of_an_uncompressed_or_inconsistent_session_reads_everything
     recent = run(storage.load_recent("s"))
     assert (recent.first_seq, recent.messages) == (0, messages)
     assert run(storage.load_recent("missing")) is None
+
+
+# the meaning every backend shares (issue: one contract, one meaning)
+
+
+def test_rename_keeps_created_at_and_mints_a_new_revision(storage, run):
+    old_revision = run(storage.save(make_record("old")))
+    run(storage.rename("old", "new"))
+    moved = run(storage.load("new"))
+    assert moved.metadata["created_at"] == T0
+    assert moved.revision not in (0, old_revision)
+    assert moved.compression_state == make_record().compression_state
+
+
+def test_append_replaces_the_metadata_it_is_given(storage, run):
+    first = state()
+    first.metadata["system_prompt"] = "be terse"
+    revision = run(storage.append("s", turn("one"), first, expected_revision=0))
+    second = state()  # no system_prompt any more
+    run(storage.append("s", turn("two"), second, expected_revision=revision))
+    metadata = run(storage.load("s")).metadata
+    assert "system_prompt" not in metadata
+    assert metadata["message_count"] == 4
+
+
+def test_an_append_of_no_messages_is_a_state_update(storage, run):
+    revision = run(storage.append("s", turn("one"), state(), expected_revision=0))
+    newer = run(storage.append("s", [], state({"k": "v"}), expected_revision=revision))
+    assert newer != revision
+    record = run(storage.load("s"))
+    assert record.messages == turn("one")
+    assert record.variables == {"k": "v"}
+    assert record.revision == newer
+
+
+def test_load_state_is_the_session_without_its_messages(storage, run):
+    assert run(storage.load_state("missing")) is None
+    run(storage.save(make_record("s")))
+    stored = run(storage.load("s"))
+    light = run(storage.load_state("s"))
+    assert light.messages == []
+    assert light.first_seq == len(RICH_MESSAGES)
+    assert light.metadata["message_count"] == len(RICH_MESSAGES)
+    assert (light.variables, light.revision) == (stored.variables, stored.revision)
+    assert light.compression_state == stored.compression_state
+
+
+def test_a_health_check_and_exists_create_nothing(storage, run):
+    before = run(storage.exists())
+    assert run(storage.health_check()) is True
+    assert run(storage.exists()) == before
+    run(storage.save(make_record("s")))
+    assert run(storage.exists()) is True
