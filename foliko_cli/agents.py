@@ -68,7 +68,7 @@ def build_agent(context: AgentContext, config: AgentConfig, skills: SkillSet) ->
     wanted = list(skills.skills) if "*" in config.skills else list(config.skills)
     context.skills = [skills.skills[name] for name in wanted if name in skills.skills]
     warnings = [
-        f"agent {config.name!r}: skill {name!r} not found; see 'foliko skills list'"
+        f"agent {config.name!r}: skill {name!r} not found; list the skills that exist"
         for name in wanted
         if name not in skills.skills
     ]

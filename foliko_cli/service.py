@@ -567,7 +567,8 @@ class AsyncFoliko:
             return check_message_text(message), await self._turn_setup(session_id, **options)
         if message is not None or options["new"] or options["fork_from"] is not None:
             raise UsageError(
-                "regenerating a turn reuses its message", fix="give no message, --new or fork"
+                "regenerating a turn reuses its message",
+                fix="give no message, and neither start over nor fork",
             )
         setup = await self._turn_setup(session_id, **options)
         record = await self.get_session(session_id)

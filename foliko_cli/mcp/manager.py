@@ -78,7 +78,7 @@ class MCPManager:
         wanted = connection.config.tools or ()
         return [
             f"MCP server {name!r} has no tool {tool!r} (named in its 'tools'); "
-            "see 'foliko mcp tools'"
+            "list the tools it has"
             for tool in wanted
             if connection.state == "ready" and tool not in listed
         ]

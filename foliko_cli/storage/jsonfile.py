@@ -50,7 +50,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
+from foliko_cli.errors import CorruptSessionError, Hint, SessionNotFoundError, StorageError
 from foliko_cli.storage.base import (
     ConflictError,
     SessionExistsError,
@@ -152,8 +152,9 @@ class JsonStorage(SessionStorageAdapter):
 
     def _storage_error(self, action: str, path: Path, exc: OSError) -> StorageError:
         return StorageError(
-            f"cannot {action} {path}: {exc.strerror or exc}; "
-            "check the permissions of the sessions directory or choose another with --storage"
+            f"cannot {action} {path}: {exc.strerror or exc}",
+            fix="check the permissions of the sessions directory or choose another location",
+            hint=Hint.STORAGE,
         )
 
     def _read_bytes(self, path: Path) -> bytes | None:
@@ -251,7 +252,9 @@ class JsonStorage(SessionStorageAdapter):
             raise self._storage_error("create the directory", self.directory, exc) from None
         if not self.directory.is_dir():
             raise StorageError(
-                f"{self.directory} is not a directory; point --storage json:///… at a directory"
+                f"{self.directory} is not a directory",
+                fix="point the json storage at a directory",
+                hint=Hint.STORAGE,
             )
 
     def _gone(self, session_id: str) -> bool:
@@ -681,7 +684,7 @@ class JsonStorage(SessionStorageAdapter):
             entry = self._inspect(source.name, summarise=True)
             if entry is None or not entry.summary.error:
                 raise StorageError(
-                    f"{source} is no longer unreadable; run 'foliko storage check' again"
+                    f"{source} is no longer unreadable", fix="check the storage again"
                 )
             aside = self.directory / QUARANTINE_DIRECTORY
             target = aside / f"{source.name}.{now_ms()}.{os.urandom(3).hex()}"

@@ -114,8 +114,8 @@ async def _collect(
                     report.failed.append(
                         (
                             session_id,
-                            "exists in the destination with other content; "
-                            "rerun with --overwrite to replace it",
+                            "exists in the destination with other content "
+                            "(overwrite it to replace it)",
                         )
                     )
                     continue

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
+from foliko_cli.errors import CorruptSessionError, Hint, SessionNotFoundError, StorageError
 from foliko_cli.storage.base import (
     ConflictError,
     SessionExistsError,
@@ -305,8 +305,9 @@ class SQLiteStorage(SessionStorageAdapter):
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as exc:
             raise StorageError(
-                f"cannot create the database {self.path}: {exc.strerror}; "
-                "choose a writable location with --storage or FOLIKO_HOME"
+                f"cannot create the database {self.path}: {exc.strerror}",
+                fix="choose a writable location (the storage setting or FOLIKO_HOME)",
+                hint=Hint.STORAGE,
             ) from None
 
     def _absent(self) -> bool:
@@ -360,8 +361,9 @@ class SQLiteStorage(SessionStorageAdapter):
 
     def _error(self, exc: sqlite3.Error) -> StorageError:
         return StorageError(
-            f"SQLite database {self.path} failed: {exc}; "
-            "check the file or point --storage at another database"
+            f"SQLite database {self.path} failed: {exc}",
+            fix="check the file or use another database",
+            hint=Hint.STORAGE,
         )
 
     @contextlib.contextmanager
@@ -798,7 +800,8 @@ class SQLiteStorage(SessionStorageAdapter):
             if not rows:
                 raise StorageError(
                     f"session {problem.session_id!r} is no longer an unreadable row of "
-                    f"{self.path + SEED_WHERE}; run 'foliko storage check' again"
+                    f"{self.path + SEED_WHERE}",
+                    fix="check the storage again",
                 )
             for row in rows:
                 db.execute(
