@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast lint format bench completions clean
+.PHONY: demo test test-fast soak lint format bench completions clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -35,6 +35,10 @@ test: $(VENV)/.installed-dev
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	FOLIKO_TEST_SERVICES=0 $(BIN)/pytest -q -m "not slow"
+
+# Minutes of random writers killed at random on every persistent backend.
+soak: $(VENV)/.installed-dev
+	FOLIKO_SOAK_SECONDS=150 FOLIKO_REQUIRE_SERVICES=1 $(BIN)/pytest -q -s tests/storage/test_soak.py
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .

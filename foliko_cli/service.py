@@ -931,7 +931,8 @@ class AsyncFoliko:
         """Every unreadable record, and with ``repair`` where it was moved aside.
 
         A repair re-reads the session under its lock first, so a session that
-        was deleted and created anew meanwhile is left alone (None).
+        was deleted and created anew meanwhile is left alone (None). Stray
+        files (``StoredProblem.stray``) are removed.
         """
         problems = await self.storage.check()
         if not repair:
@@ -946,6 +947,8 @@ class AsyncFoliko:
                 return await self.storage.quarantine(problem)
             return None
 
+        if problem.stray:
+            return await self.storage.quarantine(problem)
         try:
             check_session_id(problem.session_id)
         except UsageError:

@@ -21,6 +21,7 @@ SLOW = (
     "mcp",
     "storage/test_multiprocess.py",
     "storage/test_termination.py",
+    "storage/test_soak.py",
     "storage/test_roundtrip.py",
     "test_bench_smoke.py",
 )

@@ -55,6 +55,8 @@ def migrate(
         )
     for session_id, reason in report.failed:
         error(f"session {session_id!r}: {reason}")
+    if report.differing:
+        note(f"rerun with --overwrite to replace the {len(report.differing)} that differ")
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -100,9 +102,12 @@ def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
             note(f"moved {problem.session_id!r} aside to {moved} ({problem.reason})")
         elif not as_json:
             click.echo(f"{problem.session_id}\t{problem.where}\t{problem.reason}")
+    unreadable = [p for p in problems if not p.stray]
     if not as_json and not repair:
-        note(f"{len(problems)} unreadable session(s) in {facade.storage.location}")
-    if problems and not repair:
+        stray = len(problems) - len(unreadable)
+        litter = f"; {stray} stray file(s) that --repair removes" if stray else ""
+        note(f"{len(unreadable)} unreadable session(s) in {facade.storage.location}{litter}")
+    if unreadable and not repair:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
 

@@ -75,11 +75,14 @@ class SessionExistsError(UsageError):
 
 
 class StoredProblem(NamedTuple):
-    """A record that cannot be read: where it is and why."""
+    """A record that cannot be read: where it is and why. A ``stray`` problem is
+    litter that holds no session (an orphan lock file, a killed write's
+    temporary file): worth removing, but nothing is lost or unreadable."""
 
     session_id: str
     where: str
     reason: str
+    stray: bool = False
 
 
 class SessionStorageAdapter(ABC):

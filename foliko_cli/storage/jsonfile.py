@@ -623,7 +623,7 @@ class JsonStorage(SessionStorageAdapter):
             if entry.reason
         ]
         problems.extend(
-            StoredProblem(session_id, str(path), f"{STRAY_FILE}: {why}")
+            StoredProblem(session_id, str(path), f"{STRAY_FILE}: {why}", stray=True)
             for path, session_id, why in self._stray_files()
         )
         return problems

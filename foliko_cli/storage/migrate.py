@@ -29,6 +29,7 @@ class MigrationReport:
     copied: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: list[tuple[str, str]] = field(default_factory=list)
+    differing: list[str] = field(default_factory=list)  # in DST with other content
     dry_run: bool = False
     source: str = ""
     target: str = ""
@@ -112,12 +113,9 @@ async def _collect(
                     continue
                 if not overwrite:
                     report.failed.append(
-                        (
-                            session_id,
-                            "exists in the destination with other content "
-                            "(overwrite it to replace it)",
-                        )
+                        (session_id, "exists in the destination with other content")
                     )
+                    report.differing.append(session_id)
                     continue
                 expected = existing.revision if existing is not None else 0
         except FolikoError as exc:

@@ -710,7 +710,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 reason = f"{DATABASE_PROBLEM}: {'; '.join(failures[:5])}"
                 problems.append(StoredProblem("", self.path, reason))
         problems.extend(
-            StoredProblem(session_id, str(path), f"{STRAY_LOCK}: {why}")
+            StoredProblem(session_id, str(path), f"{STRAY_LOCK}: {why}", stray=True)
             for path, session_id, why in self._stray_locks()
         )
         return problems
