@@ -181,7 +181,7 @@ def test_an_enabled_false_server_is_only_for_the_agents_that_name_it(tmp_path: P
     assert refused["is_error"] is True
     assert "unknown tool 't__env'" in refused["content"]
     assert warnings == [
-        "MCP server 't' has no tool 'nope' (named in its 'tools'); see 'foliko mcp tools'"
+        "MCP server 't' has no tool 'nope' (named in its 'tools'); list the tools it has"
     ]
 
 
