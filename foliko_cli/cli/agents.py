@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import open_facade, settings_for
-from foliko_cli.cli.output import emit_json, emit_rows, format_option, note
+from foliko_cli.cli.output import emit_json, emit_rows, list_options, note
 from foliko_cli.errors import UsageError
 
 
@@ -21,7 +21,7 @@ def agents() -> None:
 
 
 @agents.command("list")
-@format_option
+@list_options
 @click.pass_context
 def list_agents(ctx: click.Context, fmt: str) -> None:
     """Every configured agent with its model, tools and skills.
@@ -89,7 +89,7 @@ def skills() -> None:
 
 
 @skills.command("list")
-@format_option
+@list_options
 @click.pass_context
 def list_skills(ctx: click.Context, fmt: str) -> None:
     """Every skill found, and every malformed SKILL.md (on stderr, by path and line).
@@ -140,7 +140,7 @@ def tools() -> None:
 
 
 @tools.command("list")
-@format_option
+@list_options
 @click.pass_context
 def list_tools(ctx: click.Context, fmt: str) -> None:
     """Built-in tools, the enabled ones from the config, and installed plugins.

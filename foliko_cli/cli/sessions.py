@@ -15,6 +15,7 @@ from foliko_cli.cli.output import (
     error,
     format_ms,
     format_option,
+    list_options,
     note,
     progress,
 )
@@ -52,7 +53,7 @@ def sessions() -> None:
     metavar="DURATION",
     help="Only sessions updated within this long (e.g. 7d, 12h).",
 )
-@format_option
+@list_options
 @click.pass_context
 def list_sessions(
     ctx: click.Context, sort: str, limit: int | None, since: int | None, fmt: str
