@@ -284,11 +284,13 @@ class Foliko:
         variables: dict[str, Any] | None = None,
         system: str | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_request: Callable[[str, str], None] | None = None,
     ) -> TurnResult:
         """One turn; ``new`` starts the session over, ``fork_from`` copies another first.
 
         ``on_event`` receives the stream's ``delta``, ``tool_call`` and
-        ``tool_result`` events as they happen.
+        ``tool_result`` events as they happen; ``on_request`` receives the
+        turn's request and trace ids before it starts (to report a failed turn).
         """
         check_session_id(session_id)
         check_message_text(message)
@@ -297,6 +299,8 @@ class Foliko:
             session_id, new=new, fork_from=fork_from, variables=variables, system=system
         )
         request = self._request(timeout)
+        if on_request is not None:
+            on_request(request.request_id, request.trace_id)
 
         async def turn() -> TurnResult:
             if on_event is None:

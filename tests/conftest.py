@@ -21,7 +21,9 @@ def foliko_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     monkeypatch.setenv("FOLIKO_HOME", str(home))
-    monkeypatch.setenv("FOLIKO_CONFIG", str(tmp_path / "no-user-config.toml"))
+    user_config = tmp_path / "no-user-config.toml"
+    user_config.touch()
+    monkeypatch.setenv("FOLIKO_CONFIG", str(user_config))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("foliko_cli.models._announced", False)
     return home

@@ -12,7 +12,10 @@ from foliko_cli.cli.output import emit_rows, format_option
 def config() -> None:
     """Show the effective configuration and the config file locations.
 
-    Precedence: flags > FOLIKO_* environment > ./foliko.toml > user config file > defaults.
+    Precedence: flags > FOLIKO_* environment > foliko.toml (the nearest in the
+    current directory or above, up to the repository root) > user config file
+    (FOLIKO_CONFIG, which must exist, or the platform's) > defaults.
+    FOLIKO_HOME moves the sessions, not the user config file.
 
     \b
     Example:
@@ -25,6 +28,8 @@ def config() -> None:
 @click.pass_context
 def show(ctx: click.Context, fmt: str) -> None:
     """Each setting's value (secrets redacted) and where it came from.
+
+    The [models.NAME] and [agents.NAME] tables follow, one row per key.
 
     \b
     Example:

@@ -193,3 +193,59 @@ def fit_width(body: list[list[str]], headers: list[str], width: int | None) -> l
 
 def _cut(text: str, room: int) -> str:
     return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def data_format_option(command: Callable) -> Callable:
+    """``--format text|json`` plus ``--json``, for commands that print one record."""
+
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(("text", "json")),
+        default="text",
+        show_default=True,
+        help="Output format.",
+    )
+    @click.option("--json", "fmt", flag_value="json", help="Same as --format json.")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, **kwargs)
+
+    return wrapper
+
+
+def emit_data(value: Any, fmt: str) -> None:
+    if fmt == "json":
+        emit_json(value)
+    else:
+        raise ValueError(f"no {fmt} writer for one record")
+
+
+DEFAULT_PAGER = "less -FRX"
+
+
+def page(text: str, *, enabled: bool = True) -> None:
+    """Print ``text``; on a terminal, through $PAGER when it is taller than the screen.
+
+    A pager that cannot be started is skipped: the text is printed as it is.
+    """
+    import os
+    import shutil
+
+    tall = text.count("\n") >= shutil.get_terminal_size().lines
+    if not (enabled and tall and sys.stdout.isatty() and sys.stdin and sys.stdin.isatty()):
+        click.echo(text, nl=False)
+        return
+    import shlex
+    import subprocess
+
+    command = shlex.split(os.environ.get("PAGER") or DEFAULT_PAGER)
+    try:
+        pager = subprocess.Popen(command, stdin=subprocess.PIPE)
+    except OSError:
+        click.echo(text, nl=False)
+        return
+    try:
+        pager.communicate(text.encode("utf-8", errors="replace"))
+    except (BrokenPipeError, KeyboardInterrupt):
+        pager.wait()

@@ -6,7 +6,9 @@ import sys
 
 import click
 
-from foliko_cli.cli.output import emit_json, error, note, progress
+from foliko_cli.cli.app import check_home
+from foliko_cli.cli.output import data_format_option, emit_json, error, note, progress
+from foliko_cli.cli.params import storage_option
 from foliko_cli.config import load_settings
 from foliko_cli.errors import ExitCode
 
@@ -16,6 +18,7 @@ def _open(spec: str | None):
     from foliko_cli.storage import open_storage
 
     settings = load_settings(storage=spec)
+    check_home(settings)
     return open_storage(settings.storage, settings.home)
 
 
@@ -42,8 +45,8 @@ def storage() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Replace sessions that exist in DST with other content."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_json: bool) -> None:
+@data_format_option
+def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, fmt: str) -> None:
     """Copy every session from SRC to DST (backend names or URLs), verified.
 
     Safe to re-run: sessions already in DST with the same content are skipped.
@@ -69,9 +72,11 @@ def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_js
             await src.close()
             await dst.close()
 
+    as_json = fmt == "json"
     report = _run(work())
     for session_id, reason in report.failed:
-        error(f"session {session_id!r}: {reason}")
+        named = reason.startswith(f"session {session_id!r}")
+        error(reason if named else f"session {session_id!r}: {reason}")
     if as_json:
         emit_json(report.to_dict())
     else:
@@ -87,15 +92,17 @@ def migrate(source: str, destination: str, dry_run: bool, overwrite: bool, as_js
 
 @storage.command()
 @click.option("--repair", is_flag=True, help="Move unreadable records aside (never deletes).")
-@click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON array.")
+@data_format_option
+@storage_option
 @click.pass_context
-def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
+def check(ctx: click.Context, repair: bool, fmt: str) -> None:
     """Report corrupt or unreadable sessions; exit 3 if any remain.
 
     \b
     Example:
       foliko storage check && foliko storage check --repair
     """
+    as_json = fmt == "json"
     adapter = _open(ctx.obj.get("storage"))
 
     async def work():
@@ -131,9 +138,10 @@ def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
 
 
 @storage.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@data_format_option
+@storage_option
 @click.pass_context
-def info(ctx: click.Context, as_json: bool) -> None:
+def info(ctx: click.Context, fmt: str) -> None:
     """Show the backend, its location and how much it holds.
 
     \b
@@ -149,7 +157,7 @@ def info(ctx: click.Context, as_json: bool) -> None:
             await adapter.close()
 
     details = _run(work())
-    if as_json:
+    if fmt == "json":
         emit_json(details)
     else:
         for key, value in details.items():

@@ -23,6 +23,7 @@ def places(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     user = tmp_path / "user.toml"
+    user.touch()
     monkeypatch.setenv("FOLIKO_CONFIG", str(user))
     return {"project": project / "foliko.toml", "user": user, "tmp": tmp_path}
 
@@ -119,7 +120,7 @@ def test_precedence_key_by_key(invoke, places, monkeypatch, key):
     assert shown(invoke)[key] == (as_shown[1], f"project {places['project']}")
     places["project"].unlink()
     assert shown(invoke)[key] == (as_shown[0], f"user {places['user']}")
-    places["user"].unlink()
+    places["user"].write_text("")
     value, source = shown(invoke)[key]
     assert source == "default"
     if key == "home":

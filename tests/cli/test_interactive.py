@@ -165,7 +165,7 @@ def test_a_failing_turn_reports_and_the_loop_goes_on(spawn, invoke):
 def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
     for text in ("old 1", "old 2"):
         assert invoke("chat", "-s", "live", text, env={"FOLIKO_MODEL": "echo"}).exit_code == 0
-    child = spawn("chat", "-s", "live", "--new", "--var", "k=1", "--system", "S")
+    child = spawn("chat", "-s", "live", "--new", "--var-json", "k=1", "--system", "S")
     child.expect_exact(PROMPT)
     turn(child, "one")
     turn(child, "two")
