@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,11 +48,19 @@ def finish(child) -> int:
     return child.exitstatus
 
 
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal control sequences (readline's bracketed-paste toggles)."""
+    return ESCAPE.sub("", text)
+
+
 def turn(child, text: str) -> str:
     """Type a line at the prompt; return what was printed before the next prompt."""
     child.sendline(text)
     child.expect_exact(PROMPT)
-    return child.before
+    return plain(child.before).replace("\r", "").removeprefix("\n")
 
 
 def stored(invoke, session_id: str) -> list[tuple[str, str]]:
@@ -69,13 +78,22 @@ def wait_until(condition, what: str) -> None:
         time.sleep(0.005)
 
 
+# read(2), then the calls readline waits in: select, pselect6, poll, ppoll (x86-64; arm64)
+READ = {"0", "63"}
+WAIT_FOR_INPUT = {"23", "270", "7", "271", "72", "73"}
+
+
 def reading_the_terminal(pid: int) -> bool:
-    """The process sits in read(2) on fd 0 (x86-64/arm64 syscall numbers 0/63)."""
+    """The process waits for terminal input: read(2) on fd 0, or readline's select/poll."""
     try:
         fields = Path(f"/proc/{pid}/syscall").read_text().split()
     except OSError:
         return True  # no /proc/PID/syscall here: the prompt has been printed, go on
-    return len(fields) > 1 and fields[0] in ("0", "63") and int(fields[1], 16) == 0
+    if len(fields) < 2:
+        return False
+    if fields[0] in READ:
+        return int(fields[1], 16) == 0
+    return fields[0] in WAIT_FOR_INPUT
 
 
 def test_two_lines_then_ctrl_d(spawn, invoke):

@@ -374,7 +374,16 @@ def test_an_interrupted_run_can_be_resumed(project, invoke, show):
 def test_the_workflow_in_real_processes(flow, project, run_foliko):
     env = {"PYTHONPATH": project.pythonpath}
     failed = run_foliko(
-        "workflow", "run", str(flow), "-s", "p1", "--var-json", "ok=false", "--var", "user=Ada", env=env
+        "workflow",
+        "run",
+        str(flow),
+        "-s",
+        "p1",
+        "--var-json",
+        "ok=false",
+        "--var",
+        "user=Ada",
+        env=env,
     )
     assert failed.returncode not in (0, 2), failed.stderr
     assert b"'check' (2 of 3)" in failed.stderr
