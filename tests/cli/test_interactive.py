@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from .children import default_sigint
 from .locks import has_open, held
 
 pexpect = pytest.importorskip("pexpect")
@@ -30,7 +31,13 @@ def spawn(foliko_home):
         if model:
             env["FOLIKO_MODEL"] = model
         child = pexpect.spawn(
-            str(FOLIKO), list(args), env=env, encoding="utf-8", echo=False, timeout=WAIT
+            str(FOLIKO),
+            list(args),
+            env=env,
+            encoding="utf-8",
+            echo=False,
+            timeout=WAIT,
+            preexec_fn=default_sigint,
         )
         children.append(child)
         return child

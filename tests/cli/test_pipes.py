@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from .children import default_sigint
 from .locks import has_open, held
 
 BIN = Path(sys.executable).parent
@@ -334,6 +335,7 @@ def test_exit_130_sigint_during_a_turn_waiting_for_the_lock(env, foliko_home):
     with held(foliko_home, "int") as lock_file:
         process = subprocess.Popen(
             [str(FOLIKO), "chat", "-s", "int", "interrupted"],
+            preexec_fn=default_sigint,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -358,6 +360,7 @@ def test_exit_130_sigint_during_a_model_call(env, silent_server):
     foliko("chat", "-s", "int", "first", env=env)
     process = subprocess.Popen(
         [str(FOLIKO), "chat", "-s", "int", "hangs", "-m", "ollama:llama3"],
+        preexec_fn=default_sigint,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
