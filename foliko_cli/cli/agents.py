@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import open_facade, settings_for
-from foliko_cli.cli.output import emit_json, emit_rows, list_options, note
+from foliko_cli.cli.output import data_format_option, emit_json, emit_rows, list_options, note
 from foliko_cli.errors import UsageError
 
 
@@ -50,9 +50,9 @@ def list_agents(ctx: click.Context, fmt: str) -> None:
 
 @agents.command("show")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@data_format_option
 @click.pass_context
-def show_agent(ctx: click.Context, name: str, as_json: bool) -> None:
+def show_agent(ctx: click.Context, name: str, fmt: str) -> None:
     """An agent's settings and the system prompt its turns start with.
 
     \b
@@ -68,7 +68,7 @@ def show_agent(ctx: click.Context, name: str, as_json: bool) -> None:
         "skills": [s.name for s in context.skills],
         "system_prompt": context.build_system_prompt(),
     }
-    if as_json:
+    if fmt == "json":
         emit_json(details)
         return
     for key in ("name", "model"):
