@@ -1083,3 +1083,12 @@ def test_info(invoke, chat, foliko_home):
     assert text.splitlines()[0].split() == ["backend", "sqlite"]
     json_info = orjson.loads(invoke("--storage", "json", "storage", "info", "--json").stdout)
     assert json_info["backend"] == "json" and json_info["sessions"] == 0
+
+
+def test_migrate_names_a_corrupt_session_once(invoke, corrupt):
+    """Was: "session 'bad': session 'bad' is corrupt ..."."""
+    result = invoke("storage", "migrate", "json", "sqlite")
+    assert result.exit_code == 3
+    [line] = [line for line in result.stderr.splitlines() if "'bad'" in line]
+    assert line.count("'bad'") == 1, line
+    assert line.startswith("foliko: error: session 'bad' is corrupt")
