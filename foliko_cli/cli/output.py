@@ -180,8 +180,9 @@ def fit_width(body: list[list[str]], headers: list[str], width: int | None) -> l
     if width is None or not body:
         return body
     count = len(body[0])
+    padding = 2 if headers else 0  # tabulate's MIN_PADDING around header cells
     widths = [
-        max([len(row[i]) for row in body] + ([len(headers[i])] if headers else []))
+        max([len(row[i]) for row in body] + ([len(headers[i]) + padding] if headers else []))
         for i in range(count)
     ]
     room = width - sum(widths[:-1]) - 2 * (count - 1)
