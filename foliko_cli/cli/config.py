@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import settings_for
-from foliko_cli.cli.output import emit_rows, format_option
+from foliko_cli.cli.output import emit_rows, list_options
 
 
 @click.group()
@@ -24,7 +24,7 @@ def config() -> None:
 
 
 @config.command()
-@format_option
+@list_options
 @click.pass_context
 def show(ctx: click.Context, fmt: str) -> None:
     """Each setting's value (secrets redacted) and where it came from.
