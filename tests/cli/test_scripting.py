@@ -196,6 +196,7 @@ def test_an_unusable_timeout_is_refused(invoke, tmp_path, command, value):
     )
     assert result.exit_code == 2
     assert "--timeout" in result.stderr
+    assert "finite number of seconds" in result.stderr or "not a number" in result.stderr
     assert invoke("sessions", "list", "-q").stdout == ""
 
 
