@@ -6,6 +6,7 @@ import click
 
 from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import data_format_option, emit_json, emit_rows, list_options, note
+from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import UsageError
 
 
@@ -51,6 +52,7 @@ def list_agents(ctx: click.Context, fmt: str) -> None:
 @agents.command("show")
 @click.argument("name")
 @data_format_option
+@storage_option
 @click.pass_context
 def show_agent(ctx: click.Context, name: str, fmt: str) -> None:
     """An agent's settings and the system prompt its turns start with.
@@ -90,6 +92,7 @@ def skills() -> None:
 
 @skills.command("list")
 @list_options
+@storage_option
 @click.pass_context
 def list_skills(ctx: click.Context, fmt: str) -> None:
     """Every skill found, and every malformed SKILL.md (on stderr, by path and line).
@@ -113,6 +116,7 @@ def list_skills(ctx: click.Context, fmt: str) -> None:
 
 @skills.command("show")
 @click.argument("name")
+@storage_option
 @click.pass_context
 def show_skill(ctx: click.Context, name: str) -> None:
     """Print a skill's full text.
