@@ -25,6 +25,13 @@ def _exact_int(text: str) -> int:
     return number
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text} is too large to store")
+    return number
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
@@ -34,7 +41,9 @@ def parse_json_value(text: str) -> Any:
     import json
 
     try:
-        return json.loads(text, parse_int=_exact_int, parse_constant=_no_constant)
+        return json.loads(
+            text, parse_int=_exact_int, parse_float=_finite_float, parse_constant=_no_constant
+        )
     except json.JSONDecodeError as exc:
         raise ValueError(
             f"{text!r} is not a JSON value ({exc.msg}); write text as a JSON string, e.g. '\"Ada\"'"

@@ -285,6 +285,7 @@ def test_var_json_stores_typed_values(chat, show):
         ("x=[1, 99999999999999999999]", "beyond 64 bits"),
         ("x=Paris", "not a JSON value"),
         ("x=NaN", "not a JSON value"),
+        ("x=1e999", "too large"),
         ("novalue", "KEY=VALUE"),
     ],
 )
