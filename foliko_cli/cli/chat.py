@@ -213,8 +213,19 @@ def chat(
       git diff | foliko chat -s review "Summarise this change"
       foliko chat -s s2 --from s1 "try another way"
     """
-    text = compose_message(message, read_stdin(skip=no_stdin))
-    facade = open_facade(ctx, model=model, timeout=timeout)
+    try:
+        text = compose_message(message, read_stdin(skip=no_stdin))
+        facade = open_facade(ctx, model=model, timeout=timeout)
+        if text is None and not stdin_is_terminal():
+            raise UsageError(
+                'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
+            )
+        if text is None and (dry_run or as_json):
+            raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+    except FolikoError as exc:
+        if as_json and not dry_run:
+            report_json_failure(exc, session_id, {}, stream=bool(stream))
+        raise
     options = {
         "model": model,
         "new": new,
@@ -224,12 +235,6 @@ def chat(
         "agent": agent,
     }
     if text is None:
-        if not stdin_is_terminal():
-            raise UsageError(
-                'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
-            )
-        if dry_run or as_json:
-            raise UsageError("--dry-run and --json need a message; pass MESSAGE")
         from foliko_cli.cli.interactive import interactive
 
         interactive(facade, session_id, options, history=settings_for(ctx).home / "history")
@@ -240,6 +245,14 @@ def chat(
     if stream is None:
         stream = sys.stdout.isatty() and not as_json
     run_turn(facade, session_id, text, options, as_json=as_json, stream=stream)
+
+
+def report_json_failure(
+    exc: BaseException, session_id: str, ids: dict[str, str | None], *, stream: bool
+) -> None:
+    """The failure on stdout for --json: one object, or (streaming) a last 'error' event."""
+    failure = failure_object(exc, session_id, ids)
+    emit_json_quietly({"type": "error", **failure} if stream else failure)
 
 
 def run_turn(
@@ -257,11 +270,8 @@ def run_turn(
     try:
         result = facade.chat(session_id, text, on_event=on_event, on_request=on_request, **options)
     except (FolikoError, KeyboardInterrupt) as exc:
-        failure = failure_object(exc, session_id, ids)
-        if as_json and stream:
-            emit_json_quietly({"type": "error", **failure})
-        elif as_json:
-            emit_json_quietly(failure)
+        if as_json:
+            report_json_failure(exc, session_id, ids, stream=stream)
         else:
             writer.end_line()
         raise

@@ -253,3 +253,20 @@ def test_stream_json_ends_with_done_on_success(invoke):
     result = invoke("chat", "-s", "ok", "hi", "--json", "--stream", env={"FOLIKO_MODEL": "echo"})
     assert result.exit_code == 0
     assert orjson.loads(result.stdout.splitlines()[-1])["type"] == "done"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["chat", "-s", "bad\x00id", "hi", "--json"], "control character"),
+        (["--storage", "bogus", "chat", "-s", "s", "hi", "--json"], "unknown storage"),
+        (["chat", "-s", "s", "   ", "--json"], "blank"),
+        (["chat", "-s", "s", "--json"], "no message"),
+    ],
+)
+def test_chat_json_reports_failures_before_the_turn_too(invoke, args, fragment):
+    result = invoke(*args)
+    assert result.exit_code == 2
+    failure = orjson.loads(result.stdout)
+    assert failure["success"] is False and fragment in failure["error"]["message"]
+    assert failure["error"]["exit_code"] == 2
