@@ -215,13 +215,6 @@ def data_format_option(command: Callable) -> Callable:
     return wrapper
 
 
-def emit_data(value: Any, fmt: str) -> None:
-    if fmt == "json":
-        emit_json(value)
-    else:
-        raise ValueError(f"no {fmt} writer for one record")
-
-
 DEFAULT_PAGER = "less -FRX"
 
 

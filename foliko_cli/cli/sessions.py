@@ -11,7 +11,6 @@ import orjson
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import (
     data_format_option,
-    emit_data,
     emit_json,
     emit_rows,
     error,
@@ -146,8 +145,8 @@ def show(
     data = record_to_dict(record)
     if tail is not None:
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
-    if fmt != "text":
-        emit_data(data, fmt)
+    if fmt == "json":
+        emit_json(data)
         return
     meta = data["metadata"]
     lines = [
