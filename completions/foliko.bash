@@ -5,7 +5,7 @@ _foliko_completion() {
     response=$(env COMP_WORDS="${COMP_WORDS[*]}" COMP_CWORD=$COMP_CWORD _FOLIKO_COMPLETE=bash_complete $1)
 
     for completion in $response; do
-        IFS=',' read type value <<< "$completion"
+        IFS=',' read -r type value <<< "$completion"
 
         if [[ $type == 'dir' ]]; then
             COMPREPLY=()
@@ -14,7 +14,8 @@ _foliko_completion() {
             COMPREPLY=()
             compopt -o default
         elif [[ $type == 'plain' ]]; then
-            COMPREPLY+=($value)
+            printf -v value '%q' "$value"
+            COMPREPLY+=("$value")
         fi
     done
 

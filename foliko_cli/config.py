@@ -1,12 +1,15 @@
 """Settings and where each came from.
 
-Precedence: flags > ``FOLIKO_*`` environment > ``./foliko.toml`` (project) >
-the user file (``config.toml`` in the platform's config directory, or
-``$FOLIKO_CONFIG``) > defaults.
+Precedence: flags > ``FOLIKO_*`` environment > ``foliko.toml`` (project: the
+nearest one in the current directory or above it, up to the repository root)
+> the user file (``config.toml`` in the platform's config directory, or
+``$FOLIKO_CONFIG``, which must exist) > defaults. ``FOLIKO_HOME`` moves the
+sessions, never the user config file.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -20,9 +23,11 @@ PROJECT_FILE = "foliko.toml"
 
 
 def _positive_float(value: Any) -> float:
+    if isinstance(value, bool):
+        raise ValueError("must be a number of seconds")
     number = float(value)
-    if number <= 0:
-        raise ValueError("must be greater than 0")
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError("must be a finite number greater than 0")
     return number
 
 
@@ -102,6 +107,21 @@ def config_dir(env: Mapping[str, str] | None = None) -> Path:
     return user_config_path(env).parent
 
 
+def find_project_file(cwd: Path) -> Path:
+    """The nearest ``foliko.toml`` in ``cwd`` or above, stopping at a repository root.
+
+    A directory holding ``.git`` is the last one searched (as git and ruff
+    do); with none found, the path is ``cwd/foliko.toml``.
+    """
+    for directory in (cwd, *cwd.parents):
+        candidate = directory / PROJECT_FILE
+        if candidate.is_file():
+            return candidate
+        if (directory / ".git").exists():
+            break
+    return cwd / PROJECT_FILE
+
+
 def user_config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if env.get("FOLIKO_CONFIG"):
@@ -118,11 +138,20 @@ def foliko_home(env: Mapping[str, str] | None = None) -> Path:
     return load_settings(env=env).home
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """The file's settings, or {} when it does not exist; bad files exit 2."""
+def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
+    """The file's settings, or {} when it does not exist; bad files exit 2.
+
+    ``required`` names what made the file required (e.g. ``FOLIKO_CONFIG``):
+    then a missing file is an error too.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
+        if required:
+            raise UsageError(
+                f"config file {path} (from {required}) does not exist; "
+                f"create it or unset {required}"
+            ) from None
         return {}
     except OSError as exc:
         raise UsageError(
@@ -165,14 +194,25 @@ class Settings(NamedTuple):
     files: dict[str, Path]
 
     def shown(self) -> list[tuple[str, Any, str]]:
-        """(key, value with secrets redacted, source) for ``config show``."""
-        return [(key, redact(key, getattr(self, key)), self.sources[key]) for key in FIELDS]
+        """(key, value with secrets redacted, source) for ``config show``.
+
+        The tables follow the settings, one row per entry: ``models.NAME.KEY``.
+        """
+        rows = [(key, redact(key, getattr(self, key)), self.sources[key]) for key in FIELDS]
+        for table in TABLES:
+            for name, entry in sorted(getattr(self, table).items()):
+                origin = self.sources.get(f"{table}.{name}", "default")
+                rows.extend(
+                    (f"{table}.{name}.{key}", redact(key, value), origin)
+                    for key, value in entry.items()
+                )
+        return rows
 
 
 def redact(key: str, value: Any) -> Any:
     if value is None:
         return None
-    if SECRET.search(key):
+    if SECRET.search(key) and not key.endswith("_env"):
         return "***"
     if isinstance(value, str):
         from foliko_cli.storage import shown
@@ -190,8 +230,9 @@ def load_settings(
     """Resolve every setting; ``flags`` that are None do not count."""
     env = os.environ if env is None else env
     user_path = user_config_path(env)
-    project_path = (cwd or Path.cwd()) / PROJECT_FILE
-    project, user = read_toml(project_path), read_toml(user_path)
+    project_path = find_project_file(cwd or Path.cwd())
+    project = read_toml(project_path)
+    user = read_toml(user_path, required="FOLIKO_CONFIG" if env.get("FOLIKO_CONFIG") else None)
     layers: list[tuple[str, Mapping[str, Any]]] = [
         ("flag", {k: v for k, v in flags.items() if v is not None}),
         ("env", {k: env[env_name(k)] for k in FIELDS if env.get(env_name(k))}),
@@ -213,6 +254,10 @@ def load_settings(
                     ) from None
                 sources[key] = where
                 break
+    for table in TABLES:
+        for origin, layer in layers[3:1:-1]:
+            for name in layer.get(table, {}):
+                sources[f"{table}.{name}"] = origin
     raw_home = values.pop("home")
     home = Path(raw_home).expanduser() if raw_home else default_home(env)
     return Settings(

@@ -104,10 +104,25 @@ def tool_from_function(function: Callable[..., Any], name: str | None = None) ->
 
 
 def _as_tool(value: Any, name: str, where: str) -> Tool:
+    """``value`` as a Tool: a Tool as it is, or a plain function with named parameters.
+
+    A class is refused (calling it would build an object, not run a tool),
+    and so is a ``*args`` parameter: the model passes arguments by name.
+    """
     if isinstance(value, Tool):
         return value
+    if inspect.isclass(value):
+        raise UsageError(f"{where} is a class, not a function; point it at a function (or a Tool)")
     if not callable(value):
         raise UsageError(f"{where} is neither a function nor a Tool; point it at a function")
+    try:
+        parameters = inspect.signature(value).parameters.values()
+    except (TypeError, ValueError):
+        parameters = []
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):
+        raise UsageError(
+            f"{where} takes *args, which a model cannot pass; give it named parameters"
+        )
     try:
         return tool_from_function(value, name)
     except Exception as exc:

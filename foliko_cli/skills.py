@@ -94,18 +94,52 @@ def parse_skill(path: Path) -> Skill | SkillProblem:
     )
 
 
+def _name_line(path: Path) -> int:
+    """The line of ``name:`` in a parsed SKILL.md (2 when it cannot be found)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 2
+    return next((n for n, line in enumerate(lines, 1) if re.match(r"\s*name\s*:", line)), 2)
+
+
 def discover_skills(directories: Iterable[Path]) -> SkillSet:
-    """Every ``*/SKILL.md`` below the directories; later directories win by name."""
+    """Every ``*/SKILL.md`` below the directories; later directories win by name.
+
+    Within one directory the first folder (by name) keeps a name used twice.
+    Either way the skill left out is reported as a problem naming the winner.
+    """
     found = SkillSet()
     for directory in directories:
         if not directory.is_dir():
             continue
+        here: dict[str, Path] = {}
         for path in sorted(directory.glob(f"*/{SKILL_FILE}")):
             parsed = parse_skill(path)
             if isinstance(parsed, SkillProblem):
                 found.problems.append(parsed)
-            else:
-                found.skills[parsed.name] = parsed
+                continue
+            if parsed.name in here:
+                found.problems.append(
+                    SkillProblem(
+                        path,
+                        _name_line(path),
+                        f"the name {parsed.name!r} is already used by {here[parsed.name]}, "
+                        "which is kept; rename one of them",
+                    )
+                )
+                continue
+            earlier = found.skills.get(parsed.name)
+            if earlier is not None:
+                found.problems.append(
+                    SkillProblem(
+                        earlier.path,
+                        _name_line(earlier.path),
+                        f"the skill {parsed.name!r} is overridden by {path}",
+                    )
+                )
+            here[parsed.name] = path
+            found.skills[parsed.name] = parsed
     return found
 
 

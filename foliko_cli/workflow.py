@@ -1,7 +1,7 @@
 """Workflows: steps run inside one session, state in its variables (seed §7.3).
 
 A workflow file (TOML, YAML or JSON) holds ``steps``; each step has a unique
-``name`` and exactly one of ``prompt`` (a chat turn), ``tool`` with ``args``
+``name`` (default ``step N``) and exactly one of ``prompt`` (a chat turn), ``tool`` with ``args``
 (a tool call) or ``set`` (session variables). Strings may use ``{{var}}``
 from the session's variables; ``save_as`` stores a step's result in a
 variable. Progress lives in the variable ``_workflow``: the steps done, and
@@ -81,6 +81,51 @@ def _parse_text(path: Path, text: str) -> Any:
         raise WorkflowError(f"{path} is not valid {kind} ({detail}); fix the file") from None
 
 
+def step_name(step: dict[str, Any], number: int) -> str:
+    """The step's ``name``, or ``step N`` (its position) when it has none."""
+    name = step.get("name")
+    return name if isinstance(name, str) and name.strip() else f"step {number}"
+
+
+def _placeholders(value: Any) -> list[str]:
+    """The ``{{variables}}`` used anywhere inside ``value``, in order."""
+    if isinstance(value, dict):
+        return [name for v in value.values() for name in _placeholders(v)]
+    if isinstance(value, list):
+        return [name for v in value for name in _placeholders(v)]
+    return _TEMPLATE.findall(value) if isinstance(value, str) else []
+
+
+def reference_problems(
+    document: dict[str, Any], *, tools: set[str], variables: set[str]
+) -> list[str]:
+    """Steps that call tools not in ``tools`` or use variables not set before them.
+
+    A variable counts as set when given in ``variables`` (``--var``, the
+    session), in the file's ``vars``, or by an earlier step's ``save_as`` or ``set``.
+    """
+    known = set(variables) | set(document.get("vars") or {}) | {STATE_VARIABLE}
+    problems = []
+    for number, step in enumerate(document["steps"], start=1):
+        where = f"step {number} ({step_name(step, number)!r})"
+        if "tool" in step and step["tool"] not in tools:
+            problems.append(
+                f"{where}: unknown tool {step['tool']!r}; known: {', '.join(sorted(tools))}"
+            )
+        used = _placeholders({k: step[k] for k in ("prompt", "args", "set") if k in step})
+        for name in dict.fromkeys(used):
+            if name not in known:
+                problems.append(
+                    f"{where}: the variable {name!r} is not set by then; "
+                    f"set it with --var {name}=..., in vars, or with an earlier step's save_as"
+                )
+        if isinstance(step.get("set"), dict):
+            known.update(step["set"])
+        if isinstance(step.get("save_as"), str):
+            known.add(step["save_as"])
+    return problems
+
+
 def problems_of(document: Any) -> list[str]:
     """Every way ``document`` is not a valid workflow."""
     if not isinstance(document, dict):
@@ -97,9 +142,9 @@ def problems_of(document: Any) -> list[str]:
         if not isinstance(step, dict):
             problems.append(f"{where}: must be a table")
             continue
-        name = step.get("name")
-        if not isinstance(name, str) or not name.strip():
-            problems.append(f"{where}: needs a 'name'")
+        name = step_name(step, number)
+        if "name" in step and (not isinstance(step["name"], str) or not step["name"].strip()):
+            problems.append(f"{where}: 'name' must be non-empty text (or left out)")
         elif name in seen:
             problems.append(f"{where}: the name {name!r} is used twice")
         else:
@@ -146,9 +191,10 @@ def load_workflow(path: Path) -> Workflow:
             )
         )
     steps = []
-    for raw in document["steps"]:
+    for number, raw in enumerate(document["steps"], start=1):
         kind = next(k for k in STEP_KINDS if k in raw)
-        steps.append(Step(raw["name"], kind, raw[kind], raw.get("args", {}), raw.get("save_as")))
+        name = step_name(raw, number)
+        steps.append(Step(name, kind, raw[kind], raw.get("args", {}), raw.get("save_as")))
     return Workflow(
         name=str(document.get("name") or path.stem),
         steps=steps,
@@ -280,7 +326,7 @@ def _run_step(facade: Any, workflow: Workflow, step: Step, session_id: str) -> A
     arguments = render(step.args, variables)
     result = facade.call_tool(session_id, step.body, arguments, agent=workflow.agent)
     if result.is_error:
-        raise FolikoError(result.content)
+        raise FolikoError(result.content.removeprefix("error: "))
     try:
         return orjson.loads(result.content)
     except orjson.JSONDecodeError:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import open_facade, settings_for
-from foliko_cli.cli.output import emit_json, emit_rows, format_option, note
+from foliko_cli.cli.output import data_format_option, emit_json, emit_rows, list_options, note
+from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import UsageError
 
 
@@ -21,7 +22,7 @@ def agents() -> None:
 
 
 @agents.command("list")
-@format_option
+@list_options
 @click.pass_context
 def list_agents(ctx: click.Context, fmt: str) -> None:
     """Every configured agent with its model, tools and skills.
@@ -50,9 +51,10 @@ def list_agents(ctx: click.Context, fmt: str) -> None:
 
 @agents.command("show")
 @click.argument("name")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@data_format_option
+@storage_option
 @click.pass_context
-def show_agent(ctx: click.Context, name: str, as_json: bool) -> None:
+def show_agent(ctx: click.Context, name: str, fmt: str) -> None:
     """An agent's settings and the system prompt its turns start with.
 
     \b
@@ -60,7 +62,7 @@ def show_agent(ctx: click.Context, name: str, as_json: bool) -> None:
       foliko agents show helper
     """
     details = open_facade(ctx).describe_agent(name)
-    if as_json:
+    if fmt == "json":
         emit_json(details)
         return
     for key in ("name", "model"):
@@ -81,7 +83,8 @@ def skills() -> None:
 
 
 @skills.command("list")
-@format_option
+@list_options
+@storage_option
 @click.pass_context
 def list_skills(ctx: click.Context, fmt: str) -> None:
     """Every skill found, and every malformed SKILL.md (on stderr, by path and line).
@@ -105,6 +108,7 @@ def list_skills(ctx: click.Context, fmt: str) -> None:
 
 @skills.command("show")
 @click.argument("name")
+@storage_option
 @click.pass_context
 def show_skill(ctx: click.Context, name: str) -> None:
     """Print a skill's full text.
@@ -132,7 +136,7 @@ def tools() -> None:
 
 
 @tools.command("list")
-@format_option
+@list_options
 @click.pass_context
 def list_tools(ctx: click.Context, fmt: str) -> None:
     """Built-in tools, the enabled ones from the config, installed plugins, MCP tools.

@@ -6,7 +6,24 @@ import click
 
 from foliko_cli.cli.output import note
 from foliko_cli.config import Settings, load_settings
+from foliko_cli.errors import StorageError
 from foliko_cli.facade import Foliko
+
+LOCAL_BACKENDS = ("json", "sqlite")
+
+
+def check_home(settings: Settings) -> None:
+    """A home that exists but is not a directory fails, naming it (exit 3).
+
+    Without this a listing of the file-based backends is simply empty.
+    """
+    home = settings.home
+    if settings.storage in LOCAL_BACKENDS and home.exists() and not home.is_dir():
+        origin = settings.sources.get("home", "default")
+        raise StorageError(
+            f"the foliko home {home} ({origin}) is not a directory; "
+            "point FOLIKO_HOME at a directory or move the file away"
+        )
 
 
 def settings_for(ctx: click.Context, **flags) -> Settings:
@@ -16,6 +33,8 @@ def settings_for(ctx: click.Context, **flags) -> Settings:
 
 def open_facade(ctx: click.Context, **flags) -> Foliko:
     """A facade for this invocation, closed when the command ends."""
-    facade = Foliko.from_settings(settings_for(ctx, **flags), notify=note)
+    settings = settings_for(ctx, **flags)
+    check_home(settings)
+    facade = Foliko.from_settings(settings, notify=note)
     ctx.call_on_close(facade.close)
     return facade

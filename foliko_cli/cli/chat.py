@@ -2,54 +2,62 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from typing import Any
 
 import click
 
-from foliko_cli.cli.app import open_facade
+from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import emit_json, note
-from foliko_cli.cli.params import complete_session_ids, session_option, var_option
-from foliko_cli.errors import FolikoError, Interrupted, UsageError
+from foliko_cli.cli.params import (
+    complete_session_ids,
+    session_option,
+    storage_option,
+    timeout_option,
+    var_options,
+)
+from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter
+from foliko_cli.cli.stdout import StdoutWriteError, output_failure
+from foliko_cli.errors import ExitCode, FolikoError, UsageError
 
-STDIN_GRACE = 2.0
+STDIN_NOTICE_AFTER = 2.0
 
 
 def stdin_is_terminal() -> bool:
     return sys.stdin is not None and sys.stdin.isatty()
 
 
-def _stdin_sends_nothing(grace: float) -> bool:
-    """True when stdin is a pipe or socket that stays silent for ``grace`` seconds.
-
-    With a MESSAGE argument, piped text is optional context: a process started
-    with an inherited stdin that nobody writes to or closes must not hang.
-    Files and /dev/null are always read; so is any stream without a file
-    descriptor.
-    """
+def _silent_for(seconds: float) -> bool:
+    """True when stdin is a pipe or socket that sends nothing for ``seconds``."""
     import os
     import select
     import stat
 
     try:
         fd = sys.stdin.fileno()
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode) and not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISFIFO(mode) and not stat.S_ISSOCK(mode):
             return False
-        readable, _, _ = select.select([fd], [], [], grace)
+        readable, _, _ = select.select([fd], [], [], seconds)
     except (AttributeError, OSError, ValueError):
         return False
     return not readable
 
 
-def read_stdin(*, optional: bool = False) -> str | None:
-    """Piped input, or None when stdin is a terminal or absent.
+def read_stdin(*, skip: bool = False) -> str | None:
+    """Piped input read to its end, or None when stdin is a terminal, closed or skipped.
 
-    ``optional`` (a MESSAGE was given): a pipe that sends nothing, not even
-    end-of-file, within STDIN_GRACE seconds is left unread.
+    Nothing is dropped: a pipe that stays silent is waited for, with one
+    line on stderr after STDIN_NOTICE_AFTER seconds saying how not to wait.
     """
-    if sys.stdin is None or stdin_is_terminal():
+    if skip or sys.stdin is None or stdin_is_terminal():
         return None
-    if optional and _stdin_sends_nothing(STDIN_GRACE):
-        return None
+    if _silent_for(STDIN_NOTICE_AFTER):
+        note(
+            "waiting for input on stdin (a pipe that has sent nothing yet); "
+            "to run without it, pass -n/--no-stdin or redirect </dev/null"
+        )
     data = sys.stdin.buffer.read()
     try:
         return data.decode("utf-8")
@@ -63,7 +71,29 @@ def read_stdin(*, optional: bool = False) -> str | None:
 def compose_message(argument: str | None, piped: str | None) -> str | None:
     """The argument, the piped text, or both (the piped text follows as context)."""
     parts = [p for p in (argument, piped) if p is not None and p.strip()]
+    if not parts and argument is not None:
+        raise UsageError('the message is blank; write some text, e.g. foliko chat -s ID "hi"')
     return "\n\n".join(parts) if parts else None
+
+
+def failure_object(exc: BaseException, session_id: str, ids: dict[str, str | None]) -> dict:
+    if isinstance(exc, FolikoError):
+        message, code = str(exc), exc.exit_code
+    else:
+        message, code = "interrupted; the turn was not saved", ExitCode.INTERRUPTED
+    return {
+        "success": False,
+        "session_id": session_id,
+        "request_id": ids.get("request_id"),
+        "trace_id": ids.get("trace_id"),
+        "error": {"message": message, "exit_code": code},
+    }
+
+
+def emit_json_quietly(value: dict) -> None:
+    """A failure report on stdout; a stdout that fails too is left to the error line."""
+    with contextlib.suppress(StdoutWriteError):
+        emit_json(value)
 
 
 @click.command()
@@ -75,6 +105,12 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
     "continue_latest",
     is_flag=True,
     help="Continue the most recently active session (instead of -s).",
+)
+@click.option(
+    "-n",
+    "--no-stdin",
+    is_flag=True,
+    help="Never read stdin (it is read to its end whenever it is not a terminal).",
 )
 @click.option(
     "-m", "--model", metavar="MODEL", help="Model as provider:model, e.g. echo. Env: FOLIKO_MODEL."
@@ -107,19 +143,15 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 @click.option(
     "--system", metavar="TEXT", help="System prompt for this session; kept for its later turns."
 )
-@var_option("Set a session variable before the turn (repeatable; V is JSON or text).")
-@click.option(
-    "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
-    metavar="SECONDS",
-    help="Give up on the turn after this many seconds (default 120).",
-)
+@var_options("Set a session variable before the turn")
+@timeout_option("Give up on the turn after this many seconds (default 120).")
 @click.option(
     "--json",
     "as_json",
     is_flag=True,
-    help="Print one JSON object with the reply, ids, step count and usage "
-    "(with --stream: NDJSON events, the last one 'done').",
+    help="Print one JSON object with the reply, ids, step count and usage; on failure "
+    "{success: false, error: {message, exit_code}} (with --stream: NDJSON events, "
+    "the last one 'done' or 'error').",
 )
 @click.option(
     "--stream/--no-stream",
@@ -131,6 +163,7 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
     is_flag=True,
     help="Print what would be sent to the model as JSON; call nothing, save nothing.",
 )
+@storage_option
 @click.pass_context
 def chat(
     ctx: click.Context,
@@ -139,6 +172,7 @@ def chat(
     continue_latest: bool,
     turns: int | None,
     regenerate: bool,
+    no_stdin: bool,
     model: str | None,
     agent: str | None,
     new: bool,
@@ -152,11 +186,12 @@ def chat(
 ) -> None:
     """Run one chat turn in session ID and print the reply.
 
-    MESSAGE comes from the argument, from stdin when it is not a terminal,
-    or both (stdin is appended after the argument; with an argument, a pipe
-    that sends nothing, not even end-of-file, for 2 seconds is ignored). With no message on a
-    terminal, starts an interactive loop that saves after every turn
-    (Ctrl-D ends it, Ctrl-C cancels the running turn).
+    MESSAGE comes from the argument, from stdin, or both (stdin follows the
+    argument). Stdin is read to its end whenever it is not a terminal and
+    -n/--no-stdin is not given; a pipe silent for 2 s gets a note on stderr.
+    With no message on a terminal, starts an interactive loop that saves
+    after every turn (/help lists its commands; Ctrl-D ends it, Ctrl-C
+    cancels the running turn).
 
     \b
     Examples:
@@ -164,21 +199,32 @@ def chat(
       git diff | foliko chat -s review "Summarise this change"
       foliko chat -s s2 --from s1 "try another way"
     """
-    if continue_latest == (session_id is not None):
-        raise UsageError(
-            "name the session with -s/--session or continue the latest with -c/--continue "
-            "(one of them)"
-        )
-    if turns is not None and fork_from is None:
-        raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
-    text = (
-        None if regenerate else compose_message(message, read_stdin(optional=message is not None))
-    )
-    if regenerate and message is not None:
-        raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
-    facade = open_facade(ctx, model=model, timeout=timeout)
-    if continue_latest:
-        session_id = facade.latest_session_id()
+    try:
+        if continue_latest == (session_id is not None):
+            raise UsageError(
+                "name the session with -s/--session or continue the latest with -c/--continue "
+                "(one of them)"
+            )
+        if turns is not None and fork_from is None:
+            raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
+        if regenerate and message is not None:
+            raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
+        text = None if regenerate else compose_message(message, read_stdin(skip=no_stdin))
+        facade = open_facade(ctx, model=model, timeout=timeout)
+        if continue_latest:
+            session_id = facade.latest_session_id()
+        if text is None and not regenerate:
+            if not stdin_is_terminal():
+                raise UsageError(
+                    'no message: pass it as an argument (foliko chat -s ID "hi") '
+                    "or pipe it on stdin"
+                )
+            if dry_run or as_json:
+                raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+    except FolikoError as exc:
+        if as_json and not dry_run:
+            report_json_failure(exc, session_id, {}, stream=bool(stream))
+        raise
     options = {
         "model": model,
         "new": new,
@@ -190,58 +236,59 @@ def chat(
         "regenerate": regenerate,
     }
     if text is None and not regenerate:
-        if not stdin_is_terminal():
-            raise UsageError(
-                'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
-            )
-        if dry_run or as_json:
-            raise UsageError("--dry-run and --json need a message; pass MESSAGE")
-        interactive(facade, session_id, options)
+        from foliko_cli.cli.interactive import interactive
+
+        interactive(facade, session_id, options, history=settings_for(ctx).home / "history")
         return
     if dry_run:
         emit_json(facade.dry_run(session_id, text, **options), pretty=True)
         return
     if stream is None:
         stream = sys.stdout.isatty() and not as_json
-    if not stream:
-        result = facade.chat(session_id, text, **options)
-        emit_json(result.to_dict()) if as_json else click.echo(result.message)
-    elif as_json:
-        result = facade.chat(session_id, text, on_event=emit_json, **options)
-        emit_json({"type": "done", "result": result.to_dict()})
-    else:
-        facade.chat(session_id, text, on_event=write_delta, **options)
-        click.echo()
+    run_turn(facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout)
 
 
-def write_delta(event: dict) -> None:
-    if event["type"] == "delta":
-        sys.stdout.write(event["text"])
-        sys.stdout.flush()
+def report_json_failure(
+    exc: BaseException, session_id: str, ids: dict[str, str | None], *, stream: bool
+) -> None:
+    """The failure on stdout for --json: one object, or (streaming) a last 'error' event."""
+    failure = failure_object(exc, session_id, ids)
+    emit_json_quietly({"type": "error", **failure} if stream else failure)
 
 
-def interactive(facade, session_id: str, options: dict) -> None:
-    """Read a line, run a turn, print the reply, until end of input."""
-    note(f"session {session_id!r}; Ctrl-D to end, Ctrl-C cancels a running turn")
-    while True:
-        try:
-            line = input("> ")
-        except EOFError:
-            click.echo(err=True)
-            return
-        except KeyboardInterrupt:
-            click.echo(err=True)
-            continue
-        if not line.strip():
-            continue
-        try:
-            facade.chat(session_id, line, on_event=write_delta, **options)
+def run_turn(
+    facade,
+    session_id: str,
+    text: str | None,
+    options: dict[str, Any],
+    *,
+    as_json: bool,
+    stream: bool,
+    timeout: float | None,
+) -> None:
+    request = facade.request(timeout)
+    ids = {"request_id": request.request_id, "trace_id": request.trace_id}
+    writer = ReplyWriter()
+    on_event = None
+    if stream:
+        on_event = emit_json_quietly if as_json else writer.on_event
+    try:
+        result = facade.chat(session_id, text, on_event=on_event, request=request, **options)
+    except (FolikoError, KeyboardInterrupt) as exc:
+        if as_json:
+            report_json_failure(exc, session_id, ids, stream=stream)
+        else:
+            writer.end_line()
+        raise
+    try:
+        if as_json and stream:
+            emit_json({"type": "done", "result": result.to_dict()})
+        elif as_json:
+            emit_json(result.to_dict())
+        elif stream:
+            writer.check()
             click.echo()
-        except (KeyboardInterrupt, Interrupted):
-            click.echo()
-            note("turn cancelled; nothing saved")
-            continue
-        except FolikoError as exc:
-            note(f"error: {exc}")
-            continue
-        options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}
+        else:
+            click.echo(result.message)
+    except StdoutWriteError as exc:
+        raise output_failure(exc, after=SAVED_NOT_WRITTEN) from None

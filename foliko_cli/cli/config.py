@@ -5,14 +5,17 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import settings_for
-from foliko_cli.cli.output import emit_rows, format_option
+from foliko_cli.cli.output import emit_rows, list_options
 
 
 @click.group()
 def config() -> None:
     """Show the effective configuration and the config file locations.
 
-    Precedence: flags > FOLIKO_* environment > ./foliko.toml > user config file > defaults.
+    Precedence: flags > FOLIKO_* environment > foliko.toml (the nearest in the
+    current directory or above, up to the repository root) > user config file
+    (FOLIKO_CONFIG, which must exist, or the platform's) > defaults.
+    FOLIKO_HOME moves the sessions, not the user config file.
 
     \b
     Example:
@@ -21,10 +24,12 @@ def config() -> None:
 
 
 @config.command()
-@format_option
+@list_options
 @click.pass_context
 def show(ctx: click.Context, fmt: str) -> None:
     """Each setting's value (secrets redacted) and where it came from.
+
+    The [models.NAME] and [agents.NAME] tables follow, one row per key.
 
     \b
     Example:

@@ -8,6 +8,14 @@ import click
 
 from foliko_cli import __version__
 from foliko_cli.cli.output import error
+from foliko_cli.cli.stdout import (
+    ClosedPipe,
+    OutputError,
+    flush_stdout,
+    guard_stdout,
+    output_failure,
+    stdout_failed,
+)
 from foliko_cli.errors import ExitCode, FolikoError, Hint
 
 FLAGS = {
@@ -31,7 +39,14 @@ class FolikoGroup(click.Group):
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except OSError as exc:
+                if not stdout_failed(exc):
+                    raise
+                raise output_failure(exc) from None
+        except ClosedPipe:
+            raise click.exceptions.Exit(ExitCode.OK) from None
         except FolikoError as exc:
             error(render(exc))
             raise click.exceptions.Exit(exc.exit_code) from None
@@ -96,8 +111,20 @@ def cli(ctx: click.Context, storage: str | None) -> None:
 
 
 def main() -> None:
+    guard_stdout()
     try:
         cli.main(prog_name="foliko")
+        status = ExitCode.OK
+    except SystemExit as exc:
+        status = exc.code
     except BrokenPipeError:
         sys.stderr.close()
         sys.exit(ExitCode.OK)
+    try:
+        flush_stdout()
+    except OSError as exc:
+        failure = output_failure(exc)
+        if isinstance(failure, OutputError) and not status:
+            error(str(failure))
+            status = failure.exit_code
+    sys.exit(status)

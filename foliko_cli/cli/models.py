@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import settings_for
-from foliko_cli.cli.output import emit_rows, format_option
+from foliko_cli.cli.output import emit_rows, list_options
 
 
 @click.group()
@@ -19,7 +19,7 @@ def models() -> None:
 
 
 @models.command("list")
-@format_option
+@list_options
 @click.pass_context
 def list_models(ctx: click.Context, fmt: str) -> None:
     """The built-in providers and the config's [models.NAME] aliases, with readiness.

@@ -19,8 +19,25 @@ def emit_json(value: Any, *, pretty: bool = False) -> None:
     click.echo(orjson.dumps(value, option=option | orjson.OPT_NON_STR_KEYS).decode())
 
 
+def colour_on(stream) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    import os
+
+    if os.environ.get("NO_COLOR"):
+        return False
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def paint(text: str, colour: str, *, err: bool = False) -> str:
+    stream = sys.stderr if err else sys.stdout
+    return click.style(text, fg=colour, bold=True) if colour_on(stream) else text
+
+
 def error(message: str) -> None:
-    click.echo(f"foliko: error: {message}", err=True)
+    click.echo(f"foliko: {paint('error:', 'red', err=True)} {message}", err=True, color=True)
 
 
 def note(message: str) -> None:
@@ -79,6 +96,31 @@ def format_option(command: Callable) -> Callable:
     return wrapper
 
 
+LISTING = "foliko.listing"
+
+
+def list_options(command: Callable) -> Callable:
+    """``format_option`` plus ``-q/--quiet`` (ids only) and ``--no-header``, for lists.
+
+    ``emit_rows`` honours both for the command that is running.
+    """
+
+    @click.option("-q", "--quiet", is_flag=True, help="Print only the ids (names), one a line.")
+    @click.option("--no-header", is_flag=True, help="Leave out the header row (table, tsv).")
+    @format_option
+    @functools.wraps(command)
+    def wrapper(*args, quiet: bool, no_header: bool, **kwargs):
+        click.get_current_context().meta[LISTING] = {"quiet": quiet, "no_header": no_header}
+        return command(*args, **kwargs)
+
+    return wrapper
+
+
+def _listing() -> dict[str, bool]:
+    ctx = click.get_current_context(silent=True)
+    return (ctx.meta.get(LISTING) if ctx else None) or {"quiet": False, "no_header": False}
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
@@ -105,14 +147,21 @@ def emit_rows(
     """Print ``rows`` (dicts) in ``fmt``; ``columns`` maps keys to table headers.
 
     JSON and NDJSON carry every key of each row; table and TSV show ``columns``,
-    the table using ``human`` formatters where given.
+    the table using ``human`` formatters where given. With ``-q`` only the
+    first column is printed, one value a line; ``--no-header`` drops the header.
+    A table on a terminal fits its width: the last column is cut short with ….
     """
+    listing = _listing()
+    if listing["quiet"]:
+        first = next(iter(columns))
+        _write_lines(_cell(row.get(first)) for row in rows)
+        return
     if fmt == "json":
         emit_json(rows)
     elif fmt == "ndjson":
         _write_lines(orjson.dumps(row, option=orjson.OPT_NON_STR_KEYS).decode() for row in rows)
     elif fmt == "tsv":
-        header = ["\t".join(columns)]
+        header = [] if listing["no_header"] else ["\t".join(columns)]
         _write_lines([*header, *("\t".join(_cell(row.get(k)) for k in columns) for row in rows)])
     else:
         from tabulate import tabulate
@@ -122,6 +171,88 @@ def emit_rows(
             [human[key](row.get(key)) if key in human else _cell(row.get(key)) for key in columns]
             for row in rows
         ]
-        click.echo(
-            tabulate(body, headers=list(columns.values()), tablefmt="simple", disable_numparse=True)
-        )
+        headers = [] if listing["no_header"] else list(columns.values())
+        body = fit_width(body, headers, terminal_width())
+        style = "simple" if headers else "plain"
+        text = tabulate(body, headers=headers, tablefmt=style, disable_numparse=True)
+        if text:
+            click.echo(text)
+
+
+def terminal_width() -> int | None:
+    """The terminal's columns when stdout is one, else None (a pipe is never cut)."""
+    if not sys.stdout.isatty():
+        return None
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
+def fit_width(body: list[list[str]], headers: list[str], width: int | None) -> list[list[str]]:
+    """Cut the last column's cells with … so that each table row fits ``width``."""
+    if width is None or not body:
+        return body
+    count = len(body[0])
+    padding = 2 if headers else 0  # tabulate's MIN_PADDING around header cells
+    widths = [
+        max([len(row[i]) for row in body] + ([len(headers[i]) + padding] if headers else []))
+        for i in range(count)
+    ]
+    room = width - sum(widths[:-1]) - 2 * (count - 1)
+    room = max(room, len(headers[-1]) if headers else 1, 8)
+    if widths[-1] <= room:
+        return body
+    return [[*row[:-1], _cut(row[-1], room)] for row in body]
+
+
+def _cut(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def data_format_option(command: Callable) -> Callable:
+    """``--format text|json`` plus ``--json``, for commands that print one record."""
+
+    @click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(("text", "json")),
+        default="text",
+        show_default=True,
+        help="Output format.",
+    )
+    @click.option("--json", "fmt", flag_value="json", help="Same as --format json.")
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, **kwargs)
+
+    return wrapper
+
+
+DEFAULT_PAGER = "less -FRX"
+
+
+def page(text: str, *, enabled: bool = True) -> None:
+    """Print ``text``; on a terminal, through $PAGER when it is taller than the screen.
+
+    A pager that cannot be started is skipped: the text is printed as it is.
+    """
+    import os
+    import shutil
+
+    tall = text.count("\n") >= shutil.get_terminal_size().lines
+    if not (enabled and tall and sys.stdout.isatty() and sys.stdin and sys.stdin.isatty()):
+        click.echo(text, nl=False)
+        return
+    import shlex
+    import subprocess
+
+    command = shlex.split(os.environ.get("PAGER") or DEFAULT_PAGER)
+    try:
+        pager = subprocess.Popen(command, stdin=subprocess.PIPE)
+    except OSError:
+        click.echo(text, nl=False)
+        return
+    try:
+        pager.communicate(text.encode("utf-8", errors="replace"))
+    except (BrokenPipeError, KeyboardInterrupt):
+        pager.wait()

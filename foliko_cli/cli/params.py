@@ -1,23 +1,74 @@
-"""Click parameter types: durations, KEY=VALUE pairs, session ids that complete."""
+"""Click parameters shared by commands: durations, timeouts, KEY=VALUE pairs,
+session ids (positional or ``-s``), and ``--storage`` after the subcommand."""
 
 from __future__ import annotations
 
+import functools
+import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import click
-import orjson
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
-def parse_value(text: str) -> Any:
-    """A JSON value when ``text`` parses as one (3, true, [1]), else the text itself."""
+INT64 = range(-(2**63), 2**63)
+
+
+def _exact_int(text: str) -> int:
+    number = int(text)
+    if number not in INT64:
+        raise ValueError(f"the integer {text} is beyond 64 bits and cannot be stored exactly")
+    return number
+
+
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"the number {text} is too large to store")
+    return number
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def parse_json_value(text: str) -> Any:
+    """``text`` as a JSON value; integers beyond 64 bits are refused, never rounded."""
+    import json
+
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return text
+        return json.loads(
+            text, parse_int=_exact_int, parse_float=_finite_float, parse_constant=_no_constant
+        )
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"{text!r} is not a JSON value ({exc.msg}); write text as a JSON string, e.g. '\"Ada\"'"
+        ) from None
+    except ValueError as exc:
+        raise ValueError(f"{exc}; store it as text instead") from None
+
+
+class Timeout(click.ParamType):
+    """Seconds: a finite number greater than 0 (nan, inf, 0 and negatives are refused)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param, ctx) -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds; write e.g. 30 or 2.5", param, ctx)
+        if not math.isfinite(number) or number <= 0:
+            self.fail(
+                f"{value!r} is not a usable timeout; give a finite number of seconds above 0",
+                param,
+                ctx,
+            )
+        return number
 
 
 class Duration(click.ParamType):
@@ -38,17 +89,27 @@ class Duration(click.ParamType):
 
 
 class KeyValue(click.ParamType):
-    """``KEY=VALUE``; VALUE is JSON when it parses as JSON, else a string."""
+    """``KEY=VALUE``: VALUE is stored as the text given, or (``typed``) as JSON."""
 
     name = "key=value"
+
+    def __init__(self, *, typed: bool = False) -> None:
+        self.typed = typed
 
     def convert(self, value: Any, param, ctx) -> tuple[str, Any]:
         if isinstance(value, tuple):
             return value
         key, sep, raw = str(value).partition("=")
+        flag = "--var-json" if self.typed else "--var"
         if not sep or not key.strip():
-            self.fail(f"{value!r} is not KEY=VALUE; write e.g. --var name=Ada", param, ctx)
-        return key.strip(), parse_value(raw)
+            example = "count=3" if self.typed else "name=Ada"
+            self.fail(f"{value!r} is not KEY=VALUE; write e.g. {flag} {example}", param, ctx)
+        if not self.typed:
+            return key.strip(), raw
+        try:
+            return key.strip(), parse_json_value(raw)
+        except ValueError as exc:
+            self.fail(f"{flag} {key.strip()}: {exc}", param, ctx)
 
 
 def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str]:
@@ -58,7 +119,8 @@ def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str
         from foliko_cli.facade import Foliko
 
         root = ctx.find_root()
-        settings = load_settings(storage=root.params.get("storage"))
+        storage = (root.obj or {}).get("storage") or root.params.get("storage")
+        settings = load_settings(storage=storage)
         with Foliko.from_settings(settings) as facade:
             return [i for i in facade.session_ids() if i.startswith(incomplete)]
     except Exception:
@@ -78,8 +140,87 @@ def session_option(help: str, *, required: bool = True):
     )
 
 
-def var_option(help: str):
-    """``--var K=V``, repeatable; collected as ``variables``."""
+def var_options(what: str) -> Callable[[Callable], Callable]:
+    """``--var K=V`` (text, exactly as given) and ``--var-json K=JSON`` (typed), repeatable.
+
+    Both are collected, in order, as ``variables``.
+    """
+
+    def decorate(command: Callable) -> Callable:
+        @click.option(
+            "--var",
+            "text_vars",
+            type=KeyValue(),
+            multiple=True,
+            metavar="K=V",
+            help=f"{what} to the text V, exactly as given (repeatable).",
+        )
+        @click.option(
+            "--var-json",
+            "json_vars",
+            type=KeyValue(typed=True),
+            multiple=True,
+            metavar="K=JSON",
+            help=f"{what} to a JSON value: a number, true, a list... (repeatable).",
+        )
+        @functools.wraps(command)
+        def wrapper(*args, text_vars, json_vars, **kwargs):
+            return command(*args, variables=(*text_vars, *json_vars), **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def timeout_option(help: str):
+    return click.option("--timeout", type=Timeout(), metavar="SECONDS", help=help)
+
+
+def _set_storage(ctx: click.Context, param, value: str | None) -> None:
+    if value is not None:
+        root = ctx.find_root()
+        root.obj = {**(root.obj or {}), "storage": value}
+        ctx.obj = root.obj
+
+
+def storage_option(command: Callable) -> Callable:
+    """``--storage`` after the subcommand too (``foliko sessions list --storage json``)."""
     return click.option(
-        "--var", "variables", type=KeyValue(), multiple=True, metavar="K=V", help=help
-    )
+        "--storage",
+        metavar="NAME|URL",
+        expose_value=False,
+        is_eager=True,
+        callback=_set_storage,
+        help="Session storage (as 'foliko --storage'); env: FOLIKO_STORAGE.",
+    )(command)
+
+
+def sessions_argument(*, many: bool = False):
+    """Session ids as positional arguments or ``-s/--session ID`` (both accepted).
+
+    The command receives ``session_ids``: the ``-s`` ids first, then the rest.
+    """
+
+    def decorate(command: Callable) -> Callable:
+        @click.argument(
+            "positional",
+            nargs=-1,
+            metavar="ID..." if many else "ID",
+            shell_complete=complete_session_ids,
+        )
+        @click.option(
+            "-s",
+            "--session",
+            "flagged",
+            multiple=True,
+            metavar="ID",
+            shell_complete=complete_session_ids,
+            help="The session (same as the ID argument).",
+        )
+        @functools.wraps(command)
+        def wrapper(*args, flagged, positional, **kwargs):
+            return command(*args, session_ids=[*flagged, *positional], **kwargs)
+
+        return wrapper
+
+    return decorate

@@ -10,21 +10,39 @@ import orjson
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import (
+    data_format_option,
     deferred_progress,
     emit_json,
     emit_rows,
     error,
     format_ms,
-    format_option,
+    list_options,
     note,
+    page,
+    paint,
     progress,
 )
-from foliko_cli.cli.params import Duration, complete_session_ids, parse_value
+from foliko_cli.cli.params import (
+    Duration,
+    complete_session_ids,
+    parse_json_value,
+    sessions_argument,
+    storage_option,
+)
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
 from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
 
-SESSION_ID = {"metavar": "ID", "shell_complete": complete_session_ids}
+
+def one_session(session_ids: list[str], usage: str) -> str:
+    if len(session_ids) != 1:
+        what = "name one session" if not session_ids else "name only one session"
+        raise UsageError(f"{what}: foliko sessions {usage}")
+    return session_ids[0]
+
+
+def json_flag(help: str):
+    return click.option("--json", "as_json", is_flag=True, help=help)
 
 
 @click.group()
@@ -53,7 +71,8 @@ def sessions() -> None:
     metavar="DURATION",
     help="Only sessions updated within this long (e.g. 7d, 12h).",
 )
-@format_option
+@list_options
+@storage_option
 @click.pass_context
 def list_sessions(
     ctx: click.Context, sort: str, limit: int | None, since: int | None, fmt: str
@@ -96,62 +115,82 @@ def list_sessions(
     )
 
 
+ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool": "yellow"}
+
+
 @sessions.command()
-@click.argument("session_id", **SESSION_ID)
+@sessions_argument()
 @click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages.")
+@data_format_option
 @click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print {session_id, messages, variables, metadata} as JSON.",
+    "--pager/--no-pager",
+    default=True,
+    help="On a terminal, page long output through $PAGER (default: less -FRX).",
 )
+@storage_option
 @click.pass_context
-def show(ctx: click.Context, session_id: str, tail: int | None, as_json: bool) -> None:
+def show(
+    ctx: click.Context, session_ids: list[str], tail: int | None, fmt: str, pager: bool
+) -> None:
     """Show a session's messages, variables and metadata.
+
+    --json prints {session_id, messages, variables, metadata}.
 
     \b
     Examples:
       foliko sessions show s1
-      foliko sessions show s1 --json --tail 2
+      foliko sessions show -s s1 --json --tail 2
     """
+    session_id = one_session(session_ids, "show ID")
     record = open_facade(ctx).get_session(session_id)
     data = record_to_dict(record)
     if tail is not None:
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
-    if as_json:
+    if fmt == "json":
         emit_json(data)
         return
     meta = data["metadata"]
-    click.echo(f"session   {record.session_id}")
-    click.echo(f"messages  {meta['message_count']}")
-    click.echo(f"created   {format_ms(meta.get('created_at'))}")
-    click.echo(f"active    {format_ms(meta.get('last_active'))}")
+    lines = [
+        f"session   {record.session_id}",
+        f"messages  {meta['message_count']}",
+        f"created   {format_ms(meta.get('created_at'))}",
+        f"active    {format_ms(meta.get('last_active'))}",
+    ]
     if meta.get("system_prompt"):
-        click.echo(f"system    {meta['system_prompt']}")
+        lines.append(f"system    {meta['system_prompt']}")
     for key, value in sorted(record.variables.items()):
-        click.echo(f"var       {key} = {orjson.dumps(value).decode()}")
+        lines.append(f"var       {key} = {orjson.dumps(value).decode()}")
     for message in data["messages"]:
         label = message["role"]
         if message.get("tool_calls"):
             label += " → " + ", ".join(c["name"] for c in message["tool_calls"])
-        click.echo(f"\n[{label}] {format_ms(message.get('created_at'))}")
+        label = paint(f"[{label}]", ROLE_COLOURS.get(message["role"], "white"))
+        lines.append(f"\n{label} {format_ms(message.get('created_at'))}")
         if message["content"]:
-            click.echo(message["content"])
+            lines.append(message["content"])
+    page("\n".join(lines) + "\n", enabled=pager)
 
 
 @sessions.command()
-@click.argument("session_ids", nargs=-1, required=True, **SESSION_ID)
+@sessions_argument(many=True)
+@json_flag("Print {deleted: [...], missing: [...]} as JSON.")
+@storage_option
 @click.pass_context
-def delete(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
-    """Delete sessions (no prompt). Unknown ids are reported and exit 2.
+def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
+    """Delete sessions (no prompt); prints their ids. Unknown ids are reported and exit 2.
 
     \b
     Example:
       foliko sessions delete scratch old-1 old-2
     """
-    deleted, missing = open_facade(ctx).delete_sessions(list(session_ids))
-    for session_id in deleted:
-        click.echo(session_id)
+    if not session_ids:
+        raise UsageError("name the sessions to delete: foliko sessions delete ID...")
+    deleted, missing = open_facade(ctx).delete_sessions(session_ids)
+    if as_json:
+        emit_json({"deleted": deleted, "missing": missing})
+    else:
+        for session_id in deleted:
+            click.echo(session_id)
     for session_id in missing:
         error(f"session {session_id!r} not found")
     if missing:
@@ -159,35 +198,46 @@ def delete(ctx: click.Context, session_ids: tuple[str, ...]) -> None:
 
 
 @sessions.command()
-@click.argument("old", **SESSION_ID)
-@click.argument("new", metavar="NEW")
+@sessions_argument(many=True)
+@json_flag("Print {renamed: OLD, to: NEW} as JSON.")
+@storage_option
 @click.pass_context
-def rename(ctx: click.Context, old: str, new: str) -> None:
-    """Rename session OLD to NEW; refuses to overwrite an existing NEW.
+def rename(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
+    """Rename session OLD to NEW (OLD may be given as -s OLD); refuses to overwrite NEW.
 
     \b
     Example:
       foliko sessions rename scratch project-notes
     """
+    if len(session_ids) != 2:
+        raise UsageError("name the session and its new name: foliko sessions rename OLD NEW")
+    old, new = session_ids
     open_facade(ctx).rename_session(old, new)
+    if as_json:
+        emit_json({"renamed": old, "to": new})
 
 
 @sessions.command()
-@click.argument("session_id", **SESSION_ID)
+@sessions_argument()
 @click.option("--all", "everything", is_flag=True, help="Clear the variables too.")
+@json_flag("Print {cleared: ID, variables_cleared: true|false} as JSON.")
+@storage_option
 @click.pass_context
-def clear(ctx: click.Context, session_id: str, everything: bool) -> None:
+def clear(ctx: click.Context, session_ids: list[str], everything: bool, as_json: bool) -> None:
     """Drop a session's history, keeping its variables (unless --all).
 
     \b
     Example:
       foliko sessions clear s1
     """
+    session_id = one_session(session_ids, "clear ID")
     open_facade(ctx).clear_session(session_id, variables=everything)
+    if as_json:
+        emit_json({"cleared": session_id, "variables_cleared": everything})
 
 
 @sessions.command()
-@click.argument("session_id", **SESSION_ID)
+@sessions_argument()
 @click.option(
     "--turns",
     type=click.IntRange(min=1),
@@ -196,8 +246,10 @@ def clear(ctx: click.Context, session_id: str, everything: bool) -> None:
     metavar="N",
     help="How many of the last turns to remove.",
 )
+@json_flag("Print {rewound: ID, turns: N, messages: left} as JSON.")
+@storage_option
 @click.pass_context
-def rewind(ctx: click.Context, session_id: str, turns: int) -> None:
+def rewind(ctx: click.Context, session_ids: list[str], turns: int, as_json: bool) -> None:
     """Remove a session's last N turns (a user message and its replies each).
 
     The rest of the history, the variables and the metadata stay; a summary
@@ -207,8 +259,12 @@ def rewind(ctx: click.Context, session_id: str, turns: int) -> None:
     Example:
       foliko sessions rewind s1 --turns 2
     """
+    session_id = one_session(session_ids, "rewind ID")
     record = open_facade(ctx).rewind_session(session_id, turns=turns)
-    note(f"session {session_id!r} now has {len(record.messages)} message(s)")
+    if as_json:
+        emit_json({"rewound": session_id, "turns": turns, "messages": len(record.messages)})
+    else:
+        note(f"session {session_id!r} now has {len(record.messages)} message(s)")
 
 
 def _write_output(path: Path | None, lines) -> None:
@@ -228,7 +284,7 @@ def _write_output(path: Path | None, lines) -> None:
 
 
 @sessions.command()
-@click.argument("session_ids", nargs=-1, **SESSION_ID)
+@sessions_argument(many=True)
 @click.option("--all", "everything", is_flag=True, help="Export every session.")
 @click.option(
     "--format",
@@ -244,10 +300,11 @@ def _write_output(path: Path | None, lines) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write to this file (atomically) instead of stdout.",
 )
+@storage_option
 @click.pass_context
 def export(
     ctx: click.Context,
-    session_ids: tuple[str, ...],
+    session_ids: list[str],
     everything: bool,
     fmt: str,
     output: Path | None,
@@ -262,7 +319,7 @@ def export(
     if everything == bool(session_ids):
         raise UsageError("name the sessions to export, or pass --all (not both)")
     facade = open_facade(ctx)
-    ids = facade.session_ids() if everything else list(session_ids)
+    ids = facade.session_ids() if everything else session_ids
     dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
         for record in facade.export_sessions(ids, skip_missing=everything):
@@ -313,11 +370,14 @@ def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
     help="When a session exists with other content: keep it, replace it, or "
     "import nothing and exit 2.",
 )
+@json_flag("Print {imported: [...], unchanged: [...], skipped: [...]} on stdout.")
+@storage_option
 @click.pass_context
-def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
+def import_(ctx: click.Context, source: str, on_conflict: str, as_json: bool) -> None:
     """Import sessions from a file (or - for stdin) written by export.
 
     Idempotent: sessions already stored with the same content are left alone.
+    The summary goes to stderr (to stdout as JSON with --json).
 
     \b
     Example:
@@ -343,7 +403,15 @@ def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
         )
     for session_id in report.skipped:
         note(f"skipped {session_id!r}: exists with other content")
-    click.echo(
+    if as_json:
+        emit_json(
+            {
+                "imported": list(report.imported),
+                "unchanged": list(report.unchanged),
+                "skipped": list(report.skipped),
+            }
+        )
+    note(
         f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
         f"skipped {len(report.skipped)}"
     )
@@ -359,8 +427,10 @@ def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
     help="Delete sessions not updated for this long (e.g. 30d).",
 )
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
+@json_flag("Print {deleted|would_delete: [...]} as JSON instead of one id a line.")
+@storage_option
 @click.pass_context
-def prune(ctx: click.Context, older_than: int, dry_run: bool) -> None:
+def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> None:
     """Delete sessions not updated for a while; prints their ids.
 
     \b
@@ -371,8 +441,17 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool) -> None:
         report = open_facade(ctx).prune(
             older_than, dry_run=dry_run, progress=advance, on_total=start
         )
-    for session_id in report.deleted:
-        click.echo(session_id)
+    if as_json:
+        emit_json(
+            {
+                "would_delete" if dry_run else "deleted": report.deleted,
+                "kept_active": report.active,
+                "unreadable": report.unreadable,
+            }
+        )
+    else:
+        for session_id in report.deleted:
+            click.echo(session_id)
     for session_id in report.active:
         note(f"kept {session_id!r}: it was used while prune waited for it")
     for session_id in report.unreadable:
@@ -385,37 +464,51 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool) -> None:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
 
+VARS_USAGE = {"list": "", "get": " KEY", "set": " KEY VALUE", "unset": " KEY"}
+
+
 @sessions.command()
-@click.argument("session_id", **SESSION_ID)
-@click.argument("action", type=click.Choice(["list", "get", "set", "unset"]), default="list")
-@click.argument("key", required=False)
-@click.argument("value", required=False)
-@format_option
+@click.argument("words", nargs=-1, metavar="ID [list | get KEY | set KEY VALUE | unset KEY]")
+@click.option(
+    "-s",
+    "--session",
+    "flagged",
+    metavar="ID",
+    shell_complete=complete_session_ids,
+    help="The session (instead of the ID argument).",
+)
+@list_options
+@storage_option
 @click.pass_context
-def vars(
-    ctx: click.Context, session_id: str, action: str, key: str | None, value: str | None, fmt: str
-) -> None:
+def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: str) -> None:
     """List, get, set or unset a session's variables.
 
-    VALUE is stored as JSON when it parses as JSON (3, true, [1,2]), else as text.
+    set stores VALUE as the text given, exactly; with --json, VALUE is parsed
+    as JSON and stored typed (integers beyond 64 bits are refused), and get
+    prints the value as JSON.
 
     \b
     Examples:
       foliko sessions vars s1
       foliko sessions vars s1 set city Paris
+      foliko sessions vars -s s1 set --json retries 3
       foliko sessions vars s1 get city
       foliko sessions vars s1 unset city
     """
+    words = list(words)
+    if flagged is None:
+        if not words:
+            raise UsageError("name the session: foliko sessions vars ID [list|get|set|unset]")
+        session_id = words.pop(0)
+    else:
+        session_id = flagged
+    action = words.pop(0) if words else "list"
+    if action not in VARS_USAGE:
+        raise UsageError(f"unknown action {action!r}; use list, get, set or unset")
+    wanted = VARS_USAGE[action].count(" ")
+    if len(words) != wanted:
+        raise UsageError(f"usage: foliko sessions vars ID {action}{VARS_USAGE[action]}")
     facade = open_facade(ctx)
-    needs = {
-        "list": (False, False),
-        "get": (True, False),
-        "set": (True, True),
-        "unset": (True, False),
-    }[action]
-    if needs[0] != (key is not None) or needs[1] != (value is not None):
-        usage = {"list": "", "get": " KEY", "set": " KEY VALUE", "unset": " KEY"}[action]
-        raise UsageError(f"usage: foliko sessions vars ID {action}{usage}")
     if action == "list":
         variables = facade.get_variables(session_id)
         emit_rows(
@@ -424,12 +517,21 @@ def vars(
             fmt,
         )
     elif action == "get":
+        key = words[0]
         variables = facade.get_variables(session_id)
         if key not in variables:
             raise UsageError(f"variable {key!r} is not set in session {session_id!r}")
         found = variables[key]
-        click.echo(found if isinstance(found, str) else orjson.dumps(found).decode())
+        if fmt == "json" or not isinstance(found, str):
+            found = orjson.dumps(found).decode()
+        click.echo(found)
     elif action == "set":
-        facade.update_variables(session_id, {key: parse_value(value)})
+        key, value = words
+        if fmt == "json":
+            try:
+                value = parse_json_value(value)
+            except ValueError as exc:
+                raise UsageError(f"variable {key!r}: {exc}") from None
+        facade.update_variables(session_id, {key: value})
     else:
-        facade.update_variables(session_id, {}, unset=(key,))
+        facade.update_variables(session_id, {}, unset=(words[0],))

@@ -7,7 +7,8 @@ import sys
 import click
 
 from foliko_cli.cli.app import open_facade
-from foliko_cli.cli.output import deferred_progress, emit_json, error, note
+from foliko_cli.cli.output import data_format_option, deferred_progress, emit_json, error, note
+from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import ExitCode
 
 
@@ -28,10 +29,10 @@ def storage() -> None:
 @click.option(
     "--overwrite", is_flag=True, help="Replace sessions that exist in DST with other content."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@data_format_option
 @click.pass_context
 def migrate(
-    ctx: click.Context, source: str, destination: str, dry_run: bool, overwrite: bool, as_json: bool
+    ctx: click.Context, source: str, destination: str, dry_run: bool, overwrite: bool, fmt: str
 ) -> None:
     """Copy every session from SRC to DST (backend names or URLs), verified.
 
@@ -53,8 +54,10 @@ def migrate(
             progress=advance,
             on_total=start if sys.stderr.isatty() else None,
         )
+    as_json = fmt == "json"
     for session_id, reason in report.failed:
-        error(f"session {session_id!r}: {reason}")
+        named = reason.startswith(f"session {session_id!r}")
+        error(reason if named else f"session {session_id!r}: {reason}")
     if report.differing:
         note(f"rerun with --overwrite to replace the {len(report.differing)} that differ")
     if as_json:
@@ -73,15 +76,17 @@ def migrate(
 
 @storage.command()
 @click.option("--repair", is_flag=True, help="Move unreadable records aside (never deletes).")
-@click.option("--json", "as_json", is_flag=True, help="Print the problems as a JSON array.")
+@data_format_option
+@storage_option
 @click.pass_context
-def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
+def check(ctx: click.Context, repair: bool, fmt: str) -> None:
     """Report corrupt or unreadable sessions; exit 3 if any remain.
 
     \b
     Example:
       foliko storage check && foliko storage check --repair
     """
+    as_json = fmt == "json"
     facade = open_facade(ctx)
     found = facade.check(repair=repair)
     problems = [problem for problem, _ in found]
@@ -98,7 +103,9 @@ def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
             ]
         )
     for problem, moved in found:
-        if repair:
+        if repair and moved is None:
+            note(f"left {problem.session_id!r} as it is: it reads fine now")
+        elif repair:
             note(f"moved {problem.session_id!r} aside to {moved} ({problem.reason})")
         elif not as_json:
             click.echo(f"{problem.session_id}\t{problem.where}\t{problem.reason}")
@@ -112,9 +119,10 @@ def check(ctx: click.Context, repair: bool, as_json: bool) -> None:
 
 
 @storage.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@data_format_option
+@storage_option
 @click.pass_context
-def info(ctx: click.Context, as_json: bool) -> None:
+def info(ctx: click.Context, fmt: str) -> None:
     """Show the backend, its location and how much it holds.
 
     \b
@@ -122,7 +130,7 @@ def info(ctx: click.Context, as_json: bool) -> None:
       foliko --storage json storage info --json
     """
     details = open_facade(ctx).info()
-    if as_json:
+    if fmt == "json":
         emit_json(details)
     else:
         for key, value in details.items():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from foliko_cli.cli.app import open_facade
-from foliko_cli.cli.output import emit_json, note
-from foliko_cli.cli.params import session_option, var_option
+from foliko_cli.cli.app import open_facade, settings_for
+from foliko_cli.cli.output import data_format_option, emit_json, error, note
+from foliko_cli.cli.params import session_option, storage_option, timeout_option, var_options
 from foliko_cli.errors import ExitCode
 
 
@@ -25,26 +25,31 @@ def workflow() -> None:
 @workflow.command()
 @click.argument("file", type=click.Path(path_type=Path))
 @session_option("The session the steps run in.")
-@var_option("Set a session variable first (repeatable; V is JSON or text).")
+@var_options("Set a session variable first")
+@click.option(
+    "-m",
+    "--model",
+    metavar="MODEL",
+    help="Model for the prompt steps (overrides the file's model). Env: FOLIKO_MODEL.",
+)
+@timeout_option("Give up on each prompt step after this many seconds (default 120).")
 @click.option(
     "--resume",
     is_flag=True,
     help="Continue a failed run from its failed step (steps done are skipped).",
 )
-@click.option(
-    "--json",
-    "as_json",
-    is_flag=True,
-    help="Print a JSON summary: steps run, skipped, and each step's output.",
-)
+@data_format_option
+@storage_option
 @click.pass_context
 def run(
     ctx: click.Context,
     file: Path,
     session_id: str,
     variables: tuple[tuple[str, object], ...],
+    model: str | None,
+    timeout: float | None,
     resume: bool,
-    as_json: bool,
+    fmt: str,
 ) -> None:
     """Run FILE's steps in session ID, in order; stop at the first failure.
 
@@ -56,10 +61,15 @@ def run(
       foliko workflow run steps.toml -s s1 --var topic=tides
       foliko workflow run steps.toml -s s1 --resume
     """
+    import dataclasses
+
     from foliko_cli.workflow import load_workflow, run_workflow
 
+    as_json = fmt == "json"
     definition = load_workflow(file)
-    facade = open_facade(ctx)
+    if model is not None:
+        definition = dataclasses.replace(definition, model=model)
+    facade = open_facade(ctx, model=model, timeout=timeout)
 
     def report(step, output) -> None:
         note(f"step {step.name!r} done")
@@ -81,21 +91,47 @@ def run(
         )
 
 
+def known_tools(ctx: click.Context, agent: str | None) -> set[str]:
+    """The tools a workflow's tool steps may call: built-ins, the config's, the agent's."""
+    from foliko_cli.plugins import load_tool
+    from foliko_cli.tools import BUILTIN_TOOLS
+
+    settings = settings_for(ctx)
+    names = {tool.name for tool in BUILTIN_TOOLS}
+    names.update(load_tool(reference).name for reference in settings.tools)
+    if agent:
+        names.update(open_facade(ctx).agent_context(agent).tools)
+    return names
+
+
 @workflow.command()
 @click.argument("file", type=click.Path(path_type=Path))
-def validate(file: Path) -> None:
+@var_options("Count a variable as set (as workflow run --var would)")
+@click.pass_context
+def validate(ctx: click.Context, file: Path, variables: tuple[tuple[str, object], ...]) -> None:
     """Check FILE without running it; list every problem and exit 2 if any.
+
+    Besides the file's form, it checks that tool steps call known tools and
+    that every {{variable}} is set before its step: by --var, the file's
+    vars, or an earlier step's save_as or set.
 
     \b
     Example:
-      foliko workflow validate steps.toml
+      foliko workflow validate steps.toml --var topic=tides
     """
-    from foliko_cli.workflow import problems_of, read_document
+    from foliko_cli.workflow import problems_of, read_document, reference_problems
 
     document = read_document(file)
     problems = problems_of(document)
+    if not problems:
+        problems = reference_problems(
+            document,
+            tools=known_tools(ctx, document.get("agent")),
+            variables={key for key, _ in variables},
+        )
     for problem in problems:
-        click.echo(f"{file}: {problem}", err=True)
+        error(f"{file}: {problem}")
     if problems:
         raise click.exceptions.Exit(ExitCode.USAGE)
-    click.echo(f"{file}: ok, {len(document['steps'])} steps")
+    count = len(document["steps"])
+    click.echo(f"{file}: ok, {count} step{'' if count == 1 else 's'}")

@@ -83,7 +83,7 @@ def test_tool_call_through_the_echo_model(invoke, show):
     ("args", "stdin", "expected"),
     [
         (["chat", "-s", "s1"], "", "no message"),
-        (["chat", "-s", "s1", "   "], None, "no message"),
+        (["chat", "-s", "s1", "   "], None, "the message is blank"),
         (["chat", "-s", "bad\x00id", "hi"], None, "control character"),
         (["chat", "-s", "", "hi"], None, "empty"),
         (["chat", "-s", "x" * 300, "hi"], None, "longer than"),

@@ -94,7 +94,7 @@ def test_new_with_var_and_system_applies_them_after_the_reset(chat, show):
     chat("s", "one", "--var", "old=1")
     chat("s", "--new", "two", "--var", "new=2", "--system", "P")
     data = show("s")
-    assert data["variables"] == {"new": 2}
+    assert data["variables"] == {"new": "2"}
     assert data["metadata"]["system_prompt"] == "P"
     assert contents(data) == ["two", "two"]
 
@@ -115,7 +115,7 @@ def test_from_forks_a_copy_that_diverges(chat, show):
     chat("dst", "--from", "src", "branch")
     fork = show("dst")
     assert contents(fork) == ["shared", "shared", "branch", "branch"]
-    assert fork["variables"] == {"k": 1}
+    assert fork["variables"] == {"k": "1"}
     assert fork["metadata"]["system_prompt"] == "S"
     assert fork["metadata"]["forked_from"] == "src"
     assert fork["messages"][:2] == source_before["messages"]
@@ -124,8 +124,8 @@ def test_from_forks_a_copy_that_diverges(chat, show):
     chat("dst", "side line", "--var", "k=2")
     assert contents(show("src")) == ["shared", "shared", "main line", "main line"]
     assert contents(show("dst"))[-1] == "side line"
-    assert show("src")["variables"] == {"k": 1}
-    assert show("dst")["variables"] == {"k": 2}
+    assert show("src")["variables"] == {"k": "1"}
+    assert show("dst")["variables"] == {"k": "2"}
 
 
 def test_from_onto_an_existing_session_without_new_exits_2(invoke, chat, show):
@@ -211,20 +211,19 @@ def test_no_system_prompt_by_default(invoke, chat):
 # --var
 
 
-def test_var_repeatable_json_or_text(chat, show):
+def test_var_stores_text_exactly_as_given(chat, show):
+    """--var used to parse JSON: version=1.10 became 1.1 and a 24-digit id a float."""
     chat(
         "s",
         "hi",
         "--var",
+        "version=1.10",
+        "--var",
+        "id=123456789012345678901234",
+        "--var",
         "n=3",
         "--var",
-        "pi=3.5",
-        "--var",
         "flag=false",
-        "--var",
-        'list=[1, "two"]',
-        "--var",
-        'obj={"a": null}',
         "--var",
         "city=Paris",
         "--var",
@@ -237,23 +236,70 @@ def test_var_repeatable_json_or_text(chat, show):
         " spaced =x",
     )
     assert show("s")["variables"] == {
+        "version": "1.10",
+        "id": "123456789012345678901234",
+        "n": "3",
+        "flag": "false",
+        "city": "Paris",
+        "eq": "a=b",
+        "empty": "",
+        "quoted": '"7"',
+        "spaced": "x",
+    }
+
+
+def test_var_json_stores_typed_values(chat, show):
+    chat(
+        "s",
+        "hi",
+        "--var-json",
+        "n=3",
+        "--var-json",
+        "pi=3.5",
+        "--var-json",
+        "flag=false",
+        "--var-json",
+        'list=[1, "two"]',
+        "--var-json",
+        'obj={"a": null}',
+        "--var-json",
+        'quoted="7"',
+        "--var-json",
+        "big=9223372036854775807",
+    )
+    assert show("s")["variables"] == {
         "n": 3,
         "pi": 3.5,
         "flag": False,
         "list": [1, "two"],
         "obj": {"a": None},
-        "city": "Paris",
-        "eq": "a=b",
-        "empty": "",
         "quoted": "7",
-        "spaced": "x",
+        "big": 9223372036854775807,
     }
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ("id=123456789012345678901234", "beyond 64 bits"),
+        ("x=[1, 99999999999999999999]", "beyond 64 bits"),
+        ("x=Paris", "not a JSON value"),
+        ("x=NaN", "not a JSON value"),
+        ("x=1e999", "too large"),
+        ("novalue", "KEY=VALUE"),
+    ],
+)
+def test_var_json_refuses_what_it_cannot_store_exactly(invoke, bad, expected):
+    result = invoke("chat", "-s", "s", "hi", "--var-json", bad)
+    assert result.exit_code == 2
+    assert expected in result.stderr
+    assert listed(invoke) == []
 
 
 def test_var_merges_with_existing_variables_and_last_wins(chat, show):
     chat("s", "hi", "--var", "a=1", "--var", "b=1")
     chat("s", "hi", "--var", "b=2", "--var", "b=3")
-    assert show("s")["variables"] == {"a": 1, "b": 3}
+    assert show("s")["variables"] == {"a": "1", "b": "3"}
 
 
 def test_var_is_visible_to_tools_in_the_same_turn(chat):

@@ -206,3 +206,49 @@ def test_completion_protocol_is_silent_when_storage_is_broken(run_foliko):
     assert result.returncode == 0
     assert result.stdout.strip() == b""
     assert b"Traceback" not in result.stderr
+
+
+def _interactive_shell(shell: str, env: dict):
+    pexpect = pytest.importorskip("pexpect")
+    path = need(shell)
+    if shell == "bash":
+        argv = ["--norc", "--noprofile", "-i"]
+        setup = "PS1='RE''ADY> '; source completions/foliko.bash"
+    elif shell == "zsh":
+        argv = ["-f", "-i"]
+        setup = (
+            "PS1='RE''ADY> '; PROMPT=$PS1; autoload -U compinit; "
+            'compinit -u -d "$HOME/.zcd"; source completions/_foliko'
+        )
+    else:
+        argv = ["--no-config", "-i"]
+        setup = "function fish_prompt; echo -n 'RE''ADY> '; end; source completions/foliko.fish"
+    child = pexpect.spawn(
+        path, argv, env=env, cwd=str(ROOT), encoding="utf-8", timeout=20, dimensions=(24, 200)
+    )
+    child.sendline(setup)
+    child.expect_exact("READY> ")
+    return child
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+@pytest.mark.parametrize(
+    ("sid", "typed"), [("with space", "wit"), ("comma,in it", "comm"), ("it's $HOME", "it")]
+)
+def test_an_id_with_spaces_or_quotes_is_completed_as_one_word(shell_env, invoke, shell, sid, typed):
+    """Was: bash inserted `with space` unescaped (two words); fish cut `comma,in it` at
+    the comma."""
+    for name in (sid, "wonder", "custom"):
+        assert invoke("chat", "-s", name, "x", env={"FOLIKO_MODEL": "echo"}).exit_code == 0
+    child = _interactive_shell(shell, shell_env)
+    try:
+        child.send(f"foliko sessions show {typed}\t")
+        child.expect_exact(sid.split()[-1][-2:])
+        # the completed line's words, one per <...>: run printf on them instead of foliko
+        child.sendcontrol("a")
+        child.send("printf '<%s>\\n' ")
+        child.send("\r")
+        child.expect(r"<foliko>\s+<sessions>\s+<show>\s+<([^>]*)>")
+        assert child.match.group(1) == sid
+    finally:
+        child.close(force=True)

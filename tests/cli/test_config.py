@@ -23,12 +23,13 @@ def places(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
     user = tmp_path / "user.toml"
+    user.touch()
     monkeypatch.setenv("FOLIKO_CONFIG", str(user))
     return {"project": project / "foliko.toml", "user": user, "tmp": tmp_path}
 
 
-def shown(invoke, *global_args: str) -> dict[str, tuple]:
-    result = invoke(*global_args, "config", "show", "--json")
+def shown(invoke, *global_args: str, env: dict[str, str] | None = None) -> dict[str, tuple]:
+    result = invoke(*global_args, "config", "show", "--json", env=env)
     assert result.exit_code == 0, result.stderr
     return {row["key"]: (row["value"], row["source"]) for row in orjson.loads(result.stdout)}
 
@@ -46,7 +47,7 @@ def write_toml(path: Path, **values) -> None:
 
 def test_show_lists_every_key_with_defaults(invoke, places, foliko_home):
     rows = shown(invoke)
-    assert list(rows) == list(FIELDS)
+    assert list(rows) == list(FIELDS)  # no [models] or [agents] tables configured
     assert rows["home"] == (str(foliko_home), "env FOLIKO_HOME")
     assert rows["storage"] == ("sqlite", "default")
     assert rows["model"] == (None, "default")
@@ -119,7 +120,7 @@ def test_precedence_key_by_key(invoke, places, monkeypatch, key):
     assert shown(invoke)[key] == (as_shown[1], f"project {places['project']}")
     places["project"].unlink()
     assert shown(invoke)[key] == (as_shown[0], f"user {places['user']}")
-    places["user"].unlink()
+    places["user"].write_text("")
     value, source = shown(invoke)[key]
     assert source == "default"
     if key == "home":
@@ -339,3 +340,86 @@ def test_timeout_setting_bounds_the_wait_for_a_busy_session(invoke, places, foli
         result = invoke("chat", "-s", "s", "again")
     assert result.exit_code == 4
     assert "busy" in result.stderr
+
+
+# FOLIKO_CONFIG, the project file upwards, the tables in config show
+
+
+def test_a_foliko_config_that_does_not_exist_exits_2(invoke, tmp_path):
+    """Was: silently ignored."""
+    missing = tmp_path / "nope" / "config.toml"
+    for command in (["config", "show"], ["sessions", "list"], ["chat", "-s", "s", "hi"]):
+        result = invoke(*command, env={"FOLIKO_CONFIG": str(missing)})
+        assert result.exit_code == 2
+        assert result.stdout == ""
+        assert str(missing) in result.stderr and "FOLIKO_CONFIG" in result.stderr
+    assert not (tmp_path / "home").exists() or invoke("sessions", "list", "-q").stdout == ""
+
+
+def test_the_project_file_is_found_in_a_parent_directory(invoke, places):
+    root = places["project"].parent
+    (root / "foliko.toml").write_text('model = "echo"\n')
+    deep = root / "src" / "pkg"
+    deep.mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(deep)
+        assert shown(invoke)["model"] == ("echo", f"project {root / 'foliko.toml'}")
+        paths = invoke("config", "path").stdout.splitlines()
+    assert paths[1] == str(root / "foliko.toml")
+
+
+def test_the_search_stops_at_the_repository_root(invoke, places):
+    outer = places["project"].parent
+    (outer / "foliko.toml").write_text('model = "echo"\n')
+    repo = outer / "repo"
+    (repo / ".git").mkdir(parents=True)
+    inside = repo / "sub"
+    inside.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(inside)
+        assert shown(invoke)["model"] == (None, "default")
+        (repo / "foliko.toml").write_text('model = "echo"\n')
+        assert shown(invoke)["model"] == ("echo", f"project {repo / 'foliko.toml'}")
+
+
+def test_the_nearest_project_file_wins(invoke, places):
+    root = places["project"].parent
+    (root / "foliko.toml").write_text("max_steps = 3\n")
+    sub = root / "sub"
+    sub.mkdir()
+    (sub / "foliko.toml").write_text("max_steps = 4\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(sub)
+        assert shown(invoke)["max_steps"][0] == 4
+
+
+def test_show_lists_the_model_and_agent_tables_with_secrets_redacted(invoke, places):
+    """Was: [models.*] and [agents.*] were left out."""
+    places["user"].write_text(
+        '[models.fast]\nprovider = "openai"\nmodel = "gpt-x"\napi_key = "sk-secret"\n'
+        'key_env = "MY_KEY"\n'
+    )
+    places["project"].write_text('[agents.helper]\nsystem_prompt = "Be kind."\ntools = ["a"]\n')
+    rows = shown(invoke)
+    user, project = f"user {places['user']}", f"project {places['project']}"
+    assert rows["models.fast.provider"] == ("openai", user)
+    assert rows["models.fast.model"] == ("gpt-x", user)
+    assert rows["models.fast.api_key"] == ("***", user)
+    assert rows["models.fast.key_env"] == ("MY_KEY", user)
+    assert rows["agents.helper.system_prompt"] == ("Be kind.", project)
+    assert rows["agents.helper.tools"] == (["a"], project)
+    table = invoke("config", "show").stdout
+    assert "sk-secret" not in table and "models.fast.api_key\t***" in table
+
+
+def test_a_project_model_entry_overrides_the_user_one_in_show(invoke, places):
+    places["user"].write_text('[models.m]\nmodel = "user-model"\n')
+    places["project"].write_text('[models.m]\nmodel = "project-model"\n')
+    assert shown(invoke)["models.m.model"] == ("project-model", f"project {places['project']}")
+
+
+def test_foliko_home_does_not_move_the_user_config(invoke, places, tmp_path):
+    places["user"].write_text("max_steps = 7\n")
+    other_home = tmp_path / "elsewhere"
+    rows = shown(invoke, env={"FOLIKO_HOME": str(other_home)})
+    assert rows["max_steps"] == (7, f"user {places['user']}")

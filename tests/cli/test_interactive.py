@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from .children import default_sigint
 from .locks import has_open, held
 
 pexpect = pytest.importorskip("pexpect")
@@ -29,7 +31,13 @@ def spawn(foliko_home):
         if model:
             env["FOLIKO_MODEL"] = model
         child = pexpect.spawn(
-            str(FOLIKO), list(args), env=env, encoding="utf-8", echo=False, timeout=WAIT
+            str(FOLIKO),
+            list(args),
+            env=env,
+            encoding="utf-8",
+            echo=False,
+            timeout=WAIT,
+            preexec_fn=default_sigint,
         )
         children.append(child)
         return child
@@ -47,11 +55,19 @@ def finish(child) -> int:
     return child.exitstatus
 
 
+ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def plain(text: str) -> str:
+    """``text`` without terminal control sequences (readline's bracketed-paste toggles)."""
+    return ESCAPE.sub("", text)
+
+
 def turn(child, text: str) -> str:
     """Type a line at the prompt; return what was printed before the next prompt."""
     child.sendline(text)
     child.expect_exact(PROMPT)
-    return child.before
+    return plain(child.before).replace("\r", "").removeprefix("\n")
 
 
 def stored(invoke, session_id: str) -> list[tuple[str, str]]:
@@ -69,13 +85,22 @@ def wait_until(condition, what: str) -> None:
         time.sleep(0.005)
 
 
+# read(2), then the calls readline waits in: select, pselect6, poll, ppoll (x86-64; arm64)
+READ = {"0", "63"}
+WAIT_FOR_INPUT = {"23", "270", "7", "271", "72", "73"}
+
+
 def reading_the_terminal(pid: int) -> bool:
-    """The process sits in read(2) on fd 0 (x86-64/arm64 syscall numbers 0/63)."""
+    """The process waits for terminal input: read(2) on fd 0, or readline's select/poll."""
     try:
         fields = Path(f"/proc/{pid}/syscall").read_text().split()
     except OSError:
         return True  # no /proc/PID/syscall here: the prompt has been printed, go on
-    return len(fields) > 1 and fields[0] in ("0", "63") and int(fields[1], 16) == 0
+    if len(fields) < 2:
+        return False
+    if fields[0] in READ:
+        return int(fields[1], 16) == 0
+    return fields[0] in WAIT_FOR_INPUT
 
 
 def test_two_lines_then_ctrl_d(spawn, invoke):
@@ -165,7 +190,7 @@ def test_a_failing_turn_reports_and_the_loop_goes_on(spawn, invoke):
 def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
     for text in ("old 1", "old 2"):
         assert invoke("chat", "-s", "live", text, env={"FOLIKO_MODEL": "echo"}).exit_code == 0
-    child = spawn("chat", "-s", "live", "--new", "--var", "k=1", "--system", "S")
+    child = spawn("chat", "-s", "live", "--new", "--var-json", "k=1", "--system", "S")
     child.expect_exact(PROMPT)
     turn(child, "one")
     turn(child, "two")

@@ -18,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from .children import default_sigint
 from .locks import has_open, held
 
 BIN = Path(sys.executable).parent
@@ -159,11 +160,11 @@ def test_list_tsv_is_the_default_in_a_pipe_and_parses(env):
 
 
 def test_export_pipes_into_import_on_another_backend(env):
-    foliko("chat", "-s", "e1", "one", "--var", "k=[1]", env=env)
+    foliko("chat", "-s", "e1", "one", "--var-json", "k=[1]", env=env)
     foliko("chat", "-s", "e2", "two", "--system", "S", env=env)
     result = sh("foliko sessions export --all | foliko --storage json sessions import -", env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == b"imported 2, unchanged 0, skipped 0\n"
+    assert result.stderr.endswith(b"foliko: imported 2, unchanged 0, skipped 0\n")
     for sid in ("e1", "e2"):
         sqlite_view = foliko("sessions", "show", sid, "--json", env=env).stdout
         json_view = foliko("--storage", "json", "sessions", "show", sid, "--json", env=env).stdout
@@ -172,7 +173,7 @@ def test_export_pipes_into_import_on_another_backend(env):
         "foliko sessions export --all --format ndjson | foliko --storage memory sessions import -",
         env,
     )
-    assert ndjson.stdout == b"imported 2, unchanged 0, skipped 0\n"
+    assert ndjson.stderr.endswith(b"foliko: imported 2, unchanged 0, skipped 0\n")
 
 
 def test_delete_separates_results_from_errors(env):
@@ -334,6 +335,7 @@ def test_exit_130_sigint_during_a_turn_waiting_for_the_lock(env, foliko_home):
     with held(foliko_home, "int") as lock_file:
         process = subprocess.Popen(
             [str(FOLIKO), "chat", "-s", "int", "interrupted"],
+            preexec_fn=default_sigint,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -358,6 +360,7 @@ def test_exit_130_sigint_during_a_model_call(env, silent_server):
     foliko("chat", "-s", "int", "first", env=env)
     process = subprocess.Popen(
         [str(FOLIKO), "chat", "-s", "int", "hangs", "-m", "ollama:llama3"],
+        preexec_fn=default_sigint,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -378,23 +381,64 @@ def test_exit_130_sigint_during_a_model_call(env, silent_server):
     assert messages(env, "int") == [("user", "first"), ("assistant", "first")]
 
 
-def test_an_inherited_stdin_nobody_writes_to_does_not_hang_a_turn_with_a_message(env):
+def read_line_within(stream, seconds: float) -> bytes:
+    """One line from a child's pipe, or b"" when none arrives in time."""
+    import select
+
+    ready, _, _ = select.select([stream], [], [], seconds)
+    return stream.readline() if ready else b""
+
+
+def test_a_pipe_silent_for_a_while_is_waited_for_and_nothing_is_dropped(env):
+    """Was: a pipe silent for 2 s was dropped and only the argument was stored."""
     process = subprocess.Popen(
-        [str(FOLIKO), "chat", "-s", "quiet", "hello there"],
+        [str(FOLIKO), "chat", "-s", "slow", "summarise"],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        notice = read_line_within(process.stderr, WAIT)
+        assert b"waiting for input on stdin" in notice
+        assert b"-n/--no-stdin" in notice and b"</dev/null" in notice
+        assert process.poll() is None
+        process.stdin.write(b"data\n")
+        process.stdin.close()
+        assert process.wait(timeout=WAIT) == 0, process.stderr.read().decode()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.stdout.close()
+        process.stderr.close()
+    assert messages(env, "slow")[0] == ("user", "summarise\n\ndata\n")
+
+
+def test_no_stdin_leaves_an_open_silent_pipe_unread(env):
+    process = subprocess.Popen(
+        [str(FOLIKO), "chat", "-n", "-s", "quiet", "hello there"],
         env=env,
         stdin=subprocess.PIPE,  # open, never written, never closed
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
     try:
-        assert process.wait(timeout=60) == 0, process.stderr.read().decode()
+        assert process.wait(timeout=WAIT) == 0, process.stderr.read().decode()
         assert process.stdout.read() == b"hello there\n"
+        assert b"waiting" not in process.stderr.read()
     finally:
         if process.poll() is None:
             process.kill()
         process.stdin.close()
         process.stdout.close()
         process.stderr.close()
+
+
+def test_a_slow_producer_in_a_real_pipeline_is_read_whole(env):
+    result = sh("(sleep 3; echo data) | foliko chat -s s summarise", env)
+    assert result.returncode == 0, result.stderr
+    assert b"waiting for input on stdin" in result.stderr
+    assert messages(env, "s")[0] == ("user", "summarise\n\ndata\n")
 
 
 def test_a_closed_stdin_is_no_input(env):

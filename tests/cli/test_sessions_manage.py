@@ -252,7 +252,7 @@ def test_show_text_tail_prints_only_the_last_messages(invoke, four):
 
 
 def test_show_text_lists_variables_and_system_prompt(invoke, chat):
-    chat("s", "hi", "--var", "n=3", "--var", "city=Paris", "--system", "Be brief.")
+    chat("s", "hi", "--var-json", "n=3", "--var", "city=Paris", "--system", "Be brief.")
     out = invoke("sessions", "show", "s").stdout
     assert 'var       city = "Paris"' in out
     assert "var       n = 3" in out
@@ -332,7 +332,7 @@ def test_delete_invalid_id_exits_2_and_deletes_nothing(invoke, chat):
 
 
 def test_rename_moves_everything(invoke, chat, show):
-    chat("old", "hello", "--var", "k=1", "--system", "sys")
+    chat("old", "hello", "--var-json", "k=1", "--system", "sys")
     before = show("old")
     result = invoke("sessions", "rename", "old", "new")
     assert result.exit_code == 0, result.stderr
@@ -391,7 +391,7 @@ def test_renamed_session_continues_with_chat(invoke, chat, show):
 
 
 def test_clear_drops_history_keeps_variables(invoke, chat, show):
-    chat("s", "hi", "--var", "k=v", "--var", "n=2")
+    chat("s", "hi", "--var", "k=v", "--var-json", "n=2")
     result = invoke("sessions", "clear", "s")
     assert result.exit_code == 0
     assert result.stdout == ""
@@ -428,7 +428,7 @@ def test_clear_unknown_exits_2(invoke):
 
 @pytest.fixture
 def pair(chat):
-    chat("b", "bee", "--var", "x=[1,2]")
+    chat("b", "bee", "--var-json", "x=[1,2]")
     chat("a", '/tool set_variable {"key": "k", "value": true}')
 
 
@@ -505,7 +505,7 @@ def test_import_file_restores_sessions(invoke, exported, show):
     invoke("sessions", "delete", "a", "b")
     result = invoke("sessions", "import", str(exported))
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == "imported 2, unchanged 0, skipped 0\n"
+    assert result.stderr.endswith("foliko: imported 2, unchanged 0, skipped 0\n")
     assert {sid: show(sid) for sid in ("a", "b")} == originals
 
 
@@ -513,7 +513,7 @@ def test_import_from_stdin(invoke, exported, show):
     original = show("a")
     invoke("sessions", "delete", "a", "b")
     result = invoke("sessions", "import", "-", input=exported.read_bytes())
-    assert result.stdout == "imported 2, unchanged 0, skipped 0\n"
+    assert result.stderr.endswith("foliko: imported 2, unchanged 0, skipped 0\n")
     assert show("a") == original
 
 
@@ -522,7 +522,7 @@ def test_import_ndjson(invoke, pair, show, tmp_path):
     invoke("sessions", "export", "--all", "--format", "ndjson", "-o", str(path))
     originals = [show("a"), show("b")]
     invoke("sessions", "delete", "a", "b")
-    assert invoke("sessions", "import", str(path)).stdout.startswith("imported 2,")
+    assert invoke("sessions", "import", str(path)).stderr.startswith("foliko: imported 2,")
     assert [show("a"), show("b")] == originals
 
 
@@ -530,16 +530,16 @@ def test_import_a_single_session_object(invoke, pair, show):
     single = invoke("sessions", "show", "a", "--json").stdout
     original = show("a")
     invoke("sessions", "delete", "a")
-    assert invoke("sessions", "import", "-", input=single).stdout.startswith("imported 1,")
+    assert invoke("sessions", "import", "-", input=single).stderr.startswith("foliko: imported 1,")
     assert show("a") == original
 
 
 def test_reimport_is_unchanged(invoke, exported, show):
     before = {sid: show(sid) for sid in ("a", "b")}
     first = invoke("sessions", "import", str(exported))
-    assert first.stdout == "imported 0, unchanged 2, skipped 0\n"
+    assert first.stderr.endswith("foliko: imported 0, unchanged 2, skipped 0\n")
     again = invoke("sessions", "import", str(exported))
-    assert again.stdout == "imported 0, unchanged 2, skipped 0\n"
+    assert again.stderr.endswith("foliko: imported 0, unchanged 2, skipped 0\n")
     assert {sid: show(sid) for sid in ("a", "b")} == before
 
 
@@ -552,14 +552,14 @@ def test_import_conflict_skip_is_the_default(invoke, exported, chat, show):
         assert result.exit_code == 0
         assert "skipped 'a'" in result.stderr
         assert show("a") == changed
-    assert result.stdout == "imported 0, unchanged 1, skipped 1\n"
+    assert result.stderr.endswith("foliko: imported 0, unchanged 1, skipped 1\n")
 
 
 def test_import_conflict_replace(invoke, exported, chat, show):
     original = orjson.loads(exported.read_bytes())[0]
     chat("a", "changed since")
     result = invoke("sessions", "import", str(exported), "--on-conflict", "replace")
-    assert result.stdout == "imported 1, unchanged 1, skipped 0\n"
+    assert result.stderr.endswith("foliko: imported 1, unchanged 1, skipped 0\n")
     assert show("a")["messages"] == original["messages"]
     assert show("a")["variables"] == original["variables"]
 
@@ -620,7 +620,7 @@ def test_import_missing_file_exits_2(invoke, tmp_path):
 def test_import_empty_input_imports_nothing(invoke):
     result = invoke("sessions", "import", "-", input=b"")
     assert result.exit_code == 0
-    assert result.stdout == "imported 0, unchanged 0, skipped 0\n"
+    assert result.stderr.endswith("foliko: imported 0, unchanged 0, skipped 0\n")
 
 
 def test_export_import_round_trip_into_another_backend(invoke, chat, show, tmp_path):
@@ -630,14 +630,14 @@ def test_export_import_round_trip_into_another_backend(invoke, chat, show, tmp_p
     dump = invoke("sessions", "export", "--all")
     assert dump.exit_code == 0
     imported = invoke("--storage", "json", "sessions", "import", "-", input=dump.stdout)
-    assert imported.stdout == "imported 2, unchanged 0, skipped 0\n"
+    assert imported.stderr.endswith("foliko: imported 2, unchanged 0, skipped 0\n")
     assert (tmp_path / "home" / "sessions" / "t.json").exists()
     for sid in ("t", "u"):
         sqlite_view = invoke("sessions", "show", sid, "--json").stdout
         json_view = invoke("--storage", "json", "sessions", "show", sid, "--json").stdout
         assert json_view == sqlite_view
     again = invoke("--storage", "json", "sessions", "import", "-", input=dump.stdout)
-    assert again.stdout == "imported 0, unchanged 2, skipped 0\n"
+    assert again.stderr.endswith("foliko: imported 0, unchanged 2, skipped 0\n")
 
 
 def test_import_the_same_id_twice_with_different_content_is_a_conflict(invoke):
@@ -664,7 +664,7 @@ def test_import_a_document_written_by_the_original_foliko(invoke, show):
         "savedAt": 1_700_000_000_500,
     }
     result = invoke("sessions", "import", "-", input=orjson.dumps(seed))
-    assert result.stdout == "imported 1, unchanged 0, skipped 0\n"
+    assert result.stderr.endswith("foliko: imported 1, unchanged 0, skipped 0\n")
     data = show("seed1")
     assert [(m["role"], m["content"]) for m in data["messages"]] == [
         ("user", "hello"),
@@ -688,7 +688,7 @@ def test_management_on_the_json_backend(invoke, show, foliko_home):
         return orjson.loads(run("sessions", "show", sid, "--json").stdout)
 
     for sid in ("a", "b"):
-        assert run("chat", "-s", sid, f"hello {sid}", "--var", "k=1").exit_code == 0
+        assert run("chat", "-s", sid, f"hello {sid}", "--var-json", "k=1").exit_code == 0
     a, b = shown("a"), shown("b")
     assert_usage_error(run("sessions", "rename", "a", "b"), "already exists")
     assert (shown("a"), shown("b")) == (a, b)
@@ -701,7 +701,7 @@ def test_management_on_the_json_backend(invoke, show, foliko_home):
     dump = run("sessions", "export", "--all").stdout
     result = run("sessions", "delete", "b", "c", "nope")
     assert result.exit_code == 2 and result.stdout == "b\nc\n"
-    assert run("sessions", "import", "-", input=dump).stdout.startswith("imported 2,")
+    assert run("sessions", "import", "-", input=dump).stderr.startswith("foliko: imported 2,")
     assert shown("b") == b
     assert sorted(p.name for p in (foliko_home / "sessions").glob("*.json")) == [
         "b.json",
@@ -833,21 +833,48 @@ def test_prune_needs_a_valid_duration(invoke, aged):
         ("null", None, "null"),
         ("[1,2]", [1, 2], "[1,2]"),
         ('{"a": {"b": 1}}', {"a": {"b": 1}}, '{"a":{"b":1}}'),
-        ("Paris", "Paris", "Paris"),
-        ('"3"', "3", "3"),
-        ("two words", "two words", "two words"),
-        ("", "", ""),
+        ('"3"', "3", '"3"'),
+        ("9223372036854775807", 9223372036854775807, "9223372036854775807"),
     ],
 )
-def test_vars_set_and_get_json_or_text(invoke, chat, show, raw, stored, printed):
+def test_vars_set_json_stores_typed_values(invoke, chat, show, raw, stored, printed):
     chat("v", "hi")
-    result = invoke("sessions", "vars", "v", "set", "k", raw)
+    result = invoke("sessions", "vars", "v", "set", "--json", "k", raw)
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     assert show("v")["variables"] == {"k": stored}
-    got = invoke("sessions", "vars", "v", "get", "k")
+    got = invoke("sessions", "vars", "v", "get", "k", "--json")
     assert got.exit_code == 0
     assert got.stdout == printed + "\n"
+
+
+@pytest.mark.parametrize(
+    "raw", ["3", "1.10", "true", "[1,2]", "123456789012345678901234", "Paris", "two words", ""]
+)
+def test_vars_set_stores_text_exactly(invoke, chat, show, raw):
+    """vars set used to parse JSON: 1.10 became 1.1 and a 24-digit id a float."""
+    chat("v", "hi")
+    assert invoke("sessions", "vars", "v", "set", "k", raw).exit_code == 0
+    assert show("v")["variables"] == {"k": raw}
+    assert invoke("sessions", "vars", "v", "get", "k").stdout == raw + "\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("123456789012345678901234", "beyond 64 bits"), ("Paris", "not a JSON value")],
+)
+def test_vars_set_json_refuses_what_it_cannot_store_exactly(invoke, chat, show, raw, expected):
+    chat("v", "hi")
+    invoke("sessions", "vars", "v", "set", "k", "before")
+    assert_usage_error(invoke("sessions", "vars", "v", "set", "--json", "k", raw), expected)
+    assert show("v")["variables"] == {"k": "before"}
+
+
+def test_vars_take_the_session_as_s_too(invoke, chat, show):
+    chat("v", "hi")
+    assert invoke("sessions", "vars", "-s", "v", "set", "k", "x").exit_code == 0
+    assert invoke("sessions", "vars", "-s", "v", "get", "k").stdout == "x\n"
+    assert invoke("sessions", "vars", "-s", "v").stdout == "key\tvalue\nk\tx\n"
 
 
 def test_vars_set_on_an_unknown_session_exits_2_and_creates_nothing(invoke):
@@ -856,8 +883,8 @@ def test_vars_set_on_an_unknown_session_exits_2_and_creates_nothing(invoke):
 
 
 def test_vars_set_keeps_history_and_other_variables(invoke, chat, show):
-    chat("s", "hi", "--var", "a=1")
-    invoke("sessions", "vars", "s", "set", "b", "2")
+    chat("s", "hi", "--var-json", "a=1")
+    invoke("sessions", "vars", "s", "set", "--json", "b", "2")
     invoke("sessions", "vars", "s", "set", "a", "overwritten")
     data = show("s")
     assert data["variables"] == {"a": "overwritten", "b": 2}
@@ -866,7 +893,7 @@ def test_vars_set_keeps_history_and_other_variables(invoke, chat, show):
 
 def test_vars_list_formats(invoke, chat):
     chat("s", "hi")
-    invoke("sessions", "vars", "s", "set", "b", "[1]")
+    invoke("sessions", "vars", "s", "set", "--json", "b", "[1]")
     invoke("sessions", "vars", "s", "set", "a", "text")
     assert orjson.loads(invoke("sessions", "vars", "s", "list", "--json").stdout) == [
         {"key": "a", "value": "text"},
@@ -887,8 +914,8 @@ def test_vars_list_of_a_session_without_variables(invoke, chat):
 
 def test_vars_unset(invoke, chat, show):
     chat("s", "hi")
-    invoke("sessions", "vars", "s", "set", "a", "1")
-    invoke("sessions", "vars", "s", "set", "b", "2")
+    invoke("sessions", "vars", "s", "set", "--json", "a", "1")
+    invoke("sessions", "vars", "s", "set", "--json", "b", "2")
     result = invoke("sessions", "vars", "s", "unset", "a")
     assert result.exit_code == 0
     assert show("s")["variables"] == {"b": 2}
@@ -896,7 +923,7 @@ def test_vars_unset(invoke, chat, show):
 
 def test_vars_get_or_unset_missing_key_exits_2(invoke, chat, show):
     chat("s", "hi")
-    invoke("sessions", "vars", "s", "set", "a", "1")
+    invoke("sessions", "vars", "s", "set", "--json", "a", "1")
     assert_usage_error(invoke("sessions", "vars", "s", "get", "zz"), "'zz' is not set")
     assert_usage_error(invoke("sessions", "vars", "s", "unset", "zz"), "'zz' is not set")
     assert show("s")["variables"] == {"a": 1}
@@ -937,7 +964,7 @@ def test_vars_wrong_arity_exits_2(invoke, chat, args):
         assert_usage_error(invoke("sessions", "vars"))
         return
     chat("s", "hi")
-    invoke("sessions", "vars", "s", "set", "k", "1")
+    invoke("sessions", "vars", "s", "set", "--json", "k", "1")
     assert_usage_error(invoke("sessions", "vars", "s", *args))
     assert orjson.loads(invoke("sessions", "show", "s", "--json").stdout)["variables"] == {"k": 1}
 
@@ -956,7 +983,7 @@ def test_vars_are_seen_by_the_model_tools(invoke, chat):
 @pytest.fixture
 def json_sessions(invoke):
     for sid, text in (("j1", "one"), ("j2", "two")):
-        result = invoke("--storage", "json", "chat", "-s", sid, text, "--var", "k=1")
+        result = invoke("--storage", "json", "chat", "-s", sid, text, "--var-json", "k=1")
         assert result.exit_code == 0
 
 
@@ -1064,3 +1091,12 @@ def test_info(invoke, chat, foliko_home):
     assert text.splitlines()[0].split() == ["backend", "sqlite"]
     json_info = orjson.loads(invoke("--storage", "json", "storage", "info", "--json").stdout)
     assert json_info["backend"] == "json" and json_info["sessions"] == 0
+
+
+def test_migrate_names_a_corrupt_session_once(invoke, corrupt):
+    """Was: "session 'bad': session 'bad' is corrupt ..."."""
+    result = invoke("storage", "migrate", "json", "sqlite")
+    assert result.exit_code == 3
+    [line] = [line for line in result.stderr.splitlines() if "'bad'" in line]
+    assert line.count("'bad'") == 1, line
+    assert line.startswith("foliko: error: session 'bad' is corrupt")

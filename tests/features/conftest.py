@@ -106,6 +106,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, importable: None) -
     site = tmp_path / "site"
     site.mkdir()
     monkeypatch.chdir(root)
+    (user_dir / "config.toml").touch()
     monkeypatch.setenv("FOLIKO_CONFIG", str(user_dir / "config.toml"))
     monkeypatch.setenv("FOLIKO_MODEL", "echo")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))

@@ -338,3 +338,37 @@ def test_a_broken_tool_module_exits_2_with_one_line(project, run_foliko, module)
     assert result.returncode == 2, lines
     assert len(lines) == 1, lines
     assert f"{module}:f" in lines[0]
+
+
+NOT_TOOLS = {
+    "a_class": ("class Tool:\n    def __init__(self, text: str):\n        self.text = text\n",
+                "is a class"),
+    "star_args": ("def f(*args):\n    return args\n", "takes *args"),
+    "star_args_after": ("def f(text: str, *rest: str):\n    return text\n", "takes *args"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("module", sorted(NOT_TOOLS))
+@pytest.mark.parametrize("command", [["chat", "-s", "s1", "hi"], ["tools", "list"]])
+def test_a_class_or_a_star_args_function_is_refused_as_a_tool(project, invoke, module, command):
+    """Was: both were accepted, and failed (or got no arguments) when the model called them."""
+    text, reason = NOT_TOOLS[module]
+    (project.site / f"{module}.py").write_text(text)
+    attribute = "Tool" if module == "a_class" else "f"
+    project.write_config(f'tools = ["{module}:{attribute}"]\n')
+    result = invoke(*command)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    [line] = stderr_lines(result)
+    assert f"{module}:{attribute}" in line and reason in line
+    assert invoke("sessions", "show", "s1").exit_code == 2
+
+
+def test_a_keyword_only_function_is_still_a_tool(project, invoke):
+    (project.site / "kwonly.py").write_text(
+        "def f(*, text: str, **extra) -> str:\n    return text\n"
+    )
+    project.write_config('tools = ["kwonly:f"]\n')
+    result = invoke("tools", "list", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert "f" in result.stdout.split()

@@ -231,3 +231,25 @@ def test_a_bad_allowed_tools_is_reported_at_its_own_line(project, invoke):
     )
     result = invoke("skills", "list", "--json")
     assert f"{bad}:4: " in result.stderr
+
+
+def test_two_skills_with_one_name_in_one_directory_keep_the_first_and_say_so(project, invoke):
+    """Was: the later folder silently shadowed the earlier one."""
+    first = project.skill("greet", "The first", "FIRST BODY", folder="a-greet")
+    second = project.skill("greet", "The second", "SECOND BODY", folder="b-greet")
+    result = invoke("skills", "list", "--json")
+    assert result.exit_code == 0
+    [row] = orjson.loads(result.stdout)
+    assert row["path"] == str(first)
+    [line] = stderr_lines(result)
+    assert f"{second}:2:" in line
+    assert f"already used by {first}, which is kept" in line
+
+
+def test_a_project_skill_overriding_a_user_skill_is_reported(project, invoke):
+    mine = project.skill("greet", "Mine", where="user")
+    here = project.skill("greet", "Here")
+    result = invoke("skills", "list", "--json")
+    assert [row["path"] for row in orjson.loads(result.stdout)] == [str(here)]
+    [line] = stderr_lines(result)
+    assert f"{mine}:2:" in line and f"overridden by {here}" in line

@@ -196,7 +196,7 @@ def test_tool_step_arguments_keep_their_types(project, invoke, show):
         ]
     }
     path = project.write("types.json", json.dumps(steps))
-    result = run(invoke, path, "w1", "--var", "w=hey", "--var", "n=2", "--json")
+    result = run(invoke, path, "w1", "--var", "w=hey", "--var-json", "n=2", "--json")
     assert result.exit_code == 0, result.stderr
     assert orjson.loads(result.stdout)["outputs"] == {"loud": "HEY!HEY!", "keep": "N=2!"}
 
@@ -204,7 +204,7 @@ def test_tool_step_arguments_keep_their_types(project, invoke, show):
 def test_a_prompt_step_can_call_a_tool_through_the_model(project, invoke, show):
     steps = {"steps": [{"name": "call", "prompt": '/tool get_variable {"key": "x"}'}]}
     path = project.write("call.json", json.dumps(steps))
-    result = run(invoke, path, "w1", "--var", "x=7")
+    result = run(invoke, path, "w1", "--var-json", "x=7")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == 'get_variable returned: {"key":"x","value":7,"exists":true}\n'
     assert roles(show, "w1") == ["user", "assistant", "tool", "assistant"]
@@ -222,7 +222,7 @@ def test_render_unit():
 
 
 def test_a_failing_tool_step_stops_names_the_step_and_resume_continues(flow, invoke, show):
-    failed = run(invoke, flow, "w1", "--var", "user=Ada", "--var", "ok=false")
+    failed = run(invoke, flow, "w1", "--var", "user=Ada", "--var-json", "ok=false")
     assert failed.exit_code != 0
     assert failed.exit_code != 2  # the file is fine; the tool failed
     assert failed.stdout == DRAFT + "\n"  # the step before it did run
@@ -242,7 +242,7 @@ def test_a_failing_tool_step_stops_names_the_step_and_resume_continues(flow, inv
     assert "checked" not in variables and "summary" not in variables
     assert roles(show, "w1") == ["user", "assistant"]
 
-    resumed = run(invoke, flow, "w1", "--resume", "--var", "ok=true", "--json")
+    resumed = run(invoke, flow, "w1", "--resume", "--var-json", "ok=true", "--json")
     assert resumed.exit_code == 0, resumed.stderr
     summary = orjson.loads(resumed.stdout)
     assert summary["skipped"] == ["ask"]
@@ -264,10 +264,10 @@ def test_resume_twice_after_two_failures(project, invoke, show):
     path = write_workflow(
         project, "json", {**THREE_STEPS, "steps": [*THREE_STEPS["steps"][:2], finish]}
     )
-    first = run(invoke, path, "w1", "--var", "ok=false", "--var", "user=Ada")
+    first = run(invoke, path, "w1", "--var-json", "ok=false", "--var", "user=Ada")
     assert first.exit_code != 0
     assert "(2 of 3)" in first.stderr
-    second = run(invoke, path, "w1", "--resume", "--var", "ok=true")
+    second = run(invoke, path, "w1", "--resume", "--var-json", "ok=true")
     assert second.exit_code == 2  # a missing variable is bad input
     assert "'finish'" in second.stderr
     assert "(3 of 3)" in second.stderr
@@ -299,8 +299,8 @@ def test_a_missing_variable_in_the_first_step_records_nothing_done(project, invo
 
 
 def test_a_run_without_resume_starts_over(flow, invoke, show):
-    assert run(invoke, flow, "w1", "--var", "ok=false", "--var", "user=Ada").exit_code != 0
-    again = run(invoke, flow, "w1", "--var", "ok=true", "--json")
+    assert run(invoke, flow, "w1", "--var-json", "ok=false", "--var", "user=Ada").exit_code != 0
+    again = run(invoke, flow, "w1", "--var-json", "ok=true", "--json")
     assert again.exit_code == 0, again.stderr
     assert orjson.loads(again.stdout)["ran"] == ["ask", "check", "finish"]
     assert roles(show, "w1") == ["user", "assistant"] * 2
@@ -335,10 +335,10 @@ def test_resume_after_a_finished_run_exits_2(flow, invoke, show):
 
 
 def test_resume_after_the_steps_changed_exits_2(flow, invoke, show):
-    assert run(invoke, flow, "w1", "--var", "ok=false", "--var", "user=Ada").exit_code != 0
+    assert run(invoke, flow, "w1", "--var-json", "ok=false", "--var", "user=Ada").exit_code != 0
     before = show("w1")
     flow.write_text(TOML.replace('name = "finish"', 'name = "finish-renamed"'))
-    result = run(invoke, flow, "w1", "--resume", "--var", "ok=true")
+    result = run(invoke, flow, "w1", "--resume", "--var-json", "ok=true")
     assert result.exit_code == 2
     assert "changed" in result.stderr
     after = show("w1")
@@ -347,9 +347,9 @@ def test_resume_after_the_steps_changed_exits_2(flow, invoke, show):
 
 
 def test_changing_only_the_vars_still_resumes(flow, invoke, show):
-    assert run(invoke, flow, "w1", "--var", "ok=false", "--var", "user=Ada").exit_code != 0
+    assert run(invoke, flow, "w1", "--var-json", "ok=false", "--var", "user=Ada").exit_code != 0
     flow.write_text(TOML.replace('topic = "tides"', 'topic = "waves"'))
-    result = run(invoke, flow, "w1", "--resume", "--var", "ok=true")
+    result = run(invoke, flow, "w1", "--resume", "--var-json", "ok=true")
     assert result.exit_code == 0, result.stderr
     assert show("w1")["variables"]["draft"] == DRAFT  # the done step is not redone
 
@@ -363,10 +363,10 @@ def test_an_interrupted_run_can_be_resumed(project, invoke, show):
         ]
     }
     path = project.write("stop.json", json.dumps(steps))
-    interrupted = run(invoke, path, "w1", "--var", "stop=true")
+    interrupted = run(invoke, path, "w1", "--var-json", "stop=true")
     assert interrupted.exit_code == 130
     assert state(show, "w1")["done"] == ["ask"]
-    resumed = run(invoke, path, "w1", "--resume", "--var", "stop=false")
+    resumed = run(invoke, path, "w1", "--resume", "--var-json", "stop=false")
     assert resumed.exit_code == 0, resumed.stderr
     assert roles(show, "w1") == ["user", "assistant"]
 
@@ -374,7 +374,16 @@ def test_an_interrupted_run_can_be_resumed(project, invoke, show):
 def test_the_workflow_in_real_processes(flow, project, run_foliko):
     env = {"PYTHONPATH": project.pythonpath}
     failed = run_foliko(
-        "workflow", "run", str(flow), "-s", "p1", "--var", "ok=false", "--var", "user=Ada", env=env
+        "workflow",
+        "run",
+        str(flow),
+        "-s",
+        "p1",
+        "--var-json",
+        "ok=false",
+        "--var",
+        "user=Ada",
+        env=env,
     )
     assert failed.returncode not in (0, 2), failed.stderr
     assert b"'check' (2 of 3)" in failed.stderr
@@ -385,7 +394,7 @@ def test_the_workflow_in_real_processes(flow, project, run_foliko):
         "-s",
         "p1",
         "--resume",
-        "--var",
+        "--var-json",
         "ok=true",
         "--json",
         env=env,
@@ -401,11 +410,79 @@ def test_the_workflow_in_real_processes(flow, project, run_foliko):
 
 @pytest.mark.parametrize("fmt", ["toml", "yaml", "json"])
 def test_validate_ok(project, invoke, fmt):
+    project.write_config('tools = ["plugin_pkg.tools:fail_unless"]\n')
     path = write_workflow(project, fmt)
-    result = invoke("workflow", "validate", str(path))
+    result = invoke("workflow", "validate", str(path), "--var", "user=Ada")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == f"{path}: ok, 3 steps\n"
     assert invoke("sessions", "list", "--json").stdout.strip() in ("", "[]")
+
+
+def test_validate_says_one_step(project, invoke):
+    path = project.write("one.json", '{"steps": [{"prompt": "hi"}]}')
+    result = invoke("workflow", "validate", str(path))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == f"{path}: ok, 1 step\n"
+
+
+def test_validate_reports_unknown_tools_and_unset_variables(project, invoke):
+    """Was: both passed validation and failed only when the step ran."""
+    path = write_workflow(project, "toml")
+    result = invoke("workflow", "validate", str(path))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert stderr_lines(result) == [
+        f"foliko: error: {path}: step 1 ('ask'): the variable 'user' is not set by then; "
+        "set it with --var user=..., in vars, or with an earlier step's save_as",
+        f"foliko: error: {path}: step 2 ('check'): unknown tool 'fail_unless'; "
+        "known: get_session_info, get_variable, set_variable",
+        f"foliko: error: {path}: step 3 ('finish'): the variable 'user' is not set by then; "
+        "set it with --var user=..., in vars, or with an earlier step's save_as",
+    ]
+
+
+def test_validate_counts_variables_set_by_earlier_steps(project, invoke):
+    steps = {
+        "steps": [
+            {"name": "s", "set": {"a": 1}},
+            {"name": "t", "tool": "get_variable", "args": {"key": "{{a}}"}, "save_as": "b"},
+            {"name": "p", "prompt": "{{a}} {{b}} {{later}}"},
+            {"name": "q", "set": {"later": 2}},
+        ]
+    }
+    path = project.write("order.json", orjson.dumps(steps).decode())
+    result = invoke("workflow", "validate", str(path))
+    assert result.exit_code == 2
+    assert stderr_lines(result) == [
+        f"foliko: error: {path}: step 3 ('p'): the variable 'later' is not set by then; "
+        "set it with --var later=..., in vars, or with an earlier step's save_as",
+    ]
+
+
+def test_a_step_without_a_name_is_named_by_its_position(project, invoke, show):
+    path = project.write("anon.json", '{"steps": [{"prompt": "one"}, {"prompt": "two"}]}')
+    result = invoke("workflow", "run", str(path), "-s", "w1", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert orjson.loads(result.stdout)["ran"] == ["step 1", "step 2"]
+
+
+def test_a_failed_tool_step_names_the_error_once(project, invoke):
+    path = project.write("nope.json", '{"steps": [{"name": "t", "tool": "nosuch"}]}')
+    result = invoke("workflow", "run", str(path), "-s", "w1")
+    assert result.exit_code == 1
+    [line] = stderr_lines(result)
+    assert "failed: unknown tool 'nosuch'" in line
+    assert "error: error:" not in line and "failed: error:" not in line
+
+
+def test_run_takes_a_model_and_a_timeout(project, invoke):
+    path = project.write("m.json", '{"steps": [{"name": "p", "prompt": "hi"}]}')
+    bad = invoke("workflow", "run", str(path), "-s", "w1", "-m", "nosuch:model")
+    assert bad.exit_code == 2 and "unknown model" in bad.stderr
+    refused = invoke("workflow", "run", str(path), "-s", "w1", "--timeout", "nan")
+    assert refused.exit_code == 2 and "--timeout" in refused.stderr
+    ok = invoke("workflow", "run", str(path), "-s", "w1", "-m", "echo", "--timeout", "5")
+    assert ok.exit_code == 0, ok.stderr
 
 
 BAD_WORKFLOW = """
@@ -466,10 +543,9 @@ def test_validate_lists_every_problem_and_exits_2(project, invoke):
         "step 5 ('extra'): unknown key 'colour'",
         "step 6 ('targs'): 'args' is a table, for tool steps only",
         "step 7 ('pargs'): 'args' is a table, for tool steps only",
-        "step 8: needs a 'name'",
         "step 9 ('notext'): 'prompt' must be text",
     ]
-    assert problems == [f"{path}: {problem}" for problem in expected]
+    assert problems == [f"foliko: error: {path}: {problem}" for problem in expected]
 
 
 def test_run_refuses_an_invalid_workflow_and_points_at_validate(project, invoke, show):
@@ -479,7 +555,7 @@ def test_run_refuses_an_invalid_workflow_and_points_at_validate(project, invoke,
     lines = stderr_lines(result)
     assert len(lines) == 1
     assert "unknown key 'title'" in lines[0]
-    assert "8 more" in lines[0]
+    assert "7 more" in lines[0]
     assert "workflow validate" in lines[0]
     assert invoke("sessions", "show", "w1").exit_code == 2  # nothing ran
 

@@ -23,13 +23,13 @@ _PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy")
 
 @pytest.fixture(autouse=True)
 def clean_provider_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No keys, base URLs or proxies from outside; no user config file."""
+    """No keys, base URLs or proxies from outside (tests/conftest.py gives an empty user
+    config)."""
     for name in _PROVIDER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     for name in _PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.upper(), raising=False)
-    monkeypatch.setenv("FOLIKO_CONFIG", str(tmp_path / "no-user-config.toml"))
 
 
 @pytest.fixture

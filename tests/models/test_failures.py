@@ -327,6 +327,7 @@ def test_ctrl_c_aborts_the_request_exits_130_and_saves_nothing(
     fake_server.queue(Reply(events=openai_stream_events(["x"]), stall=stall))
     process = subprocess.Popen(
         [foliko_executable(), "chat", "-s", "kept", "hi"],
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # even under nohup
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -1,0 +1,129 @@
+"""The interactive loop of ``foliko chat -s ID`` on a terminal.
+
+Lines are edited with readline, which keeps a history file (mode 0600) and
+takes a bracketed paste as one input, so a pasted multi-line text is one
+message. ``/multi`` (ended by ``/end``) or a ``\"\"\"`` block enter several
+lines by hand. Every turn is saved when it finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import click
+
+from foliko_cli.cli.output import note, paint
+from foliko_cli.errors import FolikoError, Interrupted
+
+PROMPT = "> "
+MORE = "... "
+HISTORY_LENGTH = 1000
+BLOCK = '"""'
+HELP = """commands:
+  /help           this list
+  /exit           end the session (as Ctrl-D does)
+  /multi          type several lines; a line /end sends them
+  \"\"\"             on its own line: the same, ended by another \"\"\"
+Ctrl-C cancels a running turn (nothing is saved); Ctrl-D at the prompt ends."""
+
+
+def _load_readline(history: Path):
+    """readline with the history file loaded, or None where readline is missing."""
+    try:
+        import readline
+    except ImportError:
+        return None
+    readline.set_history_length(HISTORY_LENGTH)
+    readline.parse_and_bind("set enable-bracketed-paste on")
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+    return readline
+
+
+def _save_history(readline, history: Path) -> None:
+    if readline is None:
+        return
+    try:
+        history.parent.mkdir(parents=True, exist_ok=True)
+        descriptor = os.open(history, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(descriptor)
+        os.chmod(history, 0o600)
+        readline.write_history_file(history)
+    except OSError as exc:
+        note(f"cannot save the line history to {history} ({exc.strerror}); it is kept in memory")
+
+
+def read_block(end: str) -> str | None:
+    """Lines up to one that is exactly ``end``; None when input ends first."""
+    lines = []
+    while True:
+        try:
+            line = input(MORE)
+        except EOFError:
+            return None
+        if line.strip() == end:
+            return "\n".join(lines)
+        lines.append(line)
+
+
+def next_message(readline, history: Path) -> str | None:
+    """The next message typed (or pasted); None to end the loop.
+
+    Commands are handled here; a blank line asks again.
+    """
+    while True:
+        line = input(PROMPT)
+        if readline is not None and line.strip():
+            _save_history(readline, history)
+        command = line.strip()
+        if command in ("/exit", "/quit"):
+            return None
+        if command == "/help":
+            click.echo(HELP, err=True)
+            continue
+        if command in ("/multi", BLOCK):
+            text = read_block("/end" if command == "/multi" else BLOCK)
+            if text is None:
+                return None
+            if text.strip():
+                return text
+            continue
+        if command.startswith("/") and " " not in command and "\n" not in command:
+            note(f"unknown command {command}; /help lists them")
+            continue
+        if command:
+            return line
+
+
+def interactive(facade, session_id: str, options: dict, *, history: Path) -> None:
+    """Read a message, run a turn, print the reply, until /exit or end of input."""
+    from foliko_cli.cli.reply import ReplyWriter
+
+    readline = _load_readline(history)
+    note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
+    while True:
+        try:
+            text = next_message(readline, history)
+        except EOFError:
+            click.echo(err=True)
+            return
+        except KeyboardInterrupt:
+            click.echo(err=True)
+            continue
+        if text is None:
+            return
+        writer = ReplyWriter()
+        try:
+            facade.chat(session_id, text, on_event=writer.on_event, **options)
+            writer.end_line()
+        except (KeyboardInterrupt, Interrupted):
+            writer.end_line()
+            note("turn cancelled; nothing saved")
+            continue
+        except FolikoError as exc:
+            writer.end_line()
+            note(f"{paint('error:', 'red', err=True)} {exc}")
+            continue
+        options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}
