@@ -103,3 +103,15 @@ class AgentNotFoundError(UsageError):
         super().__init__(
             f"agent {agent_id!r} not found; create it with get_or_create_agent_context"
         )
+
+
+class ContextOverflowError(ModelError):
+    """The prompt does not fit the model's context window; ``window`` when the server said."""
+
+    def __init__(self, message: str, window: int | None = None):
+        self.window = window
+        super().__init__(message)
+
+
+class InvalidReplyError(ModelError):
+    """The reply does not follow the JSON Schema the turn asked for."""

@@ -132,7 +132,13 @@ class Foliko:
     def close(self) -> None:
         self._read(self.storage.close)
         if self._runner is not None:
+            self._run(self.close_models())
             self._runner.close()
+
+    async def close_models(self) -> None:
+        """Close every model provider's connections (``aclose``)."""
+        for handler in self._handlers.values():
+            await handler.model.aclose()
 
     @property
     def framework(self) -> Framework:
@@ -284,12 +290,18 @@ class Foliko:
         variables: dict[str, Any] | None = None,
         system: str | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> TurnResult:
         """One turn; ``new`` starts the session over, ``fork_from`` copies another first.
 
         ``on_event`` receives the stream's ``delta``, ``tool_call`` and
-        ``tool_result`` events as they happen.
+        ``tool_result`` events as they happen. ``options`` are model options
+        (``temperature``, ``max_tokens``, ...) over the model's configured ones;
+        ``schema`` is a JSON Schema the reply must follow.
         """
+        from foliko_cli.chat import TurnOptions
+
         check_session_id(session_id)
         check_message_text(message)
         handler = self.handler(model, agent)
@@ -297,15 +309,24 @@ class Foliko:
             session_id, new=new, fork_from=fork_from, variables=variables, system=system
         )
         request = self._request(timeout)
+        turn_options = TurnOptions(options or {}, schema)
 
         async def turn() -> TurnResult:
             if on_event is None:
                 return await handler.chat(
-                    message, session_id=session_id, request=request, setup=setup
+                    message,
+                    session_id=session_id,
+                    request=request,
+                    setup=setup,
+                    options=turn_options,
                 )
             result = None
             async for event in handler.chat_stream(
-                message, session_id=session_id, request=request, setup=setup
+                message,
+                session_id=session_id,
+                request=request,
+                setup=setup,
+                options=turn_options,
             ):
                 if event["type"] == "done":
                     result = event["result"]
@@ -329,10 +350,13 @@ class Foliko:
         fork_from: str | None = None,
         variables: dict[str, Any] | None = None,
         system: str | None = None,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Exactly what the model would be sent for this turn; nothing is called or saved."""
         check_session_id(session_id)
         check_message_text(message)
+        from foliko_cli.chat import TurnOptions
         from foliko_cli.dryrun import CaptureModel, RequestCaptured
         from foliko_cli.models import resolve_model
 
@@ -343,14 +367,26 @@ class Foliko:
         )
         request = self._request(None)
         try:
-            self._run(handler.chat(message, session_id=session_id, request=request, setup=setup))
+            self._run(
+                handler.chat(
+                    message,
+                    session_id=session_id,
+                    request=request,
+                    setup=setup,
+                    options=TurnOptions(options or {}, schema),
+                )
+            )
         except RequestCaptured as captured:
-            return {
+            shown = {
                 "model": target.name,
                 "system": captured.request.system,
                 "messages": captured.request.messages,
                 "tools": captured.request.tools,
+                "options": dict(captured.request.options),
             }
+            if captured.request.schema is not None:
+                shown["schema"] = captured.request.schema
+            return shown
         finally:
             self.framework.context_manager.release_request_context(request.request_id)
         raise AssertionError("the capture model was not called")

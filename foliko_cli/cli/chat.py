@@ -8,10 +8,27 @@ import click
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_json, note
-from foliko_cli.cli.params import complete_session_ids, session_option, var_option
+from foliko_cli.cli.params import KeyValue, complete_session_ids, session_option, var_option
 from foliko_cli.errors import FolikoError, UsageError
 
 STDIN_GRACE = 2.0
+
+
+class ModelOption(KeyValue):
+    """``-o KEY=VALUE``: VALUE as JSON when it parses (0.2, true, ["END"]), else text."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        key, sep, _ = str(value).partition("=")
+        if not sep or not key.strip():
+            self.fail(f"{value!r} is not KEY=VALUE; write e.g. -o temperature=0.2", param, ctx)
+        key, parsed = super().convert(value, param, ctx)
+        if key == "max_tokens" and (
+            not isinstance(parsed, int) or isinstance(parsed, bool) or parsed < 1
+        ):
+            self.fail(f"max_tokens must be a positive whole number, not {parsed!r}", param, ctx)
+        return key, parsed
 
 
 def stdin_is_terminal() -> bool:
@@ -109,6 +126,29 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
     help="Write the reply as it arrives (default: on a terminal).",
 )
 @click.option(
+    "-o",
+    "--option",
+    "model_options",
+    type=ModelOption(),
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A model option for this turn: temperature, top_p, seed, max_tokens, stop... "
+    "(repeatable; VALUE is JSON or text).",
+)
+@click.option(
+    "--schema",
+    metavar="FILE|JSON",
+    help="A JSON Schema the reply must follow (structured output); the reply is "
+    "printed whole once it is checked, and an invalid one fails the turn.",
+)
+@click.option(
+    "-u",
+    "--usage",
+    "show_usage",
+    is_flag=True,
+    help="Print the turn's tokens and time (and cost, with prices) on stderr.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Print what would be sent to the model as JSON; call nothing, save nothing.",
@@ -127,6 +167,9 @@ def chat(
     timeout: float | None,
     as_json: bool,
     stream: bool | None,
+    model_options: tuple[tuple[str, object], ...],
+    schema: str | None,
+    show_usage: bool,
     dry_run: bool,
 ) -> None:
     """Run one chat turn in session ID and print the reply.
@@ -143,6 +186,11 @@ def chat(
       git diff | foliko chat -s review "Summarise this change"
       foliko chat -s s2 --from s1 "try another way"
     """
+    reply_schema = None
+    if schema is not None:
+        from foliko_cli.models.schema import load_schema
+
+        reply_schema = load_schema(schema)
     text = compose_message(message, read_stdin(optional=message is not None))
     facade = open_facade(ctx, model=model, timeout=timeout)
     options = {
@@ -152,6 +200,8 @@ def chat(
         "variables": dict(variables),
         "system": system,
         "agent": agent,
+        "options": dict(model_options),
+        "schema": reply_schema,
     }
     if text is None:
         if not stdin_is_terminal():
@@ -165,8 +215,8 @@ def chat(
     if dry_run:
         emit_json(facade.dry_run(session_id, text, **options), pretty=True)
         return
-    if stream is None:
-        stream = sys.stdout.isatty() and not as_json
+    if stream is None or reply_schema is not None:
+        stream = sys.stdout.isatty() and not as_json and reply_schema is None
     if not stream:
         result = facade.chat(session_id, text, **options)
         emit_json(result.to_dict()) if as_json else click.echo(result.message)
@@ -174,8 +224,20 @@ def chat(
         result = facade.chat(session_id, text, on_event=emit_json, **options)
         emit_json({"type": "done", "result": result.to_dict()})
     else:
-        facade.chat(session_id, text, on_event=write_delta, **options)
+        result = facade.chat(session_id, text, on_event=write_delta, **options)
         click.echo()
+    if show_usage:
+        click.echo(usage_line(result), err=True)
+
+
+def usage_line(result) -> str:
+    """``N input, M output tokens, T s`` (and the cost when the model has prices)."""
+    usage = result.usage
+    line = (
+        f"{usage.get('input_tokens', 0):,} input, {usage.get('output_tokens', 0):,} output "
+        f"tokens, {result.duration_ms / 1000:.1f} s"
+    )
+    return f"{line}, ${result.cost:.6f}" if result.cost is not None else line
 
 
 def write_delta(event: dict) -> None:
