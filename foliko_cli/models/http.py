@@ -265,6 +265,11 @@ class HttpModelClient:
         response.raise_for_status()
         return orjson.loads(response.content)
 
+    @staticmethod
+    def status_errors() -> tuple[type[Exception], ...]:
+        """What ``get_json`` raises for an error status or a body that is not JSON."""
+        return (httpx2.HTTPStatusError, orjson.JSONDecodeError)
+
     async def events(
         self, path: str, body: dict[str, Any], deadline: float
     ) -> AsyncIterator[tuple[str, Any]]:
