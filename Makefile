@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint format bench completions clean
+.PHONY: demo test e2e lint format bench completions clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -30,6 +30,10 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/pytest
+
+# The real-server tier alone: the CLI against llama-server with a small model.
+e2e: $(VENV)/.installed-dev
+	$(BIN)/pytest -m e2e tests/e2e
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .
