@@ -261,8 +261,11 @@ def interactive(facade, session_id: str, options: dict) -> None:
         if not line.strip():
             continue
         try:
-            facade.chat(session_id, line, on_event=write_delta, **options)
-            click.echo()
+            if options.get("schema") is None:
+                facade.chat(session_id, line, on_event=write_delta, **options)
+                click.echo()
+            else:
+                click.echo(facade.chat(session_id, line, **options).message)
         except KeyboardInterrupt:
             click.echo()
             note("turn cancelled; nothing saved")
