@@ -420,6 +420,8 @@ class AgentChatHandler:
             called = time.monotonic()
             response = await self._call_within_window(session, specs, request, turn, events)
             if turn.schema is not None and not response.tool_calls:
+                from foliko_cli.models.schema import check_reply
+
                 check_reply(response.text, turn.schema, self.model.name)
             for key, value in response.usage.items():
                 usage[key] = usage.get(key, 0) + value
@@ -500,32 +502,6 @@ class AgentChatHandler:
         if response is None:
             raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
         return response
-
-
-def check_reply(text: str, schema: Mapping[str, Any], model: str) -> None:
-    """Raise InvalidReplyError unless ``text`` is JSON that follows ``schema``."""
-    import orjson
-
-    from foliko_cli.errors import InvalidReplyError
-
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise InvalidReplyError(
-            f"{model} replied with text that is not JSON ({text[:60]!r}), not what the "
-            "schema asks for; nothing was saved: try again or simplify the schema"
-        ) from None
-    import jsonschema
-
-    error = jsonschema.exceptions.best_match(
-        jsonschema.Draft202012Validator(schema).iter_errors(value)
-    )
-    if error is not None:
-        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
-        raise InvalidReplyError(
-            f"{model}'s reply does not follow the schema (at {where}: {error.message}); "
-            "nothing was saved: try again or simplify the schema"
-        )
 
 
 async def _emit(events: asyncio.Queue | None, event: dict[str, Any]) -> None:

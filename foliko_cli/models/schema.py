@@ -1,13 +1,15 @@
-"""Structured output: the JSON Schema a reply must follow, read from text or a file."""
+"""Structured output: the JSON Schema a reply must follow, read from text or a file,
+and the check of a reply against it (jsonschema is imported only then)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import InvalidReplyError, UsageError
 
 
 def load_schema(source: str) -> dict[str, Any]:
@@ -36,3 +38,24 @@ def load_schema(source: str) -> dict[str, Any]:
     except jsonschema.SchemaError as exc:
         raise UsageError(f"{where} is not a valid JSON Schema ({exc.message}); fix it") from None
     return schema
+
+
+def check_reply(text: str, schema: Mapping[str, Any], model: str) -> None:
+    """Raise InvalidReplyError unless ``text`` is JSON that follows ``schema``."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise InvalidReplyError(
+            f"{model} replied with text that is not JSON ({text[:60]!r}), not what the "
+            "schema asks for; nothing was saved: try again or simplify the schema"
+        ) from None
+    import jsonschema
+
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        raise InvalidReplyError(
+            f"{model}'s reply does not follow the schema (at {where}: {error.message}); "
+            "nothing was saved: try again or simplify the schema"
+        )
