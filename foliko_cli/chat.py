@@ -369,6 +369,8 @@ class AgentChatHandler:
         except ContextOverflowError as exc:
             sent = self.compressor.tokens(model_request.system, model_request.messages)
             window = exc.window or int(sent * 0.75)
+            if exc.window:
+                self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
             await self._compress(session, request, force=True)
             model_request = self.model_request(session, specs, request, turn)

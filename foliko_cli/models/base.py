@@ -81,6 +81,10 @@ class ModelProvider(ABC):
         """The window the server reports for this model, or None; never raises."""
         return None
 
+    def remember_context_window(self, window: int, cache_dir: Any = None) -> None:
+        """Keep a window the server named when it refused a prompt, for later processes."""
+        return None
+
     async def aclose(self) -> None:
         """Release connections; the provider may still be used afterwards."""
         return None

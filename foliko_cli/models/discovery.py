@@ -100,6 +100,11 @@ async def _ask_ollama(client: Any, model: str) -> int | None:
     return None
 
 
+def remember_window(client: Any, model: str, window: int, cache_dir: Path | None) -> None:
+    """Cache a window learned another way (a server's refusal names it)."""
+    write_cached(cache_dir, f"{client.base_url} {model}", window)
+
+
 async def discover_window(client: Any, model: str, kind: str, cache_dir: Path | None) -> int | None:
     """The window the server behind ``client`` reports for ``model`` (``kind``:
     ``openai`` for OpenAI-compatible servers, ``ollama``), or None."""

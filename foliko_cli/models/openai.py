@@ -135,6 +135,12 @@ class OpenAIChatModel(ModelProvider):
 
         return await discover_window(self.client, self.model, self.provider, cache_dir)
 
+    def remember_context_window(self, window: int, cache_dir: Any = None) -> None:
+        if not self.hosted:
+            from foliko_cli.models.discovery import remember_window
+
+            remember_window(self.client, self.model, window, cache_dir)
+
     async def aclose(self) -> None:
         await self.client.aclose()
 

@@ -155,6 +155,9 @@ def test_an_overflow_teaches_the_window_compresses_and_retries_once(foliko_home:
     assert record.metadata["compression_count"] == 1
     assert [m["content"] for m in record.messages][-2:] == ["and now?", "after"]
     assert len(record.messages) == 10, "the stored history is whole"
+    asked = len(script.sent)
+    assert window_of(provider(script), foliko_home) == 700, "the next process knows it"
+    assert len(script.sent) == asked
 
 
 def test_a_message_that_alone_does_not_fit_fails_in_one_line_and_saves_nothing(foliko_home):
