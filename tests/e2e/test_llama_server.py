@@ -57,9 +57,10 @@ def test_a_streamed_turn_writes_the_reply_as_it_comes(foliko, stored):
     result = foliko("chat", "-s", "streamed", "--stream", *SHORT, "Say hello.")
 
     assert result.returncode == 0, result.stderr
-    text = stored("streamed")["messages"][-1]["content"]
-    assert text
-    assert result.stdout.decode() == text + "\n"
+    reply = stored("streamed")["messages"][-1]
+    assert reply["content"]
+    assert result.stdout.decode() == reply["content"] + "\n"
+    assert 0 < reply["usage"]["output_tokens"] <= 8, "a stream reports its usage too"
 
 
 def test_a_json_turn_reports_finish_reason_and_usage(foliko):
