@@ -144,14 +144,15 @@ class HttpModelClient:
         if client is not None and self._loop is asyncio.get_running_loop():
             await client.aclose()
 
-    def _clean(self, text: str) -> str:
+    def redact(self, text: str) -> str:
+        """``text`` on one line, without secrets, at most 300 characters."""
         text = " ".join(text.split())
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text[:300]
 
     def _status_error(self, response: httpx2.Response, body: bytes) -> ModelError:
-        detail = self._clean(_error_detail(body))
+        detail = self.redact(_error_detail(body))
         status = response.status_code
         where = self.where
         if status == 401:
@@ -210,7 +211,7 @@ class HttpModelClient:
             except httpx2.TransportError as exc:
                 failure = ModelError(
                     f"cannot reach {self.where} "
-                    f"({type(exc).__name__}: {self._clean(str(exc)) or 'no detail'}); "
+                    f"({type(exc).__name__}: {self.redact(str(exc)) or 'no detail'}); "
                     "is the server running and the base URL right?"
                 )
                 delay = backoff(attempt)

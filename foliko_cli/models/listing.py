@@ -59,7 +59,7 @@ async def _probe(spec: Any, key: str | None, timeout: float, transport: Any) -> 
     except TimeoutError:
         return ServerReport(spec.provider, client.base_url, [], f"no answer in {timeout:g}s")
     except Exception as exc:
-        reason = client._clean(str(exc)) or type(exc).__name__
+        reason = client.redact(str(exc)) or type(exc).__name__
         return ServerReport(spec.provider, client.base_url, [], f"unreachable ({reason})")
     finally:
         await client.aclose()
