@@ -93,7 +93,9 @@ def test_a_reply_is_bounded_by_default(foliko):
 def test_eight_long_turns_fit_a_window_nobody_configured(foliko, stored):
     """The window comes from the server (/props); the history is compressed, never lost."""
     for topic in TOPICS:
-        result = foliko("chat", "-s", "long", *SHORT, long_message(topic), timeout=150)
+        result = foliko(
+            "chat", "-s", "long", "--timeout", "300", *SHORT, long_message(topic), timeout=330
+        )
         assert result.returncode == 0, (topic, result.stderr)
 
     session = stored("long")
