@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast soak lint format bench completions clean
+.PHONY: demo test test-fast soak e2e lint format bench completions clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -39,6 +39,10 @@ test-fast: $(VENV)/.installed-dev
 # Minutes of random writers killed at random on every persistent backend.
 soak: $(VENV)/.installed-dev
 	FOLIKO_SOAK_SECONDS=150 FOLIKO_REQUIRE_SERVICES=1 $(BIN)/pytest -q -s tests/storage/test_soak.py
+
+# The real-server tier alone: the CLI against llama-server with a small model.
+e2e: $(VENV)/.installed-dev
+	$(BIN)/pytest -m e2e tests/e2e
 
 format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .

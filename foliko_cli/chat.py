@@ -24,7 +24,7 @@ from foliko_cli.clock import now_ms
 from foliko_cli.completion import run_to_completion
 from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
-from foliko_cli.errors import TurnTimeoutError
+from foliko_cli.errors import ContextOverflowError, TurnTimeoutError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
 from foliko_cli.prompts import turn_system_prompt
@@ -35,6 +35,7 @@ from foliko_cli.tools import ToolResult
 T = TypeVar("T")
 
 DEFAULT_MAX_STEPS = 10
+MAX_REPLY_TOKENS = 4096
 _MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
 
 
@@ -48,6 +49,8 @@ class TurnResult(NamedTuple):
     usage: dict[str, int]
     finish_reason: str = "stop"
     model: str = ""
+    duration_ms: int = 0
+    cost: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -93,7 +96,33 @@ class TurnSetup(NamedTuple):
         return self.start_from is not None
 
 
+class TurnOptions(NamedTuple):
+    """What one turn asks of the model beyond the messages: sampling ``options``
+    (over the model's configured ones) and a JSON ``schema`` for the reply."""
+
+    options: Mapping[str, Any] = MappingProxyType({})
+    schema: Mapping[str, Any] | None = None
+
+
+def default_max_tokens(window: int) -> int:
+    """A reply may take a quarter of the window, at most MAX_REPLY_TOKENS."""
+    return max(16, min(window // 4, MAX_REPLY_TOKENS))
+
+
+def turn_cost(usage: Mapping[str, int], price: Mapping[str, float]) -> float | None:
+    """Dollars for ``usage`` at ``price`` (per million input and output tokens)."""
+    if not price:
+        return None
+    spent = usage.get("input_tokens", 0) * price.get("input", 0.0)
+    spent += usage.get("output_tokens", 0) * price.get("output", 0.0)
+    return round(spent / 1_000_000, 8)
+
+
 class AgentChatHandler:
+    """``context_window`` (FOLIKO_CONTEXT_WINDOW) yields only to a window configured
+    for the model itself; without either, the server is asked once, then the
+    model's known window is used."""
+
     def __init__(
         self,
         framework: Framework,
@@ -111,7 +140,9 @@ class AgentChatHandler:
         self.agent = agent
         self.system_prompt = system_prompt
         self.max_steps = max_steps
-        self.compressor = Compressor(context_window or model.context_window)
+        explicit = context_window if not model.window_configured else None
+        self.compressor = Compressor(explicit or model.context_window)
+        self._window_settled = bool(model.window_configured or explicit or model.offline)
 
     # public
 
@@ -122,11 +153,14 @@ class AgentChatHandler:
         session_id: str,
         request: RequestContext | None = None,
         setup: TurnSetup | None = None,
+        options: TurnOptions | None = None,
     ) -> TurnResult:
         """One turn without streaming: the model is asked for whole replies."""
         request = request or self.framework.get_request_context() or RequestContext()
         task = asyncio.ensure_future(
-            self._serialised_turn(message, session_id, request, None, setup or TurnSetup())
+            self._serialised_turn(
+                message, session_id, request, None, setup or TurnSetup(), options or TurnOptions()
+            )
         )
         request.on_cancel(task.cancel)
         try:
@@ -141,6 +175,7 @@ class AgentChatHandler:
         session_id: str,
         request: RequestContext | None = None,
         setup: TurnSetup | None = None,
+        options: TurnOptions | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``.
 
@@ -152,7 +187,12 @@ class AgentChatHandler:
         async def produce() -> None:
             try:
                 result = await self._serialised_turn(
-                    message, session_id, request, events, setup or TurnSetup()
+                    message,
+                    session_id,
+                    request,
+                    events,
+                    setup or TurnSetup(),
+                    options or TurnOptions(),
                 )
                 await events.put({"type": "done", "result": result})
             except BaseException as exc:
@@ -216,11 +256,12 @@ class AgentChatHandler:
         request: RequestContext,
         events: asyncio.Queue | None,
         setup: TurnSetup,
+        options: TurnOptions,
     ) -> TurnResult:
         async def work(session: SessionContext) -> tuple[TurnResult, bool]:
             setup.check(session)
             replace = setup.apply(session)
-            return await self._run_steps(message, session, request, events), replace
+            return await self._run_steps(message, session, request, events, options), replace
 
         return await self._in_session(session_id, request, work)
 
@@ -309,15 +350,92 @@ class AgentChatHandler:
         )
 
     def model_request(
-        self, session: SessionContext, tools: list[dict[str, Any]], request: RequestContext
+        self,
+        session: SessionContext,
+        tools: list[dict[str, Any]],
+        request: RequestContext,
+        turn: TurnOptions | None = None,
     ) -> ModelRequest:
-        """What the model is sent: the compressed view, reduced to the model's keys."""
+        """What the model is sent: the compressed view, reduced to the model's keys,
+        with a bounded reply unless the config or the turn says how long."""
+        turn = turn or TurnOptions()
         system, messages = self.compressor.view(session, session.system_prompt)
+        options = {
+            "max_tokens": self.model.max_tokens or default_max_tokens(self.compressor.budget),
+            **self.model.options,
+            **turn.options,
+        }
         return ModelRequest(
             messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
             system=system,
             tools=tools,
             deadline=time.monotonic() + request.remaining(),
+            options=options,
+            schema=turn.schema,
+        )
+
+    async def learn_context_window(self) -> None:
+        """Ask the server for the model's window, once per handler (see __init__)."""
+        if self._window_settled:
+            return
+        self._window_settled = True
+        window = await self.model.discover_context_window(self.framework.home)
+        if window:
+            self.compressor.budget = window
+
+    async def _compress(
+        self, session: SessionContext, request: RequestContext, *, force: bool = False
+    ) -> bool:
+        return await self.compressor.compress_if_needed(
+            session,
+            session.system_prompt,
+            self.model,
+            time.monotonic() + request.remaining(),
+            force=force,
+        )
+
+    async def _call_within_window(
+        self,
+        session: SessionContext,
+        specs: list[dict[str, Any]],
+        request: RequestContext,
+        turn: TurnOptions,
+        events: asyncio.Queue | None,
+    ) -> ModelResponse:
+        """Call the model; when the prompt overflows its window, learn the window
+        (from the error, or below the prompt's estimate), compress, and retry once."""
+        model_request = self.model_request(session, specs, request, turn)
+        try:
+            return await self._call_model(model_request, events)
+        except ContextOverflowError as exc:
+            sent = self.compressor.tokens(model_request.system, model_request.messages)
+            window = exc.window or int(sent * 0.75)
+            if exc.window:
+                self.model.remember_context_window(exc.window, self.framework.home)
+            self.compressor.budget = min(self.compressor.budget, window)
+            await self._compress(session, request, force=True)
+            model_request = self.model_request(session, specs, request, turn)
+            self._check_fits(model_request, session)
+            try:
+                return await self._call_model(model_request, events)
+            except ContextOverflowError:
+                raise self._too_long(session, exc.window) from None
+
+    def _check_fits(self, model_request: ModelRequest, session: SessionContext) -> None:
+        needed = self.compressor.tokens(model_request.system, model_request.messages)
+        if needed > self.compressor.budget:
+            raise self._too_long(session, self.compressor.budget)
+
+    def _too_long(self, session: SessionContext, window: int | None) -> ContextOverflowError:
+        last = session.messages[-1] if session.messages else {"content": ""}
+        size = self.compressor.count(str(last.get("content") or ""))
+        window = window or self.compressor.budget
+        return ContextOverflowError(
+            f"the message (about {size:,} tokens) does not fit the context window of "
+            f"{self.model.name} ({window:,} tokens, with the system prompt and tools) even "
+            "after compressing the history; nothing was saved: shorten the message or "
+            "use a model with a larger window",
+            window=window,
         )
 
     async def _run_steps(
@@ -326,7 +444,11 @@ class AgentChatHandler:
         session: SessionContext,
         request: RequestContext,
         events: asyncio.Queue | None,
+        turn: TurnOptions | None = None,
     ) -> TurnResult:
+        turn = turn or TurnOptions()
+        started = time.monotonic()
+        await self.learn_context_window()
         session.add_message(self._stamp({"role": "user", "content": message}, request))
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
@@ -337,13 +459,13 @@ class AgentChatHandler:
         step = 0
         while step < self.max_steps:
             step += 1
-            await self.compressor.compress_if_needed(
-                session,
-                session.system_prompt,
-                self.model,
-                time.monotonic() + request.remaining(),
-            )
-            response = await self._call_model(self.model_request(session, specs, request), events)
+            await self._compress(session, request)
+            called = time.monotonic()
+            response = await self._call_within_window(session, specs, request, turn, events)
+            if turn.schema is not None and not response.tool_calls:
+                from foliko_cli.models.schema import check_reply
+
+                check_reply(response.text, turn.schema, self.model.name)
             for key, value in response.usage.items():
                 usage[key] = usage.get(key, 0) + value
             reply: dict[str, Any] = {
@@ -351,7 +473,11 @@ class AgentChatHandler:
                 "content": response.text,
                 "model": self.model.name,
                 "usage": dict(response.usage),
+                "duration_ms": round((time.monotonic() - called) * 1000),
             }
+            cost = turn_cost(response.usage, self.model.price)
+            if cost is not None:
+                reply["cost"] = cost
             if response.tool_calls:
                 reply["tool_calls"] = [
                     {"id": c.id, "name": c.name, "arguments": c.arguments}
@@ -401,6 +527,8 @@ class AgentChatHandler:
             usage=usage,
             finish_reason=finish,
             model=self.model.name,
+            duration_ms=round((time.monotonic() - started) * 1000),
+            cost=turn_cost(usage, self.model.price),
         )
 
     async def _call_model(

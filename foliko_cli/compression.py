@@ -118,8 +118,11 @@ class Compressor:
         system: str | None,
         model: ModelProvider,
         deadline: float | None = None,
+        *,
+        force: bool = False,
     ) -> bool:
-        """Compress when the request would pass THRESHOLD of the budget.
+        """Compress when the request would pass THRESHOLD of the budget (or ``force``:
+        the server said the request does not fit).
 
         The verbatim tail takes at most KEEP_SHARE and the summary SUMMARY_SHARE
         of the room the system prompt and tools leave, so a compressed request
@@ -129,7 +132,7 @@ class Compressor:
         total = self.tokens(prompt, messages)
         state = session.compression_state
         state["last_token_count"] = total
-        if total <= self.budget * THRESHOLD:
+        if total <= self.budget * THRESHOLD and not force:
             return False
         covered = state.get("covered", 0) - session.message_offset
         if not 0 <= covered <= len(session.messages):
@@ -171,6 +174,7 @@ class Compressor:
             system=SUMMARY_SYSTEM,
             deadline=deadline,
             purpose="summary",
+            options={"max_tokens": max(32, limit)},
         )
         try:
             response = await model.generate(request)

@@ -17,6 +17,9 @@ class CaptureModel(ModelProvider):
         self.target = target
         self.name = target.name
         self.context_window = target.context_window
+        self.window_configured = target.window_configured
+        self.max_tokens = target.max_tokens
+        self.options = target.options
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         if request.purpose != "summary":

@@ -149,3 +149,15 @@ class Interrupted(FolikoError):
         if signal_number == 15:
             self.exit_code = ExitCode.TERMINATED
         super().__init__(message)
+
+
+class ContextOverflowError(ModelError):
+    """The prompt does not fit the model's context window; ``window`` when the server said."""
+
+    def __init__(self, message: str, window: int | None = None):
+        self.window = window
+        super().__init__(message)
+
+
+class InvalidReplyError(ModelError):
+    """The reply does not follow the JSON Schema the turn asked for."""

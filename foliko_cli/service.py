@@ -226,16 +226,15 @@ class AsyncFoliko:
 
     async def aclose(self) -> None:
         """Stop the MCP servers, close the model connections and the storage."""
-        providers, self._providers = self._providers, []
-        self._handlers.clear()
+        providers = {id(p): p for p in self._providers}
+        providers.update((id(h.model), h.model) for h in self._handlers.values())
+        self._providers, self._handlers = [], {}
         manager, self._mcp = self._mcp, None
         try:
             if manager is not None:
                 await manager.aclose()
-            for provider in providers:
-                close = getattr(provider, "aclose", None)
-                if close is not None:
-                    await close()
+            for provider in providers.values():
+                await provider.aclose()
         finally:
             await self.storage.close()
 
@@ -390,8 +389,7 @@ class AsyncFoliko:
         from foliko_cli.models import resolve_model
 
         provider = resolve_model(chosen, self.models)
-        if not isinstance(chosen, ModelProvider):
-            self._providers.append(provider)
+        self._providers.append(provider)
         return provider
 
     async def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
@@ -482,6 +480,8 @@ class AsyncFoliko:
         system: str | None = None,
         turns: int | None = None,
         regenerate: bool = False,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
         request: RequestContext | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> TurnResult:
@@ -490,19 +490,25 @@ class AsyncFoliko:
         session's last turn by a new answer to its user message (``message``
         is then None), in one write.
 
-        ``on_event`` receives the stream's ``delta``, ``tool_call`` and
-        ``tool_result`` events as they happen (the model then streams).
+        ``options`` are model options (``temperature``, ``max_tokens``, ...)
+        over the model's configured ones; ``schema`` is a JSON Schema the
+        reply must follow. ``on_event`` receives the stream's ``delta``,
+        ``tool_call`` and ``tool_result`` events as they happen (the model
+        then streams).
         """
-        options = {"new": new, "fork_from": fork_from, "variables": variables}
-        options.update(system=system, turns=turns, regenerate=regenerate)
+        setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
+        setup_options.update(system=system, turns=turns, regenerate=regenerate)
         if on_event is None:
+            from foliko_cli.chat import TurnOptions
+
             handler = await self.handler(model, agent)
-            message, setup = await self._prepare(session_id, message, **options)
+            message, setup = await self._prepare(session_id, message, **setup_options)
             return await handler.chat(
                 message,
                 session_id=session_id,
                 request=request or self.request(timeout),
                 setup=setup,
+                options=TurnOptions(options or {}, schema),
             )
         result = None
         async for event in self.chat_stream(
@@ -512,7 +518,9 @@ class AsyncFoliko:
             agent=agent,
             timeout=timeout,
             request=request,
-            **options,
+            options=options,
+            schema=schema,
+            **setup_options,
         ):
             if event["type"] == "done":
                 result = event["result"]
@@ -535,10 +543,14 @@ class AsyncFoliko:
         system: str | None = None,
         turns: int | None = None,
         regenerate: bool = False,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
         request: RequestContext | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
         (whose ``result`` is the TurnResult). Options as for ``chat``."""
+        from foliko_cli.chat import TurnOptions
+
         handler = await self.handler(model, agent)
         message, setup = await self._prepare(
             session_id,
@@ -551,7 +563,11 @@ class AsyncFoliko:
             regenerate=regenerate,
         )
         async for event in handler.chat_stream(
-            message, session_id=session_id, request=request or self.request(timeout), setup=setup
+            message,
+            session_id=session_id,
+            request=request or self.request(timeout),
+            setup=setup,
+            options=TurnOptions(options or {}, schema),
         ):
             yield event
 
@@ -598,8 +614,11 @@ class AsyncFoliko:
         system: str | None = None,
         turns: int | None = None,
         regenerate: bool = False,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Exactly what the model would be sent for this turn; nothing is called or saved."""
+        from foliko_cli.chat import TurnOptions
         from foliko_cli.dryrun import CaptureModel, RequestCaptured
         from foliko_cli.models import resolve_model
 
@@ -616,19 +635,27 @@ class AsyncFoliko:
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = await self._make_handler(CaptureModel(target), agent)
         try:
-            await handler.chat(message, session_id=session_id, request=self.request(), setup=setup)
+            await handler.chat(
+                message,
+                session_id=session_id,
+                request=self.request(),
+                setup=setup,
+                options=TurnOptions(options or {}, schema),
+            )
         except RequestCaptured as captured:
-            return {
+            shown = {
                 "model": target.name,
                 "system": captured.request.system,
                 "messages": captured.request.messages,
                 "tools": captured.request.tools,
+                "options": dict(captured.request.options),
             }
+            if captured.request.schema is not None:
+                shown["schema"] = captured.request.schema
+            return shown
         finally:
             if target is not self.model_name(model, agent):
-                close = getattr(target, "aclose", None)
-                if close is not None:
-                    await close()
+                await target.aclose()
         raise AssertionError("the capture model was not called")
 
     async def call_tool(

@@ -12,6 +12,7 @@ from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import emit_json, note
 from foliko_cli.cli.params import (
     complete_session_ids,
+    parse_json_value,
     session_option,
     storage_option,
     timeout_option,
@@ -22,6 +23,28 @@ from foliko_cli.cli.stdout import StdoutWriteError, output_failure
 from foliko_cli.errors import ExitCode, FolikoError, UsageError
 
 STDIN_NOTICE_AFTER = 2.0
+
+
+class ModelOption(click.ParamType):
+    """``-o KEY=VALUE``: VALUE as JSON when it parses (0.2, true, ["END"]), else text."""
+
+    name = "key=value"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        key, sep, raw = str(value).partition("=")
+        if not sep or not key.strip():
+            self.fail(f"{value!r} is not KEY=VALUE; write e.g. -o temperature=0.2", param, ctx)
+        try:
+            parsed = parse_json_value(raw)
+        except ValueError:
+            parsed = raw
+        if key.strip() == "max_tokens" and (
+            not isinstance(parsed, int) or isinstance(parsed, bool) or parsed < 1
+        ):
+            self.fail(f"max_tokens must be a positive whole number, not {parsed!r}", param, ctx)
+        return key.strip(), parsed
 
 
 def stdin_is_terminal() -> bool:
@@ -159,6 +182,29 @@ def emit_json_quietly(value: dict) -> None:
     help="Write the reply as it arrives (default: on a terminal).",
 )
 @click.option(
+    "-o",
+    "--option",
+    "model_options",
+    type=ModelOption(),
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A model option for this turn: temperature, top_p, seed, max_tokens, stop... "
+    "(repeatable; VALUE is JSON or text).",
+)
+@click.option(
+    "--schema",
+    metavar="FILE|JSON",
+    help="A JSON Schema the reply must follow (structured output); the reply is "
+    "printed whole once it is checked, and an invalid one fails the turn.",
+)
+@click.option(
+    "-u",
+    "--usage",
+    "show_usage",
+    is_flag=True,
+    help="Print the turn's tokens and time (and cost, with prices) on stderr.",
+)
+@click.option(
     "--dry-run",
     is_flag=True,
     help="Print what would be sent to the model as JSON; call nothing, save nothing.",
@@ -182,6 +228,9 @@ def chat(
     timeout: float | None,
     as_json: bool,
     stream: bool | None,
+    model_options: tuple[tuple[str, object], ...],
+    schema: str | None,
+    show_usage: bool,
     dry_run: bool,
 ) -> None:
     """Run one chat turn in session ID and print the reply.
@@ -209,6 +258,11 @@ def chat(
             raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
         if regenerate and message is not None:
             raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
+        reply_schema = None
+        if schema is not None:
+            from foliko_cli.models.schema import load_schema
+
+            reply_schema = load_schema(schema)
         text = None if regenerate else compose_message(message, read_stdin(skip=no_stdin))
         facade = open_facade(ctx, model=model, timeout=timeout)
         if continue_latest:
@@ -234,6 +288,8 @@ def chat(
         "agent": agent,
         "turns": turns,
         "regenerate": regenerate,
+        "options": dict(model_options),
+        "schema": reply_schema,
     }
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
@@ -243,9 +299,23 @@ def chat(
     if dry_run:
         emit_json(facade.dry_run(session_id, text, **options), pretty=True)
         return
-    if stream is None:
-        stream = sys.stdout.isatty() and not as_json
-    run_turn(facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout)
+    if stream is None or reply_schema is not None:
+        stream = sys.stdout.isatty() and not as_json and reply_schema is None
+    result = run_turn(
+        facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
+    )
+    if show_usage:
+        click.echo(usage_line(result), err=True)
+
+
+def usage_line(result) -> str:
+    """``N input, M output tokens, T s`` (and the cost when the model has prices)."""
+    usage = result.usage
+    line = (
+        f"{usage.get('input_tokens', 0):,} input, {usage.get('output_tokens', 0):,} output "
+        f"tokens, {result.duration_ms / 1000:.1f} s"
+    )
+    return f"{line}, ${result.cost:.6f}" if result.cost is not None else line
 
 
 def report_json_failure(
@@ -265,7 +335,7 @@ def run_turn(
     as_json: bool,
     stream: bool,
     timeout: float | None,
-) -> None:
+) -> Any:
     request = facade.request(timeout)
     ids = {"request_id": request.request_id, "trace_id": request.trace_id}
     writer = ReplyWriter()
@@ -292,3 +362,4 @@ def run_turn(
             click.echo(result.message)
     except StdoutWriteError as exc:
         raise output_failure(exc, after=SAVED_NOT_WRITTEN) from None
+    return result

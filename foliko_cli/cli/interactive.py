@@ -116,8 +116,11 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
             return
         writer = ReplyWriter()
         try:
-            facade.chat(session_id, text, on_event=writer.on_event, **options)
-            writer.end_line()
+            if options.get("schema") is None:
+                facade.chat(session_id, text, on_event=writer.on_event, **options)
+                writer.end_line()
+            else:
+                click.echo(facade.chat(session_id, text, **options).message)
         except (KeyboardInterrupt, Interrupted):
             writer.end_line()
             note("turn cancelled; nothing saved")

@@ -1,4 +1,4 @@
-"""``foliko models list``: what is configured and whether it can be used now."""
+"""``foliko models list``: what is configured, what servers serve, and what can be used."""
 
 from __future__ import annotations
 
@@ -22,34 +22,43 @@ def models() -> None:
 @list_options
 @click.pass_context
 def list_models(ctx: click.Context, fmt: str) -> None:
-    """The built-in providers and the config's [models.NAME] aliases, with readiness.
+    """The built-in providers, the config's [models.NAME] aliases and, for each
+    reachable OpenAI-compatible server (or Ollama), the models it serves.
+
+    Servers are asked in parallel, for 2 seconds at most; one that does not
+    answer makes its models unusable.
 
     \b
     Example:
-      OPENAI_API_KEY=sk-... foliko models list --json
+      OPENAI_BASE_URL=http://127.0.0.1:8080/v1 foliko models list --json
     """
+    import asyncio
+    import os
+
     from foliko_cli.models import model_spec, usable
+    from foliko_cli.models.listing import served_models
     from foliko_cli.storage import shown
 
     settings = settings_for(ctx)
     names = ["echo", "openai:MODEL", "anthropic:MODEL", "ollama:MODEL", *settings.models]
+    specs = [model_spec(name, settings.models) for name in names]
+    reports = asyncio.run(served_models(specs, os.environ))
+    default = settings.model or "echo"
     rows = []
-    for name in names:
-        spec = model_spec(name, settings.models)
+    for name, spec in zip(names, specs, strict=True):
         problem = usable(spec)
-        rows.append(
-            {
-                "name": name,
-                "provider": spec.provider,
-                "model": spec.model,
-                "base_url": shown(spec.base_url) if spec.base_url else None,
-                "key_env": spec.key_env,
-                "context_window": spec.context_window,
-                "usable": problem is None,
-                "problem": problem,
-                "default": name == (settings.model or "echo"),
-            }
-        )
+        report = reports.get((spec.provider, (spec.base_url or "").rstrip("/")))
+        if problem is None and report is not None and report.problem:
+            problem = f"server {report.problem}"
+        rows.append(_row(name, spec, problem, default, shown))
+    for report in reports.values():
+        for model_id, window in report.models:
+            name = f"{report.provider}:{model_id}"
+            spec = model_spec(name, settings.models)
+            row = _row(name, spec, None, default, shown)
+            row["context_window"] = window or spec.context_window
+            row["served"] = True
+            rows.append(row)
     emit_rows(
         rows,
         {
@@ -63,3 +72,18 @@ def list_models(ctx: click.Context, fmt: str) -> None:
         fmt,
         human={"usable": lambda ok: "yes" if ok else "no"},
     )
+
+
+def _row(name: str, spec, problem: str | None, default: str, shown) -> dict:
+    return {
+        "name": name,
+        "provider": spec.provider,
+        "model": spec.model,
+        "base_url": shown(spec.base_url) if spec.base_url else None,
+        "key_env": spec.key_env,
+        "context_window": spec.context_window,
+        "usable": problem is None,
+        "problem": problem,
+        "default": name == default,
+        "served": False,
+    }

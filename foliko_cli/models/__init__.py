@@ -4,7 +4,13 @@
 any OpenAI-compatible server), ``ollama:MODEL`` (``OLLAMA_HOST``, no key) and
 ``anthropic:MODEL`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``). The
 config's ``[models.NAME]`` tables define aliases with their own base URL, key
-variable and context window.
+variable, context window, ``max_tokens``, ``options`` and ``price``.
+
+Providers are found in the ``foliko.models`` entry-point group: a plugin
+registers ``NAME = "package.module:build"``, a function
+``build(spec, api_key) -> ModelProvider``. The built-in ones are looked up
+in ``BUILTIN_PROVIDERS`` first (the same references as their entry points),
+which spares every start-up the scan of installed packages.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from foliko_cli.errors import UnknownModelError, UsageError
@@ -19,7 +26,14 @@ from foliko_cli.models.base import ModelProvider
 
 DEFAULT_MODEL = "echo"
 FALLBACK_CONTEXT_WINDOW = 8192
-PROVIDERS = ("echo", "openai", "ollama", "anthropic")
+ENTRY_POINT_GROUP = "foliko.models"
+BUILTIN_PROVIDERS = {
+    "echo": "foliko_cli.models.echo:build",
+    "openai": "foliko_cli.models.openai:build",
+    "ollama": "foliko_cli.models.openai:build",
+    "anthropic": "foliko_cli.models.anthropic:build",
+}
+PROVIDERS = tuple(BUILTIN_PROVIDERS)
 
 # Longest matching prefix wins.
 KNOWN_CONTEXT_WINDOWS = {
@@ -58,6 +72,9 @@ class ModelSpec(NamedTuple):
     context_window: int
     max_tokens: int | None = None
     key_required: bool = False
+    window_configured: bool = False
+    options: Mapping[str, Any] = MappingProxyType({})
+    price: Mapping[str, float] = MappingProxyType({})
 
     @property
     def key_hint(self) -> str | None:
@@ -76,6 +93,54 @@ def _ollama_base(env: Mapping[str, str]) -> str:
     return host.rstrip("/") + "/v1"
 
 
+def plugin_providers() -> dict[str, Any]:
+    """Installed provider plugins (group ``foliko.models``), by name, not loaded yet."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def provider_factory(provider: str) -> Any:
+    """The ``build`` function of a provider, or None when none has that name."""
+    reference = BUILTIN_PROVIDERS.get(provider)
+    if reference is not None:
+        import importlib
+
+        module, _, attribute = reference.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+    entry = plugin_providers().get(provider)
+    if entry is None:
+        return None
+    try:
+        return entry.load()
+    except Exception as exc:
+        raise UsageError(
+            f"model provider plugin {provider!r} failed to load ({exc}); "
+            "reinstall or remove the plugin"
+        ) from None
+
+
+def _price(entry: Mapping[str, Any], name: str) -> dict[str, float]:
+    price = entry.get("price") or {}
+    if not isinstance(price, Mapping) or not all(
+        isinstance(price.get(k, 0), int | float) for k in ("input", "output")
+    ):
+        raise UsageError(
+            f"model {name!r}: price must be a table like {{input = 0.15, output = 0.60}} "
+            "(dollars per million tokens); fix the config"
+        )
+    return {k: float(price[k]) for k in ("input", "output") if k in price}
+
+
+def _options(entry: Mapping[str, Any], name: str) -> dict[str, Any]:
+    options = entry.get("options") or {}
+    if not isinstance(options, Mapping):
+        raise UsageError(
+            f"model {name!r}: options must be a table like {{temperature = 0.2}}; fix the config"
+        )
+    return dict(options)
+
+
 def model_spec(
     name: str,
     configured: Mapping[str, Mapping[str, Any]] | None = None,
@@ -86,10 +151,19 @@ def model_spec(
     entry: Mapping[str, Any] = configured.get(name, {})
     target = str(entry.get("model", name)) if entry else name
     provider, sep, model = target.partition(":")
+    window = entry.get("context_window")
+    extras = {
+        "window_configured": bool(window),
+        "options": _options(entry, name),
+        "price": _price(entry, name),
+        "max_tokens": entry.get("max_tokens"),
+    }
     if provider == "echo":
-        window = int(entry.get("context_window") or FALLBACK_CONTEXT_WINDOW)
-        return ModelSpec(name, "echo", "echo", None, None, None, window)
-    if provider not in PROVIDERS or not sep or not model:
+        return ModelSpec(
+            name, "echo", "echo", None, None, None, int(window or FALLBACK_CONTEXT_WINDOW), **extras
+        )
+    known = provider in BUILTIN_PROVIDERS or (sep and model and provider in plugin_providers())
+    if not known or not sep or not model:
         aliases = f"; configured: {', '.join(configured)}" if configured else ""
         raise UnknownModelError(
             f"unknown model {name!r}: use echo, openai:MODEL, ollama:MODEL or "
@@ -97,21 +171,23 @@ def model_spec(
         )
     if provider == "ollama":
         base, key_env = _ollama_base(env), None
-    else:
+    elif provider in _PROVIDER_DEFAULTS:
         base_var, default_base, key_env = _PROVIDER_DEFAULTS[provider]
         base = env.get(base_var) or default_base
-    base = str(entry.get("base_url") or base)
+    else:
+        base, key_env = None, None
+    base = entry.get("base_url") or base
     key_env = entry.get("api_key_env") or key_env
     return ModelSpec(
         name=name,
         provider=provider,
         model=model,
-        base_url=base,
+        base_url=str(base) if base else None,
         key_env=key_env,
         api_key=entry.get("api_key"),
-        context_window=int(entry.get("context_window") or known_context_window(model)),
-        max_tokens=entry.get("max_tokens"),
+        context_window=int(window or known_context_window(model)),
         key_required=bool(entry.get("api_key_env")),
+        **extras,
     )
 
 
@@ -129,54 +205,33 @@ def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
     env = os.environ if env is None else env
     if spec.provider == "echo" or api_key(spec, env):
         return None
+    if spec.provider not in _PROVIDER_DEFAULTS and not spec.key_required:
+        return None
     default_base = _PROVIDER_DEFAULTS.get(spec.provider, (None, None))[1]
     if spec.base_url != default_base and not spec.key_required:
         return None
     return f"{spec.key_env or 'an API key'} is not set"
 
 
-def build_model(spec: ModelSpec, env: Mapping[str, str] | None = None) -> ModelProvider:
+def build_model(
+    spec: ModelSpec, env: Mapping[str, str] | None = None, *, transport: Any = None
+) -> ModelProvider:
+    """The provider for ``spec``; ``transport`` replaces the network (tests)."""
     env = os.environ if env is None else env
-    if spec.provider == "echo":
-        from foliko_cli.models.echo import EchoModel
-
-        return EchoModel(spec.context_window)
-    problem = usable(spec, env)
-    if problem:
-        raise UsageError(
-            f"model {spec.name!r} needs an API key: {problem}; export {spec.key_env} "
-            "(or set api_key_env for this model in the config)"
-        )
-    key = api_key(spec, env)
-    from foliko_cli.models.http import HttpModelClient
-
-    if spec.provider == "anthropic":
-        from foliko_cli.models.anthropic import AnthropicModel, anthropic_headers
-
-        client = HttpModelClient(
-            "anthropic", spec.base_url, anthropic_headers(key), key_hint=spec.key_hint, secret=key
-        )
-        return AnthropicModel(
-            spec.model,
-            client=client,
-            context_window=spec.context_window,
-            max_tokens=spec.max_tokens,
-        )
-    from foliko_cli.models.openai import OpenAIChatModel
-
-    headers = {"content-type": "application/json"}
-    if key:
-        headers["authorization"] = f"Bearer {key}"
-    client = HttpModelClient(
-        spec.provider, spec.base_url, headers, key_hint=spec.key_hint, secret=key
-    )
-    return OpenAIChatModel(
-        spec.model,
-        client=client,
-        provider=spec.provider,
-        context_window=spec.context_window,
-        max_tokens=spec.max_tokens,
-    )
+    if spec.provider != "echo":
+        problem = usable(spec, env)
+        if problem:
+            raise UsageError(
+                f"model {spec.name!r} needs an API key: {problem}; export {spec.key_env} "
+                "(or set api_key_env for this model in the config)"
+            )
+    factory = provider_factory(spec.provider)
+    if factory is None:
+        raise UnknownModelError(f"no model provider {spec.provider!r} is installed")
+    key = None if spec.provider == "echo" else api_key(spec, env)
+    if transport is None:
+        return factory(spec, key)
+    return factory(spec, key, transport=transport)
 
 
 def resolve_model(

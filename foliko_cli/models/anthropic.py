@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
+
+import orjson
 
 from foliko_cli.errors import ModelError
 from foliko_cli.models.base import (
@@ -66,7 +68,33 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
 def _usage(data: dict[str, Any] | None) -> dict[str, int]:
     if not data:
         return {}
-    return {key: int(data[key]) for key in ("input_tokens", "output_tokens") if key in data}
+    usage = {key: int(data[key]) for key in ("input_tokens", "output_tokens") if key in data}
+    if data.get("cache_read_input_tokens"):
+        usage["cached_tokens"] = int(data["cache_read_input_tokens"])
+    return usage
+
+
+REPLY_TOOL = "reply"
+_RENAMED_OPTIONS = {"stop": "stop_sequences"}
+
+
+def schema_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
+    """Structured output as a tool the model is made to call; its input is the reply.
+
+    A tool's input must be an object: any other schema is wrapped in ``value``.
+    """
+    input_schema = dict(schema)
+    if input_schema.get("type") != "object":
+        input_schema = {
+            "type": "object",
+            "properties": {"value": input_schema},
+            "required": ["value"],
+        }
+    return {
+        "name": REPLY_TOOL,
+        "description": "Give your reply through this tool, following its schema exactly.",
+        "input_schema": input_schema,
+    }
 
 
 class AnthropicModel(ModelProvider):
@@ -77,33 +105,63 @@ class AnthropicModel(ModelProvider):
         client,
         context_window: int = 200_000,
         max_tokens: int | None = None,
+        window_configured: bool = False,
+        options: Mapping[str, Any] | None = None,
+        price: Mapping[str, float] | None = None,
     ):
         self.model = model
         self.name = f"anthropic:{model}"
         self.client = client
         self.context_window = context_window
-        self.max_tokens = max_tokens or DEFAULT_MAX_TOKENS
+        self.max_tokens = max_tokens
+        self.window_configured = window_configured
+        self.options = dict(options or {})
+        self.price = dict(price or {})
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
     def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": self.model,
-            "max_tokens": self.max_tokens,
+            "max_tokens": self.max_tokens or DEFAULT_MAX_TOKENS,
             "messages": to_anthropic_messages(request.messages),
         }
+        for key, value in request.options.items():
+            if key == "stop" and isinstance(value, str):
+                value = [value]
+            body[_RENAMED_OPTIONS.get(key, key)] = value
         if request.system:
             body["system"] = request.system
-        if request.tools:
-            body["tools"] = [
-                {
-                    "name": t["name"],
-                    "description": t["description"],
-                    "input_schema": t["input_schema"],
-                }
-                for t in request.tools
-            ]
+        tools = [
+            {
+                "name": t["name"],
+                "description": t["description"],
+                "input_schema": t["input_schema"],
+            }
+            for t in request.tools
+        ]
+        if request.schema is not None:
+            tools.append(schema_tool(request.schema))
+            body["tool_choice"] = {"type": "tool", "name": REPLY_TOOL}
+        if tools:
+            body["tools"] = tools
         if stream:
             body["stream"] = True
         return body
+
+    def _structured(self, request: ModelRequest, response: ModelResponse) -> ModelResponse:
+        """The forced reply tool's input becomes the reply text (JSON)."""
+        if request.schema is None:
+            return response
+        for call in response.tool_calls:
+            if call.name == REPLY_TOOL:
+                value = call.arguments
+                if request.schema.get("type") != "object" and isinstance(value, dict):
+                    value = value.get("value")
+                text = value if isinstance(value, str) else orjson.dumps(value).decode()
+                return response._replace(text=text, tool_calls=[], finish_reason="stop")
+        return response
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         data = await self.client.post_json(
@@ -117,12 +175,13 @@ class AnthropicModel(ModelProvider):
             for b in data["content"]
             if b.get("type") == "tool_use"
         ]
-        return ModelResponse(
+        response = ModelResponse(
             text=text,
             tool_calls=calls,
             usage=_usage(data.get("usage")),
             finish_reason=data.get("stop_reason") or "stop",
         )
+        return self._structured(request, response)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         blocks: dict[int, dict[str, Any]] = {}
@@ -178,7 +237,7 @@ class AnthropicModel(ModelProvider):
             usage=usage,
             finish_reason=finish,
         )
-        yield StreamEvent("done", response=response)
+        yield StreamEvent("done", response=self._structured(request, response))
 
 
 def anthropic_headers(api_key: str | None) -> dict[str, str]:
@@ -186,3 +245,26 @@ def anthropic_headers(api_key: str | None) -> dict[str, str]:
     if api_key:
         headers["x-api-key"] = api_key
     return headers
+
+
+def build(spec: Any, key: str | None, transport: Any = None) -> AnthropicModel:
+    """The ``anthropic`` entry point."""
+    from foliko_cli.models.http import HttpModelClient
+
+    client = HttpModelClient(
+        "anthropic",
+        spec.base_url,
+        anthropic_headers(key),
+        key_hint=spec.key_hint,
+        secret=key,
+        transport=transport,
+    )
+    return AnthropicModel(
+        spec.model,
+        client=client,
+        context_window=spec.context_window,
+        max_tokens=spec.max_tokens,
+        window_configured=spec.window_configured,
+        options=spec.options,
+        price=spec.price,
+    )

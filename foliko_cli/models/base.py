@@ -24,6 +24,9 @@ class ModelRequest(NamedTuple):
     """``messages`` are canonical messages (see ``storage.record``), oldest first.
 
     ``deadline`` is a ``time.monotonic()`` instant; retries never go past it.
+    ``options`` are the model's sampling options (``max_tokens``, ``temperature``,
+    ``stop``, ...), passed through by each provider in its own terms;
+    ``schema`` is a JSON Schema the reply must follow (structured output).
     """
 
     messages: list[dict[str, Any]]
@@ -31,6 +34,8 @@ class ModelRequest(NamedTuple):
     tools: Sequence[dict[str, Any]] = ()
     deadline: float | None = None
     purpose: str = "turn"
+    options: Mapping[str, Any] = MappingProxyType({})
+    schema: Mapping[str, Any] | None = None
 
     def time_limit(self, default: float = 120.0) -> float:
         import time
@@ -54,12 +59,35 @@ class StreamEvent(NamedTuple):
 
 
 class ModelProvider(ABC):
+    """``context_window`` is the best known window; ``window_configured`` says it was
+    set for this model in the config (and beats every other source).
+
+    ``options`` (from the config) go with every request unless a turn overrides
+    them; ``price`` is dollars per million ``input`` and ``output`` tokens.
+    """
+
     name: str
     context_window: int = 8192
+    window_configured: bool = False
     offline: bool = False
+    options: Mapping[str, Any] = NO_USAGE
+    price: Mapping[str, float] = NO_USAGE
+    max_tokens: int | None = None
 
     @abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse: ...
+
+    async def discover_context_window(self, cache_dir: Any = None) -> int | None:
+        """The window the server reports for this model, or None; never raises."""
+        return None
+
+    def remember_context_window(self, window: int, cache_dir: Any = None) -> None:
+        """Keep a window the server named when it refused a prompt, for later processes."""
+        return None
+
+    async def aclose(self) -> None:
+        """Release connections; the provider may still be used afterwards."""
+        return None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamEvent]:
         """Providers without native streaming answer in one delta."""

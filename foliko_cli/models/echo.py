@@ -71,3 +71,11 @@ class EchoModel(ModelProvider):
                 break
             results.append(f"{message.get('name', 'tool')} returned: {message['content']}")
         return "\n".join(reversed(results))
+
+
+def build(spec: Any, key: str | None = None, transport: Any = None) -> EchoModel:
+    """The ``echo`` entry point."""
+    model = EchoModel(spec.context_window)
+    model.window_configured = spec.window_configured
+    model.price = dict(spec.price)
+    return model

@@ -1,10 +1,13 @@
-"""HTTP for remote providers: retries, error messages, server-sent events.
+"""HTTP for remote providers: one client per provider, retries, errors, server-sent events.
 
-httpx is imported here only, and this module only when a remote model runs.
-429 and 5xx answers and connection failures are retried with exponential
-backoff and full jitter, honouring ``Retry-After``, never past the turn's
-deadline. Other 4xx answers fail at once with a message naming the provider
-and the fix. The API key never appears in a message.
+httpx2 is imported here only, and this module only when a remote model runs.
+A provider keeps one ``AsyncClient`` (made on first use, on the running event
+loop) for every step of every turn, so connections are reused; ``aclose()``
+ends it. 429 and 5xx answers and connection failures are retried with
+exponential backoff and full jitter, honouring ``Retry-After``, never past the
+turn's deadline. Other 4xx answers fail at once with a message naming the
+provider and the fix; a prompt the model's window cannot hold raises
+``ContextOverflowError``. The API key never appears in a message.
 """
 
 from __future__ import annotations
@@ -13,22 +16,39 @@ import asyncio
 import contextlib
 import email.utils
 import random
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
+import httpx2
 import orjson
 
-from foliko_cli.errors import ModelError
+from foliko_cli.errors import ContextOverflowError, ModelError
 
 NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
 BASE_DELAY = 0.5
 MAX_DELAY = 20.0
 
+# How each server says the prompt is too long: llama.cpp ("exceeds the available
+# context size (1024 tokens)"), OpenAI and vLLM ("maximum context length is 8192
+# tokens", code context_length_exceeded), Anthropic ("prompt is too long: 210000
+# tokens > 200000 maximum"), Ollama ("context length").
+_OVERFLOW = re.compile(
+    r"context[ _](size|length)|context_length_exceeded|prompt is too long|"
+    r"too many tokens|maximum context",
+    re.IGNORECASE,
+)
+_WINDOW_PATTERNS = (
+    re.compile(r"context size \((\d+) tokens\)", re.IGNORECASE),
+    re.compile(r"maximum context length is (\d+)", re.IGNORECASE),
+    re.compile(r"tokens > (\d+) maximum", re.IGNORECASE),
+    re.compile(r"context length (?:of|is) (\d+)", re.IGNORECASE),
+)
 
-def retry_after(response: httpx.Response) -> float | None:
+
+def retry_after(response: httpx2.Response) -> float | None:
     """Seconds the server asked us to wait, from ``Retry-After`` (seconds or a date)."""
     value = response.headers.get("retry-after")
     if not value:
@@ -53,8 +73,40 @@ def backoff(attempt: int) -> float:
     return random.uniform(0, min(MAX_DELAY, BASE_DELAY * 2**attempt))
 
 
+def overflow_window(status: int, body: bytes) -> tuple[bool, int | None]:
+    """Whether an error answer says the prompt is too long, and the window it names."""
+    if status not in (400, 413, 422):
+        return False, None
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    error = data.get("error", data) if isinstance(data, dict) else None
+    if isinstance(error, dict):
+        if isinstance(error.get("n_ctx"), int):
+            return True, error["n_ctx"]
+        if error.get("code") == "context_length_exceeded":
+            text = str(error.get("message", ""))
+            return True, _named_window(text)
+    text = _error_detail(body)
+    if not _OVERFLOW.search(text):
+        return False, None
+    return True, _named_window(text)
+
+
+def _named_window(text: str) -> int | None:
+    for pattern in _WINDOW_PATTERNS:
+        found = pattern.search(text)
+        if found:
+            return int(found.group(1))
+    return None
+
+
 class HttpModelClient:
-    """One provider endpoint: ``label`` names it in errors, ``key_hint`` the key's source."""
+    """One provider endpoint: ``label`` names it in errors, ``key_hint`` the key's source.
+
+    ``transport`` replaces the network (tests pass an ``httpx2.MockTransport``).
+    """
 
     def __init__(
         self,
@@ -64,23 +116,45 @@ class HttpModelClient:
         *,
         key_hint: str | None,
         secret: str | None,
+        transport: Any = None,
     ):
         self.label = label
         self.base_url, self._auth = _split_credentials(base_url.rstrip("/"))
         self.headers = headers
         self.key_hint = key_hint
         self._secrets = [s for s in (secret, self._auth and self._auth[1]) if s]
+        self._transport = transport
+        self._client: httpx2.AsyncClient | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _clean(self, text: str) -> str:
+    @property
+    def where(self) -> str:
+        return f"{self.label} at {self.base_url}"
+
+    def client(self) -> httpx2.AsyncClient:
+        """The provider's client, made on first use; a new one on another event loop."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop or self._client.is_closed:
+            self._client = httpx2.AsyncClient(auth=self._auth, transport=self._transport)
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self._loop is asyncio.get_running_loop():
+            await client.aclose()
+
+    def redact(self, text: str) -> str:
+        """``text`` on one line, without secrets, at most 300 characters."""
         text = " ".join(text.split())
         for secret in self._secrets:
             text = text.replace(secret, "***")
         return text[:300]
 
-    def _status_error(self, response: httpx.Response, body: bytes) -> ModelError:
-        detail = self._clean(_error_detail(body))
+    def _status_error(self, response: httpx2.Response, body: bytes) -> ModelError:
+        detail = self.redact(_error_detail(body))
         status = response.status_code
-        where = f"{self.label} at {self.base_url}"
+        where = self.where
         if status == 401:
             fix = f"check {self.key_hint}" if self.key_hint else "check the API key"
             return ModelError(f"{where} rejected the API key (401: {detail}); {fix}")
@@ -94,9 +168,17 @@ class HttpModelClient:
                 f"{where} does not know this model or endpoint (404: {detail}); "
                 "check the model name and the base URL"
             )
+        overflow, window = overflow_window(status, body)
+        if overflow:
+            return ContextOverflowError(
+                f"{where} says the prompt does not fit the model's context window "
+                f"({status}: {detail})",
+                window=window,
+            )
         if retryable(status):
             return ModelError(
-                f"{where} kept failing ({status}: {detail}); try again later or raise --timeout"
+                f"{where} kept failing ({status}: {detail}); "
+                "try again later or raise the turn's timeout"
             )
         return ModelError(
             f"{where} rejected the request ({status}: {detail}); check the model's options"
@@ -105,65 +187,89 @@ class HttpModelClient:
     @contextlib.asynccontextmanager
     async def _response(
         self, path: str, body: dict[str, Any], deadline: float
-    ) -> AsyncIterator[httpx.Response]:
+    ) -> AsyncIterator[httpx2.Response]:
+        """The answer to a POST, retried as the module says; closed on leaving,
+        which drops the connection mid-stream so the server stops generating."""
         url = self.base_url + path
         payload = orjson.dumps(body)
+        client = self.client()
         attempt = 0
-        async with httpx.AsyncClient(auth=self._auth) as client:
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise ModelError(
-                        f"{self.label} at {self.base_url} did not answer in time; raise --timeout"
-                    )
-                request = client.build_request(
-                    "POST",
-                    url,
-                    content=payload,
-                    headers=self.headers,
-                    timeout=httpx.Timeout(remaining),
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ModelError(f"{self.where} did not answer in time; raise the turn's timeout")
+            request = client.build_request(
+                "POST",
+                url,
+                content=payload,
+                headers=self.headers,
+                timeout=httpx2.Timeout(remaining),
+            )
+            delay = None
+            try:
+                response = await client.send(request, stream=True)
+            except httpx2.TransportError as exc:
+                failure = ModelError(
+                    f"cannot reach {self.where} "
+                    f"({type(exc).__name__}: {self.redact(str(exc)) or 'no detail'}); "
+                    "is the server running and the base URL right?"
                 )
-                delay = None
+                delay = backoff(attempt)
+            else:
+                if response.status_code < 400:
+                    try:
+                        yield response
+                    finally:
+                        await response.aclose()
+                    return
                 try:
-                    response = await client.send(request, stream=True)
-                except httpx.TransportError as exc:
-                    failure = ModelError(
-                        f"cannot reach {self.label} at {self.base_url} "
-                        f"({type(exc).__name__}: {self._clean(str(exc)) or 'no detail'}); "
-                        "is the server running and the base URL right?"
-                    )
-                    delay = backoff(attempt)
-                else:
-                    if response.status_code < 400:
-                        try:
-                            yield response
-                        finally:
-                            await response.aclose()
-                        return
                     body_bytes = await response.aread()
+                except httpx2.HTTPError:
+                    body_bytes = b""
+                finally:
                     await response.aclose()
-                    failure = self._status_error(response, body_bytes)
-                    if retryable(response.status_code):
-                        hinted = retry_after(response)
-                        delay = hinted if hinted is not None else backoff(attempt)
-                attempt += 1
-                if delay is None or attempt >= MAX_ATTEMPTS or time.monotonic() + delay >= deadline:
-                    raise failure
-                await asyncio.sleep(delay)
+                failure = self._status_error(response, body_bytes)
+                if retryable(response.status_code):
+                    hinted = retry_after(response)
+                    delay = hinted if hinted is not None else backoff(attempt)
+            attempt += 1
+            if delay is None or attempt >= MAX_ATTEMPTS or time.monotonic() + delay >= deadline:
+                raise failure
+            await asyncio.sleep(delay)
 
     async def post_json(self, path: str, body: dict[str, Any], deadline: float) -> Any:
         async with self._response(path, body, deadline) as response:
             try:
                 data = await response.aread()
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 raise self.cut_off() from None
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
             raise ModelError(
-                f"{self.label} at {self.base_url} answered with something that "
-                "is not JSON; check the base URL"
+                f"{self.where} answered with something that is not JSON; check the base URL"
             ) from None
+
+    async def get_json(self, url: str, timeout: float, *, body: Any = None) -> Any:
+        """One quick request for metadata (GET, or POST with ``body``): no retries.
+
+        Raises ``httpx2.HTTPError`` or ``ValueError``; callers that only probe
+        catch both.
+        """
+        client = self.client()
+        if body is None:
+            response = await client.get(url, headers=self.headers, timeout=timeout)
+        else:
+            response = await client.post(
+                url, content=orjson.dumps(body), headers=self.headers, timeout=timeout
+            )
+        response.raise_for_status()
+        return orjson.loads(response.content)
+
+    @staticmethod
+    def status_errors() -> tuple[type[Exception], ...]:
+        """What ``get_json`` raises for an error status or a body that is not JSON."""
+        return (httpx2.HTTPStatusError, orjson.JSONDecodeError)
 
     async def events(
         self, path: str, body: dict[str, Any], deadline: float
@@ -173,7 +279,7 @@ class HttpModelClient:
             async for item in self._parse_events(response):
                 yield item
 
-    async def _parse_events(self, response: httpx.Response) -> AsyncIterator[tuple[str, Any]]:
+    async def _parse_events(self, response: httpx2.Response) -> AsyncIterator[tuple[str, Any]]:
         event, data_lines = "message", []
         lines = response.aiter_lines()
         while True:
@@ -181,7 +287,7 @@ class HttpModelClient:
                 line = await anext(lines)
             except StopAsyncIteration:
                 return
-            except httpx.HTTPError:
+            except httpx2.HTTPError:
                 raise self.cut_off() from None
             if line.startswith(":"):
                 continue
@@ -211,7 +317,7 @@ class HttpModelClient:
 
     def cut_off(self) -> ModelError:
         return ModelError(
-            f"the stream from {self.label} at {self.base_url} ended before the "
+            f"the stream from {self.where} ended before the "
             "reply was complete; the turn was not saved: try again"
         )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import orjson
@@ -80,15 +80,30 @@ def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _usage(data: dict[str, Any] | None) -> dict[str, int]:
+    """Token counts in foliko's terms; cached and reasoning tokens when reported."""
     if not data:
         return {}
-    return {
+    usage = {
         "input_tokens": int(data.get("prompt_tokens") or 0),
         "output_tokens": int(data.get("completion_tokens") or 0),
     }
+    cached = (data.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached:
+        usage["cached_tokens"] = int(cached)
+    reasoning = (data.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    if reasoning:
+        usage["reasoning_tokens"] = int(reasoning)
+    return usage
+
+
+def response_format(schema: Any) -> dict[str, Any]:
+    """Structured output as OpenAI (and llama.cpp, vLLM, Ollama) take it."""
+    return {"type": "json_schema", "json_schema": {"name": "reply", "schema": dict(schema)}}
 
 
 class OpenAIChatModel(ModelProvider):
+    """``hosted`` is OpenAI's own service: it takes ``max_completion_tokens``."""
+
     def __init__(
         self,
         model: str,
@@ -97,19 +112,50 @@ class OpenAIChatModel(ModelProvider):
         provider: str = "openai",
         context_window: int = 8192,
         max_tokens: int | None = None,
+        window_configured: bool = False,
+        options: Mapping[str, Any] | None = None,
+        price: Mapping[str, float] | None = None,
+        hosted: bool = False,
     ):
         self.model = model
+        self.provider = provider
         self.name = f"{provider}:{model}"
         self.client = client
         self.context_window = context_window
         self.max_tokens = max_tokens
+        self.window_configured = window_configured
+        self.options = dict(options or {})
+        self.price = dict(price or {})
+        self.hosted = hosted
+
+    async def discover_context_window(self, cache_dir: Any = None) -> int | None:
+        if self.hosted:
+            return None
+        from foliko_cli.models.discovery import discover_window
+
+        return await discover_window(self.client, self.model, self.provider, cache_dir)
+
+    def remember_context_window(self, window: int, cache_dir: Any = None) -> None:
+        if not self.hosted:
+            from foliko_cli.models.discovery import remember_window
+
+            remember_window(self.client, self.model, window, cache_dir)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
     def _body(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         body: dict[str, Any] = {"model": self.model, "messages": to_openai_messages(request)}
         if request.tools:
             body["tools"] = to_openai_tools(request.tools)
-        if self.max_tokens:
-            body["max_tokens"] = self.max_tokens
+        options = dict(request.options)
+        if "max_tokens" not in options and self.max_tokens:
+            options["max_tokens"] = self.max_tokens
+        if self.hosted and "max_tokens" in options:
+            options["max_completion_tokens"] = options.pop("max_tokens")
+        body.update(options)
+        if request.schema is not None:
+            body["response_format"] = response_format(request.schema)
         if stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
@@ -174,3 +220,31 @@ class OpenAIChatModel(ModelProvider):
             finish_reason=finish or "stop",
         )
         yield StreamEvent("done", response=response)
+
+
+def build(spec: Any, key: str | None, transport: Any = None) -> OpenAIChatModel:
+    """The ``openai`` and ``ollama`` entry points: any OpenAI-compatible server."""
+    from foliko_cli.models.http import HttpModelClient
+
+    headers = {"content-type": "application/json"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    client = HttpModelClient(
+        spec.provider,
+        spec.base_url,
+        headers,
+        key_hint=spec.key_hint,
+        secret=key,
+        transport=transport,
+    )
+    return OpenAIChatModel(
+        spec.model,
+        client=client,
+        provider=spec.provider,
+        context_window=spec.context_window,
+        max_tokens=spec.max_tokens,
+        window_configured=spec.window_configured,
+        options=spec.options,
+        price=spec.price,
+        hosted=spec.provider == "openai" and "api.openai.com" in (spec.base_url or ""),
+    )

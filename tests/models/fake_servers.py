@@ -76,6 +76,8 @@ class FakeServer:
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        self.probes: list[Recorded] = []
+        self.metadata: dict[str, Any] = {}  # GET path -> JSON answer
         self.default: ReplySource | None = None
         self.unplanned = 0
         self._replies: collections.deque[ReplySource] = collections.deque()
@@ -147,14 +149,26 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             pass
 
         def _record_other(self) -> None:
-            """Any other method (a GET, a proxy's CONNECT) is recorded and refused."""
+            """Any other method (a proxy's CONNECT) is recorded and refused."""
             headers = {name.lower(): value for name, value in self.headers.items()}
             with server._lock:
                 server.requests.append(Recorded(self.command, self.path, headers, None, b""))
                 server.arrived.notify_all()
             self._send(error_reply(405, f"fake server: {self.command} is not served"))
 
-        do_GET = do_CONNECT = do_PUT = do_DELETE = _record_other
+        def do_GET(self) -> None:
+            """Metadata probes (``/v1/models``, ``/props``) go to ``probes``: answered
+            from ``server.metadata`` when the test set it, else 404."""
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            with server._lock:
+                server.probes.append(Recorded("GET", self.path, headers, None, b""))
+            body = server.metadata.get(self.path)
+            if body is None:
+                self._send(error_reply(404, f"fake server: no route {self.path}"))
+            else:
+                self._send(Reply(body=body))
+
+        do_CONNECT = do_PUT = do_DELETE = _record_other
 
         def do_POST(self) -> None:
             length = int(self.headers.get("content-length") or 0)
@@ -167,9 +181,12 @@ def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
             recorded = Recorded("POST", self.path, headers, body, raw)
             if self.path not in KNOWN_PATHS:
                 with server._lock:
-                    server.requests.append(recorded)
-                    server.arrived.notify_all()
-                self._send(error_reply(404, f"fake server: no route {self.path}"))
+                    server.probes.append(recorded)
+                answer = server.metadata.get(self.path)
+                if answer is None:
+                    self._send(error_reply(404, f"fake server: no route {self.path}"))
+                else:
+                    self._send(Reply(body=answer))
                 return
             self._send(server._next_reply(recorded))
 

@@ -460,10 +460,11 @@ def test_models_list_reflects_keys_and_config_aliases(fake_server, tmp_path: Pat
             assert secret.encode() not in result.stdout + result.stderr
         return {row["name"]: row for row in orjson.loads(result.stdout)}
 
-    bare = listing({})
+    bare = listing({"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
     assert bare["echo"]["usable"] is True
     assert bare["echo"]["default"] is True
-    assert bare["ollama:MODEL"]["usable"] is True
+    assert bare["ollama:MODEL"]["usable"] is False, "nothing listens there"
+    assert "unreachable" in bare["ollama:MODEL"]["problem"]
     assert bare["openai:MODEL"]["usable"] is False
     assert "OPENAI_API_KEY" in bare["openai:MODEL"]["problem"]
     assert bare["anthropic:MODEL"]["usable"] is False
@@ -479,7 +480,12 @@ def test_models_list_reflects_keys_and_config_aliases(fake_server, tmp_path: Pat
     assert bare["cloud"]["context_window"] == 200_000
 
     keyed = listing(
-        {"MY_KEY": "my-secret-1", "OPENAI_API_KEY": "sk-secret-2", "FOLIKO_MODEL": "fast"}
+        {
+            "MY_KEY": "my-secret-1",
+            "OPENAI_API_KEY": "sk-secret-2",
+            "OPENAI_BASE_URL": f"{fake_server.url}/v1",
+            "FOLIKO_MODEL": "fast",
+        }
     )
     assert keyed["openai:MODEL"]["usable"] is True
     assert keyed["cloud"]["usable"] is True
