@@ -63,17 +63,15 @@ class SessionFileLocks:
             if create:
                 make_private_dirs(self.directory)
             fd = os.open(path, flags, 0o600)
-        except FileNotFoundError:
-            if create:
-                raise os_error("create the lock file", path, OSError(errno.ENOENT, "")) from None
-            return None
         except OSError as exc:
+            if exc.errno == errno.ENOENT and not create:
+                return None
             if exc.errno == errno.ELOOP:
                 raise StorageError(
                     f"refusing the lock file {path}: it is a symbolic link; remove it "
                     "(a lock file must be a plain file)"
                 ) from None
-            raise os_error("open the lock file", path, exc) from None
+            raise os_error("create the lock file", path, exc) from None
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:  # 0: just removed, retried
             os.close(fd)

@@ -479,3 +479,16 @@ def test_an_existing_schema_needs_no_create_privilege_on_the_database(url, schem
     finally:
         query(url, f'DROP OWNED BY "{role}"')
         query(url, f'DROP ROLE "{role}"')
+
+
+def test_info_and_location_of_a_working_storage_never_show_the_password(url, schema, run):
+    with_password = url.replace("postgres@", "postgres:pw%40s3cret@", 1) + "&password=q3cret"
+    with_password = with_password.replace("&", "?", 1) if "?" not in url else with_password
+    storage = PostgresStorage(with_password, schema=schema)
+    try:
+        run(storage.save(SessionRecord("s")))
+        shown = [str(run(storage.info())), storage.location, repr(storage)]
+    finally:
+        run(storage.close())
+    for text in shown:
+        assert "s3cret" not in text and "q3cret" not in text and "%40" not in text
