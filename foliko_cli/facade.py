@@ -182,6 +182,8 @@ class Foliko:
     migrate = _blocking("migrate")
     check = _blocking("check")
     info = _blocking("info")
+    search = _blocking("search")
+    usage = _blocking("usage")
 
     def export_sessions(self, session_ids: list[str]) -> Iterator[SessionRecord]:
         """The named sessions, each loaded once, in order."""

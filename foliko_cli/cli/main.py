@@ -72,6 +72,7 @@ class LazyGroup(FolikoGroup):
         "tools": ("foliko_cli.cli.agents", "tools"),
         "workflow": ("foliko_cli.cli.workflow", "workflow"),
         "completion": ("foliko_cli.cli.completion", "completion"),
+        "usage": ("foliko_cli.cli.history", "usage"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

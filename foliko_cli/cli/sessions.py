@@ -102,23 +102,42 @@ def list_sessions(
     "--json",
     "as_json",
     is_flag=True,
-    help="Print {session_id, messages, variables, metadata} as JSON.",
+    help="Print {session_id, messages, variables, metadata, usage} as JSON.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "text", "json"]),
+    help="Markdown transcript (default on a terminal), plain text (default in a pipe) or JSON.",
 )
 @click.pass_context
-def show(ctx: click.Context, session_id: str, tail: int | None, as_json: bool) -> None:
+def show(
+    ctx: click.Context, session_id: str, tail: int | None, as_json: bool, fmt: str | None
+) -> None:
     """Show a session's messages, variables and metadata.
 
     \b
     Examples:
       foliko sessions show s1
       foliko sessions show s1 --json --tail 2
+      foliko sessions show s1 --format markdown > s1.md
     """
     record = open_facade(ctx).get_session(session_id)
     data = record_to_dict(record)
     if tail is not None:
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
-    if as_json:
-        emit_json(data)
+    fmt = "json" if as_json else fmt or ("markdown" if sys.stdout.isatty() else "text")
+    if fmt == "json":
+        from foliko_cli.usage import usage_totals
+
+        emit_json({**data, "usage": usage_totals(record.messages)})
+        return
+    if fmt == "markdown":
+        from foliko_cli import transcript
+
+        first = len(record.messages) - len(data["messages"])
+        record.messages = data["messages"]
+        _write_output(None, transcript.markdown(record, first_seq=first))
         return
     meta = data["metadata"]
     click.echo(f"session   {record.session_id}")
@@ -207,10 +226,10 @@ def _write_output(path: Path | None, lines) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "ndjson"]),
+    type=click.Choice(["json", "ndjson", "markdown"]),
     default="json",
     show_default=True,
-    help="A JSON array, or one session per line.",
+    help="A JSON array, one session per line, or Markdown transcripts (not importable).",
 )
 @click.option(
     "-o",
@@ -237,6 +256,11 @@ def export(
         raise UsageError("name the sessions to export, or pass --all (not both)")
     facade = open_facade(ctx)
     ids = facade.session_ids() if everything else list(session_ids)
+    if fmt == "markdown":
+        from foliko_cli import transcript
+
+        _write_output(output, transcript.markdown_many(facade.export_sessions(ids)))
+        return
     dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
         for record in facade.export_sessions(ids):
@@ -287,24 +311,49 @@ def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
     help="When a session exists with other content: keep it, replace it, or "
     "import nothing and exit 2.",
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["foliko", "chatgpt", "llm"]),
+    default="foliko",
+    show_default=True,
+    help="foliko's export, a ChatGPT conversations.json, or an llm logs.db.",
+)
 @click.pass_context
-def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
+def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str) -> None:
     """Import sessions from a file (or - for stdin) written by export.
 
     Idempotent: sessions already stored with the same content are left alone.
+    --format chatgpt reads the conversations.json of a ChatGPT data export:
+    one session per conversation, named by its id, titled by its title,
+    holding the branch last shown (other branches are dropped and counted).
+    --format llm reads llm's logs.db: one session per conversation.
 
     \b
-    Example:
+    Examples:
       foliko sessions import backup.json --on-conflict replace
+      foliko sessions import --format chatgpt conversations.json
+      foliko sessions import --format llm "$(llm logs path)"
     """
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
-    try:
-        records = _parse_import(data, "stdin" if source == "-" else source)
-    except UnicodeDecodeError:
-        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
+    if fmt == "llm":
+        from foliko_cli.cli.imports import read_llm
+
+        records, extra = read_llm(source)
+    else:
+        extra = ""
+        try:
+            data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+        except OSError as exc:
+            raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
+        try:
+            if fmt == "chatgpt":
+                from foliko_cli.cli.imports import read_chatgpt
+
+                records, extra = read_chatgpt(data, "stdin" if source == "-" else source)
+            else:
+                records = _parse_import(data, "stdin" if source == "-" else source)
+        except UnicodeDecodeError:
+            raise UsageError(f"{source} is not valid UTF-8; export it again") from None
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(
             records, on_conflict=on_conflict, progress=advance
@@ -319,7 +368,7 @@ def import_(ctx: click.Context, source: str, on_conflict: str) -> None:
         note(f"skipped {session_id!r}: exists with other content")
     click.echo(
         f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
-        f"skipped {len(report.skipped)}"
+        f"skipped {len(report.skipped)}{extra}"
     )
 
 
@@ -400,3 +449,8 @@ def vars(
         facade.update_variables(session_id, {key: parse_value(value)})
     else:
         facade.update_variables(session_id, {}, unset=(key,))
+
+
+from foliko_cli.cli.history import search  # noqa: E402
+
+sessions.add_command(search)
