@@ -6,8 +6,9 @@ the writers need no change. The ``simple`` configuration lowercases words
 and does no stemming or stop words, so every language is searched alike.
 
 ``message_text`` reads the content out of the JSON body. JSON escapes a NUL
-as ``\\u0000``, which ``jsonb`` refuses; such bodies are read without it, so
-writing one never fails because of the index.
+as ``\\u0000``, which ``jsonb`` refuses: such bodies are read without it. A
+body that is not JSON at all (a corrupt row ``storage check`` reports) reads
+as no text. So writing a message never fails because of the index.
 
 The query is built as a ``to_tsquery`` expression from the parsed terms,
 each word quoted: ``websearch_to_tsquery`` has no prefix search.
@@ -37,11 +38,16 @@ def create_index(db: Any, schema: str) -> None:
     """The migration step: the text function and the index (built from what is stored)."""
     db.execute(
         f"""CREATE OR REPLACE FUNCTION {schema}.message_text(body TEXT) RETURNS TEXT
-            LANGUAGE SQL IMMUTABLE PARALLEL SAFE AS $$
-            SELECT CASE WHEN strpos(body, '\\u0000') = 0 THEN (body::jsonb) ->> 'content'
-                ELSE (regexp_replace(body, '((?:^|[^\\\\])(?:\\\\\\\\)*)\\\\u0000', '\\1', 'g')
-                      ::jsonb) ->> 'content' END
-            $$"""
+            LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+            BEGIN
+                RETURN (body::jsonb) ->> 'content';
+            EXCEPTION WHEN others THEN
+                BEGIN
+                    RETURN (replace(body, '\\u0000', '')::jsonb) ->> 'content';
+                EXCEPTION WHEN others THEN
+                    RETURN '';
+                END;
+            END $$"""
     )
     db.execute(
         f"""CREATE INDEX IF NOT EXISTS messages_text_search ON {schema}.messages
