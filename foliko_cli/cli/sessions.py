@@ -128,9 +128,7 @@ def show(
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
     fmt = "json" if as_json else fmt or ("markdown" if sys.stdout.isatty() else "text")
     if fmt == "json":
-        from foliko_cli.usage import usage_totals
-
-        emit_json({**data, "usage": usage_totals(record.messages)})
+        emit_json(_with_usage(data, record))
         return
     if fmt == "markdown":
         from foliko_cli import transcript
@@ -155,6 +153,13 @@ def show(
         click.echo(f"\n[{label}] {format_ms(message.get('created_at'))}")
         if message["content"]:
             click.echo(message["content"])
+
+
+def _with_usage(data: dict, record: SessionRecord) -> dict:
+    """The public JSON form plus the token and cost totals of the whole session."""
+    from foliko_cli.usage import usage_totals
+
+    return {**data, "usage": usage_totals(record.messages)}
 
 
 @sessions.command()
@@ -264,7 +269,7 @@ def export(
     dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
         for record in facade.export_sessions(ids):
-            dumps.append(orjson.dumps(record_to_dict(record)).decode())
+            dumps.append(orjson.dumps(_with_usage(record_to_dict(record), record)).decode())
             advance(1)
     lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
     _write_output(output, lines)
