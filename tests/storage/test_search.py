@@ -3,6 +3,7 @@ from SQLite's FTS5 index, PostgreSQL's GIN index and the scan the others use."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sqlite3
@@ -242,3 +243,42 @@ def test_a_message_another_process_wrote_is_found_at_once(storage_url, tmp_path,
         assert where(hits) == [("theirs", 0)]
     finally:
         run(storage.close())
+
+
+@contextlib.contextmanager
+def _sqlite_at(tmp_path: Path):
+    yield SQLiteStorage(tmp_path / "x.db")
+
+
+@contextlib.contextmanager
+def _postgres_at(tmp_path: Path):
+    services.require_postgres()
+    with services.postgres_storage() as storage:
+        yield storage
+
+
+@pytest.mark.parametrize(
+    ("opened", "translator", "broken"),
+    [
+        (_sqlite_at, "foliko_cli.storage.sqlite_search.fts5_expression", "AND AND ("),
+        (_postgres_at, "foliko_cli.storage.postgres_search.tsquery_expression", "&& ('"),
+    ],
+    ids=["sqlite", "postgres"],
+)
+def test_a_query_the_engine_rejects_is_a_usage_error(
+    tmp_path, run, monkeypatch, opened, translator, broken
+):
+    """The translators never emit bad syntax; if an engine still refuses one, the
+    user gets exit 2 with the engine's reason, and the storage stays usable."""
+    with opened(tmp_path) as storage:
+        try:
+            run(storage.save(SessionRecord("ops", messages=messages(CONVERSATION))))
+            monkeypatch.setattr(translator, lambda terms: broken)
+            with pytest.raises(UsageError) as caught:
+                find(run, storage, "refused")
+            assert caught.value.exit_code == 2
+            assert "cannot read the search query 'refused'" in str(caught.value)
+            monkeypatch.undo()
+            assert len(find(run, storage, "refused")) == 2
+        finally:
+            run(storage.close())
