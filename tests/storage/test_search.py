@@ -282,3 +282,18 @@ def test_a_query_the_engine_rejects_is_a_usage_error(
             assert len(find(run, storage, "refused")) == 2
         finally:
             run(storage.close())
+
+
+def test_without_fts5_sqlite_writes_as_before_and_search_scans(tmp_path, run, monkeypatch):
+    monkeypatch.setattr("foliko_cli.storage.sqlite_search.fts5_available", lambda: False)
+    storage = SQLiteStorage(tmp_path / "plain.db")
+    try:
+        run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
+        tables = {r[0] for r in storage.db.execute("SELECT name FROM sqlite_master")}
+        assert not tables & {"messages_fts", "message_search", "message_texts"}
+        run(storage.rename("s", "t"))
+        assert sorted(where(find(run, storage, '"connection refused"'))) == [("t", 2), ("t", 3)]
+        assert run(storage.delete("t")) is True
+        assert find(run, storage, "refused") == []
+    finally:
+        run(storage.close())
