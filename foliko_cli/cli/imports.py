@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import orjson
@@ -38,3 +39,15 @@ def read_llm(source: str) -> tuple[list[SessionRecord], str]:
         raise UsageError(f"{source} is not a file", fix="point at llm's logs.db (llm logs path)")
     imported = parse_llm(path, source)
     return imported.records, _summary(imported)
+
+
+def read_foreign(fmt: str, source: str) -> tuple[list[SessionRecord], str]:
+    """The records of ``source`` (a path, or - for stdin with chatgpt) in ``fmt``,
+    and what the import summary adds about the messages left out."""
+    if fmt == "llm":
+        return read_llm(source)
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}", fix="check the path") from None
+    return read_chatgpt(data, "stdin" if source == "-" else source)

@@ -306,6 +306,17 @@ def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
     return list(records.values())
 
 
+def _read_export(source: str) -> list[SessionRecord]:
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
+    try:
+        return _parse_import(data, "stdin" if source == "-" else source)
+    except UnicodeDecodeError:
+        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
+
+
 @sessions.command("import")
 @click.argument("source", metavar="FILE|-")
 @click.option(
@@ -340,25 +351,12 @@ def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str) -> None
       foliko sessions import --format chatgpt conversations.json
       foliko sessions import --format llm "$(llm logs path)"
     """
-    if fmt == "llm":
-        from foliko_cli.cli.imports import read_llm
+    if fmt != "foliko":
+        from foliko_cli.cli.imports import read_foreign
 
-        records, extra = read_llm(source)
+        records, extra = read_foreign(fmt, source)
     else:
-        extra = ""
-        try:
-            data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-        except OSError as exc:
-            raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
-        try:
-            if fmt == "chatgpt":
-                from foliko_cli.cli.imports import read_chatgpt
-
-                records, extra = read_chatgpt(data, "stdin" if source == "-" else source)
-            else:
-                records = _parse_import(data, "stdin" if source == "-" else source)
-        except UnicodeDecodeError:
-            raise UsageError(f"{source} is not valid UTF-8; export it again") from None
+        records, extra = _read_export(source), ""
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(
             records, on_conflict=on_conflict, progress=advance
