@@ -297,3 +297,34 @@ def test_without_fts5_sqlite_writes_as_before_and_search_scans(tmp_path, run, mo
         assert find(run, storage, "refused") == []
     finally:
         run(storage.close())
+
+
+def test_an_existing_postgres_schema_is_indexed_when_the_migration_runs(run):
+    import psycopg
+
+    from foliko_cli.storage.postgres import MIGRATIONS as PG_MIGRATIONS
+    from foliko_cli.storage.postgres import PostgresStorage
+
+    url = services.require_postgres()
+    with services.fresh_schema(url) as schema:
+        first = PostgresStorage(url, schema=schema)
+        try:
+            run(first.save(SessionRecord("s", messages=messages(CONVERSATION))))
+        finally:
+            run(first.close())
+        with psycopg.connect(url, autocommit=True) as db:
+            db.execute(f'ALTER TABLE "{schema}".messages DROP COLUMN search_vector')
+            db.execute(f'DROP FUNCTION "{schema}".message_text')
+            db.execute(
+                f'DELETE FROM "{schema}".schema_migrations WHERE version = %s',
+                (len(PG_MIGRATIONS),),
+            )
+        reopened = PostgresStorage(url, schema=schema)
+        try:
+            assert where(find(run, reopened, "kubernetes")) == [("s", 0)]
+            indexes = reopened.db.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)
+            ).fetchall()
+            assert ("messages_text_search",) in indexes
+        finally:
+            run(reopened.close())
