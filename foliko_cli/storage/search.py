@@ -145,7 +145,7 @@ def _term_matches(words: list[tuple[str, int, int]], term: Term) -> Iterable[tup
 
 
 def find_matches(text: str, terms: tuple[Term, ...]) -> list[tuple[int, int]] | None:
-    """Character spans of every term's occurrences, or None when one is missing."""
+    """Character spans of every term's occurrences, or None when a term is missing."""
     words = _word_spans(text)
     ranges: list[tuple[int, int]] = []
     for term in terms:
@@ -153,7 +153,19 @@ def find_matches(text: str, terms: tuple[Term, ...]) -> list[tuple[int, int]] | 
         if not found:
             return None
         ranges += found
-    return sorted({(words[a][1], words[b - 1][2]) for a, b in ranges})
+    return merge_spans(text, {(words[a][1], words[b - 1][2]) for a, b in ranges})
+
+
+def merge_spans(text: str, spans) -> list[tuple[int, int]]:
+    """Sorted spans, those that overlap or only have spaces between them joined:
+    every engine then marks a phrase, and neighbouring matches, as one."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and (start <= merged[-1][1] or not text[merged[-1][1] : start].strip()):
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def snippet_around(text: str, spans: list[tuple[int, int]]) -> tuple[str, tuple]:
@@ -213,6 +225,7 @@ def unmark(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
             length += len(piece)
     line = "".join(plain)
     lead = len(line) - len(line.lstrip())
+    spans = merge_spans(line, spans)
     line = line.strip()
     return line, tuple((max(0, s - lead), min(len(line), e - lead)) for s, e in spans)
 

@@ -127,8 +127,13 @@ def test_search_on_the_json_backend_scans(invoke, foliko_home):
     env = {"FOLIKO_MODEL": "echo"}
     result = invoke("--storage", "json", "chat", "-s", "j1", "hello Flamingo", env=env)
     assert result.exit_code == 0, result.stderr
-    result = invoke("--storage", "json", "sessions", "search", "flamingo", "--json")
-    assert next((h["session_id"], h["role"]) for h in orjson.loads(result.stdout)) == ("j1", "user")
+    result = invoke(
+        "--storage", "json", "sessions", "search", "flamingo", "--role", "user", "--json"
+    )
+    hits = orjson.loads(result.stdout)
+    assert [(h["session_id"], h["seq"], h["marked"]) for h in hits] == [
+        ("j1", 0, "hello [Flamingo]")
+    ]
 
 
 def test_search_help_says_which_backends_scan(invoke):

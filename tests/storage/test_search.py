@@ -328,3 +328,9 @@ def test_an_existing_postgres_schema_is_indexed_when_the_migration_runs(run):
             assert ("messages_text_search",) in indexes
         finally:
             run(reopened.close())
+
+
+def test_overlapping_terms_are_marked_once(stored, run):
+    [hit] = find(run, stored, '"container port" port')
+    assert hit.marked().count("[") == 1
+    assert "[container port]" in hit.marked()
