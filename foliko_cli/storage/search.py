@@ -1,7 +1,8 @@
 """Searching message text: the query language, the optional capability, a scan.
 
-A query is words, ``"exact phrases"`` and ``prefix*`` words; a message matches
-when it holds every one of them. Words are runs of letters and digits,
+A query is words, ``"exact phrases"`` and ``prefix*`` words (``"a phra"*``
+ends a phrase with a prefix); a message matches when it holds every one of
+them. Words are runs of letters and digits,
 compared case-insensitively (diacritics count: "Größe" is not "Grosse").
 Every backend reads the same ``SearchQuery``: SQLite and PostgreSQL translate
 its terms into their own full-text syntax (never passing the user's text
@@ -96,6 +97,7 @@ def parse_query(text: str) -> tuple[Term, ...]:
             fix='close it: "exact phrase"',
         )
     terms: list[Term] = []
+    phrase_ended = False
     for number, chunk in enumerate(text.split('"')):
         if number % 2:
             phrase = chunk.strip()
@@ -104,7 +106,11 @@ def parse_query(text: str) -> tuple[Term, ...]:
             words = tokens(phrase)
             if words:
                 terms.append(Term(tuple(words), prefix))
+            phrase_ended = bool(words)
             continue
+        if chunk.startswith("*") and phrase_ended:
+            terms[-1] = terms[-1]._replace(prefix=True)  # "a phrase"*
+            chunk = chunk[1:]
         for part in chunk.split():
             prefix = part.endswith("*")
             _check_stars(part.removesuffix("*"), text)

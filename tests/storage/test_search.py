@@ -94,6 +94,7 @@ def test_a_prefix_finds_words_that_begin_with_it(stored, run):
     found = sorted(where(find(run, stored, "deplo*")))
     assert found == [("ops", 0), ("ops", 1), ("other", 0)]
     assert find(run, stored, "deplo") == []
+    assert sorted(where(find(run, stored, '"connection ref"*'))) == [("ops", 2), ("ops", 3)]
 
 
 def test_unicode_words_match_exactly_with_accents(stored, run):
@@ -167,10 +168,12 @@ def test_queries_that_cannot_be_read_are_usage_errors(text):
 
 
 def test_the_parser_reads_words_phrases_and_prefixes():
-    assert parse_query('deploy* "Connection  Refused" e-mail') == (
+    assert parse_query('deploy* "Connection  Refused" e-mail "a b"* c') == (
         Term(("deploy",), True),
         Term(("connection", "refused"), False),
         Term(("e", "mail"), False),
+        Term(("a", "b"), True),
+        Term(("c",), False),
     )
 
 
