@@ -39,7 +39,13 @@ from foliko_cli.storage.record import (
     record_from_seed,
 )
 from foliko_cli.storage.search import SearchHit, SearchQuery, scan_search
-from foliko_cli.storage.sqlite_search import create_index, index_from, rename_indexed, unindex
+from foliko_cli.storage.sqlite_search import (
+    create_index,
+    index_messages,
+    index_records,
+    rename_indexed,
+    unindex,
+)
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 BUSY_TIMEOUT_MS = 30_000
@@ -193,7 +199,7 @@ def _write_records(db: sqlite3.Connection, records: list[SessionRecord]) -> list
         _INSERT_MESSAGE,
         (row for r in records for row in _message_rows(r.session_id, 0, r.messages)),
     )
-    index_from(db, ids)
+    index_records(db, [(r.session_id, 0, r.messages) for r in records])
     return revisions
 
 
@@ -214,7 +220,7 @@ def _replace_record(db: sqlite3.Connection, record: SessionRecord) -> int:
     db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
     db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
     _insert_record(db, record, revision=revision)
-    index_from(db, [record.session_id])
+    index_messages(db, record.session_id, 0, record.messages)
     return revision
 
 
@@ -486,8 +492,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 ),
             )
             db.executemany(_INSERT_MESSAGE, _message_rows(session_id, count, messages))
-            if messages:
-                index_from(db, [session_id], count)
+            index_messages(db, session_id, count, messages)
         return revision
 
     async def delete(self, session_id: str) -> bool:

@@ -4,7 +4,7 @@
 ``message_search`` gives each message one, with the role and time the
 filters need; ``message_texts`` is the view FTS5 reads the text from, so the
 text itself is stored once (an external-content table). The writers call
-``index_from``/``unindex`` inside their own transaction: a message is
+``index_records``/``unindex`` inside their own transaction: a message is
 searchable the moment its turn commits, from any connection.
 
 Where this SQLite has no FTS5, the migration creates nothing, the helpers do
@@ -86,21 +86,35 @@ def _indexed(db: sqlite3.Connection) -> bool:
     )
 
 
-def index_from(db: sqlite3.Connection, session_ids: list[str], first_seq: int = 0) -> None:
-    """Index the messages of ``session_ids`` from ``first_seq`` on (just written)."""
-    if not session_ids or not _indexed(db):
+def index_messages(db: sqlite3.Connection, session_id: str, first_seq: int, messages) -> None:
+    """Index ``messages`` just written to ``session_id`` from position ``first_seq``."""
+    index_records(db, [(session_id, first_seq, messages)])
+
+
+def index_records(db: sqlite3.Connection, batches) -> None:
+    """Index each ``(session_id, first_seq, messages)`` just written, in one pass.
+
+    The text comes from the messages in hand (what the view would read from
+    their bodies), so a bulk write does not parse its own JSON again.
+    """
+    rows = [
+        (session_id, first_seq + i, m)
+        for session_id, first_seq, messages in batches
+        for i, m in enumerate(messages)
+    ]
+    if not rows or not _indexed(db):
         return
-    rows = [(session_id, first_seq) for session_id in session_ids]
+    start = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM message_search").fetchone()[0]
     db.executemany(
-        """INSERT INTO message_search (session_id, seq, role, created_at)
-           SELECT session_id, seq, role, created_at FROM messages
-           WHERE session_id = ? AND seq >= ? ORDER BY seq""",
-        rows,
+        "INSERT INTO message_search (id, session_id, seq, role, created_at) VALUES (?, ?, ?, ?, ?)",
+        (
+            (start + n, sid, seq, m["role"], m.get("created_at", 0))
+            for n, (sid, seq, m) in enumerate(rows)
+        ),
     )
     db.executemany(
-        """INSERT INTO messages_fts (rowid, text) SELECT id, text FROM message_texts
-           WHERE session_id = ? AND seq >= ?""",
-        rows,
+        "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
+        ((start + n, m["content"]) for n, (_, _, m) in enumerate(rows)),
     )
 
 
