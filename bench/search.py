@@ -160,7 +160,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     if problem is not None:
         log(f"SEARCH: PostgreSQL skipped: {problem}")
         return results
-    schema = f"foliko_bench_search_{sessions}"
+    schema = f"foliko_bench_search_{sessions}_{os.getpid()}"
     url = f"{POSTGRES_URL}?schema={schema}"
     try:
         ws.dataset(
