@@ -191,6 +191,8 @@ class Foliko:
     mcp_status = _blocking("mcp_status")
     mcp_tool_list = _blocking("mcp_tool_list")
     mcp_tools = _blocking("mcp_tools")
+    search = _blocking("search")
+    usage = _blocking("usage")
 
     def export_sessions(
         self, session_ids: list[str], *, skip_missing: bool = False

@@ -29,6 +29,7 @@ from foliko_cli.models.base import ModelProvider
 from foliko_cli.storage import open_storage
 from foliko_cli.storage.base import SessionExistsError, SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.record import (
+    ROLES,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.skills import SkillSet
     from foliko_cli.storage.migrate import MigrationReport
+    from foliko_cli.storage.search import SearchHit
 
 MAX_MESSAGE_CHARS = 16 * 1024 * 1024
 DEFAULT_MODEL_NOTICE = (
@@ -882,6 +884,58 @@ class AsyncFoliko:
             return "active"
         await self.storage.delete(session_id, expected_revision=state.revision)
         return "deleted"
+
+    # history
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: int | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Messages holding every word, "phrase" and prefix* of ``query``, best first.
+
+        ``since`` keeps messages written at or after that ms time. Backends with
+        a full-text index (SQLite, PostgreSQL) search it; the others are scanned.
+        """
+        from foliko_cli.storage.search import Searchable, SearchQuery, parse_query, scan_search
+
+        if session_id is not None:
+            check_session_id(session_id)
+        if role is not None and role not in ROLES:
+            raise UsageError(f"unknown role {role!r}", fix=f"use one of {', '.join(sorted(ROLES))}")
+        if limit < 1:
+            raise UsageError(f"the limit must be at least 1, not {limit}", fix="give 1 or more")
+        search_query = SearchQuery(query, parse_query(query), session_id, role, since, limit)
+        if isinstance(self.storage, Searchable):
+            return await self.storage.search(search_query)
+        return await scan_search(self.storage, search_query)
+
+    async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
+        """Token and cost totals of the assistant messages written at or after
+        ``since`` (ms), per ``session``, ``model`` or UTC ``day``, and in all."""
+        from foliko_cli.usage import GROUPINGS, summarise
+
+        if by not in GROUPINGS:
+            raise UsageError(f"unknown grouping {by!r}", fix=f"use one of {', '.join(GROUPINGS)}")
+        summaries = await self.storage.list_summaries()
+        ids = sorted(
+            s.session_id
+            for s in summaries
+            if s.error is None and (since is None or s.updated_at >= since)
+        )
+
+        async def records() -> AsyncIterator[SessionRecord]:
+            for start in range(0, len(ids), 500):
+                found = await self.storage.load_many(ids[start : start + 500])
+                for session_id in ids[start : start + 500]:
+                    if session_id in found:
+                        yield found[session_id]
+
+        return summarise([record async for record in records()], by=by, since=since)
 
     # variables
 

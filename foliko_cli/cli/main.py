@@ -88,6 +88,7 @@ class LazyGroup(FolikoGroup):
         "mcp": ("foliko_cli.cli.mcp", "mcp"),
         "workflow": ("foliko_cli.cli.workflow", "workflow"),
         "completion": ("foliko_cli.cli.completion", "completion"),
+        "usage": ("foliko_cli.cli.history", "usage"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -10,7 +10,6 @@ import orjson
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import (
-    data_format_option,
     deferred_progress,
     emit_json,
     emit_rows,
@@ -121,7 +120,13 @@ ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool
 @sessions.command()
 @sessions_argument()
 @click.option("--tail", type=click.IntRange(min=0), metavar="N", help="Only the last N messages.")
-@data_format_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["markdown", "text", "json"]),
+    help="Markdown transcript (default on a terminal), plain text (default in a pipe) or JSON.",
+)
+@click.option("--json", "fmt", flag_value="json", help="Same as --format json.")
 @click.option(
     "--pager/--no-pager",
     default=True,
@@ -130,7 +135,7 @@ ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool
 @storage_option
 @click.pass_context
 def show(
-    ctx: click.Context, session_ids: list[str], tail: int | None, fmt: str, pager: bool
+    ctx: click.Context, session_ids: list[str], tail: int | None, fmt: str | None, pager: bool
 ) -> None:
     """Show a session's messages, variables and metadata.
 
@@ -140,14 +145,26 @@ def show(
     Examples:
       foliko sessions show s1
       foliko sessions show -s s1 --json --tail 2
+      foliko sessions show s1 --format markdown > s1.md
     """
     session_id = one_session(session_ids, "show ID")
     record = open_facade(ctx).get_session(session_id)
     data = record_to_dict(record)
     if tail is not None:
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
+    fmt = fmt or ("markdown" if sys.stdout.isatty() else "text")
     if fmt == "json":
-        emit_json(data)
+        emit_json(_with_usage(data, record))
+        return
+    if fmt == "markdown":
+        from foliko_cli import transcript
+
+        first = len(record.messages) - len(data["messages"])
+        record.messages = data["messages"]
+        lines = transcript.markdown(record, first_seq=first)
+        shown = (paint(line, "cyan") if line.startswith("#") else line for line in lines)
+        page("\n".join(shown) + "\n", enabled=pager)
+        return
         return
     meta = data["metadata"]
     lines = [
@@ -169,6 +186,13 @@ def show(
         if message["content"]:
             lines.append(message["content"])
     page("\n".join(lines) + "\n", enabled=pager)
+
+
+def _with_usage(data: dict, record: SessionRecord) -> dict:
+    """The public JSON form plus the token and cost totals of the whole session."""
+    from foliko_cli.usage import usage_totals
+
+    return {**data, "usage": usage_totals(record.messages)}
 
 
 @sessions.command()
@@ -289,10 +313,10 @@ def _write_output(path: Path | None, lines) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "ndjson"]),
+    type=click.Choice(["json", "ndjson", "markdown"]),
     default="json",
     show_default=True,
-    help="A JSON array, or one session per line.",
+    help="A JSON array, one session per line, or Markdown transcripts (not importable).",
 )
 @click.option(
     "-o",
@@ -320,10 +344,16 @@ def export(
         raise UsageError("name the sessions to export, or pass --all (not both)")
     facade = open_facade(ctx)
     ids = facade.session_ids() if everything else session_ids
+    if fmt == "markdown":
+        from foliko_cli import transcript
+
+        records = facade.export_sessions(ids, skip_missing=everything)
+        _write_output(output, transcript.markdown_many(records))
+        return
     dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
         for record in facade.export_sessions(ids, skip_missing=everything):
-            dumps.append(orjson.dumps(record_to_dict(record)).decode())
+            dumps.append(orjson.dumps(_with_usage(record_to_dict(record), record)).decode())
             advance(1)
     lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
     _write_output(output, lines)
@@ -360,6 +390,17 @@ def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
     return list(records.values())
 
 
+def _read_export(source: str) -> list[SessionRecord]:
+    try:
+        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
+    try:
+        return _parse_import(data, "stdin" if source == "-" else source)
+    except UnicodeDecodeError:
+        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
+
+
 @sessions.command("import")
 @click.argument("source", metavar="FILE|-")
 @click.option(
@@ -370,27 +411,39 @@ def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
     help="When a session exists with other content: keep it, replace it, or "
     "import nothing and exit 2.",
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["foliko", "chatgpt", "llm"]),
+    default="foliko",
+    show_default=True,
+    help="foliko's export, a ChatGPT conversations.json, or an llm logs.db.",
+)
 @json_flag("Print {imported: [...], unchanged: [...], skipped: [...]} on stdout.")
 @storage_option
 @click.pass_context
-def import_(ctx: click.Context, source: str, on_conflict: str, as_json: bool) -> None:
+def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json: bool) -> None:
     """Import sessions from a file (or - for stdin) written by export.
 
     Idempotent: sessions already stored with the same content are left alone.
     The summary goes to stderr (to stdout as JSON with --json).
+    --format chatgpt reads the conversations.json of a ChatGPT data export:
+    one session per conversation, named by its id, titled by its title,
+    holding the branch last shown (other branches are dropped and counted).
+    --format llm reads llm's logs.db: one session per conversation.
 
     \b
-    Example:
+    Examples:
       foliko sessions import backup.json --on-conflict replace
+      foliko sessions import --format chatgpt conversations.json
+      foliko sessions import --format llm "$(llm logs path)"
     """
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
-    try:
-        records = _parse_import(data, "stdin" if source == "-" else source)
-    except UnicodeDecodeError:
-        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
+    if fmt != "foliko":
+        from foliko_cli.cli.imports import read_foreign
+
+        records, extra = read_foreign(fmt, source)
+    else:
+        records, extra = _read_export(source), ""
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(
             records, on_conflict=on_conflict, progress=advance
@@ -413,7 +466,7 @@ def import_(ctx: click.Context, source: str, on_conflict: str, as_json: bool) ->
         )
     note(
         f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
-        f"skipped {len(report.skipped)}"
+        f"skipped {len(report.skipped)}{extra}"
     )
 
 
@@ -535,3 +588,8 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
         facade.update_variables(session_id, {key: value})
     else:
         facade.update_variables(session_id, {}, unset=(words[0],))
+
+
+from foliko_cli.cli.history import search  # noqa: E402
+
+sessions.add_command(search)

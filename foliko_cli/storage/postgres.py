@@ -54,6 +54,7 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     StorageConfigError,
     StorageError,
+    UsageError,
 )
 from foliko_cli.storage import watchdog
 from foliko_cli.storage.base import (
@@ -79,6 +80,7 @@ from foliko_cli.storage.record import (
     next_revision,
     preview_of,
 )
+from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_SCHEMA = "foliko"
@@ -156,6 +158,14 @@ def create_quarantine(db: Any, schema: str) -> None:
             messages TEXT NOT NULL
         )"""
     )
+
+
+@migration
+def create_search_index(db: Any, schema: str) -> None:
+    """The full-text index over message text (postgres_search.py)."""
+    from foliko_cli.storage.postgres_search import create_index
+
+    create_index(db, schema)
 
 
 def advisory_key(*parts: str) -> int:
@@ -822,6 +832,19 @@ class PostgresStorage(SessionStorageAdapter):
                 f"DELETE FROM {s}.sessions WHERE session_id = %s", (problem.session_id,)
             )
         return f"{self.location} (table {self.schema}.quarantine)"
+
+    async def search(self, query: SearchQuery) -> list[SearchHit]:
+        """Through the GIN index on the messages' text (postgres_search.py)."""
+        from foliko_cli.storage.postgres_search import search
+
+        with self._guard():
+            try:
+                return search(self.db, self._q, query)
+            except (self._pg.errors.SyntaxError, self._pg.errors.DataException) as exc:
+                raise UsageError(
+                    f"PostgreSQL cannot read the search query {query.text!r}: {_reason(exc, None)}",
+                    fix="search for plain words",
+                ) from None
 
     async def info(self) -> dict[str, Any]:
         s = self._q

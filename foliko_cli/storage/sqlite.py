@@ -54,6 +54,15 @@ from foliko_cli.storage.record import (
     preview_of,
     record_from_seed,
 )
+from foliko_cli.storage.search import SearchHit, SearchQuery, scan_search
+from foliko_cli.storage.sqlite_search import (
+    create_index,
+    index_messages,
+    index_records,
+    rename_indexed,
+    unindex,
+)
+from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 BUSY_TIMEOUT_MS = 30_000
 UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
@@ -140,6 +149,12 @@ def create_quarantine(db: sqlite3.Connection) -> None:
     )
 
 
+@migration
+def create_search_index(db: sqlite3.Connection) -> None:
+    """The full-text index over message text (sqlite_search.py); built from what is stored."""
+    create_index(db)
+
+
 _INSERT_SESSION = """INSERT INTO sessions (session_id, created_at, updated_at, message_count,
     revision, preview, variables, metadata, compression_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
 _INSERT_MESSAGE = (
@@ -199,6 +214,7 @@ def _write_records(
     for session_id, revision in zip(ids, expected, strict=True):
         check_expected(session_id, revision, current.get(session_id, 0))
     if current:
+        unindex(db, list(current))
         gone = [(session_id,) for session_id in current]
         db.executemany("DELETE FROM messages WHERE session_id = ?", gone)
         db.executemany("DELETE FROM sessions WHERE session_id = ?", gone)
@@ -208,6 +224,7 @@ def _write_records(
         _INSERT_MESSAGE,
         (row for r in records for row in _message_rows(r.session_id, 0, r.messages)),
     )
+    index_records(db, [(r.session_id, 0, r.messages) for r in records])
     return revisions
 
 
@@ -225,9 +242,11 @@ def _replace_record(db: sqlite3.Connection, record: SessionRecord, expected: int
     ).fetchone()
     check_expected(record.session_id, expected, row[0] if row else 0)
     revision = next_revision(row[0] if row else None)
+    unindex(db, [record.session_id])
     db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
     db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
     _insert_record(db, record, revision=revision)
+    index_messages(db, record.session_id, 0, record.messages)
     return revision
 
 
@@ -542,6 +561,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 ),
             )
             db.executemany(_INSERT_MESSAGE, _message_rows(session_id, count, messages))
+            index_messages(db, session_id, count, messages)
         return revision
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
@@ -554,6 +574,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             check_expected(session_id, expected_revision, row[0] if row else 0)
+            unindex(db, [session_id])
             db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             existed = (
                 db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
@@ -685,6 +706,7 @@ class SQLiteStorage(SessionStorageAdapter):
             ):
                 raise SessionNotFoundError(old_id)
             db.execute("UPDATE messages SET session_id = ? WHERE session_id = ?", (new_id, old_id))
+            rename_indexed(db, old_id, new_id)
             db.execute(
                 "UPDATE sessions SET revision = ? WHERE session_id = ?",
                 (next_revision(None), new_id),
@@ -780,6 +802,7 @@ class SQLiteStorage(SessionStorageAdapter):
                     orjson.dumps([_text_row(b) for b in bodies]).decode(),
                 ),
             )
+            unindex(db, [problem.session_id])
             db.execute("DELETE FROM messages WHERE session_id = ?", (problem.session_id,))
             db.execute("DELETE FROM sessions WHERE session_id = ?", (problem.session_id,))
             self._drop_seed_row(db, problem.session_id)
@@ -820,6 +843,14 @@ class SQLiteStorage(SessionStorageAdapter):
     @property
     def location(self) -> str:
         return self.path
+
+    async def search(self, query: SearchQuery) -> list[SearchHit]:
+        """Through the FTS5 index; a scan where this SQLite has none."""
+        if self._absent():
+            return []
+        with self._guard():
+            hits = sqlite_search(self.db, query)
+        return hits if hits is not None else await scan_search(self, query)
 
     async def info(self) -> dict[str, Any]:
         with self._guard():

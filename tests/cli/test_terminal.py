@@ -258,7 +258,7 @@ def test_no_pager_prints_directly(spawn, long_session, pager):
 def test_short_output_and_pipes_are_not_paged(spawn, invoke, long_session, pager):
     env, record = pager
     assert invoke("chat", "-s", "tiny", "hi", env={"FOLIKO_MODEL": "echo"}).exit_code == 0
-    out = ended(spawn("sessions", "show", "tiny", env=env))
+    out = ended(spawn("sessions", "show", "tiny", "--format", "text", env=env))
     assert "PAGER RAN" not in out and "[user]" in out
     piped = invoke("sessions", "show", "long", env=env)
     assert "message 19" in piped.stdout
@@ -267,14 +267,14 @@ def test_short_output_and_pipes_are_not_paged(spawn, invoke, long_session, pager
 
 def test_roles_and_errors_are_coloured_on_a_terminal_only(spawn, invoke):
     assert invoke("chat", "-s", "c", "hi", env={"FOLIKO_MODEL": "echo"}).exit_code == 0
-    coloured = spawn("sessions", "show", "c")
+    coloured = spawn("sessions", "show", "c", "--format", "text")
     coloured.expect(pexpect.EOF)
     raw = coloured.before
     assert "\x1b[" in raw and "[user]" in plain(raw)
     error = spawn("sessions", "show", "ghost")
     error.expect(pexpect.EOF)
     assert re.search(r"\x1b\[[0-9;]*m", error.before.split("error:")[0] + "error:")
-    no_colour = spawn("sessions", "show", "c", env={"NO_COLOR": "1"})
+    no_colour = spawn("sessions", "show", "c", "--format", "text", env={"NO_COLOR": "1"})
     no_colour.expect(pexpect.EOF)
     assert "\x1b[" not in no_colour.before
     piped = invoke("sessions", "show", "c")

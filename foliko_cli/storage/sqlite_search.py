@@ -1,0 +1,192 @@
+"""SQLite's full-text index over message text (FTS5), kept in step by the writers.
+
+``messages`` has no integer rowid (it is keyed by session and seq), so
+``message_search`` gives each message one, with the role and time the
+filters need; ``message_texts`` is the view FTS5 reads the text from, so the
+text itself is stored once (an external-content table). The writers call
+``index_records``/``unindex`` inside their own transaction: a message is
+searchable the moment its turn commits, from any connection.
+
+Where this SQLite has no FTS5, the migration creates nothing, the helpers do
+nothing and searching falls back to a scan.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+
+from foliko_cli.errors import UsageError
+from foliko_cli.storage.search import (
+    MARK_END,
+    MARK_START,
+    SNIPPET_WORDS,
+    SearchHit,
+    SearchQuery,
+    Term,
+    unmark,
+)
+
+_TEXT = (
+    "CASE WHEN json_valid(CAST(m.body AS TEXT)) "
+    "THEN CAST(json_extract(CAST(m.body AS TEXT), '$.content') AS TEXT) ELSE '' END"
+)
+
+
+@functools.cache
+def fts5_available() -> bool:
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute("CREATE VIRTUAL TABLE probe USING fts5(text)")
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        db.close()
+    return True
+
+
+def create_index(db: sqlite3.Connection) -> None:
+    """The migration step: the tables, then every stored message indexed."""
+    if not fts5_available():
+        return
+    db.execute(
+        """CREATE TABLE IF NOT EXISTS message_search (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            UNIQUE (session_id, seq)
+        )"""
+    )
+    db.execute(
+        f"""CREATE VIEW IF NOT EXISTS message_texts (id, session_id, seq, text) AS
+            SELECT s.id, s.session_id, s.seq, {_TEXT} FROM message_search s
+            JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
+    )
+    db.execute(
+        """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+            text, content='message_texts', content_rowid='id',
+            tokenize='unicode61 remove_diacritics 0')"""
+    )
+    db.execute("DELETE FROM message_search")
+    db.execute(
+        """INSERT INTO message_search (session_id, seq, role, created_at)
+           SELECT session_id, seq, role, created_at FROM messages ORDER BY session_id, seq"""
+    )
+    db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
+
+def _indexed(db: sqlite3.Connection) -> bool:
+    return (
+        db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts'"
+        ).fetchone()
+        is not None
+    )
+
+
+def index_messages(db: sqlite3.Connection, session_id: str, first_seq: int, messages) -> None:
+    """Index ``messages`` just written to ``session_id`` from position ``first_seq``."""
+    index_records(db, [(session_id, first_seq, messages)])
+
+
+def index_records(db: sqlite3.Connection, batches) -> None:
+    """Index each ``(session_id, first_seq, messages)`` just written, in one pass.
+
+    The text comes from the messages in hand (what the view would read from
+    their bodies), so a bulk write does not parse its own JSON again.
+    """
+    rows = [
+        (session_id, first_seq + i, m)
+        for session_id, first_seq, messages in batches
+        for i, m in enumerate(messages)
+    ]
+    if not rows or not _indexed(db):
+        return
+    start = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM message_search").fetchone()[0]
+    db.executemany(
+        "INSERT INTO message_search (id, session_id, seq, role, created_at) VALUES (?, ?, ?, ?, ?)",
+        (
+            (start + n, sid, seq, m["role"], m.get("created_at", 0))
+            for n, (sid, seq, m) in enumerate(rows)
+        ),
+    )
+    db.executemany(
+        "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
+        ((start + n, m["content"]) for n, (_, _, m) in enumerate(rows)),
+    )
+
+
+def unindex(db: sqlite3.Connection, session_ids: list[str]) -> None:
+    """Drop the sessions from the index; call before their messages are deleted."""
+    if not session_ids or not _indexed(db):
+        return
+    rows = [(session_id,) for session_id in session_ids]
+    db.executemany(
+        """INSERT INTO messages_fts (messages_fts, rowid, text)
+           SELECT 'delete', id, text FROM message_texts WHERE session_id = ?""",
+        rows,
+    )
+    db.executemany("DELETE FROM message_search WHERE session_id = ?", rows)
+
+
+def rename_indexed(db: sqlite3.Connection, old_id: str, new_id: str) -> None:
+    if _indexed(db):
+        db.execute(
+            "UPDATE message_search SET session_id = ? WHERE session_id = ?", (new_id, old_id)
+        )
+
+
+def fts5_expression(terms: tuple[Term, ...]) -> str:
+    """FTS5 MATCH syntax for ``terms``: every token quoted, so nothing the user
+    typed is read as an operator."""
+    parts = []
+    for term in terms:
+        phrase = " ".join(token.replace('"', '""') for token in term.tokens)
+        parts.append(f'"{phrase}"' + (" *" if term.prefix else ""))
+    return " AND ".join(parts)
+
+
+def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None:
+    """The best ``query.limit`` hits by bm25, or None when there is no index."""
+    if not _indexed(db):
+        return None
+    filters, params = [], [fts5_expression(query.terms)]
+    if query.session_id is not None:
+        filters.append("s.session_id = ?")
+        params.append(query.session_id)
+    if query.role is not None:
+        filters.append("s.role = ?")
+        params.append(query.role)
+    if query.since is not None:
+        filters.append("s.created_at >= ?")
+        params.append(query.since)
+    where = "".join(f" AND {f}" for f in filters)
+    try:
+        rows = db.execute(
+            f"""WITH top AS (
+                    SELECT f.rowid AS id, bm25(messages_fts) AS score FROM messages_fts f
+                    JOIN message_search s ON s.id = f.rowid
+                    WHERE messages_fts MATCH ?{where}
+                    ORDER BY score, s.created_at DESC LIMIT ?)
+                SELECT s.session_id, s.seq, s.role, s.created_at, top.score,
+                    snippet(messages_fts, 0, '{MARK_START}', '{MARK_END}', '…', {SNIPPET_WORDS})
+                FROM top JOIN messages_fts ON messages_fts.rowid = top.id
+                JOIN message_search s ON s.id = top.id
+                WHERE messages_fts MATCH ?
+                ORDER BY top.score, s.created_at DESC, s.session_id, s.seq""",
+            [*params, query.limit, params[0]],
+        ).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "fts5" in str(exc) or "syntax" in str(exc):
+            raise UsageError(
+                f"SQLite cannot read the search query {query.text!r}: {exc}",
+                fix="search for plain words",
+            ) from None
+        raise
+    hits = []
+    for session_id, seq, role, created_at, score, marked in rows:
+        snippet, spans = unmark(marked)
+        hits.append(SearchHit(session_id, seq, role, created_at, snippet, spans, -score))
+    return hits

@@ -1,0 +1,98 @@
+"""A session as a readable transcript: Markdown or plain text, as lines.
+
+Pure functions over a SessionRecord. Markdown gives each message a heading
+(its position, role and time), tool calls as fenced JSON and tool results
+in fences, so a transcript pastes into an issue or a wiki as it is.
+Times are local, as in every listing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from foliko_cli.storage.record import SessionRecord
+
+ROLE_TITLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
+
+
+def when(ms: Any) -> str:
+    if not isinstance(ms, int | float) or isinstance(ms, bool) or ms <= 0:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _fence(text: str, info: str = "") -> list[str]:
+    """A code fence longer than any run of backticks inside ``text``."""
+    longest, run = 0, 0
+    for char in text:
+        run = run + 1 if char == "`" else 0
+        longest = max(longest, run)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, text, fence]
+
+
+def _json(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+
+
+def _title(record: SessionRecord) -> str:
+    title = record.metadata.get("title")
+    return (
+        f"{title} ({record.session_id})" if isinstance(title, str) and title else record.session_id
+    )
+
+
+def markdown(record: SessionRecord, *, first_seq: int | None = None) -> Iterator[str]:
+    """The session as Markdown; ``first_seq`` numbers messages when only a tail is given."""
+    start = record.first_seq if first_seq is None else first_seq
+    meta = record.metadata
+    yield f"# Session {_title(record)}"
+    yield ""
+    yield f"- created: {when(meta.get('created_at'))}"
+    yield f"- last active: {when(meta.get('last_active'))}"
+    yield f"- messages: {meta.get('message_count', len(record.messages))}"
+    for key, value in sorted(record.variables.items()):
+        yield f"- variable `{key}` = `{orjson.dumps(value).decode()}`"
+    for seq, message in enumerate(record.messages, start=start):
+        yield ""
+        yield from _markdown_message(seq, message)
+
+
+def _markdown_message(seq: int, message: dict[str, Any]) -> Iterator[str]:
+    role = message.get("role", "?")
+    heading = f"## {seq + 1}. {ROLE_TITLES.get(role, role)}"
+    if role == "tool" and message.get("name"):
+        heading += f" · {message['name']}"
+        if message.get("is_error"):
+            heading += " (error)"
+    if role == "assistant" and message.get("model"):
+        heading += f" · {message['model']}"
+    yield f"{heading} — {when(message.get('created_at'))}"
+    yield ""
+    content = message.get("content") or ""
+    if role == "tool":
+        if content:
+            yield from _fence(content)
+    elif content:
+        yield content
+    for call in message.get("tool_calls") or []:
+        yield ""
+        yield f"Tool call `{call.get('name', '?')}`" + (
+            f" ({call['id']})" if call.get("id") else ""
+        )
+        yield ""
+        yield from _fence(_json(call.get("arguments", {})), "json")
+
+
+def markdown_many(records: Iterator[SessionRecord]) -> Iterator[str]:
+    """Several sessions in one document, separated by rules."""
+    for number, record in enumerate(records):
+        if number:
+            yield ""
+            yield "---"
+            yield ""
+        yield from markdown(record)

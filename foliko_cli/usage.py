@@ -1,0 +1,94 @@
+"""Token and cost totals, summed from the assistant messages that carry them.
+
+Each assistant message records the ``model`` that wrote it and that call's
+``usage`` (``input_tokens``, ``output_tokens`` and whatever else the provider
+counts, such as cached tokens); some also carry a ``cost``. Every numeric
+usage key is summed, so counters a provider adds later are totalled too. A
+session whose model changed midway is counted per message, never per session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from foliko_cli.storage.record import SessionRecord
+
+GROUPINGS = ("session", "model", "day")
+_FIRST_KEYS = ("input_tokens", "output_tokens")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def message_usage(message: dict[str, Any]) -> dict[str, int | float] | None:
+    """The counters one assistant message carries, ``cost`` included; None if none."""
+    if message.get("role") != "assistant":
+        return None
+    usage = message.get("usage")
+    counters = {k: v for k, v in usage.items() if _number(v)} if isinstance(usage, dict) else {}
+    cost = message.get("cost", counters.pop("cost", None))
+    if _number(cost):
+        counters["cost"] = cost
+    return counters or None
+
+
+def add(totals: dict[str, Any], counters: dict[str, int | float]) -> None:
+    for key, value in counters.items():
+        totals[key] = totals.get(key, 0) + value
+    totals["replies"] = totals.get("replies", 0) + 1
+
+
+def ordered(totals: dict[str, Any]) -> dict[str, Any]:
+    """input/output tokens first, cost last, the rest by name (stable output)."""
+    totals = {"input_tokens": 0, "output_tokens": 0, **totals}
+    keys = [k for k in _FIRST_KEYS] + sorted(k for k in totals if k not in (*_FIRST_KEYS, "cost"))
+    result = {key: totals[key] for key in keys}
+    if "cost" in totals:
+        result["cost"] = round(totals["cost"], 10)
+    return result
+
+
+def usage_totals(messages: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One session's totals (``sessions show --json``)."""
+    totals: dict[str, Any] = {"replies": 0}
+    for message in messages:
+        counters = message_usage(message)
+        if counters is not None:
+            add(totals, counters)
+    return ordered(totals)
+
+
+def _day(ms: Any) -> str:
+    if not _number(ms) or ms <= 0:
+        return "unknown"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+
+
+def summarise(
+    records: Iterable[SessionRecord], *, by: str = "session", since: int | None = None
+) -> dict[str, Any]:
+    """Totals per session, model or UTC day, plus the grand total, over the
+    assistant messages written at or after ``since`` (ms)."""
+    groups: dict[str, dict[str, Any]] = {}
+    total: dict[str, Any] = {"replies": 0}
+    for record in records:
+        for message in record.messages:
+            counters = message_usage(message)
+            if counters is None:
+                continue
+            created = message.get("created_at")
+            if since is not None and not (_number(created) and created >= since):
+                continue
+            if by == "session":
+                key = record.session_id
+            elif by == "model":
+                key = str(message.get("model") or "unknown")
+            else:
+                key = _day(created)
+            add(groups.setdefault(key, {"replies": 0}), counters)
+            add(total, counters)
+    rows = [{by: key, **ordered(groups[key])} for key in sorted(groups)]
+    return {"by": by, "rows": rows, "total": ordered(total)}

@@ -1,0 +1,339 @@
+"""Searching message text on every backend: the same query language and results
+from SQLite's FTS5 index, PostgreSQL's GIN index and the scan the others use."""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from foliko_cli.errors import UsageError
+from foliko_cli.storage import open_storage
+from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
+from foliko_cli.storage.search import (
+    Searchable,
+    SearchQuery,
+    Term,
+    parse_query,
+    scan_search,
+)
+from foliko_cli.storage.sqlite import MIGRATIONS, SQLiteStorage
+
+from . import services
+
+FOLIKO = Path(sys.executable).with_name("foliko")
+T0 = 1_700_000_000_000
+
+CONVERSATION = [
+    ("user", "How do I deploy the service to Kubernetes?"),
+    ("assistant", "Build the image, push it, then apply the deployment manifest."),
+    ("user", "The rollout says connection refused on port 8080"),
+    ("assistant", "Connection refused means nothing listens there: check the container port."),
+    ("user", "Die Größe des Clusters in 東京 ist klein"),
+    ("assistant", "Größere Cluster brauchen mehr Knoten."),
+]
+
+
+def messages(pairs, at: int = T0) -> list[dict]:
+    return [
+        {"role": role, "content": text, "created_at": at + i * 1000}
+        for i, (role, text) in enumerate(pairs)
+    ]
+
+
+def find(run, storage, text: str, **filters) -> list:
+    query = SearchQuery(text, parse_query(text), **filters)
+    if isinstance(storage, Searchable):
+        return run(storage.search(query))
+    return run(scan_search(storage, query))
+
+
+def where(hits) -> list[tuple[str, int]]:
+    return [(hit.session_id, hit.seq) for hit in hits]
+
+
+@pytest.fixture
+def stored(storage, run):
+    run(
+        storage.save(SessionRecord("ops", messages=messages(CONVERSATION), metadata=new_metadata()))
+    )
+    other = [("user", "What is the deployment frequency?"), ("assistant", "Weekly.")]
+    run(storage.save(SessionRecord("other", messages=messages(other, T0 + 60_000))))
+    return storage
+
+
+def test_a_word_finds_every_message_holding_it_case_insensitively(stored, run):
+    hits = find(run, stored, "REFUSED")
+    assert sorted(where(hits)) == [("ops", 2), ("ops", 3)]
+    assert {hit.role for hit in hits} == {"user", "assistant"}
+    for hit in hits:
+        spans = [hit.snippet[a:b].lower() for a, b in hit.matches]
+        assert spans == ["refused"]
+        assert "[" in hit.marked() and hit.marked().count("[") == hit.marked().count("]")
+
+
+def test_every_word_must_be_present(stored, run):
+    assert where(find(run, stored, "connection container")) == [("ops", 3)]
+    assert find(run, stored, "connection kubernetes") == []
+
+
+def test_a_phrase_matches_only_those_words_in_that_order(stored, run):
+    assert sorted(where(find(run, stored, '"connection refused"'))) == [("ops", 2), ("ops", 3)]
+    assert find(run, stored, '"refused connection"') == []
+    assert where(find(run, stored, '"check the container"')) == [("ops", 3)]
+
+
+def test_a_prefix_finds_words_that_begin_with_it(stored, run):
+    found = sorted(where(find(run, stored, "deplo*")))
+    assert found == [("ops", 0), ("ops", 1), ("other", 0)]
+    assert find(run, stored, "deplo") == []
+    assert sorted(where(find(run, stored, '"connection ref"*'))) == [("ops", 2), ("ops", 3)]
+
+
+def test_unicode_words_match_exactly_with_accents(stored, run):
+    assert where(find(run, stored, "Größe")) == [("ops", 4)]
+    assert where(find(run, stored, "größe")) == [("ops", 4)]
+    assert where(find(run, stored, "東京")) == [("ops", 4)]
+    assert sorted(where(find(run, stored, "Größ*"))) == [("ops", 4), ("ops", 5)]
+    hit = find(run, stored, "東京")[0]
+    assert [hit.snippet[a:b] for a, b in hit.matches] == ["東京"]
+
+
+def test_punctuation_in_a_query_is_text_never_engine_syntax(stored, run):
+    for text in ["refused)", "(refused", "-refused", "refused:", "'refused'", "{refused}^"]:
+        assert sorted(where(find(run, stored, text))) == [("ops", 2), ("ops", 3)], text
+    for text in ["NEAR(connection refused)", "refused OR kubernetes", "role:user refused"]:
+        assert find(run, stored, text) == [], text  # NEAR, OR and role are words to find
+
+
+def test_filters_by_session_role_and_time(stored, run):
+    assert sorted(where(find(run, stored, "deplo*", session_id="other"))) == [("other", 0)]
+    assert where(find(run, stored, "deplo*", role="assistant")) == [("ops", 1)]
+    assert where(find(run, stored, "deplo*", since=T0 + 30_000)) == [("other", 0)]
+    assert find(run, stored, "deplo*", session_id="nobody") == []
+
+
+def test_the_limit_keeps_the_best(stored, run):
+    all_hits = find(run, stored, "deplo*")
+    first = find(run, stored, "deplo*", limit=1)
+    assert where(first) == where(all_hits)[:1]
+    assert all(a.score >= b.score for a, b in itertools.pairwise(all_hits))
+
+
+def test_appends_replacements_renames_and_deletes_keep_the_index_in_step(stored, run):
+    record = run(stored.load_state("ops"))
+    state = SessionState(record.variables, record.metadata, record.compression_state)
+    new = [{"role": "user", "content": "zebra crossing", "created_at": T0 + 99_000}]
+    run(stored.append("ops", new, state, expected_revision=record.revision))
+    assert where(find(run, stored, "zebra")) == [("ops", 6)]
+
+    run(stored.rename("ops", "ops2"))
+    assert where(find(run, stored, "zebra")) == [("ops2", 6)]
+
+    run(stored.save(SessionRecord("ops2", messages=messages([("user", "only giraffes")]))))
+    assert find(run, stored, "zebra") == []
+    assert where(find(run, stored, "giraffes")) == [("ops2", 0)]
+
+    run(stored.delete("ops2"))
+    assert find(run, stored, "giraffes") == []
+    assert sorted(where(find(run, stored, "deplo*"))) == [("other", 0)]
+
+
+def test_a_session_of_ten_thousand_messages(storage, run):
+    pairs = [
+        ("user" if i % 2 == 0 else "assistant", f"note number {i} about work")
+        for i in range(10_000)
+    ]
+    pairs[7_777] = ("assistant", "the needle is here")
+    run(storage.save(SessionRecord("long", messages=messages(pairs))))
+    assert where(find(run, storage, "needle")) == [("long", 7_777)]
+    assert len(find(run, storage, "note", limit=50)) == 50
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['"unclosed phrase', "", "   ", "***", "*word", "wo*rd", '""', "!!! ???"],
+)
+def test_queries_that_cannot_be_read_are_usage_errors(text):
+    with pytest.raises(UsageError) as caught:
+        parse_query(text)
+    assert caught.value.exit_code == 2
+
+
+def test_the_parser_reads_words_phrases_and_prefixes():
+    assert parse_query('deploy* "Connection  Refused" e-mail "a b"* c') == (
+        Term(("deploy",), True),
+        Term(("connection", "refused"), False),
+        Term(("e", "mail"), False),
+        Term(("a", "b"), True),
+        Term(("c",), False),
+    )
+
+
+def test_an_existing_database_is_indexed_when_the_migration_runs(tmp_path, run):
+    path = tmp_path / "old.db"
+    storage = SQLiteStorage(path)
+    run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
+    run(storage.close())
+    before = len(MIGRATIONS) - 1
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE messages_fts")
+        db.execute("DROP VIEW message_texts")
+        db.execute("DROP TABLE message_search")
+        db.execute("DELETE FROM schema_migrations WHERE version > ?", (before,))
+        db.execute(f"PRAGMA user_version = {before}")
+    reopened = SQLiteStorage(path)
+    try:
+        assert where(find(run, reopened, "kubernetes")) == [("s", 0)]
+        tables = {r[0] for r in reopened.db.execute("SELECT name FROM sqlite_master")}
+        assert {"messages_fts", "message_search"} <= tables
+    finally:
+        run(reopened.close())
+
+
+def test_sqlite_searches_its_index(tmp_path, run):
+    storage = SQLiteStorage(tmp_path / "x.db")
+    try:
+        run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
+        plan = storage.db.execute(
+            "EXPLAIN QUERY PLAN SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'x'"
+        ).fetchall()
+        assert any("VIRTUAL TABLE INDEX" in str(row) for row in plan)
+        count = storage.db.execute("SELECT COUNT(*) FROM message_search").fetchone()[0]
+        assert count == len(CONVERSATION)
+    finally:
+        run(storage.close())
+
+
+@pytest.fixture(params=["json", "sqlite", "postgres", "redis"])
+def storage_url(request, tmp_path: Path) -> Iterator[str]:
+    if request.param == "json":
+        yield f"json:///{tmp_path}/dir"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/x.db"
+    elif request.param == "postgres":
+        url = services.require_postgres()
+        with services.fresh_schema(url) as schema:
+            yield f"{url}?schema={schema}"
+    else:
+        url = services.require_redis()
+        with services.fresh_prefix(url) as prefix:
+            yield f"{url}?prefix={prefix}"
+
+
+def test_a_message_another_process_wrote_is_found_at_once(storage_url, tmp_path, run):
+    storage = open_storage(storage_url, tmp_path / "home")
+    try:
+        run(storage.save(SessionRecord("mine", messages=messages(CONVERSATION))))
+        assert find(run, storage, "Flamingo") == []
+        env = {**os.environ, "FOLIKO_MODEL": "echo", "FOLIKO_HOME": str(tmp_path / "home")}
+        written = subprocess.run(
+            [str(FOLIKO), "--storage", storage_url, "chat", "-s", "theirs", "pink Flamingo"],
+            env=env,
+            capture_output=True,
+            stdin=subprocess.DEVNULL,
+            timeout=120,
+        )
+        assert written.returncode == 0, written.stderr.decode()
+        hits = find(run, storage, "flamingo", role="user")
+        assert where(hits) == [("theirs", 0)]
+    finally:
+        run(storage.close())
+
+
+@contextlib.contextmanager
+def _sqlite_at(tmp_path: Path):
+    yield SQLiteStorage(tmp_path / "x.db")
+
+
+@contextlib.contextmanager
+def _postgres_at(tmp_path: Path):
+    services.require_postgres()
+    with services.postgres_storage() as storage:
+        yield storage
+
+
+@pytest.mark.parametrize(
+    ("opened", "translator", "broken"),
+    [
+        (_sqlite_at, "foliko_cli.storage.sqlite_search.fts5_expression", "AND AND ("),
+        (_postgres_at, "foliko_cli.storage.postgres_search.tsquery_expression", "&& ('"),
+    ],
+    ids=["sqlite", "postgres"],
+)
+def test_a_query_the_engine_rejects_is_a_usage_error(
+    tmp_path, run, monkeypatch, opened, translator, broken
+):
+    """The translators never emit bad syntax; if an engine still refuses one, the
+    user gets exit 2 with the engine's reason, and the storage stays usable."""
+    with opened(tmp_path) as storage:
+        try:
+            run(storage.save(SessionRecord("ops", messages=messages(CONVERSATION))))
+            monkeypatch.setattr(translator, lambda terms: broken)
+            with pytest.raises(UsageError) as caught:
+                find(run, storage, "refused")
+            assert caught.value.exit_code == 2
+            assert "cannot read the search query 'refused'" in str(caught.value)
+            monkeypatch.undo()
+            assert len(find(run, storage, "refused")) == 2
+        finally:
+            run(storage.close())
+
+
+def test_without_fts5_sqlite_writes_as_before_and_search_scans(tmp_path, run, monkeypatch):
+    monkeypatch.setattr("foliko_cli.storage.sqlite_search.fts5_available", lambda: False)
+    storage = SQLiteStorage(tmp_path / "plain.db")
+    try:
+        run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
+        tables = {r[0] for r in storage.db.execute("SELECT name FROM sqlite_master")}
+        assert not tables & {"messages_fts", "message_search", "message_texts"}
+        run(storage.rename("s", "t"))
+        assert sorted(where(find(run, storage, '"connection refused"'))) == [("t", 2), ("t", 3)]
+        assert run(storage.delete("t")) is True
+        assert find(run, storage, "refused") == []
+    finally:
+        run(storage.close())
+
+
+def test_an_existing_postgres_schema_is_indexed_when_the_migration_runs(run):
+    import psycopg
+
+    from foliko_cli.storage.postgres import MIGRATIONS as PG_MIGRATIONS
+    from foliko_cli.storage.postgres import PostgresStorage
+
+    url = services.require_postgres()
+    with services.fresh_schema(url) as schema:
+        first = PostgresStorage(url, schema=schema)
+        try:
+            run(first.save(SessionRecord("s", messages=messages(CONVERSATION))))
+        finally:
+            run(first.close())
+        with psycopg.connect(url, autocommit=True) as db:
+            db.execute(f'ALTER TABLE "{schema}".messages DROP COLUMN search_vector')
+            db.execute(f'DROP FUNCTION "{schema}".message_text')
+            db.execute(
+                f'DELETE FROM "{schema}".schema_migrations WHERE version = %s',
+                (len(PG_MIGRATIONS),),
+            )
+        reopened = PostgresStorage(url, schema=schema)
+        try:
+            assert where(find(run, reopened, "kubernetes")) == [("s", 0)]
+            indexes = reopened.db.execute(
+                "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)
+            ).fetchall()
+            assert ("messages_text_search",) in indexes
+        finally:
+            run(reopened.close())
+
+
+def test_overlapping_terms_are_marked_once(stored, run):
+    [hit] = find(run, stored, '"container port" port')
+    assert hit.marked().count("[") == 1
+    assert "[container port]" in hit.marked()
