@@ -56,12 +56,21 @@ class TurnSetup(NamedTuple):
 
     ``start_from`` replaces the stored session (an empty record starts it over,
     a copy of another session forks it); ``system_prompt`` is kept in the
-    session's metadata for later turns.
+    session's metadata for later turns. ``messages`` are added before the
+    user message (an empty user message adds none: a turn may continue after
+    tool results). ``client_tools`` are tool specs the caller runs itself:
+    when the model calls one, the turn ends there (finish reason
+    ``tool_calls``). ``on_start`` gets the history position of the turn's
+    first message, ``on_finish`` the messages it wrote (before they are saved).
     """
 
     start_from: SessionRecord | None = None
     variables: Mapping[str, Any] = MappingProxyType({})
     system_prompt: str | None = None
+    messages: tuple[dict[str, Any], ...] = ()
+    client_tools: tuple[dict[str, Any], ...] = ()
+    on_start: Callable[[int], None] | None = None
+    on_finish: Callable[[list[dict[str, Any]]], None] | None = None
 
     def apply(self, session: SessionContext) -> bool:
         """Change ``session``; return True when it must be saved whole."""
@@ -204,7 +213,7 @@ class AgentChatHandler:
     ) -> TurnResult:
         async def work(session: SessionContext) -> tuple[TurnResult, bool]:
             replace = setup.apply(session)
-            return await self._run_steps(message, session, request, events), replace
+            return await self._run_steps(message, session, request, events, setup), replace
 
         return await self._in_session(session_id, request, work)
 
@@ -311,15 +320,25 @@ class AgentChatHandler:
         session: SessionContext,
         request: RequestContext,
         events: asyncio.Queue | None,
+        setup: TurnSetup = TurnSetup(),
     ) -> TurnResult:
-        session.add_message(self._stamp({"role": "user", "content": message}, request))
+        first = len(session.messages)
+        if setup.on_start is not None:
+            setup.on_start(session.message_offset + first)
+        for extra in setup.messages:
+            session.add_message(self._stamp(dict(extra), request))
+        if message or not setup.messages:
+            session.add_message(self._stamp({"role": "user", "content": message}, request))
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
+        client_tools = {spec["name"] for spec in setup.client_tools}
+        specs += [spec for spec in setup.client_tools if spec["name"] not in tools]
         self.compressor.count_tools(specs)
         session.system_prompt = self.build_system_prompt(session)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")
         step = 0
+        handed_back = False
         while step < self.max_steps:
             step += 1
             await self.compressor.compress_if_needed(
@@ -346,6 +365,9 @@ class AgentChatHandler:
             if not response.tool_calls:
                 break
             for call in response.tool_calls:
+                if call.name in client_tools and call.name not in tools:
+                    handed_back = True
+                    continue
                 await _emit(
                     events,
                     {
@@ -375,7 +397,14 @@ class AgentChatHandler:
                         "is_error": result.is_error,
                     },
                 )
-        finish = "max_steps" if response.tool_calls else response.finish_reason
+            if handed_back:
+                break
+        if setup.on_finish is not None:
+            setup.on_finish(session.messages[first:])
+        if handed_back:
+            finish = "tool_calls"
+        else:
+            finish = "max_steps" if response.tool_calls else response.finish_reason
         return TurnResult(
             success=True,
             message=response.text,

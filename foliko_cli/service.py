@@ -30,6 +30,7 @@ from foliko_cli.storage import open_storage
 from foliko_cli.storage.base import SessionExistsError, SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.record import (
     SessionRecord,
+    SessionState,
     SessionSummary,
     check_session_id,
     clear_record,
@@ -64,6 +65,19 @@ def check_message_text(message: str) -> str:
             fix="shorten it",
         )
     return message
+
+
+_TURN_FIELDS = frozenset({"messages", "client_tools", "on_start", "on_finish"})
+
+
+def _check_turn_input(message: str, turn: dict[str, Any]) -> None:
+    """The message must have text, unless the turn only continues after ``messages``."""
+    unknown = set(turn) - _TURN_FIELDS
+    if unknown:
+        raise TypeError(f"unexpected turn option {sorted(unknown)[0]!r}")
+    if message == "" and turn.get("messages"):
+        return
+    check_message_text(message)
 
 
 def _no_progress(count: int) -> None:
@@ -122,6 +136,7 @@ class AsyncFoliko:
         tools: tuple[str, ...] = (),
         skill_dirs: list[Path] | None = None,
         notify: Callable[[str], None] | None = None,
+        user: str | None = None,
     ):
         self.home = home if home is not None else default_home()
         if storage is None:
@@ -129,6 +144,11 @@ class AsyncFoliko:
         if model is None:
             model = os.environ.get("FOLIKO_MODEL") or None
         self.storage: SessionStorageAdapter = open_storage(storage, self.home)
+        if user is not None:
+            from foliko_cli.storage.scoped import UserScopedStorage
+
+            self.storage = UserScopedStorage(self.storage, user)
+        self.user = user
         self.framework = Framework(self.storage, home=self.home)
         self.model = model
         self.timeout = timeout
@@ -293,6 +313,7 @@ class AsyncFoliko:
         fork_from: str | None,
         variables: dict[str, Any] | None,
         system: str | None,
+        **extra: Any,
     ) -> TurnSetup:
         from foliko_cli.chat import TurnSetup
 
@@ -321,7 +342,9 @@ class AsyncFoliko:
             )
         elif new:
             start_from = SessionRecord(session_id, metadata=new_metadata())
-        return TurnSetup(start_from=start_from, variables=variables or {}, system_prompt=system)
+        return TurnSetup(
+            start_from=start_from, variables=variables or {}, system_prompt=system, **extra
+        )
 
     async def chat(
         self,
@@ -337,18 +360,26 @@ class AsyncFoliko:
         system: str | None = None,
         request: RequestContext | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        **turn: Any,
     ) -> TurnResult:
         """One turn; ``new`` starts the session over, ``fork_from`` copies another first.
 
         ``on_event`` receives the stream's ``delta``, ``tool_call`` and
         ``tool_result`` events as they happen (the model then streams).
+        ``turn`` holds the further TurnSetup fields (``messages``,
+        ``client_tools``, ``on_start``, ``on_finish``; see chat.TurnSetup).
         """
         if on_event is None:
             check_session_id(session_id)
-            check_message_text(message)
+            _check_turn_input(message, turn)
             handler = self.handler(model, agent)
             setup = await self._turn_setup(
-                session_id, new=new, fork_from=fork_from, variables=variables, system=system
+                session_id,
+                new=new,
+                fork_from=fork_from,
+                variables=variables,
+                system=system,
+                **turn,
             )
             return await handler.chat(
                 message,
@@ -368,6 +399,7 @@ class AsyncFoliko:
             variables=variables,
             system=system,
             request=request,
+            **turn,
         ):
             if event["type"] == "done":
                 result = event["result"]
@@ -389,14 +421,15 @@ class AsyncFoliko:
         variables: dict[str, Any] | None = None,
         system: str | None = None,
         request: RequestContext | None = None,
+        **turn: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
         (whose ``result`` is the TurnResult)."""
         check_session_id(session_id)
-        check_message_text(message)
+        _check_turn_input(message, turn)
         handler = self.handler(model, agent)
         setup = await self._turn_setup(
-            session_id, new=new, fork_from=fork_from, variables=variables, system=system
+            session_id, new=new, fork_from=fork_from, variables=variables, system=system, **turn
         )
         async for event in handler.chat_stream(
             message, session_id=session_id, request=request or self.request(timeout), setup=setup
@@ -514,8 +547,11 @@ class AsyncFoliko:
         self.framework.destroy_session_context(old_id)
         self.framework.destroy_session_context(new_id)
 
-    async def fork_session(self, source_id: str, target_id: str) -> SessionRecord:
-        """A copy of ``source_id`` named ``target_id``, which must not exist."""
+    async def fork_session(
+        self, source_id: str, target_id: str, *, upto: int | None = None
+    ) -> SessionRecord:
+        """A copy of ``source_id`` named ``target_id``, which must not exist; with
+        ``upto``, only its first ``upto`` messages (and no compression summary)."""
         check_session_id(source_id)
         check_session_id(target_id)
         if source_id == target_id:
@@ -526,6 +562,11 @@ class AsyncFoliko:
             async with self.framework.hold_session(second, self.timeout):
                 record = await self.storage.copy(source_id, target_id)
                 record.metadata["forked_from"] = source_id
+                if upto is not None and upto < len(record.messages):
+                    record.messages = record.messages[: max(0, upto)]
+                    record.compression_state = {}
+                    record.saved_at = 0
+                    record.revision = await self.storage.save(record)
                 return record
 
         return await self._held(first, work)
@@ -607,6 +648,69 @@ class AsyncFoliko:
         if dry_run:
             return stale
         return (await self.delete_sessions(stale, progress=progress))[0]
+
+    async def create_session(
+        self,
+        session_id: str,
+        *,
+        messages: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        """A new session holding ``messages``; ``metadata`` is merged into its own."""
+        check_session_id(session_id)
+
+        async def work():
+            if await self.storage.revision(session_id) is not None:
+                raise SessionExistsError(session_id)
+            record = SessionRecord(
+                session_id,
+                messages=list(messages or []),
+                metadata={**new_metadata(), **(metadata or {})},
+            )
+            record.revision = await self.storage.save(record)
+            return record
+
+        return await self._held(session_id, work)
+
+    async def update_metadata(self, session_id: str, changes: dict[str, Any]) -> SessionRecord:
+        """Merge ``changes`` into the session's metadata."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.storage.load(session_id)
+            if record is None:
+                raise SessionNotFoundError(session_id)
+            record.metadata.update(changes)
+            record.saved_at = now_ms()
+            record.revision = await self.storage.save(record)
+            return record
+
+        record = await self._held(session_id, work)
+        self.framework.destroy_session_context(session_id)
+        return record
+
+    async def append_messages(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+        """Add ``messages`` (canonical, stamped) after the stored ones; return the
+        position of the first."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.storage.load(session_id)
+            if record is None:
+                raise SessionNotFoundError(session_id)
+            position = len(record.messages)
+            metadata = {**record.metadata, "last_active": now_ms()}
+            await self.storage.append(
+                session_id,
+                messages,
+                SessionState(record.variables, metadata, record.compression_state),
+                expected_revision=record.revision,
+            )
+            return position
+
+        position = await self._held(session_id, work)
+        self.framework.destroy_session_context(session_id)
+        return position
 
     # variables
 

@@ -16,6 +16,7 @@ def settings_for(ctx: click.Context, **flags) -> Settings:
 
 def open_facade(ctx: click.Context, **flags) -> Foliko:
     """A facade for this invocation, closed when the command ends."""
-    facade = Foliko.from_settings(settings_for(ctx, **flags), notify=note)
+    user = (ctx.find_root().obj or {}).get("user")
+    facade = Foliko.from_settings(settings_for(ctx, **flags), notify=note, user=user)
     ctx.call_on_close(facade.close)
     return facade
