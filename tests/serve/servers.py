@@ -1,0 +1,101 @@
+"""Real ``foliko serve`` processes on free ports, and running the CLI beside them."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+FOLIKO_BIN = Path(sys.executable).with_name("foliko")
+START_LIMIT_S = 30.0
+_LISTENING = re.compile(r"listening on (http://\S+)")
+
+
+class ServeProcess:
+    """``foliko [global...] serve --port 0 [args...]``; ``url`` once it listens."""
+
+    def __init__(
+        self, args: list[str], env: dict[str, str], global_args: list[str], *, home: Path
+    ):
+        self.home = home
+        self.command = [str(FOLIKO_BIN), *global_args, "serve", "--port", "0", *args]
+        self.proc = subprocess.Popen(
+            self.command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        self.stderr_lines: list[str] = []
+        self._ready = threading.Event()
+        self.url = ""
+        self._reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._reader.start()
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace")
+            self.stderr_lines.append(line)
+            found = _LISTENING.search(line)
+            if found and not self.url:
+                self.url = found[1]
+                self._ready.set()
+        self._ready.set()
+
+    def wait_ready(self) -> ServeProcess:
+        if not self._ready.wait(START_LIMIT_S) or not self.url:
+            self.kill()
+            raise AssertionError(f"foliko serve did not start: {self.stderr}")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.stderr_lines)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("foliko serve did not stop after the signal") from None
+        self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def foliko_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, "FOLIKO_HOME": str(home), "FOLIKO_MODEL": "echo", **(extra or {})}
+
+
+def run_cli(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(FOLIKO_BIN), *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        env=foliko_env(home),
+        timeout=timeout,
+    )
+
+
+def wait_until(condition, limit: float = 20.0, what: str = "the condition") -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
