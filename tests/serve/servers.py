@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 FOLIKO_BIN = Path(sys.executable).with_name("foliko")
@@ -99,3 +101,57 @@ def wait_until(condition, limit: float = 20.0, what: str = "the condition") -> N
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def held(home: Path, session_id: str) -> Iterator[None]:
+    """Hold ``session_id``'s turn lock in the default SQLite store under ``home``,
+    as another foliko process would (flock on its lock file)."""
+    import fcntl
+
+    from foliko_cli.storage.filelock import lock_name
+
+    path = home / "sessions.db.locks" / lock_name(session_id)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.pwrite(fd, b"pid 4242 on the-test", 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+class StubModelServer:
+    """An OpenAI-compatible endpoint that fails: answers ``status`` or, with
+    ``stall``, never answers until stopped."""
+
+    def __init__(self, status: int = 400, stall: bool = False):
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        release = self.release = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                return None
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", 0)))
+                if stall:
+                    release.wait(60)
+                body = b'{"error": {"message": "the provider broke", "type": "x"}}'
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
