@@ -21,9 +21,7 @@ _LISTENING = re.compile(r"listening on (http://\S+)")
 class ServeProcess:
     """``foliko [global...] serve --port 0 [args...]``; ``url`` once it listens."""
 
-    def __init__(
-        self, args: list[str], env: dict[str, str], global_args: list[str], *, home: Path
-    ):
+    def __init__(self, args: list[str], env: dict[str, str], global_args: list[str], *, home: Path):
         self.home = home
         self.command = [str(FOLIKO_BIN), *global_args, "serve", "--port", "0", *args]
         self.proc = subprocess.Popen(

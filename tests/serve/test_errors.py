@@ -118,7 +118,9 @@ def test_bad_timeout_header_is_400(http):
 def test_forking_onto_an_existing_session_is_409(http):
     http.put("/v1/sessions/fork-a/vars", json={"a": 1})
     http.put("/v1/sessions/fork-b/vars", json={"b": 1})
-    assert_error(http.post("/v1/sessions/fork-a/fork", json={"to": "fork-b"}), 409, "session_exists")
+    assert_error(
+        http.post("/v1/sessions/fork-a/fork", json={"to": "fork-b"}), 409, "session_exists"
+    )
     assert_error(http.post("/v1/sessions/fork-a/fork", json={}), 400)
 
 

@@ -57,7 +57,10 @@ def test_variables(http):
         "a": 1,
         "b": "two",
     }
-    assert http.put("/v1/sessions/vars-s/vars/c", json=[1, 2]).json() == {"key": "c", "value": [1, 2]}
+    assert http.put("/v1/sessions/vars-s/vars/c", json=[1, 2]).json() == {
+        "key": "c",
+        "value": [1, 2],
+    }
     assert http.get("/v1/sessions/vars-s/vars/c").json()["value"] == [1, 2]
     assert http.delete("/v1/sessions/vars-s/vars/a").json() == {"key": "a", "deleted": True}
     assert http.get("/v1/sessions/vars-s/vars").json() == {"b": "two", "c": [1, 2]}
