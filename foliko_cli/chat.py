@@ -320,8 +320,9 @@ class AgentChatHandler:
         session: SessionContext,
         request: RequestContext,
         events: asyncio.Queue | None,
-        setup: TurnSetup = TurnSetup(),
+        setup: TurnSetup | None = None,
     ) -> TurnResult:
+        setup = setup or TurnSetup()
         first = len(session.messages)
         if setup.on_start is not None:
             setup.on_start(session.message_offset + first)

@@ -142,10 +142,12 @@ def test_async_stream(server):
     from openai import AsyncOpenAI
 
     async def main():
-        async with AsyncOpenAI(base_url=server.base_url, api_key="none") as client:
-            async with client.responses.stream(model="echo", input="async") as stream:
-                deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
-                return deltas, await stream.get_final_response()
+        async with (
+            AsyncOpenAI(base_url=server.base_url, api_key="none") as client,
+            client.responses.stream(model="echo", input="async") as stream,
+        ):
+            deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+            return deltas, await stream.get_final_response()
 
     deltas, final = asyncio.run(main())
     assert "".join(deltas) == final.output_text == "async"
