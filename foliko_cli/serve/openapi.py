@@ -237,6 +237,21 @@ CHAT_REQUEST = {
         "tools": {"type": "array", "items": OBJECT},
     },
 }
+MODELS = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "object"],
+                "properties": {"id": {"type": "string"}, "object": {"const": "model"}},
+            },
+        },
+    },
+}
 NAME_BODY = {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}
 SESSION_HEADER = {
     "name": "X-Session-Id",
@@ -271,7 +286,7 @@ def document() -> dict[str, Any]:
                     "security": [],
                 }
             },
-            "/v1/models": {"get": _op("The models configured", _list_of(OBJECT), tag="Models")},
+            "/v1/models": {"get": _op("The models configured", MODELS, tag="Models")},
             "/v1/responses": {
                 "post": _op(
                     "Run one turn", _ref("Response"), body=RESPONSE_REQUEST, stream=True, tag=resp
