@@ -64,7 +64,9 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-async def load(url: str, clients: int, turns: int, conversations: bool) -> tuple[float, list[float]]:
+async def load(
+    url: str, clients: int, turns: int, conversations: bool
+) -> tuple[float, list[float]]:
     """(turns per second, each turn's latency in seconds)."""
     import httpx
 
