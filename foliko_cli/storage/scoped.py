@@ -15,7 +15,12 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from foliko_cli.errors import SessionNotFoundError, UsageError
+from foliko_cli.errors import (
+    CorruptSessionError,
+    SessionBusyError,
+    SessionNotFoundError,
+    UsageError,
+)
 from foliko_cli.storage.base import SessionExistsError, SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
 
@@ -55,10 +60,19 @@ class UserScopedStorage(SessionStorageAdapter):
         return copy
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        return self._seen(await self.inner.load(self._stored(session_id)))
+        with self._own_name(session_id):
+            return self._seen(await self.inner.load(self._stored(session_id)))
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
-        return self._seen(await self.inner.load_recent(self._stored(session_id)))
+        with self._own_name(session_id):
+            return self._seen(await self.inner.load_recent(self._stored(session_id)))
+
+    @contextlib.contextmanager
+    def _own_name(self, session_id: str):
+        try:
+            yield
+        except CorruptSessionError as exc:
+            raise CorruptSessionError(session_id, exc.where, exc.reason) from None
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         found = await self.inner.load_many([self._stored(s) for s in session_ids])
@@ -100,8 +114,18 @@ class UserScopedStorage(SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        async with self.inner.lock(self._stored(session_id), timeout):
+        held = self.inner.lock(self._stored(session_id), timeout)
+        try:
+            await held.__aenter__()
+        except SessionBusyError as exc:
+            raise SessionBusyError(session_id, timeout, exc.holder) from None
+        try:
             yield
+        except BaseException as exc:
+            if not await held.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await held.__aexit__(None, None, None)
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
         with self._own_names(source_id, target_id):
