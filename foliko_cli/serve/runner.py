@@ -98,6 +98,7 @@ def run(
         factory=True,
     )
     sock = config.bind_socket()
+    sock.listen(config.backlog)  # connections queue until a worker accepts them
     bound_host, bound_port = sock.getsockname()[:2]
     ready(f"http://{bound_host}:{bound_port}")
     Multiprocess(config, sockets=[sock]).run()

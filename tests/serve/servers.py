@@ -128,6 +128,8 @@ class StubModelServer:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
         release = self.release = threading.Event()
+        owner = self
+        self.requests = 0
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:
@@ -135,6 +137,7 @@ class StubModelServer:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
+                owner.requests += 1
                 if stall:
                     release.wait(60)
                 body = b'{"error": {"message": "the provider broke", "type": "x"}}'

@@ -88,3 +88,59 @@ def test_sigterm_under_load_leaves_only_whole_turns(start_server, foliko_home):
         assert whole_turns(messages)
         total += len(messages) // 2
     assert total >= len(answered)
+
+
+def test_a_turn_still_running_after_the_grace_is_cancelled_unsaved(start_server, foliko_home):
+    import httpx
+
+    from .servers import StubModelServer
+
+    stub = StubModelServer(stall=True)
+    try:
+        server = start_server(
+            "--grace", "0.5", env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"}
+        )
+        outcome: list[object] = []
+
+        def call() -> None:
+            try:
+                outcome.append(
+                    httpx.post(
+                        server.url + "/v1/chat/completions",
+                        json={
+                            "model": "openai:gpt-4o",
+                            "messages": [{"role": "user", "content": "slow"}],
+                        },
+                        headers={"X-Session-Id": "cut-off"},
+                        timeout=30,
+                    ).status_code
+                )
+            except httpx.HTTPError as exc:
+                outcome.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_until(lambda: stub.requests > 0, what="the turn to reach the model")
+        assert server.stop(signal.SIGTERM, timeout=20) == 0
+        caller.join(30)
+    finally:
+        stub.stop()
+    assert outcome and outcome[0] != 200
+    shown = run_cli(foliko_home, "sessions", "show", "cut-off", "--json")
+    assert shown.returncode == 2 and b"not found" in shown.stderr
+
+
+def test_several_workers_serve_and_stop(start_server):
+    import httpx
+
+    server = start_server("--workers", "2")
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        for n in range(6):
+            response = http.post(
+                "/v1/chat/completions",
+                json={"messages": [{"role": "user", "content": f"w {n}"}]},
+                headers={"X-Session-Id": "workers"},
+            )
+            assert response.status_code == 200, response.text
+        assert len(http.get("/v1/sessions/workers").json()["messages"]) == 12
+    assert server.stop(signal.SIGTERM) == 0
