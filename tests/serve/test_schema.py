@@ -23,7 +23,7 @@ def test_schemathesis_finds_no_server_error_or_schema_violation(server, tmp_path
             "run",
             server.url + "/openapi.json",
             "--max-examples",
-            "12",
+            "8",
             "--phases",
             "examples,fuzzing",
             "--checks",

@@ -12,7 +12,7 @@ from storage.services import fresh_prefix, fresh_schema, require_postgres, requi
 from .servers import run_cli
 from .test_load import whole_turns
 
-TURNS_PER_SERVER = 15
+TURNS_PER_SERVER = 8
 
 
 def hammer(servers, conversation: str) -> list[str]:
