@@ -109,6 +109,18 @@ async def _load(svc: AsyncFoliko, session_id: str, missing: ApiError) -> Session
         raise missing from None
 
 
+async def _exists(svc: AsyncFoliko, session_id: str, missing: ApiError) -> None:
+    from foliko_cli.errors import InvalidSessionIdError
+    from foliko_cli.storage.record import check_session_id
+
+    try:
+        check_session_id(session_id)
+    except InvalidSessionIdError:
+        raise missing from None
+    if await svc.storage.revision(session_id) is None:
+        raise missing
+
+
 async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[str, Any]]:
     """The turn a request asks for, and the options its response echoes."""
     svc = service(request)
@@ -150,7 +162,10 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     fork: tuple[str, int] | None = None
     if conversation is not None:
         missing = ApiError(404, f"conversation {conversation!r} not found", code="not_found")
-        history = (await _load(svc, conversation, missing)).messages
+        if store and not any(m["role"] == "tool" for m in extra):
+            await _exists(svc, conversation, missing)  # the turn itself reads the history
+        else:
+            history = (await _load(svc, conversation, missing)).messages
         session_id = conversation
     elif previous is not None:
         source, start = it.parse_response_id(previous)

@@ -140,13 +140,13 @@ def test_a_provider_failure_is_502_and_a_timeout_504(start_server):
     try:
         import httpx
 
-        for stub, status in ((failing, 502), (stalling, 504)):
+        for stub, status, limit in ((failing, 502, "20"), (stalling, 504, "1")):
             server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
             with httpx.Client(base_url=server.url, timeout=30) as http:
                 response = http.post(
                     "/v1/responses",
                     json={"model": "openai:gpt-4o", "input": "x"},
-                    headers={"X-Foliko-Timeout": "1"},
+                    headers={"X-Foliko-Timeout": limit},
                 )
                 assert_error(response, status)
                 assert http.get("/v1/sessions").json()["data"] == []
