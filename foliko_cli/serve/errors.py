@@ -66,6 +66,12 @@ def error_response(status: int, message: str, code: str | None = None, param=Non
     )
 
 
+def _provider_timeout(exc: FolikoError) -> bool:
+    """A provider that ran out of the turn's time (models/http.py raises a plain
+    ModelError for it, whichever of the two deadlines fires first)."""
+    return isinstance(exc, ModelError) and "did not answer in time" in str(exc)
+
+
 def status_of(exc: FolikoError) -> tuple[int, str]:
     """The HTTP status and error code of a foliko error."""
     if isinstance(exc, SessionNotFoundError):
@@ -80,7 +86,7 @@ def status_of(exc: FolikoError) -> tuple[int, str]:
         return 400, "model_not_found"
     if isinstance(exc, UsageError):
         return 400, "invalid_request"
-    if isinstance(exc, TurnTimeoutError):
+    if isinstance(exc, TurnTimeoutError) or _provider_timeout(exc):
         return 504, "timeout"
     if isinstance(exc, ModelError):
         return 502, "model_error"
