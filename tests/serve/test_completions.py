@@ -119,3 +119,13 @@ def test_client_tool_calls_and_their_results(client):
 
 def test_models_lists_echo(client):
     assert "echo" in [model.id for model in client.models.list().data]
+
+
+def test_models_lists_the_configured_aliases(start_server, tmp_path):
+    import httpx
+
+    config = tmp_path / "config.toml"
+    config.write_text('[models.fast]\nmodel = "openai:gpt-4o-mini"\n')
+    server = start_server(env={"FOLIKO_CONFIG": str(config)})
+    listed = httpx.get(server.url + "/v1/models").json()
+    assert [m["id"] for m in listed["data"]] == ["echo", "fast"]
