@@ -58,9 +58,10 @@ class TurnSetup(NamedTuple):
     a copy of another session forks it); ``system_prompt`` is kept in the
     session's metadata for later turns. ``messages`` are added before the
     user message (an empty user message adds none: a turn may continue after
-    tool results). ``client_tools`` are tool specs the caller runs itself:
-    when the model calls one, the turn ends there (finish reason
-    ``tool_calls``). ``on_start`` gets the history position of the turn's
+    tool results). ``instructions`` stand in for the session's own system
+    prompt in this turn only (they are not kept). ``client_tools`` are tool
+    specs the caller runs itself: when the model calls one, the turn ends
+    there (finish reason ``tool_calls``). ``on_start`` gets the history position of the turn's
     first message, ``on_finish`` the messages it wrote (before they are saved).
     """
 
@@ -68,6 +69,7 @@ class TurnSetup(NamedTuple):
     variables: Mapping[str, Any] = MappingProxyType({})
     system_prompt: str | None = None
     messages: tuple[dict[str, Any], ...] = ()
+    instructions: str | None = None
     client_tools: tuple[dict[str, Any], ...] = ()
     on_start: Callable[[int], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
@@ -296,10 +298,13 @@ class AgentChatHandler:
         message["trace_id"] = request.trace_id
         return message
 
-    def build_system_prompt(self, session: SessionContext) -> str | None:
-        """The agent's prompt, then the session's own (``--system``) or the default."""
+    def build_system_prompt(
+        self, session: SessionContext, instructions: str | None = None
+    ) -> str | None:
+        """The agent's prompt, then the turn's ``instructions``, else the session's
+        own (``--system``) or the default."""
         agent_prompt = self.agent.build_system_prompt() if self.agent else None
-        own = session.metadata.get("system_prompt") or self.system_prompt
+        own = instructions or session.metadata.get("system_prompt") or self.system_prompt
         return "\n\n".join(p for p in (agent_prompt, own) if p) or None
 
     def model_request(
@@ -335,7 +340,7 @@ class AgentChatHandler:
         client_tools = {spec["name"] for spec in setup.client_tools}
         specs += [spec for spec in setup.client_tools if spec["name"] not in tools]
         self.compressor.count_tools(specs)
-        session.system_prompt = self.build_system_prompt(session)
+        session.system_prompt = self.build_system_prompt(session, setup.instructions)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")
         step = 0

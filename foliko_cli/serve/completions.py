@@ -92,7 +92,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
             raise ApiError(400, f"with {SESSION_HEADER}, messages must hold a user message")
         systems = [m["content"] for m in messages if m["role"] == "system"]
         if systems:
-            options["system"] = "\n\n".join(systems)
+            options["instructions"] = "\n\n".join(systems)
         return Turn(svc, session_id, users[-1]["content"], messages=(), **options)
     systems = [m["content"] for m in messages if m["role"] == "system"]
     history = [m for m in messages if m["role"] != "system"]
@@ -108,7 +108,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         it.name_tool_outputs(tail, history)
         text, extra = "", tail
     if systems:
-        options["system"] = "\n\n".join(systems)
+        options["instructions"] = "\n\n".join(systems)
     return Turn(svc, None, text, scratch=history, messages=tuple(extra), **options)
 
 

@@ -186,7 +186,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     it.name_tool_outputs(extra, history)
     turn_options = {
         "model": model,
-        "system": instructions,
+        "instructions": instructions,
         "request": request_context(request, svc),
         "messages": tuple(extra),
         "client_tools": client_tools,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -120,9 +121,22 @@ def held(home: Path, session_id: str) -> Iterator[None]:
         os.close(fd)
 
 
+COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "stub",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+}
+
+
 class StubModelServer:
-    """An OpenAI-compatible endpoint that fails: answers ``status`` or, with
-    ``stall``, never answers until stopped."""
+    """An OpenAI-compatible endpoint: answers ``status`` (200: a completion
+    saying "ok", else an error) or, with ``stall``, never until stopped.
+    ``bodies`` holds every request body it got."""
 
     def __init__(self, status: int = 400, stall: bool = False):
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -130,17 +144,21 @@ class StubModelServer:
         release = self.release = threading.Event()
         owner = self
         self.requests = 0
+        self.bodies: list[dict] = []
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args) -> None:
                 return None
 
             def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
+                raw = self.rfile.read(int(self.headers.get("content-length", 0)))
+                owner.bodies.append(json.loads(raw or b"{}"))
                 owner.requests += 1
                 if stall:
                     release.wait(60)
                 body = b'{"error": {"message": "the provider broke", "type": "x"}}'
+                if status == 200:
+                    body = json.dumps(COMPLETION).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(body)))

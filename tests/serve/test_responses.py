@@ -218,10 +218,26 @@ def test_store_false_saves_nothing(client, http):
         client.responses.retrieve(reply.id)
 
 
-def test_instructions_are_the_turn_system_prompt(client, server):
-    reply = client.responses.create(model="echo", input="hi", instructions="Be brief.")
-    shown = run_cli(server.home, "sessions", "show", reply.conversation.id, "--json")
-    assert json.loads(shown.stdout)["metadata"]["system_prompt"] == "Be brief."
+def test_instructions_are_this_turn_system_prompt_only(start_server):
+    from openai import OpenAI
+
+    from .servers import StubModelServer
+
+    stub = StubModelServer(status=200)
+    try:
+        server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
+        client = OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        first = client.responses.create(model="openai:gpt-4o", input="hi", instructions="Be brief.")
+        client.responses.create(
+            model="openai:gpt-4o", input="and now", previous_response_id=first.id
+        )
+    finally:
+        stub.stop()
+    sent = [[m for m in body["messages"] if m["role"] == "system"] for body in stub.bodies]
+    assert sent == [[{"role": "system", "content": "Be brief."}], []]
+    assert first.instructions == "Be brief."
+    shown = run_cli(server.home, "sessions", "show", first.conversation.id, "--json")
+    assert "system_prompt" not in json.loads(shown.stdout)["metadata"]
 
 
 def test_request_and_trace_ids_are_stored_and_returned(http, server):
