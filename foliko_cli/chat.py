@@ -61,8 +61,9 @@ class TurnSetup(NamedTuple):
     tool results). ``instructions`` stand in for the session's own system
     prompt in this turn only (they are not kept). ``client_tools`` are tool
     specs the caller runs itself: when the model calls one, the turn ends
-    there (finish reason ``tool_calls``). ``on_start`` gets the history position of the turn's
-    first message, ``on_finish`` the messages it wrote (before they are saved).
+    there (finish reason ``tool_calls``). ``on_start`` gets the history
+    position of the turn's first message, ``on_finish`` the messages it
+    wrote (before they are saved).
     """
 
     start_from: SessionRecord | None = None
