@@ -1,7 +1,9 @@
 """P6: ``foliko serve`` under 1, 16 and 64 concurrent clients, against its floor.
 
-Each client has its own conversation and sends its turns one after another
-(``POST /v1/responses``, echo model, SQLite). Reported per concurrency:
+Each client sends its turns one after another (``POST /v1/responses``,
+echo model, SQLite), in conversations of its own of TURNS_PER_CONVERSATION
+turns each, made beforehand: the figure is the server's, not the cost of an
+ever longer history (that is P2's). Reported per concurrency:
 turns per second and the p50/p99 latency. The floor is the same Starlette
 + uvicorn stack answering a constant JSON body to the same requests; the
 ratio at 16 clients (foliko's rate over the floor's) should be at least 0.5.
@@ -38,6 +40,7 @@ Announcing(config).run()
 """
 _LISTENING = re.compile(rb"listening on (http://\S+)")
 TARGET_RATIO = 0.5
+TURNS_PER_CONVERSATION = 10
 
 
 def start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
@@ -72,17 +75,21 @@ async def load(
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:
-        ids = []
+        per_client = -(-turns // TURNS_PER_CONVERSATION)
+        plans: list[list[str]] = []
         for _ in range(clients):
+            ids = ["none"] * per_client
             if conversations:
-                made = await http.post("/v1/conversations", json={})
-                ids.append(made.json()["id"])
-            else:
-                ids.append("none")
+                ids = [
+                    (await http.post("/v1/conversations", json={})).json()["id"]
+                    for _ in range(per_client)
+                ]
+            plans.append(ids)
         latencies: list[float] = []
 
-        async def client(conversation: str) -> None:
+        async def client(ids: list[str]) -> None:
             for n in range(turns):
+                conversation = ids[n // TURNS_PER_CONVERSATION]
                 began = time.perf_counter()
                 response = await http.post(
                     "/v1/responses",
@@ -93,7 +100,7 @@ async def load(
                     raise RuntimeError(f"HTTP {response.status_code}: {response.text[:200]}")
 
         started = time.perf_counter()
-        await asyncio.gather(*(client(c) for c in ids))
+        await asyncio.gather(*(client(ids) for ids in plans))
         elapsed = time.perf_counter() - started
     return clients * turns / elapsed, latencies
 
