@@ -135,6 +135,23 @@ def test_a_body_over_the_limit_is_413(http):
     assert_error(http.post("/v1/responses", content=chunks()), 413, "body_too_large")
 
 
+def assert_failed_stream(http) -> None:
+    """A failure once the stream has begun: an error event, then response.failed."""
+    import json
+
+    with http.stream(
+        "POST", "/v1/responses", json={"model": "openai:gpt-4o", "input": "x", "stream": True}
+    ) as streamed:
+        assert streamed.status_code == 200
+        events = [
+            json.loads(line.removeprefix("data: "))
+            for line in streamed.iter_lines()
+            if line.startswith("data: ")
+        ]
+    assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "model_error"
+
+
 def test_a_provider_failure_is_502_and_a_timeout_504(start_server):
     failing, stalling = StubModelServer(status=400), StubModelServer(stall=True)
     try:
@@ -149,6 +166,8 @@ def test_a_provider_failure_is_502_and_a_timeout_504(start_server):
                     headers={"X-Foliko-Timeout": limit},
                 )
                 assert_error(response, status)
+                if status == 502:
+                    assert_failed_stream(http)
                 assert http.get("/v1/sessions").json()["data"] == []
             assert server.stop() == 0
     finally:
