@@ -62,8 +62,9 @@ class TurnSetup(NamedTuple):
     prompt in this turn only (they are not kept). ``client_tools`` are tool
     specs the caller runs itself: when the model calls one, the turn ends
     there (finish reason ``tool_calls``). ``on_start`` gets the history
-    position of the turn's first message, ``on_finish`` the messages it
-    wrote (before they are saved).
+    position of the turn's first message, ``on_message`` each message the
+    turn adds and its position, as it is added, ``on_finish`` the messages
+    it wrote (before they are saved).
     """
 
     start_from: SessionRecord | None = None
@@ -73,6 +74,7 @@ class TurnSetup(NamedTuple):
     instructions: str | None = None
     client_tools: tuple[dict[str, Any], ...] = ()
     on_start: Callable[[int], None] | None = None
+    on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
 
     def apply(self, session: SessionContext) -> bool:
@@ -332,10 +334,16 @@ class AgentChatHandler:
         first = len(session.messages)
         if setup.on_start is not None:
             setup.on_start(session.message_offset + first)
+
+        def add(new: dict[str, Any]) -> None:
+            session.add_message(self._stamp(new, request))
+            if setup.on_message is not None:
+                setup.on_message(session.message_offset + len(session.messages) - 1, new)
+
         for extra in setup.messages:
-            session.add_message(self._stamp(dict(extra), request))
+            add(dict(extra))
         if message or not setup.messages:
-            session.add_message(self._stamp({"role": "user", "content": message}, request))
+            add({"role": "user", "content": message})
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
         client_tools = {spec["name"] for spec in setup.client_tools}
@@ -368,7 +376,7 @@ class AgentChatHandler:
                     {"id": c.id, "name": c.name, "arguments": c.arguments}
                     for c in response.tool_calls
                 ]
-            session.add_message(self._stamp(reply, request))
+            add(reply)
             if not response.tool_calls:
                 break
             for call in response.tool_calls:
@@ -393,7 +401,7 @@ class AgentChatHandler:
                 }
                 if result.is_error:
                     tool_message["is_error"] = True
-                session.add_message(self._stamp(tool_message, request))
+                add(tool_message)
                 await _emit(
                     events,
                     {

@@ -67,7 +67,9 @@ def check_message_text(message: str) -> str:
     return message
 
 
-_TURN_FIELDS = frozenset({"messages", "instructions", "client_tools", "on_start", "on_finish"})
+_TURN_FIELDS = frozenset(
+    {"messages", "instructions", "client_tools", "on_start", "on_message", "on_finish"}
+)
 
 
 def _check_turn_input(message: str, turn: dict[str, Any]) -> None:
@@ -367,8 +369,8 @@ class AsyncFoliko:
         ``on_event`` receives the stream's ``delta``, ``tool_call`` and
         ``tool_result`` events as they happen (the model then streams).
         ``turn`` holds the further TurnSetup fields (``messages``,
-        ``instructions``, ``client_tools``, ``on_start``, ``on_finish``; see
-        chat.TurnSetup).
+        ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
+        ``on_finish``; see chat.TurnSetup).
         """
         if on_event is None:
             check_session_id(session_id)

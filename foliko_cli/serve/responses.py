@@ -303,9 +303,9 @@ async def sse_events(
             elif item["type"] == "tool_call":
                 for chunk in close_text():
                     yield chunk
-                position += 1
             elif item["type"] == "tool_result":
-                position += 1
+                # The next assistant message follows this call's tool message.
+                position = turn.tool_positions.get(item["id"], position) + 1
     except Exception as exc:
         error = error_event(exc)
         yield event("error", code=error["code"], message=error["message"], param=None)

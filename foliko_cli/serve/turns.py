@@ -37,6 +37,7 @@ class Turn:
         self.options = options
         self.start = 0
         self.messages: list[dict[str, Any]] = []
+        self.tool_positions: dict[str, int] = {}
         self.result: TurnResult | None = None
 
     @property
@@ -45,6 +46,10 @@ class Turn:
 
     def _on_start(self, position: int) -> None:
         self.start = position
+
+    def _on_message(self, position: int, message: dict[str, Any]) -> None:
+        if message.get("role") == "tool" and message.get("tool_call_id"):
+            self.tool_positions[message["tool_call_id"]] = position
 
     def _on_finish(self, messages: list[dict[str, Any]]) -> None:
         self.messages = [dict(m) for m in messages]
@@ -64,7 +69,12 @@ class Turn:
             await scratch.delete_sessions([session_id])
 
     def _arguments(self) -> dict[str, Any]:
-        return {**self.options, "on_start": self._on_start, "on_finish": self._on_finish}
+        return {
+            **self.options,
+            "on_start": self._on_start,
+            "on_message": self._on_message,
+            "on_finish": self._on_finish,
+        }
 
     async def run(self, services: Services) -> TurnResult:
         async with self._target(services) as (service, session_id):

@@ -255,3 +255,18 @@ def test_request_and_trace_ids_are_stored_and_returned(http, server):
     assert {(m["request_id"], m["trace_id"]) for m in stored["messages"]} == {("req-abc", trace)}
     generated = http.get("/healthz")
     assert len(generated.headers["x-request-id"]) == 16
+
+
+def test_streamed_items_after_server_tools_have_their_stored_ids(client):
+    conversation = client.conversations.create()
+    with client.responses.stream(
+        model="echo",
+        input='/tool set_variable {"key": "a", "value": 1}',
+        conversation=conversation.id,
+    ) as stream:
+        added = [e.item.id for e in stream if e.type == "response.output_item.added"]
+        final = stream.get_final_response()
+    assert final.output_text.startswith("set_variable returned:")
+    assert added == [item.id for item in final.output] == ["msg_3"]
+    stored = client.conversations.items.list(conversation.id, order="asc").data
+    assert [item.id for item in stored][-1] == "msg_3"
