@@ -64,13 +64,27 @@ class TurnSetup(NamedTuple):
     revision it was derived from (0: the session must not exist yet; None:
     replace whatever is there), checked under the session's lock before the
     model is called. ``system_prompt`` is kept in the session's metadata for
-    later turns.
+    later turns. ``messages`` are added before the user message (an empty
+    user message adds none: a turn may continue after tool results).
+    ``instructions`` stand in for the session's own system prompt in this
+    turn only (they are not kept). ``client_tools`` are tool specs the caller
+    runs itself: when the model calls one, the turn ends there (finish reason
+    ``tool_calls``). ``on_start`` gets the history position of the turn's
+    first message, ``on_message`` each message the turn adds and its
+    position, as it is added, ``on_finish`` the messages it wrote (before
+    they are saved).
     """
 
     start_from: SessionRecord | None = None
     variables: Mapping[str, Any] = MappingProxyType({})
     system_prompt: str | None = None
     expected_revision: int | None = None
+    messages: tuple[dict[str, Any], ...] = ()
+    instructions: str | None = None
+    client_tools: tuple[dict[str, Any], ...] = ()
+    on_start: Callable[[int], None] | None = None
+    on_message: Callable[[int, dict[str, Any]], None] | None = None
+    on_finish: Callable[[list[dict[str, Any]]], None] | None = None
 
     def check(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -261,7 +275,7 @@ class AgentChatHandler:
         async def work(session: SessionContext) -> tuple[TurnResult, bool]:
             setup.check(session)
             replace = setup.apply(session)
-            return await self._run_steps(message, session, request, events, options), replace
+            return await self._run_steps(message, session, request, events, options, setup), replace
 
         return await self._in_session(session_id, request, work)
 
@@ -344,10 +358,13 @@ class AgentChatHandler:
         message["trace_id"] = request.trace_id
         return message
 
-    def build_system_prompt(self, session: SessionContext) -> str | None:
-        return turn_system_prompt(
-            self.agent, session.metadata.get("system_prompt"), self.system_prompt
-        )
+    def build_system_prompt(
+        self, session: SessionContext, instructions: str | None = None
+    ) -> str | None:
+        """The agent's prompt, then the turn's ``instructions``, else the session's
+        own (``--system``) or the default."""
+        own = instructions or session.metadata.get("system_prompt")
+        return turn_system_prompt(self.agent, own, self.system_prompt)
 
     def model_request(
         self,
@@ -445,18 +462,35 @@ class AgentChatHandler:
         request: RequestContext,
         events: asyncio.Queue | None,
         turn: TurnOptions | None = None,
+        setup: TurnSetup | None = None,
     ) -> TurnResult:
         turn = turn or TurnOptions()
+        setup = setup or TurnSetup()
         started = time.monotonic()
         await self.learn_context_window()
-        session.add_message(self._stamp({"role": "user", "content": message}, request))
+        first = len(session.messages)
+        if setup.on_start is not None:
+            setup.on_start(session.message_offset + first)
+
+        def add(new: dict[str, Any]) -> None:
+            session.add_message(self._stamp(new, request))
+            if setup.on_message is not None:
+                setup.on_message(session.message_offset + len(session.messages) - 1, new)
+
+        for extra in setup.messages:
+            add(dict(extra))
+        if message or not setup.messages:
+            add({"role": "user", "content": message})
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
+        client_tools = {spec["name"] for spec in setup.client_tools}
+        specs += [spec for spec in setup.client_tools if spec["name"] not in tools]
         self.compressor.count_tools(specs)
-        session.system_prompt = self.build_system_prompt(session)
+        session.system_prompt = self.build_system_prompt(session, setup.instructions)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")
         step = 0
+        handed_back = False
         while step < self.max_steps:
             step += 1
             await self._compress(session, request)
@@ -483,10 +517,13 @@ class AgentChatHandler:
                     {"id": c.id, "name": c.name, "arguments": c.arguments}
                     for c in response.tool_calls
                 ]
-            session.add_message(self._stamp(reply, request))
+            add(reply)
             if not response.tool_calls:
                 break
             for call in response.tool_calls:
+                if call.name in client_tools and call.name not in tools:
+                    handed_back = True
+                    continue
                 await _emit(
                     events,
                     {
@@ -505,7 +542,7 @@ class AgentChatHandler:
                 }
                 if result.is_error:
                     tool_message["is_error"] = True
-                session.add_message(self._stamp(tool_message, request))
+                add(tool_message)
                 await _emit(
                     events,
                     {
@@ -516,7 +553,14 @@ class AgentChatHandler:
                         "is_error": result.is_error,
                     },
                 )
-        finish = "max_steps" if response.tool_calls else response.finish_reason
+            if handed_back:
+                break
+        if setup.on_finish is not None:
+            setup.on_finish(session.messages[first:])
+        if handed_back:
+            finish = "tool_calls"
+        else:
+            finish = "max_steps" if response.tool_calls else response.finish_reason
         return TurnResult(
             success=True,
             message=response.text,

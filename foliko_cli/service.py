@@ -71,6 +71,21 @@ def check_message_text(message: str) -> str:
     return message
 
 
+_TURN_FIELDS = frozenset(
+    {"messages", "instructions", "client_tools", "on_start", "on_message", "on_finish"}
+)
+
+
+def _check_turn_input(message: str, turn: dict[str, Any]) -> None:
+    """The message must have text, unless the turn only continues after ``messages``."""
+    unknown = set(turn) - _TURN_FIELDS
+    if unknown:
+        raise TypeError(f"unexpected turn option {sorted(unknown)[0]!r}")
+    if message == "" and turn.get("messages"):
+        return
+    check_message_text(message)
+
+
 def _no_progress(count: int) -> None:
     return None
 
@@ -85,11 +100,21 @@ def default_home() -> Path:
     return platform_home()
 
 
-def forked(source: SessionRecord, target_id: str, turns: int | None) -> SessionRecord:
-    """A new session ``target_id`` holding ``source``'s history (its first ``turns``)."""
+TURN_FIELDS = frozenset(
+    {"messages", "instructions", "client_tools", "on_start", "on_message", "on_finish"}
+)
+
+
+def forked(
+    source: SessionRecord, target_id: str, turns: int | None, upto: int | None = None
+) -> SessionRecord:
+    """A new session ``target_id`` holding ``source``'s history: all of it, its
+    first ``turns`` turns, or its first ``upto`` messages."""
     kept = len(source.messages)
     if turns is not None:
         kept = keep_turns(source.messages, turns, session_id=source.session_id)
+    elif upto is not None:
+        kept = min(max(0, upto), kept)
     now = now_ms()
     return SessionRecord(
         target_id,
@@ -167,6 +192,7 @@ class AsyncFoliko:
         skill_dirs: list[Path] | None = None,
         notify: Callable[[str], None] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
+        user: str | None = None,
     ):
         self.home = home if home is not None else default_home()
         if storage is None:
@@ -174,6 +200,11 @@ class AsyncFoliko:
         if model is None:
             model = os.environ.get("FOLIKO_MODEL") or None
         self.storage: SessionStorageAdapter = open_storage(storage, self.home)
+        if user is not None:
+            from foliko_cli.storage.scoped import UserScopedStorage
+
+            self.storage = UserScopedStorage(self.storage, user)
+        self.user = user
         self.framework = Framework(self.storage, home=self.home)
         self.framework.on_wait = self._waiting
         self.model = model
@@ -436,6 +467,7 @@ class AsyncFoliko:
         variables: dict[str, Any] | None,
         system: str | None,
         turns: int | None = None,
+        **extra: Any,
     ) -> TurnSetup:
         from foliko_cli.chat import TurnSetup
 
@@ -459,6 +491,7 @@ class AsyncFoliko:
             variables=variables or {},
             system_prompt=system,
             expected_revision=expected,
+            **extra,
         )
 
     async def latest_session_id(self) -> str:
@@ -486,6 +519,7 @@ class AsyncFoliko:
         schema: dict[str, Any] | None = None,
         request: RequestContext | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        **turn: Any,
     ) -> TurnResult:
         """One turn; ``new`` starts the session over, ``fork_from`` copies another
         first (its first ``turns`` turns when given); ``regenerate`` replaces the
@@ -497,6 +531,9 @@ class AsyncFoliko:
         reply must follow. ``on_event`` receives the stream's ``delta``,
         ``tool_call`` and ``tool_result`` events as they happen (the model
         then streams).
+        ``turn`` holds the further TurnSetup fields (``messages``,
+        ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
+        ``on_finish``; see chat.TurnSetup).
         """
         setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
         setup_options.update(system=system, turns=turns, regenerate=regenerate)
@@ -504,7 +541,7 @@ class AsyncFoliko:
             from foliko_cli.chat import TurnOptions
 
             handler = await self.handler(model, agent)
-            message, setup = await self._prepare(session_id, message, **setup_options)
+            message, setup = await self._prepare(session_id, message, turn=turn, **setup_options)
             return await handler.chat(
                 message,
                 session_id=session_id,
@@ -523,6 +560,7 @@ class AsyncFoliko:
             options=options,
             schema=schema,
             **setup_options,
+            **turn,
         ):
             if event["type"] == "done":
                 result = event["result"]
@@ -548,6 +586,7 @@ class AsyncFoliko:
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
         request: RequestContext | None = None,
+        **turn: Any,
     ) -> AsyncIterator[dict[str, Any]]:
         """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
         (whose ``result`` is the TurnResult). Options as for ``chat``."""
@@ -563,6 +602,7 @@ class AsyncFoliko:
             system=system,
             turns=turns,
             regenerate=regenerate,
+            turn=turn,
         )
         async for event in handler.chat_stream(
             message,
@@ -574,21 +614,34 @@ class AsyncFoliko:
             yield event
 
     async def _prepare(
-        self, session_id: str, message: str | None, *, regenerate: bool, **options: Any
+        self,
+        session_id: str,
+        message: str | None,
+        *,
+        regenerate: bool,
+        turn: dict[str, Any] | None = None,
+        **options: Any,
     ) -> tuple[str, TurnSetup]:
         """Check the turn's input and build its setup; a regenerated turn's message
-        is the user message of the turn it replaces."""
+        is the user message of the turn it replaces. ``turn`` holds the further
+        TurnSetup fields (``messages``, ``instructions``, ...)."""
         check_session_id(session_id)
+        turn = turn or {}
+        unknown = set(turn) - TURN_FIELDS
+        if unknown:
+            raise TypeError(f"unexpected turn option {sorted(unknown)[0]!r}")
         if not regenerate:
             if message is None:
                 raise UsageError("no message to send", fix="give one")
-            return check_message_text(message), await self._turn_setup(session_id, **options)
+            if message != "" or not turn.get("messages"):
+                check_message_text(message)  # a turn that only continues may have none
+            return message, await self._turn_setup(session_id, **options, **turn)
         if message is not None or options["new"] or options["fork_from"] is not None:
             raise UsageError(
                 "regenerating a turn reuses its message",
                 fix="give no message, and neither start over nor fork",
             )
-        setup = await self._turn_setup(session_id, **options)
+        setup = await self._turn_setup(session_id, **options, **turn)
         record = await self.get_session(session_id)
         kept = drop_turns(record.messages, 1, session_id=session_id)
         message = str(record.messages[kept].get("content") or "")
@@ -733,10 +786,15 @@ class AsyncFoliko:
         self.framework.destroy_session_context(new_id)
 
     async def fork_session(
-        self, source_id: str, target_id: str, *, turns: int | None = None
+        self,
+        source_id: str,
+        target_id: str,
+        *,
+        turns: int | None = None,
+        upto: int | None = None,
     ) -> SessionRecord:
-        """A copy of ``source_id`` (its first ``turns`` turns when given) named
-        ``target_id``, which must not exist."""
+        """A copy of ``source_id`` named ``target_id``, which must not exist: all
+        of it, its first ``turns`` turns, or its first ``upto`` messages."""
         check_session_id(source_id)
         check_session_id(target_id)
         if source_id == target_id:
@@ -747,7 +805,7 @@ class AsyncFoliko:
             async with self.framework.hold_session(second, self.timeout):
                 if await self.storage.revision(target_id) is not None:
                     raise SessionExistsError(target_id)
-                copy = forked(await self.get_session(source_id), target_id, turns)
+                copy = forked(await self.get_session(source_id), target_id, turns, upto)
                 copy.revision = await self.storage.save(copy, expected_revision=0)
                 return copy
 
@@ -936,6 +994,70 @@ class AsyncFoliko:
                         yield found[session_id]
 
         return summarise([record async for record in records()], by=by, since=since)
+
+    async def create_session(
+        self,
+        session_id: str,
+        *,
+        messages: list[dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> SessionRecord:
+        """A new session holding ``messages``; ``metadata`` is merged into its own."""
+        check_session_id(session_id)
+
+        async def work():
+            record = SessionRecord(
+                session_id,
+                messages=list(messages or []),
+                metadata={**new_metadata(), **(metadata or {})},
+            )
+            record.revision = await self.storage.save(record, expected_revision=0)
+            return record
+
+        return await self._held(session_id, work)
+
+    async def update_metadata(self, session_id: str, changes: dict[str, Any]) -> SessionRecord:
+        """Merge ``changes`` into the session's metadata (the history is not read:
+        the returned record holds no messages)."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.storage.load_state(session_id)
+            if record is None:
+                raise SessionNotFoundError(session_id)
+            record.metadata.update(changes, last_active=now_ms())
+            state = SessionState(record.variables, record.metadata, record.compression_state)
+            record.revision = await self.storage.append(
+                session_id, [], state, expected_revision=record.revision
+            )
+            return record
+
+        record = await self._held(session_id, work)
+        self.framework.destroy_session_context(session_id)
+        return record
+
+    async def append_messages(self, session_id: str, messages: list[dict[str, Any]]) -> int:
+        """Add ``messages`` (canonical, stamped) after the stored ones; return the
+        position of the first."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.storage.load_state(session_id)
+            if record is None:
+                raise SessionNotFoundError(session_id)
+            position = record.first_seq
+            metadata = {**record.metadata, "last_active": now_ms()}
+            await self.storage.append(
+                session_id,
+                messages,
+                SessionState(record.variables, metadata, record.compression_state),
+                expected_revision=record.revision,
+            )
+            return position
+
+        position = await self._held(session_id, work)
+        self.framework.destroy_session_context(session_id)
+        return position
 
     # variables
 

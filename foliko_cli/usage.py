@@ -92,3 +92,9 @@ def summarise(
             add(total, counters)
     rows = [{by: key, **ordered(groups[key])} for key in sorted(groups)]
     return {"by": by, "rows": rows, "total": ordered(total)}
+
+
+def with_usage(data: dict[str, Any], record: Any) -> dict[str, Any]:
+    """A session's public JSON form (``record_to_dict``, perhaps cut to a tail)
+    plus the token and cost totals of its whole history."""
+    return {**data, "usage": usage_totals(record.messages)}

@@ -29,7 +29,15 @@ def test_every_benchmark_runs_at_tiny_sizes_and_reports(tmp_path):
     assert b"Traceback" not in result.stderr
     report = orjson.loads(output.read_bytes())
     assert report["quick"] is True
-    assert {r["bench"] for r in report["results"]} == {"P1", "P2", "P3", "P4", "P5", "SEARCH"}
+    assert {r["bench"] for r in report["results"]} == {
+        "P1",
+        "P2",
+        "P3",
+        "P4",
+        "P5",
+        "P6",
+        "SEARCH",
+    }
     for figure in report["results"]:
         assert figure["runs"], figure["figure"]
         assert all(t > 0 for t in figure["runs"]), figure["figure"]

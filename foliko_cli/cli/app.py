@@ -35,6 +35,7 @@ def open_facade(ctx: click.Context, **flags) -> Foliko:
     """A facade for this invocation, closed when the command ends."""
     settings = settings_for(ctx, **flags)
     check_home(settings)
-    facade = Foliko.from_settings(settings, notify=note)
+    user = (ctx.find_root().obj or {}).get("user")
+    facade = Foliko.from_settings(settings, notify=note, user=user)
     ctx.call_on_close(facade.close)
     return facade

@@ -89,6 +89,7 @@ class LazyGroup(FolikoGroup):
         "workflow": ("foliko_cli.cli.workflow", "workflow"),
         "completion": ("foliko_cli.cli.completion", "completion"),
         "usage": ("foliko_cli.cli.history", "usage"),
+        "serve": ("foliko_cli.cli.serve", "serve"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -98,9 +99,14 @@ class LazyGroup(FolikoGroup):
     help="Session storage: memory, json, sqlite (default) or a URL: sqlite:////abs/x.db, "
     "json:///rel/dir, postgresql://user@host/db, redis://host:6379/0. Env: FOLIKO_STORAGE.",
 )
+@click.option(
+    "--user",
+    metavar="NAME",
+    help="Act on this user's sessions (those `foliko serve --api-keys` keeps for NAME).",
+)
 @click.version_option(__version__, "-V", "--version", prog_name="foliko")
 @click.pass_context
-def cli(ctx: click.Context, storage: str | None) -> None:
+def cli(ctx: click.Context, storage: str | None, user: str | None) -> None:
     """Language-model conversations in named, persistent sessions.
 
     \b
@@ -108,7 +114,7 @@ def cli(ctx: click.Context, storage: str | None) -> None:
       foliko chat --session s1 "hi"
       foliko sessions list --json
     """
-    ctx.obj = {"storage": storage}
+    ctx.obj = {"storage": storage, "user": user}
 
 
 def main() -> None:

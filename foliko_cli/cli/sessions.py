@@ -31,6 +31,7 @@ from foliko_cli.cli.params import (
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
 from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
+from foliko_cli.usage import with_usage
 
 
 def one_session(session_ids: list[str], usage: str) -> str:
@@ -154,7 +155,7 @@ def show(
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
     fmt = fmt or ("markdown" if sys.stdout.isatty() else "text")
     if fmt == "json":
-        emit_json(_with_usage(data, record))
+        emit_json(with_usage(data, record))
         return
     if fmt == "markdown":
         from foliko_cli import transcript
@@ -186,13 +187,6 @@ def show(
         if message["content"]:
             lines.append(message["content"])
     page("\n".join(lines) + "\n", enabled=pager)
-
-
-def _with_usage(data: dict, record: SessionRecord) -> dict:
-    """The public JSON form plus the token and cost totals of the whole session."""
-    from foliko_cli.usage import usage_totals
-
-    return {**data, "usage": usage_totals(record.messages)}
 
 
 @sessions.command()
@@ -353,7 +347,7 @@ def export(
     dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
         for record in facade.export_sessions(ids, skip_missing=everything):
-            dumps.append(orjson.dumps(_with_usage(record_to_dict(record), record)).decode())
+            dumps.append(orjson.dumps(with_usage(record_to_dict(record), record)).decode())
             advance(1)
     lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
     _write_output(output, lines)

@@ -56,10 +56,20 @@ def _sqlite(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
     yield SQLiteStorage(tmp_path / "sessions.db")
 
 
+@contextlib.contextmanager
+def _user_scoped(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
+    """One user's view of a SQLite store that another user's sessions share."""
+    from foliko_cli.storage.scoped import UserScopedStorage
+    from foliko_cli.storage.sqlite import SQLiteStorage
+
+    yield UserScopedStorage(SQLiteStorage(tmp_path / "shared.db"), "alice")
+
+
 BACKENDS = [
     Backend("memory", _memory),
     Backend("json", _json),
     Backend("sqlite", _sqlite),
+    Backend("user-scoped", _user_scoped),
     Backend("postgres", lambda tmp: services.postgres_storage(), services.require_postgres),
     Backend("redis", lambda tmp: services.redis_storage(), services.require_redis),
 ]

@@ -1,0 +1,89 @@
+"""``foliko serve``: the sessions over HTTP, OpenAI-compatible (see foliko_cli/serve/)."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+import click
+
+from foliko_cli.cli.output import note
+from foliko_cli.errors import FolikoError, UsageError
+
+DEFAULT_GRACE = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--api-keys",
+    "api_keys",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help='TOML file of [keys] "KEY" = "user" (mode 600); then every request needs '
+    "Authorization: Bearer KEY and each user sees only their own sessions.",
+)
+@click.option(
+    "--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes."
+)
+@click.option(
+    "--grace",
+    default=DEFAULT_GRACE,
+    show_default=True,
+    type=click.FloatRange(0, 3600),
+    metavar="S",
+    help="On SIGTERM/SIGINT, seconds running turns get to finish; the rest are not saved.",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context, host: str, port: int, api_keys: str | None, workers: int, grace: float
+) -> None:
+    """Serve the sessions over HTTP: OpenAI Responses, Conversations and Chat
+    Completions, the native /v1/sessions API and a web page at /.
+
+    \b
+    Examples:
+      foliko serve
+      foliko --storage postgresql://db/foliko serve --host 0.0.0.0 --api-keys keys.toml
+    """
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "foliko serve needs Starlette and uvicorn", fix="pip install 'foliko-cli[serve]'"
+        ) from None
+    if api_keys is None and not is_loopback(host):
+        raise UsageError(
+            f"refusing to serve on {host} without --api-keys",
+            fix="pass --api-keys FILE, or listen on 127.0.0.1",
+        )
+    from foliko_cli.serve.app import ServeOptions
+    from foliko_cli.serve.runner import run
+
+    root = ctx.find_root().obj or {}
+    options = ServeOptions(storage=root.get("storage"), api_keys=api_keys)
+    if api_keys is not None:
+        from pathlib import Path
+
+        from foliko_cli.serve.auth import load_keys
+
+        load_keys(Path(api_keys))
+    if not run(options, host=host, port=port, workers=workers, grace=grace, ready=_ready):
+        raise FolikoError("the server did not start (see the error above)")
+    sys.exit(0)
+
+
+def _ready(url: str) -> None:
+    note(f"listening on {url}")
+    sys.stderr.flush()

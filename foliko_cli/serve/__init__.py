@@ -1,0 +1,1 @@
+"""``foliko serve``: sessions over HTTP (OpenAI-compatible), for many users."""

@@ -1,0 +1,133 @@
+"""The ASGI application of ``foliko serve`` (Starlette).
+
+``create_app(options)`` builds it; its lifespan opens one ``Services`` (one
+AsyncFoliko on the configured storage, see state.py) per worker process and
+closes it at shutdown. ``app_from_environment`` is the factory each worker
+of ``--workers N`` imports: the options travel in FOLIKO_SERVE_OPTIONS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from foliko_cli.errors import FolikoError
+from foliko_cli.serve import completions, conversations, page, responses, sessions
+from foliko_cli.serve.common import JSON
+from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
+from foliko_cli.serve.middleware import RequestMiddleware
+
+OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
+MAX_BODY = 16 * 1024 * 1024
+
+_log = logging.getLogger("foliko.serve")
+
+
+class ServeOptions(NamedTuple):
+    storage: str | None = None
+    api_keys: str | None = None
+    user: str | None = None
+    max_body: int = MAX_BODY
+
+    def to_env(self) -> str:
+        return orjson.dumps(self._asdict()).decode()
+
+    @classmethod
+    def from_env(cls) -> ServeOptions:
+        return cls(**orjson.loads(os.environ.get(OPTIONS_ENV, "{}")))
+
+
+def _services(options: ServeOptions):
+    from foliko_cli.config import load_settings
+    from foliko_cli.serve.state import Services
+
+    return Services(load_settings(storage=options.storage), notify=_log.warning)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc.status, exc.message, exc.code, exc.param)
+
+
+async def _foliko_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, FolikoError)
+    return foliko_error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"no route {request.url.path}"
+    elif exc.status_code == 405:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    else:
+        message = str(exc.detail)
+    return error_response(exc.status_code, message, "not_found" if exc.status_code == 404 else None)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    _log.error("internal error on %s %s: %r", request.method, request.url.path, exc)
+    return error_response(500, "internal error", "internal_error")
+
+
+async def healthz(request: Request):
+    healthy = await request.app.state.services.base.storage.health_check()
+    return JSON({"status": "ok" if healthy else "storage unavailable"}, 200 if healthy else 503)
+
+
+async def openapi(request: Request):
+    from foliko_cli.serve.openapi import document
+
+    return JSON(document())
+
+
+def create_app(options: ServeOptions | None = None) -> Starlette:
+    options = options or ServeOptions()
+    keys = None
+    if options.api_keys:
+        from foliko_cli.serve.auth import load_keys
+
+        keys = load_keys(Path(options.api_keys))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette):
+        app.state.services = _services(options)
+        try:
+            yield
+        finally:
+            await app.state.services.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+            *page.routes,
+            *responses.routes,
+            *conversations.routes,
+            *completions.routes,
+            *sessions.routes,
+        ],
+        exception_handlers={
+            ApiError: _api_error,
+            FolikoError: _foliko_error,
+            HTTPException: _http_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
+    return app
+
+
+def app_from_environment() -> Any:
+    return create_app(ServeOptions.from_env())

@@ -1,0 +1,238 @@
+"""``/v1/chat/completions`` and ``/v1/models``.
+
+A chat completion is stateless: its ``messages`` are the whole history and
+nothing is stored. With ``X-Session-Id: NAME`` it is a turn of session NAME
+instead: only the request's last user message is sent (after the stored
+history) and the turn is saved.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.routing import Route
+
+from foliko_cli.serve import items as it
+from foliko_cli.serve.common import JSON, field, json_body, request_context, service
+from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.turns import Turn
+
+SESSION_HEADER = "x-session-id"
+
+
+def _content(message: dict[str, Any], index: int) -> str:
+    content = message.get("content")
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise ApiError(400, f"messages[{index}]: only text content parts are supported")
+            texts.append(str(part.get("text", "")))
+        return "".join(texts)
+    raise ApiError(400, f"messages[{index}].content must be a string or a list of parts")
+
+
+def canonical_messages(raw: Any) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not raw:
+        raise ApiError(400, "messages must be a non-empty list", param="messages")
+    messages = []
+    for index, message in enumerate(raw):
+        if not isinstance(message, dict):
+            raise ApiError(400, f"messages[{index}] must be an object", param="messages")
+        role = message.get("role")
+        if role == "developer":
+            role = "system"
+        if role not in ("system", "user", "assistant", "tool"):
+            raise ApiError(400, f"messages[{index}]: unknown role {role!r}", param="messages")
+        converted: dict[str, Any] = {"role": role, "content": _content(message, index)}
+        if role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = call.get("function") if isinstance(call, dict) else None
+                if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+                    raise ApiError(400, f"messages[{index}].tool_calls: malformed call")
+                calls.append(
+                    {
+                        "id": call["id"],
+                        "name": str(function.get("name", "")),
+                        "arguments": it.loads_arguments(function.get("arguments", "{}")),
+                    }
+                )
+            converted["tool_calls"] = calls
+        if role == "tool":
+            if not isinstance(message.get("tool_call_id"), str):
+                raise ApiError(400, f"messages[{index}]: a tool message needs tool_call_id")
+            converted["tool_call_id"] = message["tool_call_id"]
+        messages.append(converted)
+    return messages
+
+
+def plan(request: Request, data: dict[str, Any]) -> Turn:
+    svc = service(request)
+    messages = canonical_messages(data.get("messages"))
+    options = {
+        "model": field(data, "model", str),
+        "request": request_context(request, svc),
+        "client_tools": it.function_tools(data.get("tools")),
+    }
+    session_id = request.headers.get(SESSION_HEADER)
+    if session_id is not None:
+        users = [m for m in messages if m["role"] == "user"]
+        if not users:
+            raise ApiError(400, f"with {SESSION_HEADER}, messages must hold a user message")
+        systems = [m["content"] for m in messages if m["role"] == "system"]
+        if systems:
+            options["instructions"] = "\n\n".join(systems)
+        return Turn(svc, session_id, users[-1]["content"], messages=(), **options)
+    systems = [m["content"] for m in messages if m["role"] == "system"]
+    history = [m for m in messages if m["role"] != "system"]
+    if history and history[-1]["role"] == "user":
+        text, extra = history[-1]["content"], []
+        history = history[:-1]
+    else:
+        tail = []
+        while history and history[-1]["role"] == "tool":
+            tail.insert(0, history.pop())
+        if not tail:
+            raise ApiError(400, "the last message must be a user or a tool message")
+        it.name_tool_outputs(tail, history)
+        text, extra = "", tail
+    if systems:
+        options["instructions"] = "\n\n".join(systems)
+    return Turn(svc, None, text, scratch=history, messages=tuple(extra), **options)
+
+
+def completion_id() -> str:
+    return "chatcmpl-" + os.urandom(12).hex()
+
+
+def _tool_calls(turn: Turn) -> list[dict[str, Any]]:
+    answered = {m.get("tool_call_id") for m in turn.messages if m.get("role") == "tool"}
+    calls = []
+    for message in turn.messages:
+        for call in message.get("tool_calls") or []:
+            if call.get("id") not in answered:
+                calls.append(
+                    {
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {
+                            "name": call["name"],
+                            "arguments": it.dumps_arguments(call.get("arguments", {})),
+                        },
+                    }
+                )
+    return calls
+
+
+def _usage(turn: Turn) -> dict[str, int]:
+    usage = it.turn_usage(turn.messages)
+    return {
+        "prompt_tokens": usage["input_tokens"],
+        "completion_tokens": usage["output_tokens"],
+        "total_tokens": usage["total_tokens"],
+    }
+
+
+def _finish(turn: Turn) -> str:
+    reason = turn.result.finish_reason if turn.result else "stop"
+    return reason if reason in ("stop", "length", "tool_calls") else "stop"
+
+
+async def chat_completions(request: Request):
+    data = await json_body(request)
+    stream = field(data, "stream", bool, False)
+    turn = plan(request, data)
+    services = request.app.state.services
+    model = field(data, "model", str)
+    if stream:
+        include_usage = bool((field(data, "stream_options", dict) or {}).get("include_usage"))
+        events = await turn.stream(services)
+        return StreamingResponse(
+            chunks(turn, events, model, include_usage),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-store"},
+        )
+    result = await turn.run(services)
+    message: dict[str, Any] = {"role": "assistant", "content": result.message}
+    calls = _tool_calls(turn)
+    if calls:
+        message["tool_calls"] = calls
+    return JSON(
+        {
+            "id": completion_id(),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model or result.model,
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": _finish(turn), "logprobs": None}
+            ],
+            "usage": _usage(turn),
+        }
+    )
+
+
+async def chunks(
+    turn: Turn, events: AsyncIterator[dict[str, Any]], model: str | None, include_usage: bool
+) -> AsyncIterator[bytes]:
+    identity = {
+        "id": completion_id(),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model or "echo",
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+        body = {
+            **identity,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            **extra,
+        }
+        return b"data: " + orjson.dumps(body) + b"\n\n"
+
+    yield chunk({"role": "assistant", "content": ""})
+    try:
+        async for event in events:
+            if event["type"] == "delta" and event["text"]:
+                yield chunk({"content": event["text"]})
+    except Exception as exc:
+        yield b"data: " + orjson.dumps({"error": error_event(exc)}) + b"\n\n"
+        return
+    calls = _tool_calls(turn)
+    if calls:
+        yield chunk({"tool_calls": [{"index": i, **call} for i, call in enumerate(calls)]})
+    if turn.result is not None and turn.result.model:
+        identity["model"] = model or turn.result.model
+    yield chunk({}, _finish(turn))
+    if include_usage:
+        body = {**identity, "choices": [], "usage": _usage(turn)}
+        yield b"data: " + orjson.dumps(body) + b"\n\n"
+    yield b"data: [DONE]\n\n"
+
+
+async def list_models(request: Request):
+    names = request.app.state.services.model_names()
+    return JSON(
+        {
+            "object": "list",
+            "data": [
+                {"id": n, "object": "model", "created": 0, "owned_by": "foliko"} for n in names
+            ],
+        }
+    )
+
+
+routes = [
+    Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    Route("/v1/models", list_models, methods=["GET"]),
+]

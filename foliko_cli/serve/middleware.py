@@ -1,0 +1,108 @@
+"""One ASGI layer in front of every route: trace ids, the API key, the body limit.
+
+The request's ``X-Request-Id`` and W3C ``traceparent`` become the ids its
+turn stores (generated when absent) and are sent back on the response. With
+API keys, every route but the page, ``/healthz`` and ``/openapi.json`` needs
+``Authorization: Bearer KEY``; the user it names is put in the scope's state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+from starlette.datastructures import Headers
+
+from foliko_cli.clock import new_request_id, new_trace_id
+from foliko_cli.serve.auth import KeyRing
+from foliko_cli.serve.errors import BodyTooLarge, error_body
+
+PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json", "/favicon.ico"})
+_TRACEPARENT = re.compile(r"\A00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}\Z")
+_REQUEST_ID = re.compile(r"\A[\x21-\x7e]{1,200}\Z")
+
+
+class TraceIds:
+    __slots__ = ("parent_span_id", "request_id", "span_id", "trace_id")
+
+    def __init__(self, headers: Headers):
+        given = headers.get("x-request-id", "")
+        self.request_id = given if _REQUEST_ID.match(given) else new_request_id()
+        parent = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
+        if parent and parent[1] != "0" * 32 and parent[2] != "0" * 16:
+            self.trace_id, self.parent_span_id = parent[1], parent[2]
+        else:
+            self.trace_id, self.parent_span_id = new_trace_id(), None
+        self.span_id = os.urandom(8).hex()
+
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [
+            (b"x-request-id", self.request_id.encode()),
+            (b"traceparent", f"00-{self.trace_id}-{self.span_id}-01".encode()),
+        ]
+
+
+class RequestMiddleware:
+    def __init__(self, app: Any, *, keys: KeyRing | None, max_body: int):
+        self.app = app
+        self.keys = keys
+        self.max_body = max_body
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        ids = TraceIds(headers)
+        state = scope.setdefault("state", {})
+        state["ids"] = ids
+        state["user"] = None
+        extra = ids.headers()
+
+        async def send_with_ids(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), *extra]
+            await send(message)
+
+        if self.keys is not None and scope["path"] not in PUBLIC_PATHS:
+            user = self.keys.user_for(headers.get("authorization"))
+            if user is None:
+                message = (
+                    "the API key is wrong"
+                    if headers.get("authorization")
+                    else "no API key: send Authorization: Bearer KEY"
+                )
+                await _reject(send_with_ids, 401, message, "invalid_api_key")
+                return
+            state["user"] = user
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body:
+            error = BodyTooLarge(self.max_body)
+            await _reject(send_with_ids, 413, error.message, error.code)
+            return
+        await self.app(scope, self._limited(receive), send_with_ids)
+
+    def _limited(self, receive: Any) -> Any:
+        received = 0
+        limit = self.max_body
+
+        async def limited_receive() -> dict:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        return limited_receive
+
+
+async def _reject(send: Any, status: int, message: str, code: str) -> None:
+    body = error_body(status, message, code)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

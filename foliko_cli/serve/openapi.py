@@ -1,0 +1,433 @@
+"""The OpenAPI 3.1 description of ``foliko serve`` (``GET /openapi.json``).
+
+Written by hand from the routes: every operation, its parameters, its
+request body and its 200 answer; every error is OpenAI's error object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foliko_cli import __version__
+
+OBJECT: dict[str, Any] = {"type": "object"}
+ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _ref(name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _list_of(item: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["object", "data", "has_more"],
+        "properties": {
+            "object": {"const": "list"},
+            "data": {"type": "array", "items": item},
+            "first_id": {"type": ["string", "null"]},
+            "last_id": {"type": ["string", "null"]},
+            "has_more": {"type": "boolean"},
+        },
+    }
+
+
+def _op(
+    summary: str,
+    answer: dict[str, Any],
+    *,
+    body: dict[str, Any] | None = None,
+    params: list[dict[str, Any]] | None = None,
+    stream: bool = False,
+    tag: str,
+) -> dict[str, Any]:
+    content: dict[str, Any] = {"application/json": {"schema": answer}}
+    if stream:
+        content["text/event-stream"] = {"schema": {"type": "string"}}
+    operation: dict[str, Any] = {
+        "summary": summary,
+        "tags": [tag],
+        "responses": {
+            "200": {"description": "OK", "content": content},
+            "default": {
+                "description": "An error (400, 401, 404, 409, 413, 502, 503, 504)",
+                "content": {"application/json": {"schema": ERROR}},
+            },
+        },
+    }
+    if params:
+        operation["parameters"] = params
+    if body is not None:
+        operation["requestBody"] = {
+            "required": True,
+            "content": {"application/json": {"schema": body}},
+        }
+    return operation
+
+
+def _path(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description,
+        "schema": {"type": "string", "minLength": 1},
+    }
+
+
+def _query(name: str, schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "description": description,
+        "schema": schema,
+    }
+
+
+LIMIT = _query("limit", {"type": "integer", "minimum": 1, "maximum": 100}, "Page size.")
+AFTER = _query("after", {"type": "string"}, "The last id of the previous page.")
+ORDER = _query("order", {"enum": ["asc", "desc"]}, "Oldest (asc) or newest (desc) first.")
+CONVERSATION = _path("conversation_id", "The conversation (session) id.")
+SESSION = _path("session_id", "The session id.")
+RESPONSE = _path("response_id", "A response id.")
+KEY = _path("key", "A variable name.")
+
+INPUT_ITEM = {
+    "type": "object",
+    "properties": {
+        "type": {"enum": ["message", "function_call", "function_call_output"]},
+        "role": {"enum": ["user", "assistant", "system", "developer"]},
+        "content": {"type": ["string", "array"]},
+        "call_id": {"type": "string"},
+        "name": {"type": "string"},
+        "arguments": {"type": "string"},
+        "output": {"type": ["string", "array"]},
+    },
+}
+METADATA = {"type": "object", "additionalProperties": {"type": "string"}, "maxProperties": 16}
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["message", "type"],
+                "properties": {
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "param": {"type": ["string", "null"]},
+                    "code": {"type": ["string", "null"]},
+                },
+            }
+        },
+    },
+    "Item": {
+        "type": "object",
+        "required": ["type", "id"],
+        "properties": {
+            "type": {"enum": ["message", "function_call", "function_call_output"]},
+            "id": {"type": "string"},
+            "role": {"type": "string"},
+            "content": {"type": "array"},
+            "status": {"type": "string"},
+        },
+    },
+    "Conversation": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "metadata"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "conversation"},
+            "created_at": {"type": "integer"},
+            "metadata": {"type": "object"},
+        },
+    },
+    "Response": {
+        "type": "object",
+        "required": ["id", "object", "created_at", "status", "model", "output"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "response"},
+            "created_at": {"type": "integer"},
+            "status": {"type": "string"},
+            "model": {"type": "string"},
+            "output": {"type": "array", "items": _ref("Item")},
+            "conversation": {"type": ["object", "null"]},
+            "usage": {"type": ["object", "null"]},
+        },
+    },
+    "ChatCompletion": {
+        "type": "object",
+        "required": ["id", "object", "created", "model", "choices"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "chat.completion"},
+            "created": {"type": "integer"},
+            "model": {"type": "string"},
+            "choices": {"type": "array"},
+            "usage": {"type": "object"},
+        },
+    },
+    "SessionRow": {
+        "type": "object",
+        "required": ["session_id", "message_count", "created_at", "updated_at", "preview"],
+        "properties": {
+            "session_id": {"type": "string"},
+            "message_count": {"type": "integer"},
+            "created_at": {"type": "integer"},
+            "updated_at": {"type": "integer"},
+            "preview": {"type": "string"},
+            "error": {"type": "string"},
+        },
+    },
+    "Session": {
+        "type": "object",
+        "required": ["session_id", "messages", "variables", "metadata"],
+        "properties": {
+            "session_id": {"type": "string"},
+            "messages": {"type": "array", "items": OBJECT},
+            "variables": OBJECT,
+            "metadata": OBJECT,
+            "compression_state": OBJECT,
+            "saved_at": {"type": "integer"},
+        },
+    },
+}
+
+RESPONSE_REQUEST = {
+    "type": "object",
+    "required": ["input"],
+    "properties": {
+        "model": {"type": "string"},
+        "input": {"oneOf": [{"type": "string"}, {"type": "array", "items": INPUT_ITEM}]},
+        "instructions": {"type": "string"},
+        "conversation": {"type": ["string", "object"]},
+        "previous_response_id": {"type": "string"},
+        "stream": {"type": "boolean"},
+        "store": {"type": "boolean"},
+        "temperature": {"type": "number"},
+        "max_output_tokens": {"type": "integer"},
+        "tools": {"type": "array", "items": OBJECT},
+        "metadata": METADATA,
+    },
+}
+CHAT_REQUEST = {
+    "type": "object",
+    "required": ["messages"],
+    "properties": {
+        "model": {"type": "string"},
+        "messages": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["role"],
+                "properties": {
+                    "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+                    "content": {"type": ["string", "array", "null"]},
+                    "tool_calls": {"type": "array"},
+                    "tool_call_id": {"type": "string"},
+                },
+            },
+        },
+        "stream": {"type": "boolean"},
+        "tools": {"type": "array", "items": OBJECT},
+    },
+}
+MODELS = {
+    "type": "object",
+    "required": ["object", "data"],
+    "properties": {
+        "object": {"const": "list"},
+        "data": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "object"],
+                "properties": {"id": {"type": "string"}, "object": {"const": "model"}},
+            },
+        },
+    },
+}
+NAME_BODY = {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}
+SESSION_HEADER = {
+    "name": "X-Session-Id",
+    "in": "header",
+    "required": False,
+    "description": "Run the turn in this session (stored) instead of statelessly.",
+    "schema": {"type": "string"},
+}
+
+
+def document() -> dict[str, Any]:
+    conv, sess, resp = "Conversations", "Sessions", "Responses"
+    conversation_path = "/v1/conversations/{conversation_id}"
+    session_path = "/v1/sessions/{session_id}"
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "foliko serve",
+            "version": __version__,
+            "description": "Foliko sessions over HTTP: OpenAI Responses, Conversations and "
+            "Chat Completions, and the native sessions API.",
+        },
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/healthz": {
+                "get": {
+                    **_op("Liveness and storage health", OBJECT, tag="Service"),
+                    "security": [],
+                }
+            },
+            "/v1/models": {"get": _op("The models configured", MODELS, tag="Models")},
+            "/v1/responses": {
+                "post": _op(
+                    "Run one turn", _ref("Response"), body=RESPONSE_REQUEST, stream=True, tag=resp
+                )
+            },
+            "/v1/responses/{response_id}": {
+                "get": _op("A stored response", _ref("Response"), params=[RESPONSE], tag=resp)
+            },
+            "/v1/responses/{response_id}/input_items": {
+                "get": _op(
+                    "The input items of a response",
+                    _list_of(_ref("Item")),
+                    params=[RESPONSE, LIMIT, AFTER, ORDER],
+                    tag=resp,
+                )
+            },
+            "/v1/conversations": {
+                "post": _op(
+                    "Create a conversation",
+                    _ref("Conversation"),
+                    body={
+                        "type": "object",
+                        "properties": {
+                            "metadata": METADATA,
+                            "items": {"type": "array", "maxItems": 20, "items": INPUT_ITEM},
+                        },
+                    },
+                    tag=conv,
+                )
+            },
+            conversation_path: {
+                "get": _op("A conversation", _ref("Conversation"), params=[CONVERSATION], tag=conv),
+                "post": _op(
+                    "Update its metadata",
+                    _ref("Conversation"),
+                    params=[CONVERSATION],
+                    body={
+                        "type": "object",
+                        "required": ["metadata"],
+                        "properties": {"metadata": METADATA},
+                    },
+                    tag=conv,
+                ),
+                "delete": _op("Delete it", OBJECT, params=[CONVERSATION], tag=conv),
+            },
+            conversation_path + "/items": {
+                "get": _op(
+                    "Its items",
+                    _list_of(_ref("Item")),
+                    params=[CONVERSATION, LIMIT, AFTER, ORDER],
+                    tag=conv,
+                ),
+                "post": _op(
+                    "Add items",
+                    _list_of(_ref("Item")),
+                    params=[CONVERSATION],
+                    body={
+                        "type": "object",
+                        "required": ["items"],
+                        "properties": {
+                            "items": {"type": "array", "maxItems": 20, "items": INPUT_ITEM}
+                        },
+                    },
+                    tag=conv,
+                ),
+            },
+            conversation_path + "/items/{item_id}": {
+                "get": _op(
+                    "One item",
+                    _ref("Item"),
+                    params=[CONVERSATION, _path("item_id", "An item id.")],
+                    tag=conv,
+                )
+            },
+            "/v1/chat/completions": {
+                "post": {
+                    **_op(
+                        "A chat completion",
+                        _ref("ChatCompletion"),
+                        body=CHAT_REQUEST,
+                        stream=True,
+                        params=[SESSION_HEADER],
+                        tag="Chat",
+                    )
+                }
+            },
+            "/v1/sessions": {
+                "get": _op(
+                    "Sessions, most recently updated first (sessions list --json)",
+                    _list_of(_ref("SessionRow")),
+                    params=[
+                        _query(
+                            "limit",
+                            {"type": "integer", "minimum": 1, "maximum": 1000},
+                            "Page size.",
+                        ),
+                        AFTER,
+                    ],
+                    tag=sess,
+                )
+            },
+            session_path: {
+                "get": _op(
+                    "A session (sessions show --json)", _ref("Session"), params=[SESSION], tag=sess
+                ),
+                "delete": _op("Delete it", OBJECT, params=[SESSION], tag=sess),
+            },
+            session_path + "/export": {
+                "get": _op(
+                    "Export it",
+                    {"type": "array", "items": _ref("Session")},
+                    params=[SESSION],
+                    tag=sess,
+                )
+            },
+            session_path + "/rename": {
+                "post": _op(
+                    "Rename it", _ref("Session"), params=[SESSION], body=NAME_BODY, tag=sess
+                )
+            },
+            session_path + "/fork": {
+                "post": _op("Copy it", _ref("Session"), params=[SESSION], body=NAME_BODY, tag=sess)
+            },
+            session_path + "/clear": {
+                "post": _op(
+                    "Drop its history",
+                    _ref("Session"),
+                    params=[SESSION],
+                    body={"type": "object", "properties": {"variables": {"type": "boolean"}}},
+                    tag=sess,
+                )
+            },
+            session_path + "/vars": {
+                "get": _op("Its variables", OBJECT, params=[SESSION], tag=sess),
+                "put": _op("Set variables", OBJECT, params=[SESSION], body=OBJECT, tag=sess),
+                "delete": _op("Remove every variable", OBJECT, params=[SESSION], tag=sess),
+            },
+            session_path + "/vars/{key}": {
+                "get": _op("One variable", OBJECT, params=[SESSION, KEY], tag=sess),
+                "put": _op("Set one variable", OBJECT, params=[SESSION, KEY], body={}, tag=sess),
+                "delete": _op("Remove one variable", OBJECT, params=[SESSION, KEY], tag=sess),
+            },
+        },
+    }

@@ -1,0 +1,181 @@
+"""``/v1/sessions``: the CLI's session commands over HTTP, in their JSON shapes.
+
+Rows are those of ``sessions list --json``, a session that of ``sessions
+show --json``; ``export`` is one session as ``sessions export`` writes it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Route
+
+from foliko_cli.serve.common import JSON, json_body, query_int, service
+from foliko_cli.serve.errors import ApiError
+from foliko_cli.storage.record import SessionSummary, record_to_dict
+from foliko_cli.usage import with_usage
+
+
+def shown(record):
+    """As ``sessions show --json`` and ``export`` print it (usage totals included)."""
+    return with_usage(record_to_dict(record), record)
+
+
+def summary_row(summary: SessionSummary) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "session_id": summary.session_id,
+        "message_count": summary.message_count,
+        "created_at": summary.created_at,
+        "updated_at": summary.updated_at,
+        "preview": summary.preview,
+    }
+    if summary.error:
+        row["error"] = summary.error
+        row["preview"] = f"UNREADABLE: {summary.error}"
+    return row
+
+
+async def list_sessions(request: Request):
+    """Most recently updated first; ``after`` is the last id of the previous page."""
+    limit = query_int(request, "limit", 100, 1, 1000)
+    after = request.query_params.get("after")
+    summaries = await service(request).list_sessions(sort="updated")
+    if after is not None:
+        ids = [s.session_id for s in summaries]
+        if after not in ids:
+            raise ApiError(400, f"after: no session {after!r} in this list", param="after")
+        summaries = summaries[ids.index(after) + 1 :]
+    page = [summary_row(s) for s in summaries[:limit]]
+    return JSON(
+        {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["session_id"] if page else None,
+            "last_id": page[-1]["session_id"] if page else None,
+            "has_more": len(summaries) > limit,
+        }
+    )
+
+
+def _id(request: Request) -> str:
+    return request.path_params["session_id"]
+
+
+async def show_session(request: Request):
+    return JSON(shown(await service(request).get_session(_id(request))))
+
+
+async def export_session(request: Request):
+    record = await service(request).get_session(_id(request))
+    return JSON([shown(record)])
+
+
+async def delete_session(request: Request):
+    from foliko_cli.errors import SessionNotFoundError
+
+    deleted, _ = await service(request).delete_sessions([_id(request)])
+    if not deleted:
+        raise SessionNotFoundError(_id(request))
+    return JSON({"session_id": _id(request), "deleted": True})
+
+
+async def _target(request: Request) -> str:
+    data = await json_body(request)
+    target = data.get("to")
+    if not isinstance(target, str):
+        raise ApiError(400, 'give the new name as {"to": NAME}', param="to")
+    return target
+
+
+async def rename_session(request: Request):
+    target = await _target(request)
+    svc = service(request)
+    await svc.rename_session(_id(request), target)
+    return JSON(record_to_dict(await svc.get_session(target)))
+
+
+async def fork_session(request: Request):
+    target = await _target(request)
+    record = await service(request).fork_session(_id(request), target)
+    return JSON(record_to_dict(record))
+
+
+async def clear_session(request: Request):
+    data = await json_body(request)
+    everything = data.get("variables", False)
+    if not isinstance(everything, bool):
+        raise ApiError(400, "variables must be true or false", param="variables")
+    record = await service(request).clear_session(_id(request), variables=everything)
+    return JSON(record_to_dict(record))
+
+
+async def get_vars(request: Request):
+    return JSON(await service(request).get_variables(_id(request)))
+
+
+async def put_vars(request: Request):
+    """Set every key of the JSON object body (others are kept)."""
+    data = await json_body(request)
+    if not data:
+        raise ApiError(400, "send a JSON object of the variables to set")
+    return JSON(await service(request).update_variables(_id(request), data))
+
+
+async def clear_vars(request: Request):
+    svc = service(request)
+    current = await svc.get_variables(_id(request))
+    return JSON(await svc.update_variables(_id(request), {}, unset=tuple(current)))
+
+
+async def get_var(request: Request):
+    key = request.path_params["key"]
+    variables = await service(request).get_variables(_id(request))
+    if key not in variables:
+        raise ApiError(404, f"variable {key!r} is not set", code="variable_not_found")
+    return JSON({"key": key, "value": variables[key]})
+
+
+async def put_var(request: Request):
+    """The body is the value: any JSON (``{"value": V}`` is stored as that object)."""
+    import orjson
+
+    body = await request.body()
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"the value is not valid JSON: {exc}") from None
+    key = request.path_params["key"]
+    variables = await service(request).update_variables(_id(request), {key: value})
+    return JSON({"key": key, "value": variables[key]})
+
+
+async def delete_var(request: Request):
+    from foliko_cli.errors import UsageError
+
+    key = request.path_params["key"]
+    try:
+        await service(request).update_variables(_id(request), {}, unset=(key,))
+    except UsageError as exc:
+        if "is not set" in str(exc):
+            raise ApiError(404, f"variable {key!r} is not set", code="variable_not_found") from None
+        raise
+    return JSON({"key": key, "deleted": True})
+
+
+_ONE = "/v1/sessions/{session_id:path}"
+routes = [
+    Route("/v1/sessions", list_sessions, methods=["GET"]),
+    Route(_ONE + "/vars/{key}", get_var, methods=["GET"]),
+    Route(_ONE + "/vars/{key}", put_var, methods=["PUT"]),
+    Route(_ONE + "/vars/{key}", delete_var, methods=["DELETE"]),
+    Route(_ONE + "/vars", get_vars, methods=["GET"]),
+    Route(_ONE + "/vars", put_vars, methods=["PUT"]),
+    Route(_ONE + "/vars", clear_vars, methods=["DELETE"]),
+    Route(_ONE + "/export", export_session, methods=["GET"]),
+    Route(_ONE + "/rename", rename_session, methods=["POST"]),
+    Route(_ONE + "/fork", fork_session, methods=["POST"]),
+    Route(_ONE + "/clear", clear_session, methods=["POST"]),
+    Route(_ONE, show_session, methods=["GET"]),
+    Route(_ONE, delete_session, methods=["DELETE"]),
+]

@@ -1,0 +1,133 @@
+"""Running one turn for a route: stored or on a scratch copy, whole or streamed.
+
+A streamed turn answers with its HTTP status only once the turn holds its
+session (or has failed before that): a busy session is a 409, not an error
+event inside a 200 stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from foliko_cli.chat import TurnResult
+from foliko_cli.serve.state import Services, scratch_id
+from foliko_cli.service import AsyncFoliko
+
+
+class Turn:
+    """One turn to run: where, with what; after it, ``start`` and ``messages``
+    say where its messages begin and what they are."""
+
+    def __init__(
+        self,
+        service: AsyncFoliko,
+        session_id: str | None,
+        text: str,
+        *,
+        scratch: list[dict[str, Any]] | None = None,
+        **options: Any,
+    ):
+        self.service = service
+        self.session_id = session_id
+        self.text = text
+        self.scratch = scratch
+        self.options = options
+        self.start = 0
+        self.messages: list[dict[str, Any]] = []
+        self.tool_positions: dict[str, int] = {}
+        self.result: TurnResult | None = None
+
+    @property
+    def stored(self) -> bool:
+        return self.scratch is None
+
+    def _on_start(self, position: int) -> None:
+        self.start = position
+
+    def _on_message(self, position: int, message: dict[str, Any]) -> None:
+        if message.get("role") == "tool" and message.get("tool_call_id"):
+            self.tool_positions[message["tool_call_id"]] = position
+
+    def _on_finish(self, messages: list[dict[str, Any]]) -> None:
+        self.messages = [dict(m) for m in messages]
+
+    @contextlib.asynccontextmanager
+    async def _target(self, services: Services) -> AsyncIterator[tuple[AsyncFoliko, str]]:
+        if self.scratch is None:
+            assert self.session_id is not None
+            yield self.service, self.session_id
+            return
+        scratch = services.ephemeral
+        session_id = scratch_id()
+        await scratch.create_session(session_id, messages=self.scratch)
+        try:
+            yield scratch, session_id
+        finally:
+            await scratch.delete_sessions([session_id])
+
+    def _arguments(self) -> dict[str, Any]:
+        return {
+            **self.options,
+            "on_start": self._on_start,
+            "on_message": self._on_message,
+            "on_finish": self._on_finish,
+        }
+
+    async def run(self, services: Services) -> TurnResult:
+        async with self._target(services) as (service, session_id):
+            self.result = await service.chat(session_id, self.text, **self._arguments())
+        return self.result
+
+    async def stream(self, services: Services) -> AsyncIterator[dict[str, Any]]:
+        """Wait until the turn holds its session (raising what stopped it before),
+        then return its events; ``done`` carries the TurnResult."""
+        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        started = asyncio.get_running_loop().create_future()
+        arguments = self._arguments()
+
+        def on_start(position: int) -> None:
+            self._on_start(position)
+            if not started.done():
+                started.set_result(position)
+
+        arguments["on_start"] = on_start
+
+        async def pump() -> None:
+            try:
+                async with self._target(services) as (service, session_id):
+                    async for event in service.chat_stream(session_id, self.text, **arguments):
+                        if event["type"] == "done":
+                            self.result = event["result"]
+                        await queue.put(event)
+            except Exception as exc:
+                await queue.put(exc)
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.ensure_future(pump())
+        try:
+            await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()
+            raise
+        if not started.done():
+            started.cancel()
+            while (event := queue.get_nowait()) is not None:
+                if isinstance(event, BaseException):
+                    raise event
+        return self._events(queue, task)
+
+    @staticmethod
+    async def _events(queue: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[dict[str, Any]]:
+        try:
+            while (event := await queue.get()) is not None:
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

@@ -1,0 +1,201 @@
+"""One user's view of a storage: their sessions only, under their own names.
+
+``UserScopedStorage`` stores user ``alice``'s session ``work`` as
+``~alice~/work`` in the storage it wraps, strips that prefix from every id
+it hands back and leaves every other session out of listings. Another
+user's session cannot be named at all: ``~bob~/work`` seen from alice is
+her own ``~alice~/~bob~/work``. Locks are taken on the stored id, so turns
+on one session serialise across users' views and processes exactly as
+they do unscoped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from foliko_cli.errors import (
+    CorruptSessionError,
+    SessionBusyError,
+    SessionNotFoundError,
+    UsageError,
+)
+from foliko_cli.storage.base import (
+    ConflictError,
+    SessionExistsError,
+    SessionStorageAdapter,
+    StoredProblem,
+)
+from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
+
+
+def user_prefix(user: str) -> str:
+    if not isinstance(user, str) or not user or "~" in user or "/" in user:
+        raise UsageError(f"invalid user name {user!r}", fix="use a name without '~' or '/'")
+    if not user.isprintable() or user != user.strip():
+        raise UsageError(f"invalid user name {user!r}", fix="use printable characters only")
+    return f"~{user}~/"
+
+
+class UserScopedStorage(SessionStorageAdapter):
+    """``inner`` seen by one user; ``owns_inner`` says whether ``close`` closes it."""
+
+    def __init__(self, inner: SessionStorageAdapter, user: str, *, owns_inner: bool = True):
+        self.inner = inner
+        self.user = user
+        self.prefix = user_prefix(user)
+        self.owns_inner = owns_inner
+        self.name = inner.name
+
+    def _stored(self, session_id: str) -> str:
+        return self.prefix + session_id
+
+    def _own(self, stored_id: str) -> str | None:
+        return stored_id[len(self.prefix) :] if stored_id.startswith(self.prefix) else None
+
+    def _seen(self, record: SessionRecord | None) -> SessionRecord | None:
+        if record is not None:
+            record.session_id = record.session_id[len(self.prefix) :]
+        return record
+
+    def _stored_record(self, record: SessionRecord) -> SessionRecord:
+        copy = SessionRecord(*(getattr(record, name) for name in SessionRecord.FIELDS))
+        copy.session_id = self._stored(record.session_id)
+        return copy
+
+    async def load(self, session_id: str) -> SessionRecord | None:
+        with self._own_name(session_id):
+            return self._seen(await self.inner.load(self._stored(session_id)))
+
+    async def load_recent(self, session_id: str) -> SessionRecord | None:
+        with self._own_name(session_id):
+            return self._seen(await self.inner.load_recent(self._stored(session_id)))
+
+    async def load_state(self, session_id: str) -> SessionRecord | None:
+        with self._own_name(session_id):
+            return self._seen(await self.inner.load_state(self._stored(session_id)))
+
+    async def exists(self) -> bool:
+        return await self.inner.exists()
+
+    @contextlib.contextmanager
+    def _own_name(self, session_id: str):
+        try:
+            yield
+        except CorruptSessionError as exc:
+            raise CorruptSessionError(session_id, exc.where, exc.reason) from None
+
+    async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
+        found = await self.inner.load_many([self._stored(s) for s in session_ids])
+        return {self._own(k) or k: self._seen(v) for k, v in found.items()}  # type: ignore[misc]
+
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        with self._own_names(record.session_id, record.session_id):
+            return await self.inner.save(
+                self._stored_record(record), expected_revision=expected_revision
+            )
+
+    async def save_many(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> list[int]:
+        return await self.inner.save_many(
+            [self._stored_record(r) for r in records], expected_revisions=expected_revisions
+        )
+
+    async def append(
+        self,
+        session_id: str,
+        messages: list[dict[str, Any]],
+        state: SessionState,
+        *,
+        expected_revision: int,
+    ) -> int:
+        with self._own_names(session_id, session_id):
+            return await self.inner.append(
+                self._stored(session_id), messages, state, expected_revision=expected_revision
+            )
+
+    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
+        with self._own_names(session_id, session_id):
+            return await self.inner.delete(
+                self._stored(session_id), expected_revision=expected_revision
+            )
+
+    async def list(self) -> list[str]:
+        return [own for s in await self.inner.list() if (own := self._own(s)) is not None]
+
+    async def list_summaries(self) -> list[SessionSummary]:
+        return [
+            summary._replace(session_id=own)
+            for summary in await self.inner.list_summaries()
+            if (own := self._own(summary.session_id)) is not None
+        ]
+
+    async def revision(self, session_id: str) -> int | None:
+        return await self.inner.revision(self._stored(session_id))
+
+    @contextlib.asynccontextmanager
+    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+        held = self.inner.lock(self._stored(session_id), timeout)
+        try:
+            await held.__aenter__()
+        except SessionBusyError as exc:
+            raise SessionBusyError(session_id, timeout, exc.holder) from None
+        try:
+            yield
+        except BaseException as exc:
+            if not await held.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            await held.__aexit__(None, None, None)
+
+    async def copy(self, source_id: str, target_id: str) -> SessionRecord:
+        with self._own_names(source_id, target_id):
+            record = await self.inner.copy(self._stored(source_id), self._stored(target_id))
+        return self._seen(record)  # type: ignore[return-value]
+
+    async def rename(self, old_id: str, new_id: str) -> None:
+        with self._own_names(old_id, new_id):
+            await self.inner.rename(self._stored(old_id), self._stored(new_id))
+
+    @contextlib.contextmanager
+    def _own_names(self, source_id: str, target_id: str):
+        """Errors name the ids the user gave, never the stored ones."""
+        try:
+            yield
+        except SessionNotFoundError:
+            raise SessionNotFoundError(source_id) from None
+        except SessionExistsError:
+            raise SessionExistsError(target_id) from None
+        except ConflictError as exc:
+            raise ConflictError(source_id, exc.expected, exc.found) from None
+
+    async def check(self) -> list[StoredProblem]:
+        return [
+            problem._replace(session_id=own)
+            for problem in await self.inner.check()
+            if (own := self._own(problem.session_id)) is not None
+        ]
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        return await self.inner.quarantine(
+            problem._replace(session_id=self._stored(problem.session_id))
+        )
+
+    async def health_check(self) -> bool:
+        return await self.inner.health_check()
+
+    async def info(self) -> dict[str, Any]:
+        return {**await self.inner.info(), "user": self.user, "sessions": len(await self.list())}
+
+    @property
+    def location(self) -> str:
+        return self.inner.location
+
+    async def close(self) -> None:
+        if self.owns_inner:
+            await self.inner.close()

@@ -1,0 +1,59 @@
+"""Fixtures: a real ``foliko serve`` per test, and the clients that talk to it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .servers import ServeProcess, foliko_env
+
+
+@pytest.fixture
+def start_server(foliko_home: Path) -> Iterator:
+    """Start servers; every one still running is killed when the test ends."""
+    started: list[ServeProcess] = []
+
+    def start(
+        *args: str,
+        storage: str | None = None,
+        env: dict[str, str] | None = None,
+        global_args: tuple[str, ...] = (),
+        wait: bool = True,
+    ) -> ServeProcess:
+        options = [*global_args, *(["--storage", storage] if storage else [])]
+        server = ServeProcess(list(args), foliko_env(foliko_home, env), options, home=foliko_home)
+        started.append(server)
+        return server.wait_ready() if wait else server
+
+    yield start
+    for server in started:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[ServeProcess]:
+    """One server for a whole test module (start-up is the slow part), in its own home."""
+    home = tmp_path_factory.mktemp("serve-home")
+    running = ServeProcess([], foliko_env(home), [], home=home)
+    try:
+        yield running.wait_ready()
+    finally:
+        running.kill()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    from openai import OpenAI
+
+    with OpenAI(base_url=server.base_url, api_key="none", max_retries=0) as openai_client:
+        yield openai_client
+
+
+@pytest.fixture(scope="module")
+def http(server):
+    import httpx
+
+    with httpx.Client(base_url=server.url, timeout=30) as raw:
+        yield raw

@@ -1,0 +1,197 @@
+"""Every error path: its HTTP status and OpenAI's error shape."""
+
+from __future__ import annotations
+
+import pytest
+
+from .servers import StubModelServer, held, turn
+
+
+def assert_error(response, status: int, code: str | None = None) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert isinstance(error["message"], str) and error["message"]
+    expected = "server_error" if status >= 500 else None
+    if status == 401:
+        expected = "authentication_error"
+    elif status < 500:
+        expected = "invalid_request_error"
+    assert error["type"] == expected
+    if code is not None:
+        assert error["code"] == code
+    return error
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"{not json", "not valid JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"model": "echo"}', "input is required"),
+        (b'{"input": 5}', "input must be"),
+        (b'{"input": []}', "input is empty"),
+        (b'{"input": "x", "stream": "yes"}', "stream"),
+        (b'{"input": "x", "model": 3}', "model"),
+        (b'{"input": [{"type": "image", "url": "x"}]}', "not supported"),
+        (b'{"input": [{"role": "assistant", "content": "x"}]}', "must end with"),
+        (b'{"input": "x", "tools": [{"type": "web_search"}]}', "function tools"),
+        (b'{"input": "x", "conversation": "a", "previous_response_id": "resp_0_YQ"}', "not both"),
+        (b'{"input": "   "}', "blank"),
+    ],
+)
+def test_bad_response_requests_are_400(http, body, fragment):
+    response = http.post(
+        "/v1/responses", content=body, headers={"content-type": "application/json"}
+    )
+    assert fragment in assert_error(response, 400)["message"]
+
+
+def test_an_unknown_model_is_400(http):
+    response = http.post("/v1/responses", json={"model": "nosuch:model", "input": "x"})
+    assert_error(response, 400)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/conversations/conv_missing", None),
+        ("GET", "/v1/conversations/conv_missing/items", None),
+        ("POST", "/v1/conversations/conv_missing", {"metadata": {}}),
+        ("DELETE", "/v1/conversations/conv_missing", None),
+        ("POST", "/v1/responses", {"input": "x", "conversation": "conv_missing"}),
+        ("POST", "/v1/responses", {"input": "x", "previous_response_id": "resp_0_bm9wZQ"}),
+        ("POST", "/v1/responses", {"input": "x", "previous_response_id": "garbage"}),
+        ("GET", "/v1/responses/resp_0_bm9wZQ", None),
+        ("GET", "/v1/responses/resp_xabc", None),
+        ("GET", "/v1/sessions/missing", None),
+        ("DELETE", "/v1/sessions/missing", None),
+        ("POST", "/v1/sessions/missing/clear", None),
+        ("POST", "/v1/sessions/missing/rename", {"to": "b"}),
+        ("GET", "/v1/sessions/missing/vars", None),
+        ("GET", "/v1/nowhere", None),
+    ],
+)
+def test_unknown_things_are_404(http, method, path, body):
+    assert_error(http.request(method, path, json=body), 404)
+
+
+def test_wrong_method_is_405(http):
+    assert_error(http.put("/v1/responses", json={}), 405)
+
+
+def test_bad_paging_is_400(http):
+    assert_error(http.get("/v1/sessions", params={"limit": 0}), 400)
+    assert_error(http.get("/v1/sessions", params={"limit": "many"}), 400)
+    assert_error(http.get("/v1/sessions", params={"after": "nobody"}), 400)
+    conversation = http.post("/v1/conversations", json={}).json()["id"]
+    assert_error(http.get(f"/v1/conversations/{conversation}/items?order=up"), 400)
+    assert_error(http.post("/v1/conversations", json={"metadata": {"k": 1}}), 400)
+
+
+def test_a_session_busy_past_the_timeout_is_409(http, server):
+    with held(server.home, "busy-one"):
+        streamed = http.post(
+            "/v1/chat/completions",
+            json={"stream": True, "messages": [{"role": "user", "content": "x"}]},
+            headers={"X-Session-Id": "busy-one", "X-Foliko-Timeout": "0.3"},
+        )
+        whole = http.post(
+            "/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}]},
+            headers={"X-Session-Id": "busy-one", "X-Foliko-Timeout": "0.3"},
+        )
+    assert_error(streamed, 409, "session_busy")
+    assert_error(whole, 409, "session_busy")
+    assert http.get("/v1/sessions/busy-one").status_code == 404
+
+
+def test_bad_timeout_header_is_400(http):
+    response = http.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}]},
+        headers={"X-Foliko-Timeout": "soon"},
+    )
+    assert_error(response, 400)
+
+
+def test_forking_onto_an_existing_session_is_409(http):
+    turn(http, "fork-a")
+    turn(http, "fork-b")
+    assert_error(
+        http.post("/v1/sessions/fork-a/fork", json={"to": "fork-b"}), 409, "session_exists"
+    )
+    assert_error(http.post("/v1/sessions/fork-a/fork", json={}), 400)
+
+
+def test_a_body_over_the_limit_is_413(http):
+    big = b'{"input": "' + b"x" * (16 * 1024 * 1024) + b'"}'
+    assert_error(http.post("/v1/responses", content=big), 413, "body_too_large")
+
+    def chunks():
+        for _ in range(17):
+            yield b"x" * (1024 * 1024)
+
+    assert_error(http.post("/v1/responses", content=chunks()), 413, "body_too_large")
+
+
+def assert_failed_stream(http) -> None:
+    """A failure once the stream has begun: an error event, then response.failed."""
+    import json
+
+    with http.stream(
+        "POST", "/v1/responses", json={"model": "openai:gpt-4o", "input": "x", "stream": True}
+    ) as streamed:
+        assert streamed.status_code == 200
+        events = [
+            json.loads(line.removeprefix("data: "))
+            for line in streamed.iter_lines()
+            if line.startswith("data: ")
+        ]
+    assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
+    assert events[-1]["response"]["error"]["code"] == "model_error"
+
+
+def test_a_provider_failure_is_502_and_a_timeout_504(start_server):
+    failing, stalling = StubModelServer(status=400), StubModelServer(stall=True)
+    try:
+        import httpx
+
+        for stub, status, limit in ((failing, 502, "20"), (stalling, 504, "1")):
+            server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
+            with httpx.Client(base_url=server.url, timeout=30) as http:
+                response = http.post(
+                    "/v1/responses",
+                    json={"model": "openai:gpt-4o", "input": "x"},
+                    headers={"X-Foliko-Timeout": limit},
+                )
+                assert_error(response, status)
+                if status == 502:
+                    assert_failed_stream(http)
+                assert http.get("/v1/sessions").json()["data"] == []
+            assert server.stop() == 0
+    finally:
+        failing.stop()
+        stalling.stop()
+
+
+def test_healthz_and_openapi(http):
+    assert http.get("/healthz").json() == {"status": "ok"}
+    document = http.get("/openapi.json").json()
+    assert document["openapi"].startswith("3.1")
+    from openapi_spec_validator import validate
+
+    validate(document)
+    from foliko_cli.serve.app import create_app
+
+    served = {
+        (route.path.replace(":path}", "}"), method.lower())
+        for route in create_app().routes
+        for method in route.methods - {"HEAD"}
+        if route.path not in ("/", "/favicon.ico", "/openapi.json")
+    }
+    described = {(path, method) for path, ops in document["paths"].items() for method in ops}
+    assert served == described
+    assert {"/v1/responses", "/v1/conversations", "/v1/chat/completions", "/v1/sessions"} <= set(
+        document["paths"]
+    )

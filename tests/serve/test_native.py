@@ -1,0 +1,69 @@
+"""The native /v1/sessions API: the CLI's JSON shapes over HTTP."""
+
+from __future__ import annotations
+
+import json
+
+from .servers import run_cli, turn
+
+
+def test_list_pages_like_the_cli(http, server):
+    for name in ("page-a", "page-b", "page-c"):
+        turn(http, name, f"in {name}")
+    listed = run_cli(server.home, "sessions", "list", "--json")
+    cli_rows = json.loads(listed.stdout)
+    everything = http.get("/v1/sessions", params={"limit": 1000}).json()["data"]
+    assert everything == cli_rows
+    first = http.get("/v1/sessions", params={"limit": 2}).json()
+    assert first["has_more"] and len(first["data"]) == 2
+    rest = http.get("/v1/sessions", params={"limit": 1000, "after": first["last_id"]}).json()
+    assert first["data"] + rest["data"] == everything
+
+
+def test_show_matches_sessions_show_json(http, server):
+    turn(http, "shown", "hello")
+    over_http = http.get("/v1/sessions/shown").json()
+    cli = json.loads(run_cli(server.home, "sessions", "show", "shown", "--json").stdout)
+    assert over_http == cli
+    assert http.get("/v1/sessions/shown/export").json() == [cli]
+
+
+def test_rename_fork_clear_delete(http):
+    turn(http, "orig", "x")
+    renamed = http.post("/v1/sessions/orig/rename", json={"to": "moved"})
+    assert renamed.status_code == 200 and renamed.json()["session_id"] == "moved"
+    assert http.get("/v1/sessions/orig").status_code == 404
+    forked = http.post("/v1/sessions/moved/fork", json={"to": "copy"})
+    assert forked.json()["metadata"]["forked_from"] == "moved"
+    assert len(http.get("/v1/sessions/copy").json()["messages"]) == 2
+    cleared = http.post("/v1/sessions/copy/clear")
+    assert cleared.json()["messages"] == []
+    assert http.delete("/v1/sessions/copy").json() == {"session_id": "copy", "deleted": True}
+    assert http.delete("/v1/sessions/copy").status_code == 404
+    assert http.post("/v1/sessions/moved/fork", json={"to": "moved"}).status_code == 400
+
+
+def test_variables(http):
+    assert http.put("/v1/sessions/vars-s/vars", json={"a": 1}).status_code == 404
+    turn(http, "vars-s")
+    assert http.put("/v1/sessions/vars-s/vars", json={"a": 1, "b": "two"}).json() == {
+        "a": 1,
+        "b": "two",
+    }
+    assert http.put("/v1/sessions/vars-s/vars/c", json=[1, 2]).json() == {
+        "key": "c",
+        "value": [1, 2],
+    }
+    assert http.get("/v1/sessions/vars-s/vars/c").json()["value"] == [1, 2]
+    assert http.delete("/v1/sessions/vars-s/vars/a").json() == {"key": "a", "deleted": True}
+    assert http.get("/v1/sessions/vars-s/vars").json() == {"b": "two", "c": [1, 2]}
+    assert http.get("/v1/sessions/vars-s/vars/a").status_code == 404
+    assert http.delete("/v1/sessions/vars-s/vars/a").status_code == 404
+    assert http.delete("/v1/sessions/vars-s/vars").json() == {}
+
+
+def test_ids_with_a_slash_and_unicode(http, server):
+    assert run_cli(server.home, "chat", "-s", "team/Grüße", "hi").returncode == 0
+    assert http.put("/v1/sessions/team/Grüße/vars", json={"k": 1}).status_code == 200
+    assert http.get("/v1/sessions/team/Grüße").json()["session_id"] == "team/Grüße"
+    assert len(http.get("/v1/sessions/team/Grüße/export").json()) == 1
