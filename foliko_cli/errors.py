@@ -26,6 +26,10 @@ class Hint:
     STORAGE = "storage"
     MODEL = "model"
     SESSIONS = "sessions"
+    TOOLS = "tools"
+    RESUME = "resume"
+    VARIABLE = "variable"
+    VALIDATE = "validate"
 
 
 class FolikoError(Exception):

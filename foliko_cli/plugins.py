@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import Hint, UsageError
 from foliko_cli.tools import BUILTIN_TOOLS, Tool
 
 ENTRY_POINT_GROUP = "foliko.tools"
@@ -167,7 +167,9 @@ def load_tool(reference: str) -> Tool:
     if entry is None:
         raise UsageError(
             f"unknown tool {reference!r}: use a built-in ({', '.join(builtins)}), an installed "
-            f"plugin name, or package.module:function; see 'foliko tools list'"
+            "plugin name, or package.module:function",
+            fix="list the tools there are",
+            hint=Hint.TOOLS,
         )
     try:
         value = entry.load()

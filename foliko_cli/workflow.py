@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.errors import FolikoError, UsageError
+from foliko_cli.errors import FolikoError, Hint, UsageError
 
 STATE_VARIABLE = "_workflow"
 STEP_KINDS = ("prompt", "tool", "set")
@@ -39,8 +39,9 @@ class StepFailed(FolikoError):
         self.step = step
         self.exit_code = getattr(cause, "exit_code", FolikoError.exit_code)
         super().__init__(
-            f"workflow step {step!r} ({position} of {total}) failed: {cause}; "
-            "fix it and rerun with --resume to continue from this step"
+            f"workflow step {step!r} ({position} of {total}) failed: {cause}",
+            fix="fix it and resume the workflow to continue from this step",
+            hint=Hint.RESUME,
         )
 
 
@@ -116,8 +117,8 @@ def reference_problems(
         for name in dict.fromkeys(used):
             if name not in known:
                 problems.append(
-                    f"{where}: the variable {name!r} is not set by then; "
-                    f"set it with --var {name}=..., in vars, or with an earlier step's save_as"
+                    f"{where}: the variable {name!r} is not set by then; set it when running "
+                    "the workflow, in vars, or with an earlier step's save_as"
                 )
         if isinstance(step.get("set"), dict):
             known.update(step["set"])
@@ -182,13 +183,11 @@ def load_workflow(path: Path) -> Workflow:
     document = read_document(path)
     problems = problems_of(document)
     if problems:
+        more = len(problems) - 1
         raise WorkflowError(
-            f"{path}: {problems[0]}"
-            + (
-                f" (and {len(problems) - 1} more; see 'foliko workflow validate')"
-                if len(problems) > 1
-                else ""
-            )
+            f"{path}: {problems[0]}" + (f" (and {more} more)" if more else ""),
+            fix="validate the file to see them all" if more else None,
+            hint=Hint.VALIDATE if more else None,
         )
     steps = []
     for number, raw in enumerate(document["steps"], start=1):
@@ -220,7 +219,7 @@ def render(value: Any, variables: dict[str, Any]) -> Any:
 
     def lookup(name: str) -> Any:
         if name not in variables:
-            raise UsageError(f"the variable {name!r} is not set; set it with --var {name}=...")
+            raise UsageError(f"the variable {name!r} is not set", fix="set it", hint=Hint.VARIABLE)
         return variables[name]
 
     whole = _TEMPLATE.fullmatch(value.strip())
@@ -257,11 +256,12 @@ def run_workflow(
     if resume:
         if not isinstance(state, dict) or state.get("status") not in ("failed", "running"):
             raise UsageError(
-                f"session {session_id!r} has no failed workflow to resume; run it without --resume"
+                f"session {session_id!r} has no failed workflow to resume",
+                fix="run it from the start",
             )
         if state.get("digest") != workflow.digest:
             raise UsageError(
-                "the workflow's steps changed since the failed run; run it again without --resume"
+                "the workflow's steps changed since the failed run", fix="run it from the start"
             )
         done = list(state.get("done", []))
     else:

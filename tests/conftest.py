@@ -49,7 +49,6 @@ def foliko_home(
     user_config.touch()
     monkeypatch.setenv("FOLIKO_CONFIG", str(user_config))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("foliko_cli.models._announced", False)
     return home
 
 

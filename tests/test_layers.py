@@ -9,6 +9,7 @@ import graph has no cycle at all.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,38 @@ def test_the_import_graph_has_no_cycle():
 def test_the_checker_finds_a_cycle_and_a_wrong_way_import():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert rank("foliko_cli.cli.chat") > rank("foliko_cli.service") > rank("foliko_cli.errors")
+
+
+FLAG = re.compile(r"(?<![\w-])--[a-z][a-z-]+|'foliko [a-z]+")
+
+
+def cli_speech(name: str) -> list[str]:
+    """String literals (docstrings aside) in ``name`` that name a CLI flag or command."""
+    tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        f"{name}:{node.lineno}: {node.value!r}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and FLAG.search(node.value)
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if rank(n) < len(LAYERS)))
+def test_the_core_never_speaks_in_cli_flags(name):
+    """Only cli/ (and serve/) turn an error's hint into a flag or a command name."""
+    assert cli_speech(name) == []
+
+
+def test_the_flag_check_finds_a_flag_and_a_command():
+    assert FLAG.search("raise it with --timeout") and FLAG.search("see 'foliko sessions list'")
+    assert not FLAG.search("a -- b") and not FLAG.search("well-known")

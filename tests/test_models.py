@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-import foliko_cli.models as models
 from foliko_cli.errors import ExitCode, UnknownModelError, UsageError
 from foliko_cli.models import DEFAULT_MODEL, resolve_model
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, StreamEvent, ToolCall
@@ -138,16 +137,6 @@ def test_unknown_model_is_a_usage_error(name):
     assert caught.value.exit_code == ExitCode.USAGE == 2
     assert name.strip() in str(caught.value)
     assert "echo" in str(caught.value), "the message names a model that works"
-
-
-def test_default_model_is_announced_once_on_stderr(monkeypatch, capsys):
-    monkeypatch.setattr(models, "_announced", False)
-    models.announce_default_model()
-    models.announce_default_model()
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert captured.err.count("echo") >= 1
-    assert len(captured.err.strip().splitlines()) == 1
 
 
 # the default stream

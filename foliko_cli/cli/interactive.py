@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from foliko_cli.cli.output import note, paint
+from foliko_cli.cli.output import note, paint, render
 from foliko_cli.errors import FolikoError, Interrupted
 
 PROMPT = "> "
@@ -127,6 +127,6 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
             continue
         except FolikoError as exc:
             writer.end_line()
-            note(f"{paint('error:', 'red', err=True)} {exc}")
+            note(f"{paint('error:', 'red', err=True)} {render(exc)}")
             continue
         options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}

@@ -7,7 +7,7 @@ import sys
 import click
 
 from foliko_cli import __version__
-from foliko_cli.cli.output import error
+from foliko_cli.cli.output import error, render
 from foliko_cli.cli.stdout import (
     ClosedPipe,
     OutputError,
@@ -16,22 +16,7 @@ from foliko_cli.cli.stdout import (
     output_failure,
     stdout_failed,
 )
-from foliko_cli.errors import ExitCode, FolikoError, Hint
-
-FLAGS = {
-    Hint.TIMEOUT: "--timeout",
-    Hint.STORAGE: "--storage or FOLIKO_STORAGE",
-    Hint.MODEL: "-m/--model or FOLIKO_MODEL",
-    Hint.SESSIONS: "foliko sessions list",
-}
-
-
-def render(exc: FolikoError) -> str:
-    """The error's one line, its fix naming the flag or command that applies."""
-    if exc.fix is None:
-        return str(exc)
-    where = FLAGS.get(exc.hint) if exc.hint else None
-    return f"{exc.problem}; {exc.fix}" + (f" ({where})" if where else "")
+from foliko_cli.errors import ExitCode, FolikoError
 
 
 class FolikoGroup(click.Group):

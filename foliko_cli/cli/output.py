@@ -11,6 +11,8 @@ from typing import Any
 import click
 import orjson
 
+from foliko_cli.errors import FolikoError, Hint
+
 FORMATS = ("table", "json", "ndjson", "tsv")
 
 
@@ -34,6 +36,26 @@ def colour_on(stream) -> bool:
 def paint(text: str, colour: str, *, err: bool = False) -> str:
     stream = sys.stderr if err else sys.stdout
     return click.style(text, fg=colour, bold=True) if colour_on(stream) else text
+
+
+FLAGS = {
+    Hint.TIMEOUT: "--timeout",
+    Hint.STORAGE: "--storage or FOLIKO_STORAGE",
+    Hint.MODEL: "-m/--model or FOLIKO_MODEL",
+    Hint.SESSIONS: "foliko sessions list",
+    Hint.TOOLS: "foliko tools list",
+    Hint.RESUME: "--resume",
+    Hint.VARIABLE: "--var NAME=VALUE",
+    Hint.VALIDATE: "foliko workflow validate",
+}
+
+
+def render(exc: FolikoError) -> str:
+    """The error's one line, its fix naming the flag or command that applies."""
+    if exc.fix is None:
+        return str(exc)
+    where = FLAGS.get(exc.hint) if exc.hint else None
+    return f"{exc.problem}; {exc.fix}" + (f" ({where})" if where else "")
 
 
 def error(message: str) -> None:

@@ -16,7 +16,6 @@ which spares every start-up the scan of installed packages.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -243,19 +242,3 @@ def resolve_model(
     if isinstance(name, ModelProvider):
         return name
     return build_model(model_spec((name or DEFAULT_MODEL).strip(), configured, env), env)
-
-
-_announced = False
-
-
-def announce_default_model() -> None:
-    """Say once per process that the offline echo model is answering."""
-    global _announced
-    if _announced:
-        return
-    _announced = True
-    print(
-        "foliko: no model configured; using the offline 'echo' model. "
-        "Choose one with -m/--model or FOLIKO_MODEL (e.g. FOLIKO_MODEL=echo silences this).",
-        file=sys.stderr,
-    )

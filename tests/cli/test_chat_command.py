@@ -25,12 +25,13 @@ def test_second_turn_continues_the_session(invoke, show):
     ]
 
 
-def test_echo_default_is_announced_once_on_stderr_only(invoke, monkeypatch):
-    monkeypatch.setattr("foliko_cli.models._announced", False)
+def test_echo_default_is_announced_once_per_home_on_stderr_only(invoke, tmp_path):
     result = invoke("chat", "-s", "s1", "hello there")
     assert result.stdout == "hello there\n"
     assert "echo" in result.stderr and "FOLIKO_MODEL" in result.stderr
     assert invoke("chat", "-s", "s1", "again").stderr == ""
+    elsewhere = invoke("chat", "-s", "s1", "hi", env={"FOLIKO_HOME": str(tmp_path / "other")})
+    assert "echo" in elsewhere.stderr
 
 
 def test_configured_model_is_not_announced(invoke):

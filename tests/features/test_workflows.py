@@ -433,11 +433,11 @@ def test_validate_reports_unknown_tools_and_unset_variables(project, invoke):
     assert result.stdout == ""
     assert stderr_lines(result) == [
         f"foliko: error: {path}: step 1 ('ask'): the variable 'user' is not set by then; "
-        "set it with --var user=..., in vars, or with an earlier step's save_as",
+        "set it when running the workflow, in vars, or with an earlier step's save_as",
         f"foliko: error: {path}: step 2 ('check'): unknown tool 'fail_unless'; "
         "known: get_session_info, get_variable, set_variable",
         f"foliko: error: {path}: step 3 ('finish'): the variable 'user' is not set by then; "
-        "set it with --var user=..., in vars, or with an earlier step's save_as",
+        "set it when running the workflow, in vars, or with an earlier step's save_as",
     ]
 
 
@@ -455,7 +455,7 @@ def test_validate_counts_variables_set_by_earlier_steps(project, invoke):
     assert result.exit_code == 2
     assert stderr_lines(result) == [
         f"foliko: error: {path}: step 3 ('p'): the variable 'later' is not set by then; "
-        "set it with --var later=..., in vars, or with an earlier step's save_as",
+        "set it when running the workflow, in vars, or with an earlier step's save_as",
     ]
 
 
