@@ -49,7 +49,6 @@ import orjson
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
-    CorruptSessionError,
     SessionBusyError,
     SessionNotFoundError,
     StorageConfigError,
@@ -69,18 +68,16 @@ from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
-    check_record,
     check_session_id,
     checked_append,
     checked_for_write,
-    decode_message,
     encode_message,
-    loads,
     new_metadata,
     next_revision,
     preview_of,
 )
 from foliko_cli.storage.search import SearchHit, SearchQuery
+from foliko_cli.storage.sqlrows import record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_SCHEMA = "foliko"
@@ -334,9 +331,11 @@ class PostgresStorage(SessionStorageAdapter):
         s = self._q
         table = f"{s}.schema_migrations"
         if db.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-            version = db.execute(f"SELECT COALESCE(MAX(version), 0) FROM {table}").fetchone()[0]
+            version, steps = db.execute(
+                f"SELECT COALESCE(MAX(version), 0), COUNT(*) FROM {table}"
+            ).fetchone()
             self._check_version(version)
-            if version == len(MIGRATIONS):
+            if steps == version == len(MIGRATIONS):
                 return
         with db.transaction():
             db.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("migrate", self.schema),))
@@ -423,26 +422,8 @@ class PostgresStorage(SessionStorageAdapter):
                    FROM {s}.sessions s WHERE s.session_id = %s {lock}"""
 
     def _record(self, session_id: str, row: tuple[Any, ...]) -> SessionRecord:
-        variables, metadata, compression_state, updated_at, revision, bodies = row
-        try:
-            messages = [decode_message(body) for body in bodies or ()]
-            metadata = loads(metadata)
-            if type(metadata) is not dict:
-                raise ValueError("metadata must be an object")
-            return check_record(
-                SessionRecord(
-                    session_id=session_id,
-                    messages=messages,
-                    variables=loads(variables),
-                    metadata={**metadata, "message_count": len(messages)},
-                    compression_state=loads(compression_state),
-                    saved_at=updated_at,
-                    revision=revision,
-                ),
-                values=False,
-            )
-        except (ValueError, TypeError) as exc:
-            raise CorruptSessionError(session_id, self.location, str(exc)) from None
+        *columns, bodies = row
+        return record_from_row(session_id, tuple(columns), bodies or (), self.location)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]

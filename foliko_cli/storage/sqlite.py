@@ -43,10 +43,8 @@ from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
-    check_record,
     checked_append,
     checked_for_write,
-    decode_message,
     encode_message,
     loads,
     new_metadata,
@@ -63,6 +61,7 @@ from foliko_cli.storage.sqlite_search import (
     unindex,
 )
 from foliko_cli.storage.sqlite_search import search as sqlite_search
+from foliko_cli.storage.sqlrows import record_from_row
 
 BUSY_TIMEOUT_MS = 30_000
 UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
@@ -482,26 +481,7 @@ class SQLiteStorage(SessionStorageAdapter):
         return found
 
     def _record(self, session_id: str, row, bodies: list) -> SessionRecord:
-        variables, metadata, compression_state, updated_at, revision = row
-        try:
-            messages = [decode_message(body) for body in bodies]
-            metadata = loads(metadata)
-            if type(metadata) is not dict:
-                raise ValueError("metadata must be an object")
-            return check_record(
-                SessionRecord(
-                    session_id=session_id,
-                    messages=messages,
-                    variables=loads(variables),
-                    metadata={**metadata, "message_count": len(messages)},
-                    compression_state=loads(compression_state),
-                    saved_at=updated_at,
-                    revision=revision,
-                ),
-                values=False,
-            )
-        except (ValueError, TypeError) as exc:
-            raise CorruptSessionError(session_id, self.path, str(exc)) from None
+        return record_from_row(session_id, tuple(row), bodies, self.path)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
