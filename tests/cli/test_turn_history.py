@@ -218,3 +218,39 @@ def test_a_short_wait_says_nothing(invoke):
     result = invoke("chat", "-s", "free", "hi", env=ECHO)
     assert result.exit_code == 0
     assert "waiting" not in result.stderr
+
+
+def test_renames_a_to_b_and_b_to_a_at_once_never_deadlock(foliko_home):
+    """Both sessions are locked in one global order, so the two renames queue
+    instead of each holding one and waiting for the other (which would end in
+    exit 4 at the timeout); each then finds its target taken."""
+    env = {**os.environ, **ECHO, "FOLIKO_HOME": str(foliko_home)}
+    foliko = [sys.executable, "-m", "foliko_cli"]
+    for sid in ("a", "b"):
+        subprocess.run([*foliko, "chat", "-s", sid, f"in {sid}"], env=env, check=True)
+    barrier = threading.Barrier(2)
+    outcomes = {}
+
+    def rename(old: str, new: str) -> None:
+        barrier.wait()
+        done = subprocess.run(
+            [*foliko, "sessions", "rename", old, new],
+            env=env,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        outcomes[old] = (done.returncode, done.stderr)
+
+    threads = [threading.Thread(target=rename, args=pair) for pair in (("a", "b"), ("b", "a"))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(code for code, _ in outcomes.values()) == [2, 2], outcomes
+    assert all("already exists" in err for _, err in outcomes.values())
+    listed = subprocess.run(
+        [*foliko, "sessions", "list", "-q"], env=env, capture_output=True, text=True, check=True
+    )
+    assert sorted(listed.stdout.split()) == ["a", "b"]
