@@ -80,11 +80,24 @@ def canonical_messages(raw: Any) -> list[dict[str, Any]]:
 def plan(request: Request, data: dict[str, Any]) -> Turn:
     svc = service(request)
     messages = canonical_messages(data.get("messages"))
+    sampling = {
+        "temperature": field(data, "temperature", (int, float)),
+        "top_p": field(data, "top_p", (int, float)),
+        "max_tokens": field(data, "max_completion_tokens", int) or field(data, "max_tokens", int),
+        "seed": field(data, "seed", int),
+        "stop": data.get("stop"),
+    }
     options = {
         "model": field(data, "model", str),
         "request": request_context(request, svc),
         "client_tools": it.function_tools(data.get("tools")),
+        "options": {key: value for key, value in sampling.items() if value is not None},
     }
+    stop = sampling["stop"]
+    if stop is not None and not (
+        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
+        raise ApiError(400, "stop must be a string or a list of strings", param="stop")
     session_id = request.headers.get(SESSION_HEADER)
     if session_id is not None:
         users = [m for m in messages if m["role"] == "user"]

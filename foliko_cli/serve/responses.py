@@ -184,12 +184,18 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     else:
         session_id = new_conversation_id()
     it.name_tool_outputs(extra, history)
+    sampling = {
+        "temperature": options["temperature"],
+        "top_p": options["top_p"],
+        "max_tokens": options["max_output_tokens"],
+    }
     turn_options = {
         "model": model,
         "instructions": instructions,
         "request": request_context(request, svc),
         "messages": tuple(extra),
         "client_tools": client_tools,
+        "options": {key: value for key, value in sampling.items() if value is not None},
     }
     if not store:
         turn = Turn(svc, None, text, scratch=history, **turn_options)

@@ -270,3 +270,30 @@ def test_streamed_items_after_server_tools_have_their_stored_ids(client):
     assert added == [item.id for item in final.output] == ["msg_3"]
     stored = client.conversations.items.list(conversation.id, order="asc").data
     assert [item.id for item in stored][-1] == "msg_3"
+
+
+def test_sampling_options_reach_the_model(start_server):
+    from openai import OpenAI
+
+    from .servers import StubModelServer
+
+    stub = StubModelServer(status=200)
+    try:
+        server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
+        client = OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+        client.responses.create(
+            model="openai:gpt-4o", input="hi", temperature=0.25, top_p=0.5, max_output_tokens=7
+        )
+        client.chat.completions.create(
+            model="openai:gpt-4o",
+            messages=[{"role": "user", "content": "hi"}],
+            temperature=0.75,
+            seed=3,
+            stop=["END"],
+        )
+    finally:
+        stub.stop()
+    first, second = stub.bodies
+    assert (first["temperature"], first["top_p"]) == (0.25, 0.5)
+    assert first.get("max_completion_tokens", first.get("max_tokens")) == 7
+    assert (second["temperature"], second["seed"], second["stop"]) == (0.75, 3, ["END"])
