@@ -71,7 +71,7 @@ async def load(
     url: str, clients: int, turns: int, conversations: bool
 ) -> tuple[float, list[float]]:
     """(turns per second, each turn's latency in seconds)."""
-    import httpx
+    import httpx2 as httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as http:

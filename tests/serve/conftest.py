@@ -53,7 +53,7 @@ def client(server):
 
 @pytest.fixture(scope="module")
 def http(server):
-    import httpx
+    import httpx2 as httpx
 
     with httpx.Client(base_url=server.url, timeout=30) as raw:
         yield raw

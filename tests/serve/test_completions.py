@@ -122,7 +122,7 @@ def test_models_lists_echo(client):
 
 
 def test_models_lists_the_configured_aliases(start_server, tmp_path):
-    import httpx
+    import httpx2 as httpx
 
     config = tmp_path / "config.toml"
     config.write_text('[models.fast]\nmodel = "openai:gpt-4o-mini"\n')

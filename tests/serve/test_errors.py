@@ -155,7 +155,7 @@ def assert_failed_stream(http) -> None:
 def test_a_provider_failure_is_502_and_a_timeout_504(start_server):
     failing, stalling = StubModelServer(status=400), StubModelServer(stall=True)
     try:
-        import httpx
+        import httpx2 as httpx
 
         for stub, status, limit in ((failing, 502, "20"), (stalling, 504, "1")):
             server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})

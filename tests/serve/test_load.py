@@ -49,7 +49,7 @@ def test_concurrent_turns_on_five_conversations_lose_nothing(server):
 
 
 def test_sigterm_under_load_leaves_only_whole_turns(start_server, foliko_home):
-    import httpx
+    import httpx2 as httpx
 
     server = start_server("--grace", "5")
     answered: list[int] = []
@@ -91,7 +91,7 @@ def test_sigterm_under_load_leaves_only_whole_turns(start_server, foliko_home):
 
 
 def test_a_turn_still_running_after_the_grace_is_cancelled_unsaved(start_server, foliko_home):
-    import httpx
+    import httpx2 as httpx
 
     from .servers import StubModelServer
 
@@ -131,7 +131,7 @@ def test_a_turn_still_running_after_the_grace_is_cancelled_unsaved(start_server,
 
 
 def test_several_workers_serve_and_stop(start_server):
-    import httpx
+    import httpx2 as httpx
 
     server = start_server("--workers", "2")
     with httpx.Client(base_url=server.url, timeout=30) as http:

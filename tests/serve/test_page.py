@@ -30,7 +30,7 @@ def chromium_or_skip() -> str:
 
 def test_page_lists_opens_and_continues_a_session(start_server, tmp_path):
     executable = chromium_or_skip()
-    import httpx
+    import httpx2 as httpx
     from playwright.sync_api import expect, sync_playwright
 
     keys = tmp_path / "keys.toml"

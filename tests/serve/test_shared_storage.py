@@ -16,7 +16,7 @@ TURNS_PER_SERVER = 8
 
 
 def hammer(servers, conversation: str) -> list[str]:
-    import httpx
+    import httpx2 as httpx
 
     def one(n: int) -> str:
         server = servers[n % len(servers)]
@@ -46,7 +46,7 @@ def shared_url(request):
 
 @pytest.mark.services
 def test_two_servers_on_one_store_share_a_conversation(start_server, shared_url, foliko_home):
-    import httpx
+    import httpx2 as httpx
 
     servers = [start_server(storage=shared_url), start_server(storage=shared_url)]
     conversation = httpx.post(servers[0].url + "/v1/conversations", json={}).json()["id"]

@@ -61,7 +61,7 @@ def test_users_are_isolated(keyed_server, foliko_home):
     alices = alice.conversations.items.list(conversation.id).data
     assert [item.content[0].text for item in alices] == ["secret", "secret"]
 
-    import httpx
+    import httpx2 as httpx
 
     def listed(key):
         rows = httpx.get(
@@ -81,7 +81,7 @@ def test_users_are_isolated(keyed_server, foliko_home):
 
 
 def test_missing_or_wrong_key_is_401(keyed_server):
-    import httpx
+    import httpx2 as httpx
     import openai
 
     with pytest.raises(openai.AuthenticationError):

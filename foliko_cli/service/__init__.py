@@ -1,0 +1,147 @@
+"""``AsyncFoliko``: every operation foliko offers, as coroutines (F14).
+
+The service owns one Framework (the three context layers, the session
+queues, the storage adapter), the chat handlers it builds per model and
+agent, and the model providers' connections. It runs inside any event loop:
+the CLI drives it through the sync ``Foliko`` (facade.py), ``foliko serve``
+awaits it from its request handlers.
+
+Constructing it reads no config file: with no arguments it uses
+``FOLIKO_HOME``, ``FOLIKO_STORAGE`` and ``FOLIKO_MODEL`` like the CLI does;
+``from_config()`` / ``from_settings()`` apply the config files too. Notices
+(skipped skills, the offline model) go to ``notify``, by default the
+``foliko`` logger; the service never prints.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from foliko_cli.context.request import DEFAULT_TIMEOUT
+from foliko_cli.framework import Framework
+from foliko_cli.models.base import ModelProvider
+from foliko_cli.service.common import (
+    ImportReport,
+    PruneReport,
+    _log,
+    check_message_text,
+    default_home,
+)
+from foliko_cli.service.maintenance import MaintenanceMixin
+from foliko_cli.service.sessions import SessionsMixin
+from foliko_cli.service.tooling import ToolsMixin
+from foliko_cli.service.turning import TurnsMixin
+from foliko_cli.storage import open_storage
+from foliko_cli.storage.base import SessionStorageAdapter
+
+if TYPE_CHECKING:
+    from foliko_cli.chat import AgentChatHandler
+    from foliko_cli.config import Settings
+    from foliko_cli.mcp.manager import MCPManager
+    from foliko_cli.skills import SkillSet
+
+
+__all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]
+
+
+class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
+    def __init__(
+        self,
+        storage: Any = None,
+        model: str | ModelProvider | None = None,
+        *,
+        home: Path | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        max_steps: int = 10,
+        system_prompt: str | None = None,
+        models: dict[str, dict[str, Any]] | None = None,
+        context_window: int | None = None,
+        agents: dict[str, dict[str, Any]] | None = None,
+        tools: tuple[str, ...] = (),
+        skill_dirs: list[Path] | None = None,
+        notify: Callable[[str], None] | None = None,
+        mcp_servers: dict[str, dict[str, Any]] | None = None,
+        user: str | None = None,
+    ):
+        self.home = home if home is not None else default_home()
+        if storage is None:
+            storage = os.environ.get("FOLIKO_STORAGE") or "sqlite"
+        if model is None:
+            model = os.environ.get("FOLIKO_MODEL") or None
+        self.storage: SessionStorageAdapter = open_storage(storage, self.home)
+        if user is not None:
+            from foliko_cli.storage.scoped import UserScopedStorage
+
+            self.storage = UserScopedStorage(self.storage, user)
+        self.user = user
+        self.framework = Framework(self.storage, home=self.home)
+        self.framework.on_wait = self._waiting
+        self.model = model
+        self.timeout = timeout
+        self.max_steps = max_steps
+        self.system_prompt = system_prompt
+        self.models = models or {}
+        self.context_window = context_window
+        self.agents = agents or {}
+        self.tools = tools
+        self.skill_dirs = skill_dirs or []
+        self.notify = notify or _log.warning
+        self._handlers: dict[tuple[str, str | None], AgentChatHandler] = {}
+        self._providers: list[ModelProvider] = []
+        self._skills: SkillSet | None = None
+        self._tools_loaded = False
+        self.mcp_servers = mcp_servers or {}
+        self._mcp: MCPManager | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any):
+        from foliko_cli.config import skill_dirs
+
+        options = {
+            "home": settings.home,
+            "timeout": settings.timeout,
+            "max_steps": settings.max_steps,
+            "system_prompt": settings.system_prompt,
+            "models": settings.models,
+            "context_window": settings.context_window,
+            "agents": settings.agents,
+            "tools": settings.tools,
+            "skill_dirs": skill_dirs(Path.cwd()),
+            "mcp_servers": settings.mcp_servers,
+            **overrides,
+        }
+        return cls(settings.storage, settings.model, **options)
+
+    @classmethod
+    def from_config(cls, **flags: Any):
+        """Settings from the config files and environment, as the CLI reads them."""
+        from foliko_cli.config import load_settings
+
+        notify = flags.pop("notify", None)
+        return cls.from_settings(load_settings(**flags), notify=notify)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop the MCP servers, close the model connections and the storage."""
+        providers = {id(p): p for p in self._providers}
+        providers.update((id(h.model), h.model) for h in self._handlers.values())
+        self._providers, self._handlers = [], {}
+        manager, self._mcp = self._mcp, None
+        try:
+            if manager is not None:
+                await manager.aclose()
+            for provider in providers.values():
+                await provider.aclose()
+        finally:
+            await self.storage.close()
+
+    def _waiting(self, session_id: str, holder: str | None) -> None:
+        self.notify(f"waiting for session {session_id!r} (held by {holder or 'another process'})…")

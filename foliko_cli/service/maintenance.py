@@ -1,0 +1,135 @@
+"""History and storage upkeep: search, usage, migrate, check and info."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from foliko_cli.errors import CorruptSessionError, UsageError
+from foliko_cli.storage import open_storage
+from foliko_cli.storage.base import StoredProblem
+from foliko_cli.storage.record import (
+    ROLES,
+    SessionRecord,
+    check_session_id,
+)
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.migrate import MigrationReport
+    from foliko_cli.storage.search import SearchHit
+from foliko_cli.service.common import (
+    _no_progress,
+)
+
+
+class MaintenanceMixin:
+    """Work across the whole store."""
+
+    # history
+
+    async def search(
+        self,
+        query: str,
+        *,
+        session_id: str | None = None,
+        role: str | None = None,
+        since: int | None = None,
+        limit: int = 20,
+    ) -> list[SearchHit]:
+        """Messages holding every word, "phrase" and prefix* of ``query``, best first.
+
+        ``since`` keeps messages written at or after that ms time. Backends with
+        a full-text index (SQLite, PostgreSQL) search it; the others are scanned.
+        """
+        from foliko_cli.storage.search import Searchable, SearchQuery, parse_query, scan_search
+
+        if session_id is not None:
+            check_session_id(session_id)
+        if role is not None and role not in ROLES:
+            raise UsageError(f"unknown role {role!r}", fix=f"use one of {', '.join(sorted(ROLES))}")
+        if limit < 1:
+            raise UsageError(f"the limit must be at least 1, not {limit}", fix="give 1 or more")
+        search_query = SearchQuery(query, parse_query(query), session_id, role, since, limit)
+        if isinstance(self.storage, Searchable):
+            return await self.storage.search(search_query)
+        return await scan_search(self.storage, search_query)
+
+    async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
+        """Token and cost totals of the assistant messages written at or after
+        ``since`` (ms), per ``session``, ``model`` or UTC ``day``, and in all."""
+        from foliko_cli.usage import GROUPINGS, summarise
+
+        if by not in GROUPINGS:
+            raise UsageError(f"unknown grouping {by!r}", fix=f"use one of {', '.join(GROUPINGS)}")
+        summaries = await self.storage.list_summaries()
+        ids = sorted(
+            s.session_id
+            for s in summaries
+            if s.error is None and (since is None or s.updated_at >= since)
+        )
+
+        async def records() -> AsyncIterator[SessionRecord]:
+            for start in range(0, len(ids), 500):
+                found = await self.storage.load_many(ids[start : start + 500])
+                for session_id in ids[start : start + 500]:
+                    if session_id in found:
+                        yield found[session_id]
+
+        return summarise([record async for record in records()], by=by, since=since)
+
+    # storage
+
+    async def migrate(
+        self,
+        source: Any,
+        target: Any,
+        *,
+        dry_run: bool = False,
+        overwrite: bool = False,
+        progress: Callable[[int], None] = _no_progress,
+        on_total: Callable[[int], None] | None = None,
+    ) -> MigrationReport:
+        """Copy every session from ``source`` to ``target`` (names, URLs or adapters)."""
+        from foliko_cli.storage.migrate import migrate
+
+        src, dst = open_storage(source, self.home), open_storage(target, self.home)
+        try:
+            if on_total is not None:
+                on_total(len(await src.list()))
+            return await migrate(src, dst, dry_run=dry_run, overwrite=overwrite, progress=progress)
+        finally:
+            try:
+                await src.close()
+            finally:
+                await dst.close()
+
+    async def check(self, *, repair: bool = False) -> list[tuple[StoredProblem, str | None]]:
+        """Every unreadable record, and with ``repair`` where it was moved aside.
+
+        A repair re-reads the session under its lock first, so a session that
+        was deleted and created anew meanwhile is left alone (None). Stray
+        files (``StoredProblem.stray``) are removed.
+        """
+        problems = await self.storage.check()
+        if not repair:
+            return [(problem, None) for problem in problems]
+        return [(problem, await self._repair(problem)) for problem in problems]
+
+    async def _repair(self, problem: StoredProblem) -> str | None:
+        async def work() -> str | None:
+            try:
+                await self.storage.load(problem.session_id)
+            except CorruptSessionError:
+                return await self.storage.quarantine(problem)
+            return None
+
+        if problem.stray:
+            return await self.storage.quarantine(problem)
+        try:
+            check_session_id(problem.session_id)
+        except UsageError:
+            return await self.storage.quarantine(problem)
+        return await self._held(problem.session_id, work)
+
+    async def info(self) -> dict[str, Any]:
+        return await self.storage.info()

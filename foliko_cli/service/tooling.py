@@ -1,0 +1,205 @@
+"""Agents, skills, tools, MCP servers and the chat handlers built from them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from foliko_cli.context.request import RequestContext
+from foliko_cli.models.base import ModelProvider
+from foliko_cli.tools import Tool
+
+if TYPE_CHECKING:
+    from foliko_cli.chat import AgentChatHandler
+    from foliko_cli.context.agent import AgentContext
+    from foliko_cli.mcp.manager import MCPManager
+    from foliko_cli.skills import SkillSet
+from foliko_cli.service.common import (
+    _NOTICE_MARKER,
+    DEFAULT_MODEL_NOTICE,
+)
+
+
+class ToolsMixin:
+    """Building what a turn needs; tools and servers are loaded once per service."""
+
+    # agents, skills, tools, models
+
+    def skills(self) -> SkillSet:
+        """Skills found in the skill directories (once); problems go to ``notify``."""
+        if self._skills is None:
+            from foliko_cli.skills import discover_skills
+
+            self._skills = discover_skills(self.skill_dirs)
+            for problem in self._skills.problems:
+                self.notify(f"skipped skill {problem}")
+        return self._skills
+
+    async def _load_global_tools(self) -> None:
+        """Plugin tools from the config and the tools of the enabled MCP servers, once."""
+        if self._tools_loaded:
+            return
+        if self.tools:
+            from foliko_cli.plugins import load_tool
+
+            for reference in self.tools:
+                self.framework.register_tool(load_tool(reference))
+        if self.mcp_servers:
+            for tool in await self.mcp_tools(self.mcp.enabled()):
+                self.framework.register_tool(tool)
+        self._tools_loaded = True
+
+    async def agent_context(self, name: str) -> AgentContext:
+        """The agent's context, filled from its config (tools, skills, MCP servers)."""
+        from foliko_cli.agents import agent_config, build_agent
+
+        config = agent_config(name, self.agents)
+        context = self.framework.get_or_create_agent_context(name)
+        for warning in build_agent(context, config, self.skills()):
+            self.notify(warning)
+        if config.mcp_servers:
+            for tool in await self.mcp_tools(list(config.mcp_servers), owner=f"agent {name!r}"):
+                context.register_tool(tool)
+        return context
+
+    # MCP servers (F12)
+
+    @property
+    def mcp(self) -> MCPManager:
+        """The configured MCP servers, checked on first use, started only when needed."""
+        if self._mcp is None:
+            from foliko_cli.mcp.manager import MCPManager
+
+            self._mcp = MCPManager(self.mcp_servers)
+        return self._mcp
+
+    async def start_mcp_servers(self, names: list[str] | None = None) -> None:
+        """Start the servers (all configured ones by default); problems go to ``notify``."""
+        names = list(self.mcp.configs) if names is None else names
+        if names:
+            for warning in await self.mcp.start(names):
+                self.notify(warning)
+
+    async def mcp_status(self) -> list[dict[str, Any]]:
+        """Every configured server, started, with its state, tool count and any error."""
+        names = list(self.mcp.configs)
+        if names:
+            await self.mcp.start(names)
+        return [self.mcp.status(name) for name in names]
+
+    async def mcp_tool_list(self, server: str | None = None) -> list[dict[str, Any]]:
+        """Each tool of the server (or of every server), also those the config leaves out."""
+        if server is not None:
+            await self.mcp.start(self.mcp.check([server], "mcp tools"))
+            return self.mcp.tool_rows([server])
+        await self.start_mcp_servers()
+        return self.mcp.tool_rows(self.mcp.configs)
+
+    async def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
+        """The tools of these servers, each started once for this service's life."""
+        await self.start_mcp_servers(self.mcp.check(names, owner))
+        return self.mcp.tools(names)
+
+    async def tool_rows(self) -> list[dict[str, Any]]:
+        """Every tool a chat may use: built-ins, enabled plugins (the one in effect
+        when names clash), the MCP servers' tools, and installed plugins not enabled."""
+        from foliko_cli.plugins import entry_point_tools, load_tool
+        from foliko_cli.tools import BUILTIN_TOOLS
+
+        def row(name: str, source: str, enabled: bool, description: str) -> dict[str, Any]:
+            return {"name": name, "source": source, "enabled": enabled, "description": description}
+
+        rows = {t.name: row(t.name, "built-in", True, t.description) for t in BUILTIN_TOOLS}
+        for reference in self.tools:
+            if reference not in rows:
+                tool = load_tool(reference)
+                rows[tool.name] = row(tool.name, reference, True, tool.description)
+        listed = list(rows.values())
+        if self.mcp_servers:
+            listed += [
+                row(r["name"], f"mcp {r['server']}", r["enabled"], r["description"])
+                for r in await self.mcp_tool_list()
+                if r["offered"]
+            ]
+        known = {r["source"] for r in listed} | {r["name"] for r in listed}
+        for name, entry in sorted(entry_point_tools().items()):
+            if name not in known:
+                listed.append(row(name, f"plugin {entry.value}", False, ""))
+        return listed
+
+    async def describe_agent(self, name: str) -> dict[str, Any]:
+        """An agent's model, tools, skills and the system prompt its turns start with."""
+        from foliko_cli.prompts import agent_system_prompt
+
+        context = await self.agent_context(name)
+        chosen = self.model_name(None, name)
+        return {
+            "name": name,
+            "model": chosen if isinstance(chosen, str) else getattr(chosen, "name", "echo"),
+            "tools": sorted(context.tools),
+            "skills": [s.name for s in context.skills],
+            "system_prompt": agent_system_prompt(context),
+        }
+
+    def model_name(
+        self, model: str | ModelProvider | None = None, agent: str | None = None
+    ) -> str | ModelProvider | None:
+        """The model a turn uses: the one asked for, else the agent's, else the default."""
+        if model is not None:
+            return model
+        if agent is not None:
+            from foliko_cli.agents import agent_config
+
+            configured = agent_config(agent, self.agents).model
+            if configured:
+                return configured
+        return self.model
+
+    def _announce_default_model(self) -> None:
+        """Say once per FOLIKO_HOME that the offline echo model answers."""
+        marker = self.home / _NOTICE_MARKER
+        if marker.exists():
+            return
+        self.notify(DEFAULT_MODEL_NOTICE)
+        try:
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+            marker.touch(mode=0o600)
+        except OSError:
+            return  # the notice repeats next time: harmless
+
+    def _provider(self, chosen: str | ModelProvider | None) -> ModelProvider:
+        from foliko_cli.models import resolve_model
+
+        provider = resolve_model(chosen, self.models)
+        self._providers.append(provider)
+        return provider
+
+    async def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
+        from foliko_cli.chat import AgentChatHandler
+
+        await self._load_global_tools()
+        return AgentChatHandler(
+            self.framework,
+            provider,
+            agent=await self.agent_context(agent) if agent else None,
+            max_steps=self.max_steps,
+            system_prompt=self.system_prompt,
+            context_window=self.context_window,
+        )
+
+    async def handler(
+        self, model: str | ModelProvider | None = None, agent: str | None = None
+    ) -> AgentChatHandler:
+        """The chat handler for this model and agent, built once and reused."""
+        chosen = self.model_name(model, agent)
+        key = (chosen if isinstance(chosen, str) else repr(chosen), agent)
+        handler = self._handlers.get(key)
+        if handler is None:
+            if chosen is None:
+                self._announce_default_model()
+            handler = await self._make_handler(self._provider(chosen), agent)
+            self._handlers[key] = handler
+        return handler
+
+    def request(self, timeout: float | None = None, **options: Any) -> RequestContext:
+        """A new RequestContext (pass it to ``chat`` to trace or cancel a turn)."""
+        return RequestContext(timeout=timeout or self.timeout, **options)

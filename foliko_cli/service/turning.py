@@ -1,0 +1,297 @@
+"""Running turns: chat, chat_stream, dry runs and single tool calls."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from foliko_cli.context.request import RequestContext
+from foliko_cli.errors import UsageError
+from foliko_cli.models.base import ModelProvider
+from foliko_cli.storage.base import SessionExistsError
+from foliko_cli.storage.record import (
+    SessionRecord,
+    check_session_id,
+    new_metadata,
+)
+from foliko_cli.tools import ToolResult
+from foliko_cli.turns import cut_compression, drop_turns
+
+if TYPE_CHECKING:
+    from foliko_cli.chat import TurnResult, TurnSetup
+from foliko_cli.service.common import (
+    TURN_FIELDS,
+    check_message_text,
+    forked,
+)
+
+
+class TurnsMixin:
+    """Turns as coroutines and event streams."""
+
+    # turns
+
+    async def _turn_setup(
+        self,
+        session_id: str,
+        *,
+        new: bool,
+        fork_from: str | None,
+        variables: dict[str, Any] | None,
+        system: str | None,
+        turns: int | None = None,
+        **extra: Any,
+    ) -> TurnSetup:
+        from foliko_cli.chat import TurnSetup
+
+        start_from, expected = None, None
+        if fork_from is not None:
+            check_session_id(fork_from)
+            if fork_from == session_id:
+                raise UsageError(
+                    f"cannot fork session {session_id!r} into itself", fix="name a new session"
+                )
+            if not new and await self.storage.revision(session_id) is not None:
+                raise SessionExistsError(session_id)
+            start_from = forked(await self.get_session(fork_from), session_id, turns)
+            expected = None if new else 0
+        elif turns is not None:
+            raise UsageError("a number of turns to keep needs a session to fork from")
+        elif new:
+            start_from = SessionRecord(session_id, metadata=new_metadata())
+        return TurnSetup(
+            start_from=start_from,
+            variables=variables or {},
+            system_prompt=system,
+            expected_revision=expected,
+            **extra,
+        )
+
+    async def latest_session_id(self) -> str:
+        """The most recently active session (what ``chat --continue`` continues)."""
+        latest = await self.list_sessions(sort="updated", limit=1)
+        if not latest:
+            raise UsageError("there is no session to continue yet", fix="name one to start it")
+        return latest[0].session_id
+
+    async def chat(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        model: str | ModelProvider | None = None,
+        agent: str | None = None,
+        timeout: float | None = None,
+        new: bool = False,
+        fork_from: str | None = None,
+        variables: dict[str, Any] | None = None,
+        system: str | None = None,
+        turns: int | None = None,
+        regenerate: bool = False,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
+        request: RequestContext | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        **turn: Any,
+    ) -> TurnResult:
+        """One turn; ``new`` starts the session over, ``fork_from`` copies another
+        first (its first ``turns`` turns when given); ``regenerate`` replaces the
+        session's last turn by a new answer to its user message (``message``
+        is then None), in one write.
+
+        ``options`` are model options (``temperature``, ``max_tokens``, ...)
+        over the model's configured ones; ``schema`` is a JSON Schema the
+        reply must follow. ``on_event`` receives the stream's ``delta``,
+        ``tool_call`` and ``tool_result`` events as they happen (the model
+        then streams).
+        ``turn`` holds the further TurnSetup fields (``messages``,
+        ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
+        ``on_finish``; see chat.TurnSetup).
+        """
+        setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
+        setup_options.update(system=system, turns=turns, regenerate=regenerate)
+        if on_event is None:
+            from foliko_cli.chat import TurnOptions
+
+            handler = await self.handler(model, agent)
+            message, setup = await self._prepare(session_id, message, turn=turn, **setup_options)
+            return await handler.chat(
+                message,
+                session_id=session_id,
+                request=request or self.request(timeout),
+                setup=setup,
+                options=TurnOptions(options or {}, schema),
+            )
+        result = None
+        async for event in self.chat_stream(
+            session_id,
+            message,
+            model=model,
+            agent=agent,
+            timeout=timeout,
+            request=request,
+            options=options,
+            schema=schema,
+            **setup_options,
+            **turn,
+        ):
+            if event["type"] == "done":
+                result = event["result"]
+            else:
+                on_event(event)
+        assert result is not None
+        return result
+
+    async def chat_stream(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        model: str | ModelProvider | None = None,
+        agent: str | None = None,
+        timeout: float | None = None,
+        new: bool = False,
+        fork_from: str | None = None,
+        variables: dict[str, Any] | None = None,
+        system: str | None = None,
+        turns: int | None = None,
+        regenerate: bool = False,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
+        request: RequestContext | None = None,
+        **turn: Any,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
+        (whose ``result`` is the TurnResult). Options as for ``chat``."""
+        from foliko_cli.chat import TurnOptions
+
+        handler = await self.handler(model, agent)
+        message, setup = await self._prepare(
+            session_id,
+            message,
+            new=new,
+            fork_from=fork_from,
+            variables=variables,
+            system=system,
+            turns=turns,
+            regenerate=regenerate,
+            turn=turn,
+        )
+        async for event in handler.chat_stream(
+            message,
+            session_id=session_id,
+            request=request or self.request(timeout),
+            setup=setup,
+            options=TurnOptions(options or {}, schema),
+        ):
+            yield event
+
+    async def _prepare(
+        self,
+        session_id: str,
+        message: str | None,
+        *,
+        regenerate: bool,
+        turn: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> tuple[str, TurnSetup]:
+        """Check the turn's input and build its setup; a regenerated turn's message
+        is the user message of the turn it replaces. ``turn`` holds the further
+        TurnSetup fields (``messages``, ``instructions``, ...)."""
+        check_session_id(session_id)
+        turn = turn or {}
+        unknown = set(turn) - TURN_FIELDS
+        if unknown:
+            raise TypeError(f"unexpected turn option {sorted(unknown)[0]!r}")
+        if not regenerate:
+            if message is None:
+                raise UsageError("no message to send", fix="give one")
+            if message != "" or not turn.get("messages"):
+                check_message_text(message)  # a turn that only continues may have none
+            return message, await self._turn_setup(session_id, **options, **turn)
+        if message is not None or options["new"] or options["fork_from"] is not None:
+            raise UsageError(
+                "regenerating a turn reuses its message",
+                fix="give no message, and neither start over nor fork",
+            )
+        setup = await self._turn_setup(session_id, **options, **turn)
+        record = await self.get_session(session_id)
+        kept = drop_turns(record.messages, 1, session_id=session_id)
+        message = str(record.messages[kept].get("content") or "")
+        start_from = SessionRecord(
+            session_id,
+            messages=record.messages[:kept],
+            variables=record.variables,
+            metadata=record.metadata,
+            compression_state=cut_compression(record.compression_state, kept),
+        )
+        return check_message_text(message), setup._replace(
+            start_from=start_from, expected_revision=record.revision
+        )
+
+    async def dry_run(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        model: str | ModelProvider | None = None,
+        agent: str | None = None,
+        new: bool = False,
+        fork_from: str | None = None,
+        variables: dict[str, Any] | None = None,
+        system: str | None = None,
+        turns: int | None = None,
+        regenerate: bool = False,
+        options: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Exactly what the model would be sent for this turn; nothing is called or saved."""
+        from foliko_cli.chat import TurnOptions
+        from foliko_cli.dryrun import CaptureModel, RequestCaptured
+        from foliko_cli.models import resolve_model
+
+        message, setup = await self._prepare(
+            session_id,
+            message,
+            new=new,
+            fork_from=fork_from,
+            variables=variables,
+            system=system,
+            turns=turns,
+            regenerate=regenerate,
+        )
+        target = resolve_model(self.model_name(model, agent), self.models)
+        handler = await self._make_handler(CaptureModel(target), agent)
+        try:
+            await handler.chat(
+                message,
+                session_id=session_id,
+                request=self.request(),
+                setup=setup,
+                options=TurnOptions(options or {}, schema),
+            )
+        except RequestCaptured as captured:
+            shown = {
+                "model": target.name,
+                "system": captured.request.system,
+                "messages": captured.request.messages,
+                "tools": captured.request.tools,
+                "options": dict(captured.request.options),
+            }
+            if captured.request.schema is not None:
+                shown["schema"] = captured.request.schema
+            return shown
+        finally:
+            if target is not self.model_name(model, agent):
+                await target.aclose()
+        raise AssertionError("the capture model was not called")
+
+    async def call_tool(
+        self, session_id: str, name: str, arguments: Any, *, agent: str | None = None
+    ) -> ToolResult:
+        """Run one tool inside the session, saving the variables it changed."""
+        check_session_id(session_id)
+        handler = await self.handler(self.model if self.model is not None else "echo", agent)
+        return await handler.run_tool(
+            name, arguments, session_id=session_id, request=self.request()
+        )
