@@ -414,6 +414,15 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
         """Only the messages after the compression summary: one range read by seq."""
+        return self._load_from(session_id, self._covered)
+
+    async def load_state(self, session_id: str) -> SessionRecord | None:
+        """The session row alone, however long the history (the range read from
+        message_count on finds nothing)."""
+        return self._load_from(session_id, lambda session_id, columns, count: count)
+
+    def _load_from(self, session_id: str, start_of) -> SessionRecord | None:
+        """The session with its messages from ``start_of(id, columns, count)`` on."""
         if self._absent():
             return None
         with self._guard():
@@ -425,11 +434,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 self._raise_if_unreadable_seed(session_id)
                 return None
             *columns, count = row
-            try:
-                covered = orjson.loads(columns[2]).get("covered", 0)
-            except (orjson.JSONDecodeError, AttributeError) as exc:
-                raise CorruptSessionError(session_id, self.path, str(exc)) from None
-            start = covered if isinstance(covered, int) and 0 <= covered <= count else 0
+            start = start_of(session_id, columns, count)
             bodies = self.db.execute(
                 "SELECT body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
                 (session_id, start),
@@ -439,23 +444,13 @@ class SQLiteStorage(SessionStorageAdapter):
         record.metadata["message_count"] = start + len(record.messages)
         return record
 
-    async def load_state(self, session_id: str) -> SessionRecord | None:
-        """One row read, however long the history."""
-        if self._absent():
-            return None
-        with self._guard():
-            row = self.db.execute(
-                f"SELECT {_SESSION_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                self._raise_if_unreadable_seed(session_id)
-                return None
-        *columns, count = row
-        record = self._record(session_id, columns, [])
-        record.first_seq = count
-        record.metadata["message_count"] = count
-        return record
+    def _covered(self, session_id: str, columns: list, count: int) -> int:
+        """Where the messages after the compression summary start."""
+        try:
+            covered = orjson.loads(columns[2]).get("covered", 0)
+        except (orjson.JSONDecodeError, AttributeError) as exc:
+            raise CorruptSessionError(session_id, self.path, str(exc)) from None
+        return covered if isinstance(covered, int) and 0 <= covered <= count else 0
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         """Two queries per 500 sessions, however many there are (migration checks)."""
