@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from foliko_cli.skills import skills_prompt
-
 if TYPE_CHECKING:
     from foliko_cli.context import AgentContext
 
@@ -18,6 +16,8 @@ def agent_system_prompt(agent: AgentContext) -> str | None:
     """The agent's prompt, its skills and its own tools, rebuilt for every turn."""
     parts = [agent.system_prompt] if agent.system_prompt else []
     if agent.skills:
+        from foliko_cli.skills import skills_prompt
+
         listed = skills_prompt(agent.skills)
         if listed:
             parts.append(listed)

@@ -26,9 +26,9 @@ from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.common import (
     ImportReport,
     PruneReport,
-    _log,
     check_message_text,
     default_home,
+    log_notice,
 )
 from foliko_cli.service.maintenance import MaintenanceMixin
 from foliko_cli.service.sessions import SessionsMixin
@@ -88,7 +88,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         self.agents = agents or {}
         self.tools = tools
         self.skill_dirs = skill_dirs or []
-        self.notify = notify or _log.warning
+        self.notify = notify or log_notice
         self._handlers: dict[tuple[str, str | None], AgentChatHandler] = {}
         self._providers: list[ModelProvider] = []
         self._skills: SkillSet | None = None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,13 @@ DEFAULT_MODEL_NOTICE = (
 )
 _NOTICE_MARKER = ".echo-notice-shown"
 
-_log = logging.getLogger("foliko")
+
+def log_notice(message: str) -> None:
+    """The default ``notify``: a warning on the ``foliko`` logger (imported when
+    first needed: logging costs start-up time)."""
+    import logging
+
+    logging.getLogger("foliko").warning(message)
 
 
 def check_message_text(message: str) -> str:

@@ -21,7 +21,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import socket
 import stat
 import time
 from collections.abc import AsyncIterator, Callable
@@ -114,7 +113,7 @@ class SessionFileLocks:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         try:
-            self._write(fd, f"pid {os.getpid()} on {socket.gethostname()}")
+            self._write(fd, f"pid {os.getpid()} on {os.uname().nodename}")
             try:
                 yield
             finally:

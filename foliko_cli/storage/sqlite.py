@@ -22,7 +22,7 @@ import threading
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -52,7 +52,6 @@ from foliko_cli.storage.record import (
     preview_of,
     record_from_seed,
 )
-from foliko_cli.storage.search import SearchHit, SearchQuery, scan_search
 from foliko_cli.storage.sqlite_search import (
     create_index,
     index_messages,
@@ -62,6 +61,9 @@ from foliko_cli.storage.sqlite_search import (
 )
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 from foliko_cli.storage.sqlrows import record_from_row
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.search import SearchHit, SearchQuery
 
 BUSY_TIMEOUT_MS = 30_000
 UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
@@ -823,6 +825,8 @@ class SQLiteStorage(SessionStorageAdapter):
         """Through the FTS5 index; a scan where this SQLite has none."""
         if self._absent():
             return []
+        from foliko_cli.storage.search import scan_search
+
         with self._guard():
             hits = sqlite_search(self.db, query)
         return hits if hits is not None else await scan_search(self, query)

@@ -15,17 +15,12 @@ from __future__ import annotations
 
 import functools
 import sqlite3
+from typing import TYPE_CHECKING
 
 from foliko_cli.errors import UsageError
-from foliko_cli.storage.search import (
-    MARK_END,
-    MARK_START,
-    SNIPPET_WORDS,
-    SearchHit,
-    SearchQuery,
-    Term,
-    unmark,
-)
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.search import SearchHit, SearchQuery, Term
 
 _TEXT = (
     "CASE WHEN json_valid(CAST(m.body AS TEXT)) "
@@ -149,7 +144,12 @@ def fts5_expression(terms: tuple[Term, ...]) -> str:
 
 
 def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None:
-    """The best ``query.limit`` hits by bm25, or None when there is no index."""
+    """The best ``query.limit`` hits by bm25, or None when there is no index.
+
+    The query language is imported here: every write loads this module, few search.
+    """
+    from foliko_cli.storage.search import MARK_END, MARK_START, SNIPPET_WORDS, SearchHit, unmark
+
     if not _indexed(db):
         return None
     filters, params = [], [fts5_expression(query.terms)]
