@@ -115,3 +115,20 @@ def xfail_on(request: pytest.FixtureRequest, backend: Backend) -> Callable[..., 
             request.node.add_marker(pytest.mark.xfail(strict=True, reason=reasons[backend.name]))
 
     return mark
+
+
+@pytest.fixture(params=["json", "sqlite", "postgres", "redis"])
+def storage_url(request, tmp_path: Path) -> Iterator[str]:
+    """A URL of an empty persistent store that every process can open (short Redis lease)."""
+    if request.param == "json":
+        yield f"json:///{tmp_path}/dir"
+    elif request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/x.db"
+    elif request.param == "postgres":
+        url = services.require_postgres()
+        with services.fresh_schema(url) as schema:
+            yield f"{url}?schema={schema}"
+    else:
+        url = services.require_redis()
+        with services.fresh_prefix(url) as prefix:
+            yield f"{url}?prefix={prefix}&lease_ms=2000"

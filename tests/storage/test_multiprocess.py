@@ -13,36 +13,16 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
-
-from . import services
 
 FOLIKO = Path(sys.executable).with_name("foliko")
 
 PROCESSES = 8
 TURNS = 25
 HANG = 300  # seconds: only ever reached when something hangs
-
-
-@pytest.fixture(params=["json", "sqlite", "postgres", "redis"])
-def storage_url(request, tmp_path: Path) -> Iterator[str]:
-    """A URL of an empty store that every process can open."""
-    if request.param == "json":
-        yield f"json:///{tmp_path}/dir"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/x.db"
-    elif request.param == "postgres":
-        url = services.require_postgres()
-        with services.fresh_schema(url) as schema:
-            yield f"{url}?schema={schema}"
-    else:
-        url = services.require_redis()
-        with services.fresh_prefix(url) as prefix:
-            yield f"{url}?prefix={prefix}&lease_ms=2000"
 
 
 @pytest.fixture

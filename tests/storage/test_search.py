@@ -9,7 +9,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -210,22 +209,6 @@ def test_sqlite_searches_its_index(tmp_path, run):
         assert count == len(CONVERSATION)
     finally:
         run(storage.close())
-
-
-@pytest.fixture(params=["json", "sqlite", "postgres", "redis"])
-def storage_url(request, tmp_path: Path) -> Iterator[str]:
-    if request.param == "json":
-        yield f"json:///{tmp_path}/dir"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/x.db"
-    elif request.param == "postgres":
-        url = services.require_postgres()
-        with services.fresh_schema(url) as schema:
-            yield f"{url}?schema={schema}"
-    else:
-        url = services.require_redis()
-        with services.fresh_prefix(url) as prefix:
-            yield f"{url}?prefix={prefix}"
 
 
 def test_a_message_another_process_wrote_is_found_at_once(storage_url, tmp_path, run):

@@ -22,8 +22,6 @@ from pathlib import Path
 
 import orjson
 
-from .test_multiprocess import storage_url  # noqa: F401  (the backend fixture)
-
 SECONDS = float(os.environ.get("FOLIKO_SOAK_SECONDS", "6"))
 WRITERS = 4
 
@@ -89,7 +87,7 @@ def outcomes(logs: list[Path]) -> dict[str, str]:
     return found
 
 
-def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tmp_path):  # noqa: F811
+def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tmp_path):
     seed = int(os.environ.get("FOLIKO_SOAK_SEED", random.randrange(2**32)))
     print(f"soak seed {seed} (FOLIKO_SOAK_SEED={seed} replays it)")
     rng = random.Random(seed)
