@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 DEFAULT_MAX_STEPS = 10
 MAX_REPLY_TOKENS = 4096
-_MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
+_MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error", "attachments")
 
 
 class TurnResult(NamedTuple):
@@ -72,7 +72,8 @@ class TurnSetup(NamedTuple):
     ``tool_calls``). ``on_start`` gets the history position of the turn's
     first message, ``on_message`` each message the turn adds and its
     position, as it is added, ``on_finish`` the messages it wrote (before
-    they are saved).
+    they are saved). ``attachments`` are the user message's parts (see
+    ``foliko_cli.attachments``; text ones are already in the message).
     """
 
     start_from: SessionRecord | None = None
@@ -85,6 +86,7 @@ class TurnSetup(NamedTuple):
     on_start: Callable[[int], None] | None = None
     on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
+    attachments: tuple[dict[str, Any], ...] = ()
 
     def check(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -455,6 +457,21 @@ class AgentChatHandler:
             window=window,
         )
 
+    def _user_message(self, text: str, attachments: tuple[dict[str, Any], ...]) -> dict:
+        """The turn's user message; an image for a model that takes none is refused."""
+        if not attachments:
+            return {"role": "user", "content": text}
+        from foliko_cli.attachments import IMAGE_KINDS, AttachmentError
+
+        image = next((p for p in attachments if p.get("type") == "image"), None)
+        if image is not None and not self.model.accepts_images:
+            raise AttachmentError(
+                f"cannot attach the image {image.get('name')}: {self.model.name} does not take "
+                f"images ({IMAGE_KINDS}); nothing was sent or saved",
+                fix="use a model that does (OpenAI, Anthropic, llama.cpp with a vision model)",
+            )
+        return {"role": "user", "content": text, "attachments": [dict(p) for p in attachments]}
+
     async def _run_steps(
         self,
         message: str,
@@ -480,7 +497,7 @@ class AgentChatHandler:
         for extra in setup.messages:
             add(dict(extra))
         if message or not setup.messages:
-            add({"role": "user", "content": message})
+            add(self._user_message(message, setup.attachments))
         tools = self.framework.resolve_tools()
         specs = [tool.spec() for tool in tools.values()]
         client_tools = {spec["name"] for spec in setup.client_tools}

@@ -22,6 +22,7 @@ from foliko_cli.errors import FolikoError
 from foliko_cli.models.base import ModelProvider, ModelRequest
 from foliko_cli.tokens import TokenCounter, estimate_tokens
 
+IMAGE_TOKENS = 1000
 THRESHOLD = 0.7
 KEEP_SHARE = 0.3
 SUMMARY_SHARE = 0.15
@@ -38,6 +39,8 @@ def message_tokens(message: dict[str, Any], count: TokenCounter = estimate_token
     tokens = count(message.get("content") or "") + MESSAGE_OVERHEAD
     if message.get("tool_calls"):
         tokens += count(orjson.dumps(message["tool_calls"]).decode())
+    if message.get("attachments"):
+        tokens += IMAGE_TOKENS * sum(p.get("type") == "image" for p in message["attachments"])
     return tokens
 
 

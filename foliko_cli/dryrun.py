@@ -20,6 +20,7 @@ class CaptureModel(ModelProvider):
         self.window_configured = target.window_configured
         self.max_tokens = target.max_tokens
         self.options = target.options
+        self.accepts_images = target.accepts_images
 
     async def generate(self, request: ModelRequest) -> ModelResponse:
         if request.purpose != "summary":

@@ -70,6 +70,10 @@ class SessionNotFoundError(UsageError):
         )
 
 
+class ImagesRefusedError(UsageError):
+    """A model server that says it cannot take the images attached to a turn."""
+
+
 class StorageConfigError(UsageError):
     """An unknown backend name or a malformed storage URL."""
 

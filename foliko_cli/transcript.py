@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from foliko_cli.fences import fence_for
 from foliko_cli.storage.record import SessionRecord
 
 ROLE_TITLES = {"system": "System", "user": "User", "assistant": "Assistant", "tool": "Tool"}
@@ -26,12 +27,7 @@ def when(ms: Any) -> str:
 
 
 def _fence(text: str, info: str = "") -> list[str]:
-    """A code fence longer than any run of backticks inside ``text``."""
-    longest, run = 0, 0
-    for char in text:
-        run = run + 1 if char == "`" else 0
-        longest = max(longest, run)
-    fence = "`" * max(3, longest + 1)
+    fence = fence_for(text)
     return [fence + info, text, fence]
 
 
@@ -79,6 +75,12 @@ def _markdown_message(seq: int, message: dict[str, Any]) -> Iterator[str]:
             yield from _fence(content)
     elif content:
         yield content
+    if message.get("attachments"):
+        from foliko_cli.attachments import describe
+
+        yield ""
+        for part in message["attachments"]:
+            yield f"- attached {describe(part)}"
     for call in message.get("tool_calls") or []:
         yield ""
         yield f"Tool call `{call.get('name', '?')}`" + (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -99,6 +100,43 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
     return "\n\n".join(parts) if parts else None
 
 
+def attachment_sources(
+    ctx: click.Context, values: tuple[str, ...], agent: str | None
+) -> tuple[list, str | None, bool]:
+    """The -a/--attach values as sources for the service, the agent, and whether
+    stdin was attached (``-``, read here).
+
+    ``-a NAME`` once meant ``--agent NAME``: a value that is no file, URL or
+    ``-`` but names a configured agent is still taken as the agent, with a note.
+    """
+    from foliko_cli.attachments import STDIN_NAME, Attachment, is_url
+
+    sources: list = []
+    piped = False
+    for value in values:
+        if value == "-":
+            if piped:
+                raise UsageError("-a - attaches stdin, which can be attached once")
+            if sys.stdin is None or stdin_is_terminal():
+                raise UsageError(
+                    "-a - attaches stdin, which is a terminal or closed; pipe the file in "
+                    "(foliko chat -s ID -a - < FILE) or attach it by name"
+                )
+            sources.append(Attachment(STDIN_NAME, sys.stdin.buffer.read()))
+            piped = True
+        elif (
+            agent is None
+            and not is_url(value)
+            and not os.path.lexists(value)
+            and value in settings_for(ctx).agents
+        ):
+            note(f"-a {value} is taken as --agent {value}: -a now attaches files; use --agent")
+            agent = value
+        else:
+            sources.append(value)
+    return sources, agent, piped
+
+
 def failure_object(exc: BaseException, session_id: str, ids: dict[str, str | None]) -> dict:
     if isinstance(exc, FolikoError):
         message, code = str(exc), exc.exit_code
@@ -139,10 +177,19 @@ def emit_json_quietly(value: dict) -> None:
     "-m", "--model", metavar="MODEL", help="Model as provider:model, e.g. echo. Env: FOLIKO_MODEL."
 )
 @click.option(
-    "-a",
     "--agent",
     metavar="NAME",
     help="Run the turn as agent NAME from the config ([agents.NAME]).",
+)
+@click.option(
+    "-a",
+    "--attach",
+    "attach",
+    multiple=True,
+    metavar="FILE|URL|-",
+    help="Attach a file, an http(s) URL or stdin (-) to the message (repeatable): text "
+    "goes in as a fenced block under its name, a png, jpeg, webp or gif image as an "
+    "image for models that take them.",
 )
 @click.option("--new", is_flag=True, help="Start the session over (history and variables).")
 @click.option(
@@ -221,6 +268,7 @@ def chat(
     no_stdin: bool,
     model: str | None,
     agent: str | None,
+    attach: tuple[str, ...],
     new: bool,
     fork_from: str | None,
     system: str | None,
@@ -263,7 +311,15 @@ def chat(
             from foliko_cli.models.schema import load_schema
 
             reply_schema = load_schema(schema)
-        text = None if regenerate else compose_message(message, read_stdin(skip=no_stdin))
+        attachments, agent, piped_attachment = attachment_sources(ctx, attach, agent)
+        if regenerate:
+            text = None
+        elif piped_attachment:
+            text = message if message is not None else ""
+        else:
+            text = compose_message(message, read_stdin(skip=no_stdin))
+            if text is None and attachments:
+                text = ""
         facade = open_facade(ctx, model=model, timeout=timeout)
         if continue_latest:
             session_id = facade.latest_session_id()
@@ -288,6 +344,7 @@ def chat(
         "agent": agent,
         "turns": turns,
         "regenerate": regenerate,
+        "attachments": attachments,
         "options": dict(model_options),
         "schema": reply_schema,
     }

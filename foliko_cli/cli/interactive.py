@@ -25,6 +25,7 @@ HELP = """commands:
   /help           this list
   /exit           end the session (as Ctrl-D does)
   /multi          type several lines; a line /end sends them
+  /attach PATH    attach a file or an http(s) URL to the next message
   \"\"\"             on its own line: the same, ended by another \"\"\"
 Ctrl-C cancels a running turn (nothing is saved); Ctrl-D at the prompt ends."""
 
@@ -68,10 +69,11 @@ def read_block(end: str) -> str | None:
         lines.append(line)
 
 
-def next_message(readline, history: Path) -> str | None:
+def next_message(readline, history: Path, attached: list[str] | None = None) -> str | None:
     """The next message typed (or pasted); None to end the loop.
 
-    Commands are handled here; a blank line asks again.
+    Commands are handled here (``/attach`` adds to ``attached``); a blank line
+    asks again.
     """
     while True:
         line = input(PROMPT)
@@ -82,6 +84,10 @@ def next_message(readline, history: Path) -> str | None:
             return None
         if command == "/help":
             click.echo(HELP, err=True)
+            continue
+        if command.startswith("/attach ") and attached is not None:
+            attached.append(command.removeprefix("/attach ").strip())
+            note(f"{attached[-1]} goes with the next message")
             continue
         if command in ("/multi", BLOCK):
             text = read_block("/end" if command == "/multi" else BLOCK)
@@ -103,9 +109,10 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
 
     readline = _load_readline(history)
     note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
+    attached: list[str] = []
     while True:
         try:
-            text = next_message(readline, history)
+            text = next_message(readline, history, attached)
         except EOFError:
             click.echo(err=True)
             return
@@ -115,6 +122,8 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
         if text is None:
             return
         writer = ReplyWriter()
+        options = {**options, "attachments": tuple(attached)}
+        attached.clear()
         try:
             if options.get("schema") is None:
                 facade.chat(session_id, text, on_event=writer.on_event, **options)

@@ -166,7 +166,6 @@ def show(
         shown = (paint(line, "cyan") if line.startswith("#") else line for line in lines)
         page("\n".join(shown) + "\n", enabled=pager)
         return
-        return
     meta = data["metadata"]
     lines = [
         f"session   {record.session_id}",
@@ -186,6 +185,10 @@ def show(
         lines.append(f"\n{label} {format_ms(message.get('created_at'))}")
         if message["content"]:
             lines.append(message["content"])
+        if message.get("attachments"):
+            from foliko_cli.attachments import describe
+
+            lines += [f"attached  {describe(part)}" for part in message["attachments"]]
     page("\n".join(lines) + "\n", enabled=pager)
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from foliko_cli.attachments import image_data, images, unavailable
 from foliko_cli.errors import ModelError
 from foliko_cli.models.base import (
     ModelProvider,
@@ -54,7 +55,9 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
             ]
             target_role = "user"
         else:
-            blocks = [{"type": "text", "text": message["content"]}]
+            blocks = _image_blocks(message)
+            if message["content"] or not blocks:
+                blocks.append({"type": "text", "text": message["content"]})
             target_role = "user"
         if not blocks:
             continue
@@ -63,6 +66,19 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
         else:
             out.append({"role": target_role, "content": blocks})
     return out
+
+
+def _image_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A user message's images as Anthropic image blocks (they go before the text)."""
+    blocks: list[dict[str, Any]] = []
+    for image in images(message):
+        data = image_data(image)
+        if data is None:
+            blocks.append({"type": "text", "text": unavailable(image)})
+        else:
+            source = {"type": "base64", "media_type": image["media_type"], "data": data}
+            blocks.append({"type": "image", "source": source})
+    return blocks
 
 
 def _usage(data: dict[str, Any] | None) -> dict[str, int]:
@@ -98,6 +114,8 @@ def schema_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class AnthropicModel(ModelProvider):
+    accepts_images = True
+
     def __init__(
         self,
         model: str,

@@ -64,12 +64,16 @@ class ModelProvider(ABC):
 
     ``options`` (from the config) go with every request unless a turn overrides
     them; ``price`` is dollars per million ``input`` and ``output`` tokens.
+    ``accepts_images``: the provider sends a user message's image attachments
+    (see ``foliko_cli.attachments``); a turn that attaches an image to a
+    model without it is refused before anything is sent or saved.
     """
 
     name: str
     context_window: int = 8192
     window_configured: bool = False
     offline: bool = False
+    accepts_images: bool = False
     options: Mapping[str, Any] = NO_USAGE
     price: Mapping[str, float] = NO_USAGE
     max_tokens: int | None = None

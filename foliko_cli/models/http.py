@@ -24,10 +24,11 @@ from typing import Any
 import httpx2
 import orjson
 
-from foliko_cli.errors import ContextOverflowError, ModelError
+from foliko_cli.errors import ContextOverflowError, ImagesRefusedError, ModelError, UsageError
 
 NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
+_IMAGES_REFUSED = re.compile(r"image.{0,40}(support|mmproj)|(support|vision).{0,40}image", re.I)
 BASE_DELAY = 0.5
 MAX_DELAY = 20.0
 
@@ -145,10 +146,13 @@ class HttpModelClient:
             await client.aclose()
 
     def redact(self, text: str) -> str:
-        """``text`` on one line, without secrets, at most 300 characters."""
+        """``text`` on one line, without secrets, at most 300 characters.
+
+        A secret is replaced where it stands alone, not inside a longer word:
+        a one-letter key must not turn "unexpected" into "une***pected"."""
         text = " ".join(text.split())
         for secret in self._secrets:
-            text = text.replace(secret, "***")
+            text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
         return text[:300]
 
     def _status_error(self, response: httpx2.Response, body: bytes) -> ModelError:
@@ -167,6 +171,11 @@ class HttpModelClient:
             return ModelError(
                 f"{where} does not know this model or endpoint (404: {detail}); "
                 "check the model name and the base URL"
+            )
+        if status >= 400 and _IMAGES_REFUSED.search(detail):
+            return ImagesRefusedError(
+                f"{where} does not take images ({status}: {detail}); nothing was saved",
+                fix="use a vision model (for llama.cpp, give llama-server the model's mmproj file)",
             )
         overflow, window = overflow_window(status, body)
         if overflow:
@@ -229,7 +238,7 @@ class HttpModelClient:
                 finally:
                     await response.aclose()
                 failure = self._status_error(response, body_bytes)
-                if retryable(response.status_code):
+                if retryable(response.status_code) and not isinstance(failure, UsageError):
                     hinted = retry_after(response)
                     delay = hinted if hinted is not None else backoff(attempt)
             attempt += 1

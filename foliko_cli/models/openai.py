@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from foliko_cli.attachments import image_data, images, unavailable
 from foliko_cli.models.base import (
     ModelProvider,
     ModelRequest,
@@ -60,9 +61,26 @@ def to_openai_messages(request: ModelRequest) -> list[dict[str, Any]]:
                     "content": message["content"],
                 }
             )
+        elif role == "user" and images(message):
+            out.append({"role": "user", "content": _user_parts(message)})
         else:
             out.append({"role": role, "content": message["content"]})
     return out
+
+
+def _user_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """A user message with images as OpenAI content parts (text first)."""
+    parts: list[dict[str, Any]] = []
+    if message["content"]:
+        parts.append({"type": "text", "text": message["content"]})
+    for image in images(message):
+        data = image_data(image)
+        if data is None:
+            parts.append({"type": "text", "text": unavailable(image)})
+        else:
+            url = f"data:{image['media_type']};base64,{data}"
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+    return parts
 
 
 def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -103,6 +121,8 @@ def response_format(schema: Any) -> dict[str, Any]:
 
 class OpenAIChatModel(ModelProvider):
     """``hosted`` is OpenAI's own service: it takes ``max_completion_tokens``."""
+
+    accepts_images = True
 
     def __init__(
         self,

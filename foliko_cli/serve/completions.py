@@ -8,6 +8,8 @@ history) and the turn is saved.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -26,20 +28,46 @@ from foliko_cli.serve.turns import Turn
 SESSION_HEADER = "x-session-id"
 
 
-def _content(message: dict[str, Any], index: int) -> str:
+def _content(message: dict[str, Any], index: int) -> tuple[str, list[dict[str, Any]]]:
+    """The message's text and its images as attachment parts (user messages only)."""
     content = message.get("content")
     if content is None:
-        return ""
+        return "", []
     if isinstance(content, str):
-        return content
+        return content, []
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text":
-                raise ApiError(400, f"messages[{index}]: only text content parts are supported")
-            texts.append(str(part.get("text", "")))
-        return "".join(texts)
+        texts, images = [], []
+        for number, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text":
+                texts.append(str(part.get("text", "")))
+            elif kind == "image_url" and message.get("role") == "user":
+                images.append(_image(part.get("image_url"), f"messages[{index}].content[{number}]"))
+            else:
+                raise ApiError(
+                    400,
+                    f"messages[{index}]: only text (and, from the user, image_url) parts "
+                    "are supported",
+                )
+        return "".join(texts), images
     raise ApiError(400, f"messages[{index}].content must be a string or a list of parts")
+
+
+def _image(value: Any, where: str) -> dict[str, Any]:
+    """An ``image_url`` part (a base64 data: URL) as an attachment part."""
+    from foliko_cli.attachments import AttachmentError, classify
+
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
+        raise ApiError(400, f"{where}: an image must be a base64 data: URL", param="messages")
+    try:
+        data = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
+        loaded = classify(f"image-{hashlib.sha256(data).hexdigest()[:12]}", data, label=where)
+    except (ValueError, AttachmentError) as exc:
+        raise ApiError(400, f"{where}: {exc}", param="messages") from None
+    if loaded.text is not None:
+        raise ApiError(400, f"{where}: not a png, jpeg, webp or gif image", param="messages")
+    return loaded.part
 
 
 def canonical_messages(raw: Any) -> list[dict[str, Any]]:
@@ -54,7 +82,10 @@ def canonical_messages(raw: Any) -> list[dict[str, Any]]:
             role = "system"
         if role not in ("system", "user", "assistant", "tool"):
             raise ApiError(400, f"messages[{index}]: unknown role {role!r}", param="messages")
-        converted: dict[str, Any] = {"role": role, "content": _content(message, index)}
+        text, images = _content(message, index)
+        converted: dict[str, Any] = {"role": role, "content": text}
+        if images:
+            converted["attachments"] = images
         if role == "assistant" and message.get("tool_calls"):
             calls = []
             for call in message["tool_calls"]:
@@ -75,6 +106,14 @@ def canonical_messages(raw: Any) -> list[dict[str, Any]]:
             converted["tool_call_id"] = message["tool_call_id"]
         messages.append(converted)
     return messages
+
+
+def _attached(message: dict[str, Any]) -> list:
+    """The user message's images as attachments for the turn that sends it."""
+    from foliko_cli.attachments import Attachment, image_data
+
+    parts = message.get("attachments") or ()
+    return [Attachment(p["name"], base64.b64decode(image_data(p) or "")) for p in parts]
 
 
 def plan(request: Request, data: dict[str, Any]) -> Turn:
@@ -106,11 +145,14 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         systems = [m["content"] for m in messages if m["role"] == "system"]
         if systems:
             options["instructions"] = "\n\n".join(systems)
-        return Turn(svc, session_id, users[-1]["content"], messages=(), **options)
+        last = users[-1]
+        options["attachments"] = _attached(last)
+        return Turn(svc, session_id, last["content"], messages=(), **options)
     systems = [m["content"] for m in messages if m["role"] == "system"]
     history = [m for m in messages if m["role"] != "system"]
     if history and history[-1]["role"] == "user":
         text, extra = history[-1]["content"], []
+        options["attachments"] = _attached(history[-1])
         history = history[:-1]
     else:
         tail = []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import RequestContext
@@ -18,6 +18,7 @@ from foliko_cli.tools import ToolResult
 from foliko_cli.turns import cut_compression, drop_turns
 
 if TYPE_CHECKING:
+    from foliko_cli.attachments import Source
     from foliko_cli.chat import TurnResult, TurnSetup
 from foliko_cli.service.common import (
     TURN_FIELDS,
@@ -88,6 +89,7 @@ class TurnsMixin:
         system: str | None = None,
         turns: int | None = None,
         regenerate: bool = False,
+        attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
         request: RequestContext | None = None,
@@ -97,7 +99,8 @@ class TurnsMixin:
         """One turn; ``new`` starts the session over, ``fork_from`` copies another
         first (its first ``turns`` turns when given); ``regenerate`` replaces the
         session's last turn by a new answer to its user message (``message``
-        is then None), in one write.
+        is then None), in one write. ``attachments`` are paths, http(s) URLs or
+        ``Attachment`` bytes (see ``foliko_cli.attachments``).
 
         ``options`` are model options (``temperature``, ``max_tokens``, ...)
         over the model's configured ones; ``schema`` is a JSON Schema the
@@ -110,6 +113,7 @@ class TurnsMixin:
         """
         setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
         setup_options.update(system=system, turns=turns, regenerate=regenerate)
+        setup_options["attachments"] = attachments
         if on_event is None:
             from foliko_cli.chat import TurnOptions
 
@@ -156,6 +160,7 @@ class TurnsMixin:
         system: str | None = None,
         turns: int | None = None,
         regenerate: bool = False,
+        attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
         request: RequestContext | None = None,
@@ -175,6 +180,7 @@ class TurnsMixin:
             system=system,
             turns=turns,
             regenerate=regenerate,
+            attachments=attachments,
             turn=turn,
         )
         async for event in handler.chat_stream(
@@ -192,12 +198,14 @@ class TurnsMixin:
         message: str | None,
         *,
         regenerate: bool,
+        attachments: Sequence[Source] = (),
         turn: dict[str, Any] | None = None,
         **options: Any,
     ) -> tuple[str, TurnSetup]:
         """Check the turn's input and build its setup; a regenerated turn's message
-        is the user message of the turn it replaces. ``turn`` holds the further
-        TurnSetup fields (``messages``, ``instructions``, ...)."""
+        (and attachments) are those of the turn it replaces. Text attachments are
+        appended to the message. ``turn`` holds the further TurnSetup fields
+        (``messages``, ``instructions``, ...)."""
         check_session_id(session_id)
         turn = turn or {}
         unknown = set(turn) - TURN_FIELDS
@@ -206,9 +214,17 @@ class TurnsMixin:
         if not regenerate:
             if message is None:
                 raise UsageError("no message to send", fix="give one")
-            if message != "" or not turn.get("messages"):
-                check_message_text(message)  # a turn that only continues may have none
-            return message, await self._turn_setup(session_id, **options, **turn)
+            parts: list[dict[str, Any]] = []
+            if attachments:
+                from foliko_cli.attachments import compose, load_all
+
+                message, parts = compose(message, await load_all(attachments, self.timeout))
+            if message or not (parts or turn.get("messages")):  # else it continues or attaches
+                check_message_text(message)
+            setup = await self._turn_setup(session_id, **options, **turn)
+            return message, setup._replace(attachments=tuple(parts))
+        if attachments:
+            raise UsageError("regenerating a turn reuses its attachments", fix="attach nothing new")
         if message is not None or options["new"] or options["fork_from"] is not None:
             raise UsageError(
                 "regenerating a turn reuses its message",
@@ -217,7 +233,8 @@ class TurnsMixin:
         setup = await self._turn_setup(session_id, **options, **turn)
         record = await self.get_session(session_id)
         kept = drop_turns(record.messages, 1, session_id=session_id)
-        message = str(record.messages[kept].get("content") or "")
+        replaced = record.messages[kept]
+        message = str(replaced.get("content") or "")
         start_from = SessionRecord(
             session_id,
             messages=record.messages[:kept],
@@ -225,8 +242,11 @@ class TurnsMixin:
             metadata=record.metadata,
             compression_state=cut_compression(record.compression_state, kept),
         )
-        return check_message_text(message), setup._replace(
-            start_from=start_from, expected_revision=record.revision
+        parts = tuple(replaced.get("attachments") or ())
+        if message or not parts:
+            check_message_text(message)
+        return message, setup._replace(
+            start_from=start_from, expected_revision=record.revision, attachments=parts
         )
 
     async def dry_run(
@@ -242,6 +262,7 @@ class TurnsMixin:
         system: str | None = None,
         turns: int | None = None,
         regenerate: bool = False,
+        attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -259,6 +280,7 @@ class TurnsMixin:
             system=system,
             turns=turns,
             regenerate=regenerate,
+            attachments=attachments,
         )
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = await self._make_handler(CaptureModel(target), agent)

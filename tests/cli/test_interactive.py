@@ -187,6 +187,22 @@ def test_a_failing_turn_reports_and_the_loop_goes_on(spawn, invoke):
     assert invoke("sessions", "show", "live").exit_code == 2
 
 
+def test_attach_goes_with_the_next_message_only(spawn, show, tmp_path):
+    (tmp_path / "todo.txt").write_text("buy milk")
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    child.sendline(f"/attach {tmp_path / 'todo.txt'}")
+    child.expect_exact(PROMPT)
+    assert "todo.txt goes with the next message" in child.before
+    turn(child, "read this")
+    turn(child, "thanks")
+    assert finish(child) == 0
+    users = [m for m in show("live")["messages"] if m["role"] == "user"]
+    assert users[0]["content"] == "read this\n\ntodo.txt:\n```txt\nbuy milk\n```"
+    assert [p["name"] for p in users[0]["attachments"]] == ["todo.txt"]
+    assert users[1] == {**users[1], "content": "thanks"} and "attachments" not in users[1]
+
+
 def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
     for text in ("old 1", "old 2"):
         assert invoke("chat", "-s", "live", text, env={"FOLIKO_MODEL": "echo"}).exit_code == 0

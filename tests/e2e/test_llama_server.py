@@ -184,3 +184,28 @@ def test_models_list_names_the_served_model(foliko, llama):
     assert served["usable"] is True
     assert served["context_window"] == CONTEXT
     assert rows["openai:MODEL"]["usable"] is True
+
+
+def test_a_text_file_attachment_reaches_the_model(foliko, stored, tmp_path):
+    (tmp_path / "notes.txt").write_text("The password is swordfish.\n")
+
+    result = foliko("chat", "-s", "notes", *SHORT, "-a", str(tmp_path / "notes.txt"), "Repeat it.")
+
+    assert result.returncode == 0, result.stderr
+    user = stored("notes")["messages"][0]
+    assert "notes.txt:\n```txt\nThe password is swordfish.\n```" in user["content"]
+    assert stored("notes")["metadata"]["message_count"] == 2
+
+
+def test_an_image_for_a_text_only_model_fails_in_one_line_and_saves_nothing(foliko, tmp_path):
+    from tests.models.test_attachments import png
+
+    (tmp_path / "dot.png").write_bytes(png())
+
+    result = foliko("chat", "-s", "image", *SHORT, "-a", str(tmp_path / "dot.png"), "What is it?")
+
+    assert result.returncode == 2, result.stderr
+    line = one_line(result.stderr)
+    assert "does not take images (500: image input is not supported" in line, line
+    assert "use a vision model" in line and "nothing was saved" in line
+    assert foliko("sessions", "show", "image").returncode == 2
