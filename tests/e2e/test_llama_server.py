@@ -198,7 +198,7 @@ def test_a_text_file_attachment_reaches_the_model(foliko, stored, tmp_path):
 
 
 def test_an_image_for_a_text_only_model_fails_in_one_line_and_saves_nothing(foliko, tmp_path):
-    from tests.models.test_attachments import png
+    from models.images import png
 
     (tmp_path / "dot.png").write_bytes(png())
 

@@ -6,9 +6,7 @@ import base64
 import functools
 import hashlib
 import http.server
-import struct
 import threading
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,28 +24,10 @@ from .fake_servers import (
     anthropic_protocol_problems,
     openai_message,
 )
+from .images import data_url, png
 from .mock_transport import Script, chat_reply, json_response
 
 CHAT = "/v1/chat/completions"
-
-
-def png(width: int = 1, height: int = 1) -> bytes:
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        body = kind + data
-        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", zlib.compress(rows))
-        + chunk(b"IEND", b"")
-    )
-
-
-def data_url(data: bytes, media_type: str = "image/png") -> str:
-    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
 def stored_user(home: Path, session_id: str = "s", index: int = 0) -> dict:

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-
-from tests.models.fake_servers import OPENAI_KEY, FakeServer, openai_message
-from tests.models.test_attachments import data_url, png
+from models.fake_servers import OPENAI_KEY, FakeServer, openai_message
+from models.images import data_url, png
 
 from .servers import run_cli
 
