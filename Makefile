@@ -26,15 +26,20 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/foliko chat --session demo "hello"
 
+# Tests run in parallel worker processes (pytest-xdist); the llama-server tier
+# stays on one worker. TEST_WORKERS=0 runs them in this process.
+TEST_WORKERS ?= 3
+
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
-# The edit loop: no PostgreSQL/Redis, no process storms or real servers.
+# The edit loop: in-process tests only (no PostgreSQL/Redis, no foliko processes,
+# no real servers).
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
-	FOLIKO_TEST_SERVICES=0 $(BIN)/pytest -q -m "not slow"
+	FOLIKO_TEST_SERVICES=0 $(BIN)/pytest -q -m "not slow" -n 2
 
 # Minutes of random writers killed at random on every persistent backend.
 soak: $(VENV)/.installed-dev

@@ -24,13 +24,18 @@ SLOW = (
     "storage/test_soak.py",
     "storage/test_roundtrip.py",
     "test_bench_smoke.py",
+    "cli/test_pipes.py",
 )
+# Tests that run the installed foliko as a process (or on a pseudo-terminal) are slow too.
+PROCESS_FIXTURES = frozenset({"run_foliko", "spawn"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = Path(str(item.fspath)).relative_to(TESTS).as_posix()
-        if any(where == slow or where.startswith(slow + "/") for slow in SLOW):
+        if any(where == slow or where.startswith(slow + "/") for slow in SLOW) or (
+            PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        ):
             item.add_marker(pytest.mark.slow)
 
 

@@ -8,6 +8,8 @@ import sys
 
 import orjson
 
+from foliko_cli.facade import Foliko
+
 
 def test_done_means_scenario(run_foliko):
     first = run_foliko("chat", "-s", "s1", "hi")
@@ -93,8 +95,9 @@ def test_python_dash_m(foliko_home):
 
 
 def test_closed_stdout_pipe_is_not_an_error(run_foliko, foliko_home):
-    for i in range(30):
-        run_foliko("chat", "-s", f"s{i}", "x" * 200, env={"FOLIKO_MODEL": "echo"})
+    with Foliko("sqlite", "echo", home=foliko_home) as foliko:
+        for i in range(30):
+            foliko.chat(f"s{i}", "x" * 200)
     executable = run_foliko("--version").args[0]
     pipeline = subprocess.run(
         f"'{executable}' sessions list | head -c 10",

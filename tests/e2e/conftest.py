@@ -24,6 +24,7 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if here in Path(item.fspath).parents:
             item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.xdist_group("llama-server"))  # one server, one worker
 
 
 @pytest.fixture(scope="session")

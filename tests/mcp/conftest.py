@@ -8,6 +8,7 @@ FOLIKO_REQUIRE_SERVICES=1, where that is a failure.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import socket
@@ -41,13 +42,22 @@ def invoke():
 
 @pytest.fixture(scope="session")
 def everything_bin() -> Path:
-    """The everything server's executable, installed once per machine."""
+    """The everything server's executable, installed once per machine (test workers
+    wait for each other's install: they share the cache)."""
     executable = NPM_CACHE / "node_modules" / ".bin" / "mcp-server-everything"
     if executable.exists():
         return executable
     npm = shutil.which("npm")
     require_or_skip("npm (for the MCP everything server)", npm is not None, "npm is not installed")
     NPM_CACHE.mkdir(parents=True, exist_ok=True)
+    with open(NPM_CACHE / ".install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not executable.exists():
+            _npm_install(npm, executable)
+    return executable
+
+
+def _npm_install(npm: str, executable: Path) -> None:
     done = subprocess.run(
         [npm, "install", "--prefix", str(NPM_CACHE), "--no-audit", "--no-fund", EVERYTHING_PACKAGE],
         capture_output=True,
@@ -60,7 +70,6 @@ def everything_bin() -> Path:
         done.returncode == 0 and executable.exists(),
         f"npm install {EVERYTHING_PACKAGE} failed: {last}",
     )
-    return executable
 
 
 def _free_port() -> int:
