@@ -18,6 +18,7 @@ from foliko_cli.errors import ModelError
 from foliko_cli.facade import Foliko
 from foliko_cli.models.base import ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
+from foliko_cli.storage import capabilities
 from foliko_cli.tools import BUILTIN_TOOLS
 
 BUDGET = 600
@@ -385,7 +386,7 @@ def test_cold_turns_on_a_compressed_session_read_only_its_recent_part(tmp_path):
             foliko.chat("long", f"turn {number} " + "words " * 20)
 
     storage = SQLiteStorage(tmp_path / "sessions.db")
-    recent = asyncio.run(storage.load_recent("long"))
+    recent = asyncio.run(capabilities.load_recent(storage, "long"))
     whole = asyncio.run(storage.load("long"))
     asyncio.run(storage.close())
     assert recent.first_seq > 0

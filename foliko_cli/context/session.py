@@ -174,8 +174,13 @@ class SessionContext:
 
     async def load_from_storage(self, *, recent_only: bool = False) -> bool:
         """Load the session; with ``recent_only``, just the messages a turn sends."""
+        from foliko_cli.storage.capabilities import load_recent
+
         storage = self._require_storage()
-        record = await (storage.load_recent if recent_only else storage.load)(self.session_id)
+        if recent_only:
+            record = await load_recent(storage, self.session_id)
+        else:
+            record = await storage.load(self.session_id)
         if record is None:
             self.history_loaded = True
             return False

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import CorruptSessionError, UsageError
-from foliko_cli.storage import open_storage
+from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.base import StoredProblem
 from foliko_cli.storage.record import (
     ROLES,
@@ -70,7 +70,7 @@ class MaintenanceMixin:
 
         async def records() -> AsyncIterator[SessionRecord]:
             for start in range(0, len(ids), 500):
-                found = await self.storage.load_many(ids[start : start + 500])
+                found = await capabilities.load_many(self.storage, ids[start : start + 500])
                 for session_id in ids[start : start + 500]:
                     if session_id in found:
                         yield found[session_id]
@@ -110,7 +110,7 @@ class MaintenanceMixin:
         was deleted and created anew meanwhile is left alone (None). Stray
         files (``StoredProblem.stray``) are removed.
         """
-        problems = await self.storage.check()
+        problems = await capabilities.check(self.storage)
         if not repair:
             return [(problem, None) for problem in problems]
         return [(problem, await self._repair(problem)) for problem in problems]
@@ -120,15 +120,15 @@ class MaintenanceMixin:
             try:
                 await self.storage.load(problem.session_id)
             except CorruptSessionError:
-                return await self.storage.quarantine(problem)
+                return await capabilities.quarantine(self.storage, problem)
             return None
 
         if problem.stray:
-            return await self.storage.quarantine(problem)
+            return await capabilities.quarantine(self.storage, problem)
         try:
             check_session_id(problem.session_id)
         except UsageError:
-            return await self.storage.quarantine(problem)
+            return await capabilities.quarantine(self.storage, problem)
         return await self._held(problem.session_id, work)
 
     async def info(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, UsageError
+from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.record import (
     SessionRecord,
@@ -91,7 +92,7 @@ class SessionsMixin:
 
         async def work():
             async with self.framework.hold_session(second, self.timeout):
-                await self.storage.rename(old_id, new_id)
+                await capabilities.rename(self.storage, old_id, new_id)
 
         await self._held(first, work)
         self.framework.destroy_session_context(old_id)
@@ -245,7 +246,7 @@ class SessionsMixin:
 
     async def _prune_one(self, session_id: str, cutoff: int) -> str:
         try:
-            state = await self.storage.load_state(session_id)
+            state = await capabilities.load_state(self.storage, session_id)
         except CorruptSessionError:
             return "unreadable"
         if state is None:
@@ -282,7 +283,7 @@ class SessionsMixin:
         check_session_id(session_id)
 
         async def work():
-            record = await self.storage.load_state(session_id)
+            record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
             record.metadata.update(changes, last_active=now_ms())
@@ -302,7 +303,7 @@ class SessionsMixin:
         check_session_id(session_id)
 
         async def work():
-            record = await self.storage.load_state(session_id)
+            record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
             position = record.first_seq
@@ -341,7 +342,7 @@ class SessionsMixin:
         check_session_id(session_id)
 
         async def work():
-            record = await self.storage.load_state(session_id)
+            record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 if not create:
                     raise SessionNotFoundError(session_id)

@@ -11,10 +11,7 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, NamedTuple
 
-from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
-    CorruptSessionError,
-    SessionNotFoundError,
     StorageError,
     UsageError,
 )
@@ -22,7 +19,6 @@ from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
-    covered_messages,
 )
 
 
@@ -102,6 +98,11 @@ class SessionStorageAdapter(ABC):
     So a lost update is an error, never silent. ``lock`` serialises turns on
     one session across processes; it must not depend on anything held only in
     this process.
+
+    This is the core every backend implements. Batches, range reads, copy,
+    rename, check and quarantine are optional capabilities (protocols in
+    ``storage.capabilities``, whose functions callers use and which fall back
+    to a generic version over this core).
     """
 
     name: ClassVar[str]
@@ -163,115 +164,11 @@ class SessionStorageAdapter(ABC):
         shared server); raise SessionBusyError after ``timeout`` s. It must not
         rest on anything held only in this process: there is no default."""
 
-    async def copy(self, source_id: str, target_id: str) -> SessionRecord:
-        record = await self.load(source_id)
-        if record is None:
-            raise SessionNotFoundError(source_id)
-        if await self.revision(target_id) is not None:
-            raise SessionExistsError(target_id)
-        now = now_ms()
-        copied = SessionRecord(
-            session_id=target_id,
-            messages=[dict(m) for m in record.messages],
-            variables=dict(record.variables),
-            metadata={**record.metadata, "created_at": now, "last_active": now},
-            compression_state=dict(record.compression_state),
-        )
-        copied.revision = await self.save(copied, expected_revision=0)
-        return copied
-
-    async def rename(self, old_id: str, new_id: str) -> None:
-        """Move the session to ``new_id``: everything kept (``created_at`` too)
-        but the revision, which is new, so no cache of either id matches it."""
-        source = await self.load(old_id)
-        if source is None:
-            raise SessionNotFoundError(old_id)
-        moved = SessionRecord(
-            session_id=new_id,
-            messages=source.messages,
-            variables=source.variables,
-            metadata=source.metadata,
-            compression_state=source.compression_state,
-            saved_at=source.saved_at,
-        )
-        await self.save(moved, expected_revision=0)
-        await self.delete(old_id, expected_revision=source.revision)
-
-    async def save_many(
-        self,
-        records: list[SessionRecord],
-        *,
-        expected_revisions: list[int | None] | None = None,
-    ) -> list[int]:
-        """Replace several sessions, each by the rule of ``save``; backends batch
-        this for migration speed. Backends with transactions write all or none."""
-        expected = expected_list(records, expected_revisions)
-        return [
-            await self.save(record, expected_revision=rev)
-            for record, rev in zip(records, expected, strict=True)
-        ]
-
-    async def load_recent(self, session_id: str) -> SessionRecord | None:
-        """The session with only the messages a turn sends: those after the
-        compression summary (``compression_state.covered``); ``first_seq`` says
-        where they start. Backends that can read a range override this, so a
-        turn on a long, compressed session reads a bounded part of it (P2)."""
-        record = await self.load(session_id)
-        if record is not None:
-            start = covered_messages(record, len(record.messages))
-            record.messages = record.messages[start:]
-            record.first_seq = start
-        return record
-
     async def exists(self) -> bool:
         """Whether the store itself is there (a file, a directory, a schema); it
         may be empty. Creates nothing. A migration from a store that does not
         exist is a typo, not an empty copy."""
         return True
-
-    async def load_state(self, session_id: str) -> SessionRecord | None:
-        """The session without its messages: variables, metadata, compression
-        state and revision; ``first_seq`` is the message count. Backends that
-        can read the session row alone override this, so updating a variable
-        costs the same however long the history."""
-        record = await self.load(session_id)
-        if record is not None:
-            record.first_seq = len(record.messages)
-            record.metadata["message_count"] = len(record.messages)
-            record.messages = []
-        return record
-
-    async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
-        """The sessions that exist among ``session_ids``; backends batch this."""
-        found = {}
-        for session_id in session_ids:
-            record = await self.load(session_id)
-            if record is not None:
-                found[session_id] = record
-        return found
-
-    async def check(self) -> list[StoredProblem]:
-        """Every record that cannot be read (``storage check``); file backends also
-        report stray files (orphan lock files, temporary files of killed writes),
-        which ``quarantine`` and ``repair_files`` remove."""
-        problems = []
-        for session_id in await self.list():
-            try:
-                await self.load(session_id)
-            except CorruptSessionError as exc:
-                problems.append(StoredProblem(session_id, exc.where, exc.reason))
-        return problems
-
-    async def quarantine(self, problem: StoredProblem) -> str:
-        """Move an unreadable record aside (never delete it); return where it went."""
-        raise StorageError(
-            f"the {self.name} backend cannot move records aside; "
-            f"remove session {problem.session_id!r} by hand"
-        )
-
-    async def repair_files(self) -> list[str]:
-        """Remove the stray files ``check`` reports (never a session); return their paths."""
-        return []
 
     async def info(self) -> dict[str, Any]:
         """What ``storage info`` prints: at least backend, location, sessions."""

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from foliko_cli.errors import FolikoError, UsageError
+from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
 from foliko_cli.storage.record import SessionRecord, content_hash
 
@@ -134,7 +135,7 @@ async def _write(
     backend without transactions may have written part of the batch)."""
     records = [record for record, _ in pending]
     try:
-        await target.save_many(records, expected_revisions=[e for _, e in pending])
+        await capabilities.save_many(target, records, expected_revisions=[e for _, e in pending])
         return records
     except (ConflictError, SessionExistsError):
         pass
@@ -170,7 +171,7 @@ async def _verify(
 ) -> None:
     """Read the batch back (in one go when the backend can) and compare each session."""
     try:
-        found = await target.load_many([record.session_id for record in written])
+        found = await capabilities.load_many(target, [record.session_id for record in written])
     except FolikoError:
         found = None
     for record in written:

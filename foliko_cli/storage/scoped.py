@@ -21,6 +21,7 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     UsageError,
 )
+from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import (
     ConflictError,
     SessionExistsError,
@@ -70,11 +71,11 @@ class UserScopedStorage(SessionStorageAdapter):
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
         with self._own_name(session_id):
-            return self._seen(await self.inner.load_recent(self._stored(session_id)))
+            return self._seen(await capabilities.load_recent(self.inner, self._stored(session_id)))
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
         with self._own_name(session_id):
-            return self._seen(await self.inner.load_state(self._stored(session_id)))
+            return self._seen(await capabilities.load_state(self.inner, self._stored(session_id)))
 
     async def exists(self) -> bool:
         return await self.inner.exists()
@@ -87,7 +88,7 @@ class UserScopedStorage(SessionStorageAdapter):
             raise CorruptSessionError(session_id, exc.where, exc.reason) from None
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
-        found = await self.inner.load_many([self._stored(s) for s in session_ids])
+        found = await capabilities.load_many(self.inner, [self._stored(s) for s in session_ids])
         return {self._own(k) or k: self._seen(v) for k, v in found.items()}  # type: ignore[misc]
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
@@ -102,8 +103,10 @@ class UserScopedStorage(SessionStorageAdapter):
         *,
         expected_revisions: list[int | None] | None = None,
     ) -> list[int]:
-        return await self.inner.save_many(
-            [self._stored_record(r) for r in records], expected_revisions=expected_revisions
+        return await capabilities.save_many(
+            self.inner,
+            [self._stored_record(r) for r in records],
+            expected_revisions=expected_revisions,
         )
 
     async def append(
@@ -155,12 +158,14 @@ class UserScopedStorage(SessionStorageAdapter):
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
         with self._own_names(source_id, target_id):
-            record = await self.inner.copy(self._stored(source_id), self._stored(target_id))
+            record = await capabilities.copy(
+                self.inner, self._stored(source_id), self._stored(target_id)
+            )
         return self._seen(record)  # type: ignore[return-value]
 
     async def rename(self, old_id: str, new_id: str) -> None:
         with self._own_names(old_id, new_id):
-            await self.inner.rename(self._stored(old_id), self._stored(new_id))
+            await capabilities.rename(self.inner, self._stored(old_id), self._stored(new_id))
 
     @contextlib.contextmanager
     def _own_names(self, source_id: str, target_id: str):
@@ -177,13 +182,13 @@ class UserScopedStorage(SessionStorageAdapter):
     async def check(self) -> list[StoredProblem]:
         return [
             problem._replace(session_id=own)
-            for problem in await self.inner.check()
+            for problem in await capabilities.check(self.inner)
             if (own := self._own(problem.session_id)) is not None
         ]
 
     async def quarantine(self, problem: StoredProblem) -> str:
-        return await self.inner.quarantine(
-            problem._replace(session_id=self._stored(problem.session_id))
+        return await capabilities.quarantine(
+            self.inner, problem._replace(session_id=self._stored(problem.session_id))
         )
 
     async def health_check(self) -> bool:

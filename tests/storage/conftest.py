@@ -43,6 +43,13 @@ def _memory(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
 
 
 @contextlib.contextmanager
+def _core_only(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
+    from .core_only import CoreOnlyStorage
+
+    yield CoreOnlyStorage()
+
+
+@contextlib.contextmanager
 def _json(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
     from foliko_cli.storage.jsonfile import JsonStorage
 
@@ -67,6 +74,7 @@ def _user_scoped(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
 
 BACKENDS = [
     Backend("memory", _memory),
+    Backend("core-only", _core_only),
     Backend("json", _json),
     Backend("sqlite", _sqlite),
     Backend("user-scoped", _user_scoped),

@@ -13,6 +13,7 @@ import pytest
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, SessionBusyError, SessionNotFoundError
+from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import (
     InvalidRecordError,
@@ -183,7 +184,7 @@ def test_save_replaces_the_whole_session(storage, run):
 
 def test_save_many_writes_every_record(storage, run):
     records = [make_record(f"m{i}", messages=turn(f"q{i}")) for i in range(3)]
-    revisions = run(storage.save_many(records))
+    revisions = run(capabilities.save_many(storage, records))
     assert len(revisions) == 3
     for i in range(3):
         assert run(storage.load(f"m{i}")).messages == turn(f"q{i}")
@@ -191,7 +192,11 @@ def test_save_many_writes_every_record(storage, run):
 
 def test_save_many_replaces_existing_sessions_and_moves_their_revision(storage, run):
     first = run(storage.save(make_record("m0", messages=turn("old") + turn("older"))))
-    revisions = run(storage.save_many([make_record("m0", messages=turn("new")), make_record("m1")]))
+    revisions = run(
+        capabilities.save_many(
+            storage, [make_record("m0", messages=turn("new")), make_record("m1")]
+        )
+    )
     assert revisions[0] == first + 1
     assert run(storage.load("m0")).messages == turn("new")
     assert run(storage.revision("m1")) == revisions[1]
@@ -199,8 +204,8 @@ def test_save_many_replaces_existing_sessions_and_moves_their_revision(storage, 
 
 def test_load_many_returns_the_sessions_that_exist(storage, run):
     records = [make_record(f"m{i}", messages=turn(f"q{i}")) for i in range(3)]
-    run(storage.save_many(records))
-    found = run(storage.load_many(["m2", "missing", "m0"]))
+    run(capabilities.save_many(storage, records))
+    found = run(capabilities.load_many(storage, ["m2", "missing", "m0"]))
     assert set(found) == {"m0", "m2"}
     assert found["m2"].messages == turn("q2")
     assert found["m0"] == run(storage.load("m0"))
@@ -395,7 +400,7 @@ def test_any_printable_id_is_stored_and_found_under_itself(storage, run):
 
 def test_copy_duplicates_a_session_that_then_diverges(storage, run):
     run(storage.save(make_record("src")))
-    copied = run(storage.copy("src", "dst"))
+    copied = run(capabilities.copy(storage, "src", "dst"))
     assert copied.session_id == "dst"
     target = run(storage.load("dst"))
     assert target.messages == RICH_MESSAGES
@@ -410,16 +415,16 @@ def test_copy_refuses_an_existing_target_and_an_unknown_source(storage, run):
     run(storage.save(make_record("src")))
     run(storage.save(make_record("dst", messages=turn("keep me"))))
     with pytest.raises(SessionExistsError):
-        run(storage.copy("src", "dst"))
+        run(capabilities.copy(storage, "src", "dst"))
     assert run(storage.load("dst")).messages == turn("keep me")
     with pytest.raises(SessionNotFoundError):
-        run(storage.copy("missing", "fresh"))
+        run(capabilities.copy(storage, "missing", "fresh"))
     assert run(storage.load("fresh")) is None
 
 
 def test_rename_moves_the_session(storage, run):
     run(storage.save(make_record("old")))
-    run(storage.rename("old", "new"))
+    run(capabilities.rename(storage, "old", "new"))
     assert run(storage.load("old")) is None
     moved = run(storage.load("new"))
     assert moved.session_id == "new"
@@ -435,11 +440,11 @@ def test_rename_refuses_an_existing_target_and_an_unknown_source(storage, run):
     run(storage.save(make_record("old")))
     run(storage.save(make_record("taken", messages=turn("keep me"))))
     with pytest.raises(SessionExistsError):
-        run(storage.rename("old", "taken"))
+        run(capabilities.rename(storage, "old", "taken"))
     assert run(storage.load("old")).messages == RICH_MESSAGES
     assert run(storage.load("taken")).messages == turn("keep me")
     with pytest.raises(SessionNotFoundError):
-        run(storage.rename("missing", "fresh"))
+        run(capabilities.rename(storage, "missing", "fresh"))
     assert run(storage.load("fresh")) is None
     assert sorted(run(storage.list())) == ["old", "taken"]
 
@@ -456,7 +461,7 @@ def test_health_check_passes_on_a_working_backend(storage, run):
 def test_check_finds_nothing_wrong_with_healthy_sessions(storage, run):
     run(storage.save(make_record()))
     run(storage.append("t", turn("x"), state(), expected_revision=0))
-    assert run(storage.check()) == []
+    assert run(capabilities.check(storage)) == []
 
 
 def test_info_names_the_backend_and_counts_sessions(storage, run):
@@ -599,18 +604,18 @@ def test_save_many_with_one_stale_revision_writes_none_of_the_batch(storage, run
         make_record("c", messages=turn("c-new")),
     ]
     with pytest.raises(ConflictError):
-        run(storage.save_many(batch, expected_revisions=[a, b, 0]))
+        run(capabilities.save_many(storage, batch, expected_revisions=[a, b, 0]))
     assert run(storage.load("a")).messages == turn("a1")
     assert run(storage.load("b")).messages == turn("b2")
     assert run(storage.load("c")) is None
     with pytest.raises(SessionExistsError):
-        run(storage.save_many(batch[:1], expected_revisions=[0]))
+        run(capabilities.save_many(storage, batch[:1], expected_revisions=[0]))
     current = run(storage.revision("b"))
-    revisions = run(storage.save_many(batch, expected_revisions=[a, current, 0]))
+    revisions = run(capabilities.save_many(storage, batch, expected_revisions=[a, current, 0]))
     assert revisions == [run(storage.revision(name)) for name in "abc"]
     assert run(storage.load("c")).messages == turn("c-new")
     with pytest.raises(ValueError):
-        run(storage.save_many(batch, expected_revisions=[None]))
+        run(capabilities.save_many(storage, batch, expected_revisions=[None]))
 
 
 def _racing_saves(storage, expected: int, writers: int = 6) -> list:
@@ -651,9 +656,9 @@ def test_copy_and_rename_never_overwrite_a_target_created_meanwhile(storage, run
     run(storage.save(make_record("src")))
     run(storage.save(make_record("dst", messages=turn("mine")), expected_revision=0))
     with pytest.raises(SessionExistsError):
-        run(storage.copy("src", "dst"))
+        run(capabilities.copy(storage, "src", "dst"))
     with pytest.raises(SessionExistsError):
-        run(storage.rename("src", "dst"))
+        run(capabilities.rename(storage, "src", "dst"))
     assert run(storage.load("dst")).messages == turn("mine")
     assert run(storage.load("src")) is not None
 
@@ -725,7 +730,7 @@ def test_load_recent_reads_only_what_the_compression_summary_does_not_cover(stor
     record = make_record("long", messages=messages)
     record.compression_state = {"summary": "first four turns", "covered": 8}
     run(storage.save(record))
-    recent = run(storage.load_recent("long"))
+    recent = run(capabilities.load_recent(storage, "long"))
     assert recent.first_seq == 8
     assert recent.messages == messages[8:]
     assert recent.metadata["message_count"] == 12
@@ -737,9 +742,9 @@ def test_load_recent_of_an_uncompressed_or_inconsistent_session_reads_everything
     record = make_record("s", messages=messages)
     record.compression_state = {"covered": 99}
     run(storage.save(record))
-    recent = run(storage.load_recent("s"))
+    recent = run(capabilities.load_recent(storage, "s"))
     assert (recent.first_seq, recent.messages) == (0, messages)
-    assert run(storage.load_recent("missing")) is None
+    assert run(capabilities.load_recent(storage, "missing")) is None
 
 
 # the meaning every backend shares (issue: one contract, one meaning)
@@ -747,7 +752,7 @@ def test_load_recent_of_an_uncompressed_or_inconsistent_session_reads_everything
 
 def test_rename_keeps_created_at_and_mints_a_new_revision(storage, run):
     old_revision = run(storage.save(make_record("old")))
-    run(storage.rename("old", "new"))
+    run(capabilities.rename(storage, "old", "new"))
     moved = run(storage.load("new"))
     assert moved.metadata["created_at"] == T0
     assert moved.revision not in (0, old_revision)
@@ -776,10 +781,10 @@ def test_an_append_of_no_messages_is_a_state_update(storage, run):
 
 
 def test_load_state_is_the_session_without_its_messages(storage, run):
-    assert run(storage.load_state("missing")) is None
+    assert run(capabilities.load_state(storage, "missing")) is None
     run(storage.save(make_record("s")))
     stored = run(storage.load("s"))
-    light = run(storage.load_state("s"))
+    light = run(capabilities.load_state(storage, "s"))
     assert light.messages == []
     assert light.first_seq == len(RICH_MESSAGES)
     assert light.metadata["message_count"] == len(RICH_MESSAGES)

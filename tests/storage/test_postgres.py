@@ -29,6 +29,7 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
 )
+from foliko_cli.storage import capabilities
 from foliko_cli.storage import postgres as postgres_module
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
@@ -275,12 +276,12 @@ def test_check_reports_a_corrupt_session_and_quarantine_moves_it_aside(url, pg, 
     query(url, f"UPDATE {pg._q}.messages SET body = '{{not json' WHERE session_id = 'bad'")
     with pytest.raises(CorruptSessionError):
         run(pg.load("bad"))
-    problems = run(pg.check())
+    problems = run(capabilities.check(pg))
     assert [p.session_id for p in problems] == ["bad"]
     where = run(pg.quarantine(problems[0]))
     assert f"{pg.schema}.quarantine" in where
     assert run(pg.list()) == ["good"]
-    assert run(pg.check()) == []
+    assert run(capabilities.check(pg)) == []
     (moved,) = query(url, f"SELECT session_id, reason, messages FROM {pg._q}.quarantine")
     assert moved[0] == "bad"
     assert "{not json" in moved[2]  # kept, never deleted

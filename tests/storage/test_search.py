@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from foliko_cli.errors import UsageError
-from foliko_cli.storage import open_storage
+from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
 from foliko_cli.storage.search import (
     Searchable,
@@ -127,13 +127,13 @@ def test_the_limit_keeps_the_best(stored, run):
 
 
 def test_appends_replacements_renames_and_deletes_keep_the_index_in_step(stored, run):
-    record = run(stored.load_state("ops"))
+    record = run(capabilities.load_state(stored, "ops"))
     state = SessionState(record.variables, record.metadata, record.compression_state)
     new = [{"role": "user", "content": "zebra crossing", "created_at": T0 + 99_000}]
     run(stored.append("ops", new, state, expected_revision=record.revision))
     assert where(find(run, stored, "zebra")) == [("ops", 6)]
 
-    run(stored.rename("ops", "ops2"))
+    run(capabilities.rename(stored, "ops", "ops2"))
     assert where(find(run, stored, "zebra")) == [("ops2", 6)]
 
     run(stored.save(SessionRecord("ops2", messages=messages([("user", "only giraffes")]))))
@@ -277,7 +277,7 @@ def test_without_fts5_sqlite_writes_as_before_and_search_scans(tmp_path, run, mo
         run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
         tables = {r[0] for r in storage.db.execute("SELECT name FROM sqlite_master")}
         assert not tables & {"messages_fts", "message_search", "message_texts"}
-        run(storage.rename("s", "t"))
+        run(capabilities.rename(storage, "s", "t"))
         assert sorted(where(find(run, storage, '"connection refused"'))) == [("t", 2), ("t", 3)]
         assert run(storage.delete("t")) is True
         assert find(run, storage, "refused") == []

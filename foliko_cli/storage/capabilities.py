@@ -1,0 +1,202 @@
+"""Optional storage capabilities, each a runtime-checkable protocol, and the one
+generic way to do each over the core contract (``SessionStorageAdapter``).
+
+A backend has a capability by defining its methods. Callers do not call those
+methods themselves: they call the functions here, which use the backend's own
+when ``isinstance(storage, Capability)`` and otherwise the generic version,
+written once over the core (load, save, append, delete, list, lock). So an
+adapter that implements only the core is complete, and a native version is an
+optimisation (a batch in one transaction, a range read, a rename in one
+statement) that must mean the same as the generic one: the conformance suite
+runs these functions on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
+from foliko_cli.storage.base import (
+    SessionExistsError,
+    SessionStorageAdapter,
+    StoredProblem,
+    check_expected,
+    expected_list,
+)
+from foliko_cli.storage.record import SessionRecord, covered_messages
+
+
+@runtime_checkable
+class BatchSave(Protocol):
+    async def save_many(
+        self, records: list[SessionRecord], *, expected_revisions: list[int | None] | None = None
+    ) -> list[int]: ...
+
+
+@runtime_checkable
+class BatchLoad(Protocol):
+    async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]: ...
+
+
+@runtime_checkable
+class RangedLoad(Protocol):
+    async def load_recent(self, session_id: str) -> SessionRecord | None: ...
+
+    async def load_state(self, session_id: str) -> SessionRecord | None: ...
+
+
+@runtime_checkable
+class NativeCopy(Protocol):
+    async def copy(self, source_id: str, target_id: str) -> SessionRecord: ...
+
+
+@runtime_checkable
+class AtomicRename(Protocol):
+    async def rename(self, old_id: str, new_id: str) -> None: ...
+
+
+@runtime_checkable
+class ProblemScan(Protocol):
+    async def check(self) -> list[StoredProblem]: ...
+
+
+@runtime_checkable
+class Quarantine(Protocol):
+    async def quarantine(self, problem: StoredProblem) -> str: ...
+
+
+async def save_many(
+    storage: SessionStorageAdapter,
+    records: list[SessionRecord],
+    *,
+    expected_revisions: list[int | None] | None = None,
+) -> list[int]:
+    """Replace several sessions, each by the rule of ``save``, all or none: a native
+    batch in one transaction; the generic one checks every expected revision before
+    it writes any (each write still checks its own)."""
+    if isinstance(storage, BatchSave):
+        return await storage.save_many(records, expected_revisions=expected_revisions)
+    expected = expected_list(records, expected_revisions)
+    for record, revision in zip(records, expected, strict=True):
+        if revision is not None:
+            check_expected(
+                record.session_id, revision, await storage.revision(record.session_id) or 0
+            )
+    return [
+        await storage.save(record, expected_revision=revision)
+        for record, revision in zip(records, expected, strict=True)
+    ]
+
+
+async def load_many(
+    storage: SessionStorageAdapter, session_ids: list[str]
+) -> dict[str, SessionRecord]:
+    """The sessions that exist among ``session_ids``."""
+    if isinstance(storage, BatchLoad):
+        return await storage.load_many(session_ids)
+    found = {}
+    for session_id in session_ids:
+        record = await storage.load(session_id)
+        if record is not None:
+            found[session_id] = record
+    return found
+
+
+async def load_recent(storage: SessionStorageAdapter, session_id: str) -> SessionRecord | None:
+    """The session with only the messages a turn sends: those after the compression
+    summary (``compression_state.covered``); ``first_seq`` says where they start.
+    A range read keeps a turn on a long, compressed session bounded (P2)."""
+    if isinstance(storage, RangedLoad):
+        return await storage.load_recent(session_id)
+    record = await storage.load(session_id)
+    if record is not None:
+        start = covered_messages(record, len(record.messages))
+        record.messages = record.messages[start:]
+        record.first_seq = start
+    return record
+
+
+async def load_state(storage: SessionStorageAdapter, session_id: str) -> SessionRecord | None:
+    """The session without its messages (variables, metadata, compression state,
+    revision); ``first_seq`` is the message count. Read natively, a variable update
+    costs the same however long the history."""
+    if isinstance(storage, RangedLoad):
+        return await storage.load_state(session_id)
+    record = await storage.load(session_id)
+    if record is not None:
+        record.first_seq = len(record.messages)
+        record.metadata["message_count"] = len(record.messages)
+        record.messages = []
+    return record
+
+
+async def copy(storage: SessionStorageAdapter, source_id: str, target_id: str) -> SessionRecord:
+    """A new session ``target_id`` with ``source_id``'s history and state, created
+    now; SessionExistsError when the target exists."""
+    if isinstance(storage, NativeCopy):
+        return await storage.copy(source_id, target_id)
+    record = await storage.load(source_id)
+    if record is None:
+        raise SessionNotFoundError(source_id)
+    if await storage.revision(target_id) is not None:
+        raise SessionExistsError(target_id)
+    now = now_ms()
+    copied = SessionRecord(
+        session_id=target_id,
+        messages=[dict(m) for m in record.messages],
+        variables=dict(record.variables),
+        metadata={**record.metadata, "created_at": now, "last_active": now},
+        compression_state=dict(record.compression_state),
+    )
+    copied.revision = await storage.save(copied, expected_revision=0)
+    return copied
+
+
+async def rename(storage: SessionStorageAdapter, old_id: str, new_id: str) -> None:
+    """Move the session to ``new_id``: everything kept (``created_at`` too) but the
+    revision, which is new, so no cache of either id matches it. The caller holds
+    both sessions' locks; the generic version creates the new one (create-only)
+    before it deletes the old one (compare-and-set), so a crash between the two
+    leaves both, never neither."""
+    if isinstance(storage, AtomicRename):
+        await storage.rename(old_id, new_id)
+        return
+    source = await storage.load(old_id)
+    if source is None:
+        raise SessionNotFoundError(old_id)
+    moved = SessionRecord(
+        session_id=new_id,
+        messages=source.messages,
+        variables=source.variables,
+        metadata=source.metadata,
+        compression_state=source.compression_state,
+        saved_at=source.saved_at,
+    )
+    await storage.save(moved, expected_revision=0)
+    await storage.delete(old_id, expected_revision=source.revision)
+
+
+async def check(storage: SessionStorageAdapter) -> list[StoredProblem]:
+    """Every record that cannot be read (``storage check``); file backends also
+    report stray files (orphan lock files, temporary files of killed writes),
+    which ``quarantine`` removes."""
+    if isinstance(storage, ProblemScan):
+        return await storage.check()
+    problems = []
+    for session_id in await storage.list():
+        try:
+            await storage.load(session_id)
+        except CorruptSessionError as exc:
+            problems.append(StoredProblem(session_id, exc.where, exc.reason))
+    return problems
+
+
+async def quarantine(storage: SessionStorageAdapter, problem: StoredProblem) -> str:
+    """Move an unreadable record aside (never delete it); return where it went."""
+    if isinstance(storage, Quarantine):
+        return await storage.quarantine(problem)
+    raise StorageError(
+        f"the {storage.name} backend cannot move records aside; "
+        f"remove session {problem.session_id!r} by hand"
+    )

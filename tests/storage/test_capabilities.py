@@ -1,0 +1,71 @@
+"""Optional capabilities are protocols checked at runtime; the generic versions serve
+a backend without them (the conformance suite runs every backend, ``core-only`` too)."""
+
+from __future__ import annotations
+
+import pytest
+
+from foliko_cli.storage import capabilities
+from foliko_cli.storage.base import StoredProblem
+from foliko_cli.storage.jsonfile import JsonStorage
+from foliko_cli.storage.memory import MemoryStorage
+from foliko_cli.storage.sqlite import SQLiteStorage
+
+from .core_only import CoreOnlyStorage
+from .test_conformance import make_record
+
+PROTOCOLS = (
+    capabilities.BatchSave,
+    capabilities.BatchLoad,
+    capabilities.RangedLoad,
+    capabilities.NativeCopy,
+    capabilities.AtomicRename,
+    capabilities.ProblemScan,
+    capabilities.Quarantine,
+)
+
+
+def claimed(storage) -> set[str]:
+    return {p.__name__ for p in PROTOCOLS if isinstance(storage, p)}
+
+
+def test_an_adapter_with_only_the_core_claims_no_capability():
+    assert claimed(CoreOnlyStorage()) == set()
+
+
+def test_backends_claim_what_they_do_natively(tmp_path):
+    assert claimed(MemoryStorage()) == {"BatchSave"}
+    assert claimed(SQLiteStorage(tmp_path / "s.db")) >= {
+        "BatchSave",
+        "BatchLoad",
+        "RangedLoad",
+        "AtomicRename",
+        "ProblemScan",
+        "Quarantine",
+    }
+    assert claimed(JsonStorage(tmp_path / "j")) >= {"BatchSave", "AtomicRename", "Quarantine"}
+
+
+def test_quarantine_without_the_capability_says_what_to_do(run):
+    problem = StoredProblem("s", "here", "unreadable")
+    with pytest.raises(Exception, match="cannot move records aside; remove session 's' by hand"):
+        run(capabilities.quarantine(CoreOnlyStorage(), problem))
+
+
+def test_the_generic_rename_creates_before_it_deletes(run):
+    storage = CoreOnlyStorage()
+    run(storage.save(make_record("old")))
+    order = []
+    save, delete = storage.save, storage.delete
+
+    async def saving(record, **kw):
+        order.append(("save", record.session_id))
+        return await save(record, **kw)
+
+    async def deleting(session_id, **kw):
+        order.append(("delete", session_id))
+        return await delete(session_id, **kw)
+
+    storage.save, storage.delete = saving, deleting
+    run(capabilities.rename(storage, "old", "new"))
+    assert order == [("save", "new"), ("delete", "old")]
