@@ -75,6 +75,16 @@ class ModelSpec(NamedTuple):
     options: Mapping[str, Any] = MappingProxyType({})
     price: Mapping[str, float] = MappingProxyType({})
 
+    def settings(self) -> dict[str, Any]:
+        """What every provider's constructor takes from the spec besides the model."""
+        return {
+            "context_window": self.context_window,
+            "max_tokens": self.max_tokens,
+            "window_configured": self.window_configured,
+            "options": self.options,
+            "price": self.price,
+        }
+
     @property
     def key_hint(self) -> str | None:
         return self.key_env or ("the api_key in the config file" if self.api_key else None)

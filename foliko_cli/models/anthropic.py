@@ -269,20 +269,5 @@ def build(spec: Any, key: str | None, transport: Any = None) -> AnthropicModel:
     """The ``anthropic`` entry point."""
     from foliko_cli.models.http import HttpModelClient
 
-    client = HttpModelClient(
-        "anthropic",
-        spec.base_url,
-        anthropic_headers(key),
-        key_hint=spec.key_hint,
-        secret=key,
-        transport=transport,
-    )
-    return AnthropicModel(
-        spec.model,
-        client=client,
-        context_window=spec.context_window,
-        max_tokens=spec.max_tokens,
-        window_configured=spec.window_configured,
-        options=spec.options,
-        price=spec.price,
-    )
+    client = HttpModelClient.for_spec(spec, anthropic_headers(key), key, transport)
+    return AnthropicModel(spec.model, client=client, **spec.settings())

@@ -128,6 +128,20 @@ class HttpModelClient:
         self._client: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    @classmethod
+    def for_spec(
+        cls, spec: Any, headers: dict[str, str], key: str | None, transport: Any = None
+    ) -> HttpModelClient:
+        """The client for a ``models.ModelSpec``: its provider, base URL and key."""
+        return cls(
+            spec.provider,
+            spec.base_url,
+            headers,
+            key_hint=spec.key_hint,
+            secret=key,
+            transport=transport,
+        )
+
     @property
     def where(self) -> str:
         return f"{self.label} at {self.base_url}"

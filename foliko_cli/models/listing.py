@@ -37,14 +37,7 @@ async def _probe(spec: Any, key: str | None, timeout: float, transport: Any) -> 
     from foliko_cli.models.http import HttpModelClient
 
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    client = HttpModelClient(
-        spec.provider,
-        spec.base_url,
-        headers,
-        key_hint=spec.key_hint,
-        secret=key,
-        transport=transport,
-    )
+    client = HttpModelClient.for_spec(spec, headers, key, transport)
     try:
         async with asyncio.timeout(timeout):
             if spec.provider == "ollama":

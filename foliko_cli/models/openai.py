@@ -249,22 +249,10 @@ def build(spec: Any, key: str | None, transport: Any = None) -> OpenAIChatModel:
     headers = {"content-type": "application/json"}
     if key:
         headers["authorization"] = f"Bearer {key}"
-    client = HttpModelClient(
-        spec.provider,
-        spec.base_url,
-        headers,
-        key_hint=spec.key_hint,
-        secret=key,
-        transport=transport,
-    )
     return OpenAIChatModel(
         spec.model,
-        client=client,
+        client=HttpModelClient.for_spec(spec, headers, key, transport),
         provider=spec.provider,
-        context_window=spec.context_window,
-        max_tokens=spec.max_tokens,
-        window_configured=spec.window_configured,
-        options=spec.options,
-        price=spec.price,
         hosted=spec.provider == "openai" and "api.openai.com" in (spec.base_url or ""),
+        **spec.settings(),
     )
