@@ -202,29 +202,37 @@ class TurnsMixin:
         turn: dict[str, Any] | None = None,
         **options: Any,
     ) -> tuple[str, TurnSetup]:
-        """Check the turn's input and build its setup; a regenerated turn's message
-        (and attachments) are those of the turn it replaces. Text attachments are
-        appended to the message. ``turn`` holds the further TurnSetup fields
-        (``messages``, ``instructions``, ...)."""
+        """Check the turn's input and build its setup; text attachments are appended
+        to the message. ``turn`` holds the further TurnSetup fields (``messages``,
+        ``instructions``, ...)."""
         check_session_id(session_id)
         turn = turn or {}
         unknown = set(turn) - TURN_FIELDS
         if unknown:
             raise TypeError(f"unexpected turn option {sorted(unknown)[0]!r}")
-        if not regenerate:
-            if message is None:
-                raise UsageError("no message to send", fix="give one")
-            parts: list[dict[str, Any]] = []
+        if regenerate:
             if attachments:
-                from foliko_cli.attachments import compose, load_all
-
-                message, parts = compose(message, await load_all(attachments, self.timeout))
-            if message or not (parts or turn.get("messages")):  # else it continues or attaches
-                check_message_text(message)
-            setup = await self._turn_setup(session_id, **options, **turn)
-            return message, setup._replace(attachments=tuple(parts))
+                raise UsageError(
+                    "regenerating a turn reuses its attachments", fix="attach nothing new"
+                )
+            return await self._regenerated(session_id, message, turn, options)
+        if message is None:
+            raise UsageError("no message to send", fix="give one")
+        parts: list[dict[str, Any]] = []
         if attachments:
-            raise UsageError("regenerating a turn reuses its attachments", fix="attach nothing new")
+            from foliko_cli.attachments import compose, load_all
+
+            message, parts = compose(message, await load_all(attachments, self.timeout))
+        if message or not (parts or turn.get("messages")):  # else it continues or attaches
+            check_message_text(message)
+        setup = await self._turn_setup(session_id, **options, **turn)
+        return message, setup._replace(attachments=tuple(parts))
+
+    async def _regenerated(
+        self, session_id: str, message: str | None, turn: dict[str, Any], options: dict[str, Any]
+    ) -> tuple[str, TurnSetup]:
+        """The setup that replaces the session's last turn by a new answer to its
+        user message, sent again with its attachments."""
         if message is not None or options["new"] or options["fork_from"] is not None:
             raise UsageError(
                 "regenerating a turn reuses its message",
