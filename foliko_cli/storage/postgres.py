@@ -32,7 +32,6 @@ connection per thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import re
@@ -58,6 +57,7 @@ from foliko_cli.storage.base import (
     StoredProblem,
     expected_list,
 )
+from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -87,8 +87,6 @@ TCP_USER_TIMEOUT_MS = 20_000
 SUMMARY_PAGE = 1000
 IDLE_LOCK_CONNECTIONS = 2
 WRITE_ATTEMPTS = 3
-_FIRST_DELAY = 0.002
-_MAX_DELAY = 0.1
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _EXTRA_HINT = "PostgreSQL storage needs the 'postgres' extra: pip install 'foliko-cli[postgres]'"
 
@@ -538,16 +536,12 @@ class PostgresStorage(SessionStorageAdapter):
         return self._open(f"foliko: pid {os.getpid()} on {socket.gethostname()}")
 
     async def _acquire(self, conn: Any, key: int, session_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        delay = _FIRST_DELAY
-        while True:
+        def locked() -> bool:
             with self._guard(conn):
-                if conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                    return
-            if time.monotonic() >= deadline:
-                raise SessionBusyError(session_id, timeout, self._holder(conn, key))
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, _MAX_DELAY)
+                return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+
+        if not await poll(locked, time.monotonic() + timeout):
+            raise SessionBusyError(session_id, timeout, self._holder(conn, key))
 
     def _holder(self, conn: Any, key: int) -> str:
         """Who holds ``key``: the application name foliko gives its lock connections."""
