@@ -69,7 +69,7 @@ from foliko_cli.storage.record import (
 )
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
-from foliko_cli.storage.sql.dialect import Dialect, PostgresDialect, advisory_key
+from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
 from foliko_cli.storage.sql.migrations import Step, migrate
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
@@ -93,11 +93,11 @@ _EXTRA_HINT = "PostgreSQL storage needs the 'postgres' extra: pip install 'folik
 T = TypeVar("T")
 
 
-def create_search_index(db: Any, dialect: Dialect) -> None:
+def create_search_index(db: Any, dialect: PostgresDialect) -> None:
     """The full-text index over message text (postgres_search.py)."""
     from foliko_cli.storage.postgres_search import create_index
 
-    create_index(db, dialect.prefix.removesuffix("."))
+    create_index(db, dialect.quoted)
 
 
 MIGRATIONS: list[Step] = [
@@ -309,14 +309,12 @@ class PostgresStorage(SessionStorageAdapter):
         """``write(cursor)`` in one transaction, run again when it created a session
         that another writer created meanwhile (the next run finds its row)."""
         with self._guard():
-            for attempt in range(1, WRITE_ATTEMPTS + 1):
-                try:
-                    with self.db.transaction(), self.db.cursor() as cur:
-                        return write(cur)
-                except self._pg.errors.UniqueViolation:
-                    if attempt == WRITE_ATTEMPTS:
-                        raise
-        raise AssertionError("unreachable")
+            for _ in range(WRITE_ATTEMPTS - 1):
+                suppressed = contextlib.suppress(self._pg.errors.UniqueViolation)
+                with suppressed, self.db.transaction(), self.db.cursor() as cur:
+                    return write(cur)
+            with self.db.transaction(), self.db.cursor() as cur:
+                return write(cur)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]

@@ -30,8 +30,10 @@ from foliko_cli.errors import (
     StorageError,
 )
 from foliko_cli.storage import postgres as postgres_module
+from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.storage.sql import writes
 from foliko_cli.storage.sql.dialect import PostgresDialect
 
 from .services import (
@@ -244,6 +246,35 @@ def test_concurrent_appends_from_several_connections_lose_nothing(url, pg, run):
     replies = [m["content"] for m in record.messages[1::2]]
     assert replies == [f"echo: {u}" for u in users]  # each user message followed by its reply
     assert run(pg.list_summaries())[0].message_count == 2 * total
+
+
+def created_meanwhile(monkeypatch) -> None:
+    """The next revision read finds nothing, as if another writer created the
+    session just after it (its INSERT then fails on the primary key)."""
+    real = writes.stored_revisions
+    calls = []
+
+    def first_finds_nothing(db, dialect, session_ids):
+        calls.append(session_ids)
+        return {} if len(calls) == 1 else real(db, dialect, session_ids)
+
+    monkeypatch.setattr(writes, "stored_revisions", first_finds_nothing)
+
+
+def test_a_save_that_loses_a_creation_race_runs_again_as_a_replace(pg, run, monkeypatch):
+    first = run(pg.save(SessionRecord("s", messages=turn("theirs"))))
+    created_meanwhile(monkeypatch)
+    second = run(pg.save(SessionRecord("s", messages=turn("ours"))))
+    assert second == first + 1
+    assert run(pg.load("s")).messages == turn("ours")
+
+
+def test_a_create_only_save_that_loses_a_creation_race_finds_the_session(pg, run, monkeypatch):
+    run(pg.save(SessionRecord("s", messages=turn("theirs"))))
+    created_meanwhile(monkeypatch)
+    with pytest.raises(SessionExistsError):
+        run(pg.save(SessionRecord("s", messages=turn("ours")), expected_revision=0))
+    assert run(pg.load("s")).messages == turn("theirs")
 
 
 def test_save_many_is_one_transaction(pg, run, monkeypatch):
