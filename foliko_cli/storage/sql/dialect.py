@@ -4,8 +4,9 @@ The shared statements are written once, with ``?`` placeholders and table
 names in braces (``{sessions}``); ``Dialect.sql`` turns one into its
 engine's text, once per statement. Beyond that a dialect knows the column
 type of timestamps, how messages are tied to their session, the lock a
-writer takes on the row it reads, how many message rows go in at once, where
-the schema version is kept, and which writes its search index must follow.
+writer takes on the row it reads, how message rows go in (``executemany``
+or ``COPY``), where the schema version is kept, and which writes its search
+index must follow.
 
 No driver is imported here: the SQLite start-up path loads this module.
 """
@@ -24,7 +25,8 @@ _INSERT_MESSAGES = (
 
 
 class Dialect:
-    name = ""
+    """The answers both engines could give; each engine's class overrides the rest."""
+
     mark = "?"
     bigint = "INTEGER"
     """The type of timestamps and revisions (SQLite's INTEGER is 64-bit already)."""
@@ -98,7 +100,6 @@ class SQLiteDialect(Dialect):
     so a writer needs no row lock; the version is ``PRAGMA user_version``; the
     FTS5 index (sqlite_search.py) is written beside the messages."""
 
-    name = "sqlite"
     messages_options = " WITHOUT ROWID"
 
     @staticmethod
@@ -150,7 +151,6 @@ class PostgresDialect(Dialect):
     the ``schema_migrations`` table alone; the search index is a generated
     column PostgreSQL keeps itself (postgres_search.py)."""
 
-    name = "postgresql"
     mark = "%s"
     bigint = "BIGINT"
     summary_index = "{sessions} (updated_at DESC, session_id)"
