@@ -29,6 +29,7 @@ from pathlib import Path
 from foliko_cli.errors import SessionBusyError, StorageError
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
+from foliko_cli.storage.poll import poll
 
 LOCK_SUFFIX = ".lock"
 HOLDER_BYTES = 200
@@ -137,19 +138,16 @@ class SessionFileLocks:
 
     @staticmethod
     async def _acquire(fd: int, key: str, timeout: float, deadline: float) -> None:
-        delay = _FIRST_DELAY
-        while True:
+        def locked() -> bool:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
             except BlockingIOError:
-                import asyncio
+                return False
+            return True
 
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, HOLDER_BYTES, 0).decode(errors="replace").strip()
-                    raise SessionBusyError(key, timeout, holder or None) from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _MAX_DELAY)
+        if not await poll(locked, deadline, first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY):
+            holder = os.pread(fd, HOLDER_BYTES, 0).decode(errors="replace").strip()
+            raise SessionBusyError(key, timeout, holder or None)
 
     def remove_if_free(self, key: str, gone: Callable[[], bool]) -> bool:
         """Remove the lock file of ``key`` if no one holds it and ``gone()``; never waits."""

@@ -1,21 +1,20 @@
 """PostgreSQL: sessions shared by several machines (F6, R2).
 
-The layout is SQLite's: a ``sessions`` row per session with denormalised
-``message_count``, ``updated_at``, ``preview`` and ``revision``, and one
-``messages`` row per message keyed by ``(session_id, seq)``. All tables live in
-one schema (``foliko`` unless told otherwise), created and upgraded by an
-ordered list of idempotent migrations that run under a transaction-level
-advisory lock, so several machines starting at once apply each step once.
+The tables, the migration runner and the writers are the SQL layer's
+(storage/sql/), shared with SQLite; this module keeps the connections, the
+transactions, the locks, error translation and the bounds on every wait.
+All tables live in one schema (``foliko`` unless told otherwise); the
+migration runs under a transaction-level advisory lock, so several machines
+starting at once apply each step once.
 
-A message's ``seq`` is assigned inside the writing transaction, after the
-session row is locked (``SELECT ... FOR UPDATE``), so sequences are gap-free
-in commit order. The per-turn session lock is a session-level advisory lock
-held on its own connection: when the holding process dies, the server closes
-that connection and releases the lock.
-
-``save``, ``save_many`` and ``delete`` compare the expected revision in the
-statement that writes (``UPDATE ... WHERE revision = N``, ``INSERT ... ON
-CONFLICT DO NOTHING``), so of two concurrent writers exactly one wins.
+A writer reads the revision it compares with ``SELECT ... FOR UPDATE``, so
+of two concurrent writers exactly one wins, and a message's ``seq`` is
+assigned after the session row is locked, so sequences are gap-free in
+commit order. Two writers creating one session at once both find no row to
+lock; the second one's INSERT fails on the primary key, and its transaction
+runs again, now finding the row. The per-turn session lock is a
+session-level advisory lock held on its own connection: when the holding
+process dies, the server closes that connection and releases the lock.
 
 No call waits without bound. Connections use ``connect_timeout``, TCP
 keepalives (idle 5 s, every 2 s, 3 probes) and ``tcp_user_timeout`` on the
@@ -33,19 +32,15 @@ connection per thread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import hashlib
 import os
 import re
 import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote
-
-import orjson
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
@@ -57,13 +52,12 @@ from foliko_cli.errors import (
 )
 from foliko_cli.storage import watchdog
 from foliko_cli.storage.base import (
-    ConflictError,
     SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
-    check_expected,
     expected_list,
 )
+from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -71,13 +65,13 @@ from foliko_cli.storage.record import (
     check_session_id,
     checked_append,
     checked_for_write,
-    encode_message,
-    new_metadata,
     next_revision,
-    preview_of,
 )
 from foliko_cli.storage.search import SearchHit, SearchQuery
-from foliko_cli.storage.sqlrows import record_from_row
+from foliko_cli.storage.sql import schema, writes
+from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
+from foliko_cli.storage.sql.migrations import Step, migrate
+from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_SCHEMA = "foliko"
@@ -92,102 +86,25 @@ KEEPALIVES = {
 TCP_USER_TIMEOUT_MS = 20_000
 SUMMARY_PAGE = 1000
 IDLE_LOCK_CONNECTIONS = 2
-_FIRST_DELAY = 0.002
-_MAX_DELAY = 0.1
+WRITE_ATTEMPTS = 3
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _EXTRA_HINT = "PostgreSQL storage needs the 'postgres' extra: pip install 'foliko-cli[postgres]'"
 
-Migration = Callable[[Any, str], None]
-MIGRATIONS: list[Migration] = []
+T = TypeVar("T")
 
 
-def migration(function: Migration) -> Migration:
-    """Register a schema step; steps run in order, each once, each idempotent.
-
-    A step gets the connection (inside the migration transaction) and the
-    quoted schema name.
-    """
-    MIGRATIONS.append(function)
-    return function
-
-
-@migration
-def create_sessions_and_messages(db: Any, schema: str) -> None:
-    db.execute(
-        f"""CREATE TABLE IF NOT EXISTS {schema}.sessions (
-            session_id TEXT PRIMARY KEY,
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            revision BIGINT NOT NULL DEFAULT 0,
-            preview TEXT NOT NULL DEFAULT '',
-            variables TEXT NOT NULL DEFAULT '{{}}',
-            metadata TEXT NOT NULL DEFAULT '{{}}',
-            compression_state TEXT NOT NULL DEFAULT '{{}}'
-        )"""
-    )
-    db.execute(
-        f"""CREATE TABLE IF NOT EXISTS {schema}.messages (
-            session_id TEXT NOT NULL REFERENCES {schema}.sessions (session_id)
-                ON DELETE CASCADE ON UPDATE CASCADE,
-            seq INTEGER NOT NULL,
-            role TEXT NOT NULL,
-            created_at BIGINT NOT NULL,
-            body TEXT NOT NULL,
-            PRIMARY KEY (session_id, seq)
-        )"""
-    )
-    db.execute(
-        f"""CREATE INDEX IF NOT EXISTS sessions_by_updated
-            ON {schema}.sessions (updated_at DESC, session_id)"""
-    )
-
-
-@migration
-def create_quarantine(db: Any, schema: str) -> None:
-    """Where ``storage check --repair`` moves unreadable sessions: aside, never deleted."""
-    db.execute(
-        f"""CREATE TABLE IF NOT EXISTS {schema}.quarantine (
-            session_id TEXT NOT NULL,
-            moved_at BIGINT NOT NULL,
-            reason TEXT NOT NULL,
-            session_row TEXT NOT NULL,
-            messages TEXT NOT NULL
-        )"""
-    )
-
-
-@migration
-def create_search_index(db: Any, schema: str) -> None:
+def create_search_index(db: Any, dialect: PostgresDialect) -> None:
     """The full-text index over message text (postgres_search.py)."""
     from foliko_cli.storage.postgres_search import create_index
 
-    create_index(db, schema)
+    create_index(db, dialect.quoted)
 
 
-def advisory_key(*parts: str) -> int:
-    """A signed 64-bit advisory-lock key for ``parts``."""
-    digest = hashlib.blake2b(
-        "\0".join(parts).encode("utf-8", "surrogatepass"), digest_size=8
-    ).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-def _as_int(value: Any) -> int:
-    """A BIGINT timestamp column; what is not a number in range stores as 0.
-
-    The column only serves queries: the exact value stays in the JSON.
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if not -(2**63) <= value < 2**63:
-        return 0
-    return int(value)
-
-
-def _pg_text(text: str) -> str:
-    """PostgreSQL text cannot hold NUL; JSON bodies escape it, previews drop it."""
-    return text.replace("\x00", "")
+MIGRATIONS: list[Step] = [
+    schema.create_sessions_and_messages,
+    schema.create_quarantine,
+    create_search_index,
+]
 
 
 def _reason(exc: BaseException, password: str | None) -> str:
@@ -238,7 +155,7 @@ class PostgresStorage(SessionStorageAdapter):
         if not operation_timeout > 0:
             raise StorageConfigError("the PostgreSQL operation timeout must be positive")
         self.operation_timeout = float(operation_timeout)
-        self._q = f'"{self.schema}"'
+        self._dialect = PostgresDialect(self.schema)
         self._password = parsed.password
         self._conninfo = parsed.driver_url("postgresql")
         self._connect_kwargs = self._connection_settings({k for k, _ in parsed.query})
@@ -327,45 +244,7 @@ class PostgresStorage(SessionStorageAdapter):
             self.db  # noqa: B018 — connects and migrates once
 
     def _migrate(self, db: Any) -> None:
-        """Apply the missing steps; an existing schema needs no CREATE privilege."""
-        s = self._q
-        table = f"{s}.schema_migrations"
-        if db.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is not None:
-            version, steps = db.execute(
-                f"SELECT COALESCE(MAX(version), 0), COUNT(*) FROM {table}"
-            ).fetchone()
-            self._check_version(version)
-            if steps == version == len(MIGRATIONS):
-                return
-        with db.transaction():
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("migrate", self.schema),))
-            exists = db.execute(
-                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
-            ).fetchone()
-            if not exists:
-                db.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
-            db.execute(
-                f"""CREATE TABLE IF NOT EXISTS {table} (
-                    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL
-                )"""
-            )
-            applied = {row[0] for row in db.execute(f"SELECT version FROM {table}")}
-            self._check_version(max(applied, default=0))
-            for number, step in enumerate(MIGRATIONS, start=1):
-                if number in applied:
-                    continue
-                step(db, s)
-                db.execute(
-                    f"INSERT INTO {table} (version, name, applied_at) VALUES (%s, %s, %s)",
-                    (number, step.__name__, now_ms()),
-                )
-
-    def _check_version(self, version: int) -> None:
-        if version > len(MIGRATIONS):
-            raise StorageError(
-                f"PostgreSQL schema {self.schema} at {self._where} has version {version}, "
-                f"newer than this foliko knows ({len(MIGRATIONS)}); upgrade foliko"
-            )
+        migrate(db, self._dialect, MIGRATIONS, f"PostgreSQL schema {self.schema} at {self._where}")
 
     def _error(self, exc: BaseException) -> StorageError:
         if isinstance(exc, self._pg.OperationalError):
@@ -415,15 +294,27 @@ class PostgresStorage(SessionStorageAdapter):
         return self._record(session_id, row)
 
     def _load_sql(self, *, lock: str = "") -> str:
-        s = self._q
-        return f"""SELECT variables, metadata, compression_state, updated_at, revision,
-                       (SELECT array_agg(m.body ORDER BY m.seq) FROM {s}.messages m
-                        WHERE m.session_id = s.session_id)
-                   FROM {s}.sessions s WHERE s.session_id = %s {lock}"""
+        return self._dialect.sql(
+            f"""SELECT {RECORD_COLUMNS},
+                   (SELECT array_agg(m.body ORDER BY m.seq) FROM {{messages}} m
+                    WHERE m.session_id = s.session_id)
+               FROM {{sessions}} s WHERE s.session_id = %s {lock}"""
+        )
 
     def _record(self, session_id: str, row: tuple[Any, ...]) -> SessionRecord:
         *columns, bodies = row
         return record_from_row(session_id, tuple(columns), bodies or (), self.location)
+
+    def _write(self, write: Callable[[Any], T]) -> T:
+        """``write(cursor)`` in one transaction, run again when it created a session
+        that another writer created meanwhile (the next run finds its row)."""
+        with self._guard():
+            for _ in range(WRITE_ATTEMPTS - 1):
+                suppressed = contextlib.suppress(self._pg.errors.UniqueViolation)
+                with suppressed, self.db.transaction(), self.db.cursor() as cur:
+                    return write(cur)
+            with self.db.transaction(), self.db.cursor() as cur:
+                return write(cur)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
@@ -442,142 +333,9 @@ class PostgresStorage(SessionStorageAdapter):
         for record in records:
             self._check_id(record.session_id)
             checked_for_write(record)
-        order = sorted(range(len(records)), key=lambda i: records[i].session_id)
-        if any(revision is not None for revision in expected):
-            return self._save_checked(records, expected, order)
-        rows = [
-            (*self._session_row(records[i], records[i].messages), next_revision(None))
-            for i in order
-        ]
-        last = {records[i].session_id: records[i] for i in order}  # a repeated id: the last wins
-        messages = [
-            row
-            for record in last.values()
-            for row in self._message_rows(record.session_id, 0, record.messages)
-        ]
-        s = self._q
-        revisions: list[int] = []
-        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
-            cur.executemany(
-                f"""INSERT INTO {s}.sessions AS t (session_id, created_at, updated_at,
-                       message_count, preview, variables, metadata, compression_state, revision)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-                    ON CONFLICT (session_id) DO UPDATE SET
-                       created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,
-                       message_count = EXCLUDED.message_count, revision = t.revision + 1,
-                       preview = EXCLUDED.preview, variables = EXCLUDED.variables,
-                       metadata = EXCLUDED.metadata,
-                       compression_state = EXCLUDED.compression_state
-                    RETURNING revision""",
-                rows,
-                returning=True,
-            )
-            while True:
-                revisions.append(cur.fetchone()[0])
-                if not cur.nextset():
-                    break
-            cur.execute(f"DELETE FROM {s}.messages WHERE session_id = ANY(%s)", (list(last),))
-            self._copy_messages(cur, messages)
-        result = [0] * len(records)
-        for position, revision in zip(order, revisions, strict=True):
-            result[position] = revision
-        return result
-
-    def _save_checked(
-        self, records: list[SessionRecord], expected: list[int | None], order: list[int]
-    ) -> list[int]:
-        """Row by row, each write conditional on its expected revision."""
-        s = self._q
-        result = [0] * len(records)
-        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
-            for i in order:
-                record, want = records[i], expected[i]
-                sid, *values = self._session_row(record, record.messages)
-                if want is None:
-                    row = cur.execute(
-                        f"""INSERT INTO {s}.sessions AS t (session_id, created_at, updated_at,
-                               message_count, preview, variables, metadata, compression_state,
-                               revision)
-                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-                            ON CONFLICT (session_id) DO UPDATE SET
-                               created_at = EXCLUDED.created_at,
-                               updated_at = EXCLUDED.updated_at,
-                               message_count = EXCLUDED.message_count,
-                               revision = t.revision + 1,
-                               preview = EXCLUDED.preview, variables = EXCLUDED.variables,
-                               metadata = EXCLUDED.metadata,
-                               compression_state = EXCLUDED.compression_state
-                            RETURNING revision""",
-                        (sid, *values, next_revision(None)),
-                    ).fetchone()
-                elif want == 0:
-                    row = cur.execute(
-                        f"""INSERT INTO {s}.sessions (session_id, created_at, updated_at,
-                               message_count, preview, variables, metadata, compression_state,
-                               revision)
-                            VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-                            ON CONFLICT (session_id) DO NOTHING RETURNING revision""",
-                        (sid, *values, next_revision(None)),
-                    ).fetchone()
-                    if row is None:
-                        raise SessionExistsError(sid)
-                else:
-                    row = cur.execute(
-                        f"""UPDATE {s}.sessions SET created_at = %s, updated_at = %s,
-                               message_count = %s, preview = %s, variables = %s, metadata = %s,
-                               compression_state = %s, revision = revision + 1
-                            WHERE session_id = %s AND revision = %s RETURNING revision""",
-                        (*values, sid, want),
-                    ).fetchone()
-                    if row is None:
-                        raise ConflictError(sid, want, self._stored_revision(cur, sid))
-                result[i] = row[0]
-                cur.execute(f"DELETE FROM {s}.messages WHERE session_id = %s", (sid,))
-                self._copy_messages(cur, self._message_rows(sid, 0, record.messages))
-        return result
-
-    def _stored_revision(self, cur: Any, session_id: str) -> int:
-        row = cur.execute(
-            f"SELECT revision FROM {self._q}.sessions WHERE session_id = %s", (session_id,)
-        ).fetchone()
-        return row[0] if row else 0
-
-    def _session_row(self, record: SessionRecord, messages: list[dict[str, Any]]) -> tuple:
-        metadata = {**new_metadata(), **record.metadata, "message_count": len(messages)}
-        return (
-            record.session_id,
-            _as_int(metadata["created_at"]),
-            record.saved_at or now_ms(),
-            len(messages),
-            _pg_text(preview_of(messages)),
-            orjson.dumps(record.variables).decode(),
-            orjson.dumps(metadata).decode(),
-            orjson.dumps(record.compression_state).decode(),
+        return self._write(
+            lambda cur: writes.replace_records(cur, self._dialect, records, expected)
         )
-
-    @staticmethod
-    def _message_rows(
-        session_id: str, first_seq: int, messages: list[dict[str, Any]]
-    ) -> list[tuple]:
-        return [
-            (
-                session_id,
-                first_seq + i,
-                _pg_text(str(m["role"])),
-                _as_int(m.get("created_at", 0)),
-                encode_message(m).decode(),
-            )
-            for i, m in enumerate(messages)
-        ]
-
-    def _copy_messages(self, cur: Any, rows: list[tuple]) -> None:
-        if not rows:
-            return
-        with cur.copy(
-            f"COPY {self._q}.messages (session_id, seq, role, created_at, body) FROM STDIN"
-        ) as copy:
-            for row in rows:
-                copy.write_row(row)
 
     async def append(
         self,
@@ -589,116 +347,35 @@ class PostgresStorage(SessionStorageAdapter):
     ) -> int:
         self._check_id(session_id)
         checked_append(session_id, messages, state)
-        now = now_ms()
-        s = self._q
-        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
-            row = cur.execute(
-                f"""SELECT revision, message_count FROM {s}.sessions
-                    WHERE session_id = %s FOR UPDATE""",
-                (session_id,),
-            ).fetchone()
-            found, count = row if row else (0, 0)
-            if found != expected_revision:
-                raise ConflictError(session_id, expected_revision, found)
-            total = count + len(messages)
-            revision = next_revision(found)
-            metadata = {**state.metadata, "message_count": total}
-            values = (
-                _as_int(metadata.get("created_at", now)),
-                now,
-                total,
-                _pg_text(preview_of(messages)),
-                orjson.dumps(state.variables).decode(),
-                orjson.dumps(metadata).decode(),
-                orjson.dumps(state.compression_state).decode(),
+        return self._write(
+            lambda cur: writes.append_messages(
+                cur, self._dialect, session_id, messages, state, expected_revision
             )
-            if row is None:
-                created = cur.execute(
-                    f"""INSERT INTO {s}.sessions (created_at, updated_at, message_count,
-                           preview, variables, metadata, compression_state, revision,
-                           session_id)
-                        VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-                        ON CONFLICT (session_id) DO NOTHING RETURNING revision""",
-                    (*values, revision, session_id),
-                ).fetchone()
-                if created is None:  # another writer created it since the SELECT
-                    found = cur.execute(
-                        f"SELECT revision FROM {s}.sessions WHERE session_id = %s",
-                        (session_id,),
-                    ).fetchone()
-                    raise ConflictError(session_id, expected_revision, found[0] if found else 0)
-            else:
-                cur.execute(
-                    f"""UPDATE {s}.sessions SET updated_at = %s,
-                           message_count = %s,
-                           preview = CASE WHEN %s = '' THEN preview ELSE %s END,
-                           variables = %s, metadata = %s, compression_state = %s,
-                           revision = %s
-                        WHERE session_id = %s""",
-                    (values[1], total, values[3], values[3], *values[4:], revision, session_id),
-                )
-            self._copy_messages(cur, self._message_rows(session_id, count, messages))
-        return revision
+        )
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         self._check_id(session_id)
-        s = self._q
-        with self._guard(), self.db.cursor() as cur:
-            if expected_revision is None:
-                cur.execute(f"DELETE FROM {s}.sessions WHERE session_id = %s", (session_id,))
-                return cur.rowcount > 0
-            if expected_revision == 0:
-                check_expected(session_id, 0, self._stored_revision(cur, session_id))
-                return False
-            cur.execute(
-                f"DELETE FROM {s}.sessions WHERE session_id = %s AND revision = %s",
-                (session_id, expected_revision),
-            )
-            if cur.rowcount == 0:
-                found = self._stored_revision(cur, session_id)
-                raise ConflictError(session_id, expected_revision, found)
-            return True
+        return self._write(
+            lambda cur: writes.delete_session(cur, self._dialect, session_id, expected_revision)
+        )
 
     async def list(self) -> list[str]:
         with self._guard():
             rows = self.db.execute(
-                f"SELECT session_id FROM {self._q}.sessions ORDER BY session_id"
+                self._dialect.sql("SELECT session_id FROM {sessions} ORDER BY session_id")
             ).fetchall()
         return [row[0] for row in rows]
 
     async def list_summaries(self) -> list[SessionSummary]:
         """Newest first, read page by page along the index, all from one snapshot."""
-        s = self._q
-        columns = "session_id, created_at, updated_at, message_count, preview"
-        summaries: list[SessionSummary] = []
         with self._guard(), self.db.transaction():
-            db = self.db
-            db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            rows = db.execute(
-                f"""SELECT {columns} FROM {s}.sessions
-                    ORDER BY updated_at DESC, session_id LIMIT %s""",
-                (SUMMARY_PAGE,),
-            ).fetchall()
-            while rows:
-                summaries.extend(SessionSummary(*row) for row in rows)
-                if len(rows) < SUMMARY_PAGE:
-                    break
-                last_id, last_updated = rows[-1][0], rows[-1][2]
-                rows = db.execute(
-                    f"""SELECT {columns} FROM {s}.sessions
-                        WHERE updated_at < %s OR (updated_at = %s AND session_id > %s)
-                        ORDER BY updated_at DESC, session_id LIMIT %s""",
-                    (last_updated, last_updated, last_id, SUMMARY_PAGE),
-                ).fetchall()
-        return summaries
+            self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return writes.summaries(self.db, self._dialect, page=SUMMARY_PAGE)
 
     async def revision(self, session_id: str) -> int | None:
         self._check_id(session_id)
         with self._guard():
-            row = self.db.execute(
-                f"SELECT revision FROM {self._q}.sessions WHERE session_id = %s", (session_id,)
-            ).fetchone()
-        return None if row is None else row[0]
+            return writes.stored_revision(self.db, self._dialect, session_id)
 
     async def exists(self) -> bool:
         """The schema is there; creates nothing."""
@@ -728,11 +405,12 @@ class PostgresStorage(SessionStorageAdapter):
         return True
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
-        """One transaction: the target is created only if it does not exist yet."""
+        """One transaction: the target is created only if it does not exist yet, and
+        the messages are copied by the server, never read and written again."""
         self._check_id(source_id)
         self._check_id(target_id)
-        s = self._q
         now = now_ms()
+        d = self._dialect
         with self._guard(), self.db.transaction(), self.db.cursor() as cur:
             row = cur.execute(self._load_sql(lock="FOR SHARE"), (source_id,)).fetchone()
             if row is None:
@@ -745,73 +423,52 @@ class PostgresStorage(SessionStorageAdapter):
                 metadata={**source.metadata, "created_at": now, "last_active": now},
                 compression_state=source.compression_state,
                 saved_at=now,
+                revision=next_revision(None),
             )
-            created = cur.execute(
-                f"""INSERT INTO {s}.sessions (session_id, created_at, updated_at, message_count,
-                       preview, variables, metadata, compression_state, revision)
-                    VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)
-                    ON CONFLICT (session_id) DO NOTHING RETURNING revision""",
-                (*self._session_row(copied, copied.messages), next_revision(None)),
-            ).fetchone()
-            if created is None:
+            if writes.stored_revision(cur, d, target_id) is not None:
                 raise SessionExistsError(target_id)
+            try:
+                writes.insert_session(cur, d, copied, copied.revision)
+            except self._pg.errors.UniqueViolation:
+                raise SessionExistsError(target_id) from None  # created since the check
             cur.execute(
-                f"""INSERT INTO {s}.messages (session_id, seq, role, created_at, body)
-                    SELECT %s, seq, role, created_at, body FROM {s}.messages
-                    WHERE session_id = %s""",
+                d.sql(
+                    """INSERT INTO {messages} (session_id, seq, role, created_at, body)
+                    SELECT %s, seq, role, created_at, body FROM {messages}
+                    WHERE session_id = %s"""
+                ),
                 (target_id, source_id),
             )
-        copied.revision = created[0]
         return copied
 
     async def rename(self, old_id: str, new_id: str) -> None:
         self._check_id(old_id)
         self._check_id(new_id)
-        s = self._q
         with self._guard():
             try:
-                with self.db.transaction():
-                    exists = self.db.execute(
-                        f"SELECT 1 FROM {s}.sessions WHERE session_id = %s", (new_id,)
-                    ).fetchone()
-                    if exists:
-                        raise SessionExistsError(new_id)
-                    moved = self.db.execute(
-                        f"""UPDATE {s}.sessions SET session_id = %s,
-                               revision = GREATEST(revision + 1, %s) WHERE session_id = %s""",
-                        (new_id, next_revision(None), old_id),
-                    ).rowcount
-                    if moved == 0:
-                        raise SessionNotFoundError(old_id)
+                with self.db.transaction(), self.db.cursor() as cur:
+                    writes.rename_session(cur, self._dialect, old_id, new_id)
             except self._pg.errors.UniqueViolation:
                 raise SessionExistsError(new_id) from None  # created while we renamed
 
     async def quarantine(self, problem: StoredProblem) -> str:
-        s = self._q
-        with self._guard(), self.db.transaction():
-            row = self.db.execute(
-                f"SELECT row_to_json(s)::text FROM {s}.sessions s WHERE session_id = %s",
+        d = self._dialect
+        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
+            row = cur.execute(
+                d.sql("SELECT row_to_json(s)::text FROM {sessions} s WHERE session_id = %s"),
                 (problem.session_id,),
             ).fetchone()
-            bodies = self.db.execute(
-                f"""SELECT COALESCE(json_agg(m ORDER BY m.seq), '[]')::text
-                    FROM {s}.messages m WHERE session_id = %s""",
-                (problem.session_id,),
-            ).fetchone()
-            self.db.execute(
-                f"""INSERT INTO {s}.quarantine (session_id, moved_at, reason, session_row,
-                       messages) VALUES (%s, %s, %s, %s, %s)""",
-                (
-                    problem.session_id,
-                    now_ms(),
-                    _pg_text(problem.reason),
-                    row[0] if row else "{}",
-                    bodies[0],
+            bodies = cur.execute(
+                d.sql(
+                    """SELECT COALESCE(json_agg(m ORDER BY m.seq), '[]')::text
+                    FROM {messages} m WHERE session_id = %s"""
                 ),
+                (problem.session_id,),
+            ).fetchone()
+            writes.quarantine_row(
+                cur, d, problem.session_id, problem.reason, row[0] if row else "{}", bodies[0]
             )
-            self.db.execute(
-                f"DELETE FROM {s}.sessions WHERE session_id = %s", (problem.session_id,)
-            )
+            writes.remove_sessions(cur, d, [problem.session_id])
         return f"{self.location} (table {self.schema}.quarantine)"
 
     async def search(self, query: SearchQuery) -> list[SearchHit]:
@@ -820,7 +477,7 @@ class PostgresStorage(SessionStorageAdapter):
 
         with self._guard():
             try:
-                return search(self.db, self._q, query)
+                return search(self.db, self._dialect.quoted, query)
             except (self._pg.errors.SyntaxError, self._pg.errors.DataException) as exc:
                 raise UsageError(
                     f"PostgreSQL cannot read the search query {query.text!r}: {_reason(exc, None)}",
@@ -828,14 +485,9 @@ class PostgresStorage(SessionStorageAdapter):
                 ) from None
 
     async def info(self) -> dict[str, Any]:
-        s = self._q
         with self._guard():
-            sessions, messages = self.db.execute(
-                f"SELECT COUNT(*), COALESCE(SUM(message_count), 0) FROM {s}.sessions"
-            ).fetchone()
-            version = self.db.execute(
-                f"SELECT COALESCE(MAX(version), 0) FROM {s}.schema_migrations"
-            ).fetchone()[0]
+            sessions, messages = writes.counts(self.db, self._dialect)
+            version = max(self._dialect.applied_steps(self.db), default=0)
             size = self.db.execute(
                 """SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
@@ -847,7 +499,7 @@ class PostgresStorage(SessionStorageAdapter):
             "backend": self.name,
             "location": self.location,
             "sessions": sessions,
-            "messages": int(messages),
+            "messages": messages,
             "schema": self.schema,
             "schema_version": version,
             "server_version": server,
@@ -882,16 +534,12 @@ class PostgresStorage(SessionStorageAdapter):
         return self._open(f"foliko: pid {os.getpid()} on {socket.gethostname()}")
 
     async def _acquire(self, conn: Any, key: int, session_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        delay = _FIRST_DELAY
-        while True:
+        def locked() -> bool:
             with self._guard(conn):
-                if conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-                    return
-            if time.monotonic() >= deadline:
-                raise SessionBusyError(session_id, timeout, self._holder(conn, key))
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, _MAX_DELAY)
+                return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+
+        if not await poll(locked, time.monotonic() + timeout):
+            raise SessionBusyError(session_id, timeout, self._holder(conn, key))
 
     def _holder(self, conn: Any, key: int) -> str:
         """Who holds ``key``: the application name foliko gives its lock connections."""

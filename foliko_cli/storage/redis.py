@@ -58,6 +58,7 @@ from foliko_cli.storage.base import (
     check_expected,
     expected_list,
 )
+from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -79,8 +80,6 @@ DEFAULT_LEASE_MS = 15_000
 CONNECT_TIMEOUT_S = 5
 SOCKET_TIMEOUT_S = 30
 PAGE = 1000
-_FIRST_DELAY = 0.002
-_MAX_DELAY = 0.1
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 _EXTRA_HINT = "Redis storage needs the 'redis' extra: pip install 'foliko-cli[redis]'"
 
@@ -709,18 +708,14 @@ class RedisStorage(SessionStorageAdapter):
                 self._release_script([key], [owner])
 
     async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        delay = _FIRST_DELAY
-        while True:
+        def locked() -> bool:
             with self._guard():
-                if self._client.set(key, owner, nx=True, px=self.lease_ms):
-                    return
-            if time.monotonic() >= deadline:
-                with self._guard():
-                    holder = _text(self._client.get(key)).partition(" ")[2]
-                raise SessionBusyError(session_id, timeout, holder or "another client")
-            await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, _MAX_DELAY)
+                return bool(self._client.set(key, owner, nx=True, px=self.lease_ms))
+
+        if not await poll(locked, time.monotonic() + timeout):
+            with self._guard():
+                holder = _text(self._client.get(key)).partition(" ")[2]
+            raise SessionBusyError(session_id, timeout, holder or "another client")
 
     async def _renew(self, key: str, owner: bytes) -> None:
         """Extend the lease every third of its length while the turn runs."""

@@ -1,5 +1,9 @@
 """SQLite: the default backend. One row per message, WAL, versioned schema.
 
+The tables, the migration runner and the writers are the SQL layer's
+(storage/sql/), shared with PostgreSQL; this module keeps the connections,
+the transactions, the locks and what only SQLite has.
+
 Every write is one ``BEGIN IMMEDIATE`` transaction, so concurrent processes
 queue on SQLite's own lock (with a busy timeout) and never interleave; the
 compare-and-set of ``save``/``delete`` reads the revision inside it. The
@@ -10,7 +14,8 @@ A database file with more than one hard link is refused: SQLite finds its
 ``-wal`` and ``-shm`` files by the path, so two paths to one database would
 each get their own and corrupt it. ``check`` runs ``PRAGMA quick_check`` and
 reports orphan lock files; ``health_check`` opens the file read-only and
-creates nothing.
+creates nothing. Sessions in the original foliko's single-table layout are
+imported once, and the rows that cannot be are reported, never skipped.
 """
 
 from __future__ import annotations
@@ -20,17 +25,14 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, Hint, SessionNotFoundError, StorageError
+from foliko_cli.errors import CorruptSessionError, Hint, StorageError
 from foliko_cli.storage.base import (
-    ConflictError,
-    SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -45,22 +47,16 @@ from foliko_cli.storage.record import (
     SessionSummary,
     checked_append,
     checked_for_write,
-    encode_message,
     loads,
-    new_metadata,
     next_revision,
-    preview_of,
     record_from_seed,
 )
-from foliko_cli.storage.sqlite_search import (
-    create_index,
-    index_messages,
-    index_records,
-    rename_indexed,
-    unindex,
-)
+from foliko_cli.storage.sql import schema, writes
+from foliko_cli.storage.sql.dialect import SQLITE, Dialect
+from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
+from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
+from foliko_cli.storage.sqlite_search import create_index
 from foliko_cli.storage.sqlite_search import search as sqlite_search
-from foliko_cli.storage.sqlrows import record_from_row
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery
@@ -71,58 +67,25 @@ SEED_WHERE = " (seed_sessions)"
 STRAY_LOCK = "a stray file"
 DATABASE_PROBLEM = "PRAGMA quick_check"
 
-Migration = Callable[[sqlite3.Connection], None]
-MIGRATIONS: list[Migration] = []
-
-
-def migration(function: Migration) -> Migration:
-    """Register a schema step; steps run in order, each once, each idempotent."""
-    MIGRATIONS.append(function)
-    return function
-
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
-@migration
-def create_sessions_and_messages(db: sqlite3.Connection) -> None:
+def create_sessions_and_messages(db: sqlite3.Connection, dialect: Dialect) -> None:
+    """The shared tables, after moving the seed's single-table ``sessions`` aside."""
     if "data" in _columns(db, "sessions"):
         db.execute("ALTER TABLE sessions RENAME TO seed_sessions")
-    db.execute(
-        """CREATE TABLE IF NOT EXISTS sessions (
-            session_id TEXT PRIMARY KEY,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            revision INTEGER NOT NULL DEFAULT 0,
-            preview TEXT NOT NULL DEFAULT '',
-            variables TEXT NOT NULL DEFAULT '{}',
-            metadata TEXT NOT NULL DEFAULT '{}',
-            compression_state TEXT NOT NULL DEFAULT '{}'
-        )"""
-    )
-    db.execute(
-        """CREATE TABLE IF NOT EXISTS messages (
-            session_id TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            role TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            body TEXT NOT NULL,
-            PRIMARY KEY (session_id, seq)
-        ) WITHOUT ROWID"""
-    )
-    db.execute("CREATE INDEX IF NOT EXISTS sessions_by_updated ON sessions(updated_at)")
+    schema.create_sessions_and_messages(db, dialect)
 
 
-@migration
-def import_seed_sessions(db: sqlite3.Connection) -> None:
+def import_seed_sessions(db: sqlite3.Connection, dialect: Dialect) -> None:
     """Copy sessions from the seed's single-table layout, leaving that table as it was."""
     if not _columns(db, "seed_sessions"):
         return
     rows = db.execute("SELECT session_id, data, created_at, updated_at FROM seed_sessions")
     for session_id, data, created_at, updated_at in rows.fetchall():
-        if db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (session_id,)).fetchone():
+        if writes.stored_revision(db, dialect, session_id) is not None:
             continue
         try:
             document = loads(data)
@@ -133,100 +96,20 @@ def import_seed_sessions(db: sqlite3.Connection) -> None:
         if not (document.get("metadata") or {}).get("createdAt"):
             record.metadata["created_at"] = created_at
         record.saved_at = updated_at
-        _insert_record(db, record, revision=next_revision(None))
+        writes.insert_record(db, dialect, record, next_revision(None))
 
 
-@migration
-def create_quarantine(db: sqlite3.Connection) -> None:
-    """Where ``storage check --repair`` moves unreadable sessions: aside, never deleted."""
-    db.execute(
-        """CREATE TABLE IF NOT EXISTS quarantine (
-            session_id TEXT NOT NULL,
-            moved_at INTEGER NOT NULL,
-            reason TEXT NOT NULL,
-            session_row TEXT NOT NULL,
-            messages TEXT NOT NULL
-        )"""
-    )
-
-
-@migration
-def create_search_index(db: sqlite3.Connection) -> None:
+def create_search_index(db: sqlite3.Connection, dialect: Dialect) -> None:
     """The full-text index over message text (sqlite_search.py); built from what is stored."""
     create_index(db)
 
 
-_INSERT_SESSION = """INSERT INTO sessions (session_id, created_at, updated_at, message_count,
-    revision, preview, variables, metadata, compression_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"""
-_INSERT_MESSAGE = (
-    "INSERT INTO messages (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)"
-)
-_SESSION_COLUMNS = "variables, metadata, compression_state, updated_at, revision"
-
-
-def _session_row(record: SessionRecord, revision: int) -> tuple:
-    metadata = {**new_metadata(), **record.metadata, "message_count": len(record.messages)}
-    return (
-        record.session_id,
-        metadata["created_at"],
-        record.saved_at or now_ms(),
-        len(record.messages),
-        revision,
-        preview_of(record.messages),
-        orjson.dumps(record.variables).decode(),
-        orjson.dumps(metadata).decode(),
-        orjson.dumps(record.compression_state).decode(),
-    )
-
-
-def _message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]) -> list:
-    return [
-        (session_id, first_seq + i, m["role"], m.get("created_at", 0), encode_message(m).decode())
-        for i, m in enumerate(messages)
-    ]
-
-
-def _insert_record(db: sqlite3.Connection, record: SessionRecord, *, revision: int) -> None:
-    db.execute(_INSERT_SESSION, _session_row(record, revision))
-    db.executemany(_INSERT_MESSAGE, _message_rows(record.session_id, 0, record.messages))
-
-
-def _in_chunks(ids: list[str], size: int = 500):
-    for start in range(0, len(ids), size):
-        chunk = ids[start : start + size]
-        yield chunk, ",".join("?" * len(chunk))
-
-
-def _write_records(
-    db: sqlite3.Connection, records: list[SessionRecord], expected: list[int | None]
-) -> list[int]:
-    """Replace ``records`` with one statement per kind of row (migration batches),
-    after checking each expected revision (the caller's transaction)."""
-    ids = [record.session_id for record in records]
-    if len(set(ids)) != len(ids):
-        return [_replace_record(db, r, e) for r, e in zip(records, expected, strict=True)]
-    current: dict[str, int] = {}
-    for chunk, marks in _in_chunks(ids):
-        current.update(
-            db.execute(
-                f"SELECT session_id, revision FROM sessions WHERE session_id IN ({marks})", chunk
-            ).fetchall()
-        )
-    for session_id, revision in zip(ids, expected, strict=True):
-        check_expected(session_id, revision, current.get(session_id, 0))
-    if current:
-        unindex(db, list(current))
-        gone = [(session_id,) for session_id in current]
-        db.executemany("DELETE FROM messages WHERE session_id = ?", gone)
-        db.executemany("DELETE FROM sessions WHERE session_id = ?", gone)
-    revisions = [next_revision(current.get(session_id)) for session_id in ids]
-    db.executemany(_INSERT_SESSION, map(_session_row, records, revisions))
-    db.executemany(
-        _INSERT_MESSAGE,
-        (row for r in records for row in _message_rows(r.session_id, 0, r.messages)),
-    )
-    index_records(db, [(r.session_id, 0, r.messages) for r in records])
-    return revisions
+MIGRATIONS: list[Step] = [
+    create_sessions_and_messages,
+    import_seed_sessions,
+    schema.create_quarantine,
+    create_search_index,
+]
 
 
 def _text_row(row: sqlite3.Row) -> dict[str, Any]:
@@ -235,20 +118,6 @@ def _text_row(row: sqlite3.Row) -> dict[str, Any]:
         key: value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
         for key, value in dict(row).items()
     }
-
-
-def _replace_record(db: sqlite3.Connection, record: SessionRecord, expected: int | None) -> int:
-    row = db.execute(
-        "SELECT revision FROM sessions WHERE session_id = ?", (record.session_id,)
-    ).fetchone()
-    check_expected(record.session_id, expected, row[0] if row else 0)
-    revision = next_revision(row[0] if row else None)
-    unindex(db, [record.session_id])
-    db.execute("DELETE FROM sessions WHERE session_id = ?", (record.session_id,))
-    db.execute("DELETE FROM messages WHERE session_id = ?", (record.session_id,))
-    _insert_record(db, record, revision=revision)
-    index_messages(db, record.session_id, 0, record.messages)
-    return revision
 
 
 class SQLiteStorage(SessionStorageAdapter):
@@ -280,11 +149,12 @@ class SQLiteStorage(SessionStorageAdapter):
             raise self._error(exc) from None
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._refuse_newer_schema(db)
+            # Refused before anything writes, so a newer database is left untouched.
+            refuse_newer(SQLITE.applied_steps(db), MIGRATIONS, self.path)
             if not self.in_memory:
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
-            self._migrate(db)
+            migrate(db, SQLITE, MIGRATIONS, self.path)
         except sqlite3.DatabaseError as exc:
             db.close()
             raise self._error(exc) from None
@@ -305,15 +175,6 @@ class SQLiteStorage(SessionStorageAdapter):
                 f"refusing the database {self.path}: the file has {links} hard links, and "
                 "SQLite finds its -wal and -shm files by path, so two paths to one database "
                 "corrupt it; copy the file instead of linking it"
-            )
-
-    def _refuse_newer_schema(self, db: sqlite3.Connection) -> None:
-        """Checked before anything writes, so a newer database is left untouched."""
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version > len(MIGRATIONS):
-            raise StorageError(
-                f"{self.path} has schema version {version}, newer than this foliko knows "
-                f"({len(MIGRATIONS)}); upgrade foliko"
             )
 
     def _create_file(self) -> None:
@@ -349,35 +210,8 @@ class SQLiteStorage(SessionStorageAdapter):
             db = self._local.db = self._connect()
         return db
 
-    def _migrate(self, db: sqlite3.Connection) -> None:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version == len(MIGRATIONS):
-            return
-        with self._write(db):
-            db.execute(
-                """CREATE TABLE IF NOT EXISTS schema_migrations (
-                    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL
-                )"""
-            )
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
-                step(db)
-                db.execute(
-                    "INSERT OR REPLACE INTO schema_migrations VALUES (?, ?, ?)",
-                    (number, step.__name__, now_ms()),
-                )
-            db.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
-
-    @contextlib.contextmanager
-    def _write(self, db: sqlite3.Connection | None = None) -> Iterator[sqlite3.Connection]:
-        db = db or self.db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+    def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return SQLITE.transaction(self.db)
 
     def _error(self, exc: sqlite3.Error) -> StorageError:
         return StorageError(
@@ -404,7 +238,7 @@ class SQLiteStorage(SessionStorageAdapter):
             return None
         with self._guard():
             row = self.db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
+                f"SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
             ).fetchone()
             if row is None:
                 self._raise_if_unreadable_seed(session_id)
@@ -429,7 +263,7 @@ class SQLiteStorage(SessionStorageAdapter):
             return None
         with self._guard():
             row = self.db.execute(
-                f"SELECT {_SESSION_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
+                f"SELECT {RECORD_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
                 (session_id,),
             ).fetchone()
             if row is None:
@@ -441,10 +275,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 "SELECT body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
                 (session_id, start),
             ).fetchall()
-        record = self._record(session_id, columns, [body for (body,) in bodies])
-        record.first_seq = start
-        record.metadata["message_count"] = start + len(record.messages)
-        return record
+        return self._record(session_id, columns, [body for (body,) in bodies], first_seq=start)
 
     def _covered(self, session_id: str, columns: list, count: int) -> int:
         """Where the messages after the compression summary start."""
@@ -460,9 +291,9 @@ class SQLiteStorage(SessionStorageAdapter):
             return {}
         found: dict[str, SessionRecord] = {}
         with self._guard():
-            for chunk, marks in _in_chunks(session_ids):
+            for chunk, marks in writes.in_chunks(session_ids):
                 rows = self.db.execute(
-                    f"SELECT session_id, {_SESSION_COLUMNS} FROM sessions "
+                    f"SELECT session_id, {RECORD_COLUMNS} FROM sessions "
                     f"WHERE session_id IN ({marks})",
                     chunk,
                 ).fetchall()
@@ -477,8 +308,8 @@ class SQLiteStorage(SessionStorageAdapter):
                     found[session_id] = self._record(session_id, row, bodies[session_id])
         return found
 
-    def _record(self, session_id: str, row, bodies: list) -> SessionRecord:
-        return record_from_row(session_id, tuple(row), bodies, self.path)
+    def _record(self, session_id: str, row, bodies: list, *, first_seq: int = 0) -> SessionRecord:
+        return record_from_row(session_id, tuple(row), bodies, self.path, first_seq=first_seq)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
@@ -495,7 +326,7 @@ class SQLiteStorage(SessionStorageAdapter):
         for record in records:
             checked_for_write(record)
         with self._guard(), self._write() as db:
-            return _write_records(db, records, expected)
+            return writes.replace_records(db, SQLITE, records, expected)
 
     async def append(
         self,
@@ -506,40 +337,10 @@ class SQLiteStorage(SessionStorageAdapter):
         expected_revision: int,
     ) -> int:
         checked_append(session_id, messages, state)
-        now = now_ms()
         with self._guard(), self._write() as db:
-            row = db.execute(
-                "SELECT revision, message_count, preview FROM sessions WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
-            found, count, preview = row if row else (0, 0, "")
-            if found != expected_revision:
-                raise ConflictError(session_id, expected_revision, found)
-            total = count + len(messages)
-            metadata = {**state.metadata, "message_count": total}
-            revision = next_revision(row[0] if row else None)
-            db.execute(
-                """INSERT INTO sessions (session_id, created_at, updated_at, message_count,
-                       revision, preview, variables, metadata, compression_state)
-                   VALUES (?1, ?2, ?3, ?4, ?9, ?5, ?6, ?7, ?8)
-                   ON CONFLICT (session_id) DO UPDATE SET
-                       updated_at = ?3, message_count = ?4, revision = ?9,
-                       preview = ?5, variables = ?6, metadata = ?7, compression_state = ?8""",
-                (
-                    session_id,
-                    metadata.get("created_at", now),
-                    now,
-                    total,
-                    preview_of(messages) or preview,
-                    orjson.dumps(state.variables).decode(),
-                    orjson.dumps(metadata).decode(),
-                    orjson.dumps(state.compression_state).decode(),
-                    revision,
-                ),
+            return writes.append_messages(
+                db, SQLITE, session_id, messages, state, expected_revision
             )
-            db.executemany(_INSERT_MESSAGE, _message_rows(session_id, count, messages))
-            index_messages(db, session_id, count, messages)
-        return revision
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         """Remove the session (an unreadable row of the seed's table too) and its lock file."""
@@ -547,15 +348,7 @@ class SQLiteStorage(SessionStorageAdapter):
             check_expected(session_id, expected_revision, 0)
             return False
         with self._guard(), self._write() as db:
-            row = db.execute(
-                "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            check_expected(session_id, expected_revision, row[0] if row else 0)
-            unindex(db, [session_id])
-            db.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
-            existed = (
-                db.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,)).rowcount > 0
-            )
+            existed = writes.delete_session(db, SQLITE, session_id, expected_revision)
             existed = self._drop_seed_row(db, session_id) or existed
         self._remove_lock_file(session_id)
         return existed
@@ -595,12 +388,8 @@ class SQLiteStorage(SessionStorageAdapter):
         if self._absent():
             return []
         with self._guard():
-            rows = self.db.execute(
-                """SELECT session_id, created_at, updated_at, message_count, preview
-                   FROM sessions ORDER BY updated_at DESC, session_id"""
-            ).fetchall()
+            summaries = writes.summaries(self.db, SQLITE)
             unreadable = self._unreadable_seed_rows()
-        summaries = [SessionSummary(*row) for row in rows]
         summaries.extend(
             SessionSummary(sid, created, updated, 0, "", error=UNREADABLE_SEED)
             for sid, created, updated in unreadable
@@ -625,12 +414,10 @@ class SQLiteStorage(SessionStorageAdapter):
         if self._absent():
             return None
         with self._guard():
-            row = self.db.execute(
-                "SELECT revision FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
+            revision = writes.stored_revision(self.db, SQLITE, session_id)
+            if revision is None:
                 self._raise_if_unreadable_seed(session_id)
-        return None if row is None else row[0]
+        return revision
 
     async def exists(self) -> bool:
         return self.in_memory or os.path.exists(self.path)
@@ -673,21 +460,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def rename(self, old_id: str, new_id: str) -> None:
         with self._guard(), self._write() as db:
-            if db.execute("SELECT 1 FROM sessions WHERE session_id = ?", (new_id,)).fetchone():
-                raise SessionExistsError(new_id)
-            if (
-                db.execute(
-                    "UPDATE sessions SET session_id = ? WHERE session_id = ?", (new_id, old_id)
-                ).rowcount
-                == 0
-            ):
-                raise SessionNotFoundError(old_id)
-            db.execute("UPDATE messages SET session_id = ? WHERE session_id = ?", (new_id, old_id))
-            rename_indexed(db, old_id, new_id)
-            db.execute(
-                "UPDATE sessions SET revision = ? WHERE session_id = ?",
-                (next_revision(None), new_id),
-            )
+            writes.rename_session(db, SQLITE, old_id, new_id)
             self._drop_seed_row(db, old_id)
         self._remove_lock_file(old_id)
 
@@ -769,19 +542,15 @@ class SQLiteStorage(SessionStorageAdapter):
                 ).fetchall()
             finally:
                 db.row_factory = None
-            db.execute(
-                "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?)",
-                (
-                    problem.session_id,
-                    now_ms(),
-                    problem.reason,
-                    orjson.dumps(dict(row) if row else {}).decode(),
-                    orjson.dumps([_text_row(b) for b in bodies]).decode(),
-                ),
+            writes.quarantine_row(
+                db,
+                SQLITE,
+                problem.session_id,
+                problem.reason,
+                orjson.dumps(dict(row) if row else {}).decode(),
+                orjson.dumps([_text_row(b) for b in bodies]).decode(),
             )
-            unindex(db, [problem.session_id])
-            db.execute("DELETE FROM messages WHERE session_id = ?", (problem.session_id,))
-            db.execute("DELETE FROM sessions WHERE session_id = ?", (problem.session_id,))
+            writes.remove_sessions(db, SQLITE, [problem.session_id])
             self._drop_seed_row(db, problem.session_id)
         self._remove_lock_file(problem.session_id)
         return f"{self.path} (table quarantine)"
@@ -804,15 +573,13 @@ class SQLiteStorage(SessionStorageAdapter):
                     fix="check the storage again",
                 )
             for row in rows:
-                db.execute(
-                    "INSERT INTO quarantine VALUES (?, ?, ?, ?, ?)",
-                    (
-                        problem.session_id,
-                        now_ms(),
-                        problem.reason,
-                        orjson.dumps(_text_row(row)).decode(),
-                        "[]",
-                    ),
+                writes.quarantine_row(
+                    db,
+                    SQLITE,
+                    problem.session_id,
+                    problem.reason,
+                    orjson.dumps(_text_row(row)).decode(),
+                    "[]",
                 )
             self._drop_seed_row(db, problem.session_id)
         return f"{self.path} (table quarantine)"
@@ -833,10 +600,8 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def info(self) -> dict[str, Any]:
         with self._guard():
-            sessions, messages = self.db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(message_count), 0) FROM sessions"
-            ).fetchone()
-            version = self.db.execute("PRAGMA user_version").fetchone()[0]
+            sessions, messages = writes.counts(self.db, SQLITE)
+            version = SQLITE.version(self.db)
             journal = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         size = 0 if self.in_memory else os.path.getsize(self.path)
         return {

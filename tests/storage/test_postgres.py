@@ -31,8 +31,11 @@ from foliko_cli.errors import (
 )
 from foliko_cli.storage import capabilities
 from foliko_cli.storage import postgres as postgres_module
+from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.storage.sql import writes
+from foliko_cli.storage.sql.dialect import PostgresDialect
 
 from .services import (
     concurrent_appends,
@@ -113,7 +116,7 @@ def test_migrations_are_recorded_once_and_each_step_is_idempotent(url, schema, r
     ]
     with psycopg.connect(url, autocommit=True) as db, db.transaction():
         for step in MIGRATIONS:  # running a step again changes nothing and does not fail
-            step(db, f'"{schema}"')
+            step(db, PostgresDialect(schema))
     second = PostgresStorage(url, schema=schema)
     run(second.list())
     assert sorted(query(url, f'SELECT * FROM "{schema}".schema_migrations')) == sorted(recorded)
@@ -174,12 +177,12 @@ def test_several_processes_starting_at_once_migrate_once(url, schema):
 
 def test_a_schema_from_a_newer_foliko_is_refused_and_left_alone(url, pg, schema, run):
     run(pg.save(SessionRecord("keep", messages=turn("x"))))
-    query(url, f"INSERT INTO {pg._q}.schema_migrations VALUES (999, 'future', 0)")
+    query(url, f"INSERT INTO {pg._dialect.quoted}.schema_migrations VALUES (999, 'future', 0)")
     newer = PostgresStorage(url, schema=pg.schema)
     with pytest.raises(StorageError, match="upgrade foliko"):
         run(newer.list())
     run(newer.close())
-    assert query(url, f"SELECT session_id FROM {pg._q}.sessions") == [("keep",)]
+    assert query(url, f"SELECT session_id FROM {pg._dialect.quoted}.sessions") == [("keep",)]
 
 
 # records
@@ -219,7 +222,9 @@ def test_seq_is_gap_free_in_commit_order(url, pg, run):
     first = run(pg.append("s", turn("a"), state(), expected_revision=0))
     run(pg.append("s", turn("b"), state(), expected_revision=first))
     run(pg.save(SessionRecord("t", messages=turn("c"))))
-    rows = query(url, f"SELECT session_id, seq FROM {pg._q}.messages ORDER BY session_id, seq")
+    rows = query(
+        url, f"SELECT session_id, seq FROM {pg._dialect.quoted}.messages ORDER BY session_id, seq"
+    )
     assert rows == [("s", 0), ("s", 1), ("s", 2), ("s", 3), ("t", 0), ("t", 1)]
 
 
@@ -230,7 +235,10 @@ def test_concurrent_appends_from_several_connections_lose_nothing(url, pg, run):
     revisions = concurrent_appends(lambda: PostgresStorage(url, schema=pg.schema), writers, turns)
     total = writers * turns
     assert revisions == list(range(revisions[0], revisions[0] + total))  # one per append
-    seqs = query(url, f"SELECT seq FROM {pg._q}.messages WHERE session_id = 'shared' ORDER BY seq")
+    seqs = query(
+        url,
+        f"SELECT seq FROM {pg._dialect.quoted}.messages WHERE session_id = 'shared' ORDER BY seq",
+    )
     assert [seq for (seq,) in seqs] == list(range(2 * total))
     record = run(pg.load("shared"))
     assert record.revision == revisions[-1]
@@ -241,13 +249,42 @@ def test_concurrent_appends_from_several_connections_lose_nothing(url, pg, run):
     assert run(pg.list_summaries())[0].message_count == 2 * total
 
 
+def created_meanwhile(monkeypatch) -> None:
+    """The next revision read finds nothing, as if another writer created the
+    session just after it (its INSERT then fails on the primary key)."""
+    real = writes.stored_revisions
+    calls = []
+
+    def first_finds_nothing(db, dialect, session_ids):
+        calls.append(session_ids)
+        return {} if len(calls) == 1 else real(db, dialect, session_ids)
+
+    monkeypatch.setattr(writes, "stored_revisions", first_finds_nothing)
+
+
+def test_a_save_that_loses_a_creation_race_runs_again_as_a_replace(pg, run, monkeypatch):
+    first = run(pg.save(SessionRecord("s", messages=turn("theirs"))))
+    created_meanwhile(monkeypatch)
+    second = run(pg.save(SessionRecord("s", messages=turn("ours"))))
+    assert second == first + 1
+    assert run(pg.load("s")).messages == turn("ours")
+
+
+def test_a_create_only_save_that_loses_a_creation_race_finds_the_session(pg, run, monkeypatch):
+    run(pg.save(SessionRecord("s", messages=turn("theirs"))))
+    created_meanwhile(monkeypatch)
+    with pytest.raises(SessionExistsError):
+        run(pg.save(SessionRecord("s", messages=turn("ours")), expected_revision=0))
+    assert run(pg.load("s")).messages == turn("theirs")
+
+
 def test_save_many_is_one_transaction(pg, run, monkeypatch):
     before = run(pg.save(SessionRecord("a", messages=turn("old a"))))
 
     def fail(*args: Any) -> None:
         raise psycopg.errors.DiskFull("simulated")
 
-    monkeypatch.setattr(pg, "_copy_messages", fail)
+    monkeypatch.setattr(pg._dialect, "insert_messages", fail)
     batch = [SessionRecord("a", messages=turn("new a")), SessionRecord("b")]
     with pytest.raises(StorageError, match="simulated"):
         run(pg.save_many(batch))
@@ -273,7 +310,10 @@ def test_summaries_are_newest_first_across_pages(pg, run, monkeypatch):
 def test_check_reports_a_corrupt_session_and_quarantine_moves_it_aside(url, pg, run):
     run(pg.save(SessionRecord("bad", messages=turn("hello"))))
     run(pg.save(SessionRecord("good", messages=turn("fine"))))
-    query(url, f"UPDATE {pg._q}.messages SET body = '{{not json' WHERE session_id = 'bad'")
+    query(
+        url,
+        f"UPDATE {pg._dialect.quoted}.messages SET body = '{{not json' WHERE session_id = 'bad'",
+    )
     with pytest.raises(CorruptSessionError):
         run(pg.load("bad"))
     problems = run(capabilities.check(pg))
@@ -282,7 +322,9 @@ def test_check_reports_a_corrupt_session_and_quarantine_moves_it_aside(url, pg, 
     assert f"{pg.schema}.quarantine" in where
     assert run(pg.list()) == ["good"]
     assert run(capabilities.check(pg)) == []
-    (moved,) = query(url, f"SELECT session_id, reason, messages FROM {pg._q}.quarantine")
+    (moved,) = query(
+        url, f"SELECT session_id, reason, messages FROM {pg._dialect.quoted}.quarantine"
+    )
     assert moved[0] == "bad"
     assert "{not json" in moved[2]  # kept, never deleted
 

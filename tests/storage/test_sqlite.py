@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from foliko_cli.errors import CorruptSessionError, StorageError
+from foliko_cli.storage.sql.dialect import SQLITE
 from foliko_cli.storage.sqlite import MIGRATIONS, SQLiteStorage
 
 from .test_conformance import make_record, state, turn
@@ -114,8 +115,8 @@ def test_every_migration_step_can_run_twice(tmp_path, start):
     db = sqlite3.connect(path, isolation_level=None)
     try:
         for step in MIGRATIONS:
-            step(db)
-            step(db)
+            step(db, SQLITE)
+            step(db, SQLITE)
         assert db.execute("SELECT session_id FROM sessions").fetchall() == (
             [("a",)] if start == "seed" else []
         )

@@ -1,5 +1,5 @@
-"""The row mapping the SQL backends share: a session row and its message
-bodies to one canonical record, checked, or a CorruptSessionError."""
+"""A session row and its message bodies to one canonical record, checked,
+or a CorruptSessionError."""
 
 from __future__ import annotations
 
@@ -9,12 +9,23 @@ from typing import Any
 from foliko_cli.errors import CorruptSessionError
 from foliko_cli.storage.record import SessionRecord, check_record, decode_message, loads
 
+RECORD_COLUMNS = "variables, metadata, compression_state, updated_at, revision"
+
 
 def record_from_row(
-    session_id: str, columns: tuple[Any, ...], bodies: Iterable[Any], where: str
+    session_id: str,
+    columns: tuple[Any, ...],
+    bodies: Iterable[Any],
+    where: str,
+    *,
+    first_seq: int = 0,
 ) -> SessionRecord:
-    """``columns`` are variables, metadata, compression_state (JSON text),
-    updated_at and revision; ``bodies`` the messages' JSON, in order."""
+    """``columns`` are RECORD_COLUMNS (JSON text, then updated_at and revision);
+    ``bodies`` the messages' JSON in order, from position ``first_seq`` on.
+
+    ``message_count`` is what the history holds (``first_seq`` plus the bodies
+    read), never the copy in the stored metadata.
+    """
     variables, metadata, compression_state, updated_at, revision = columns
     try:
         messages = [decode_message(body) for body in bodies]
@@ -26,10 +37,11 @@ def record_from_row(
                 session_id=session_id,
                 messages=messages,
                 variables=loads(variables),
-                metadata={**metadata, "message_count": len(messages)},
+                metadata={**metadata, "message_count": first_seq + len(messages)},
                 compression_state=loads(compression_state),
                 saved_at=updated_at,
                 revision=revision,
+                first_seq=first_seq,
             ),
             values=False,
         )

@@ -1,0 +1,31 @@
+"""Waiting for a lock another process holds: try, sleep, try again."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+FIRST_DELAY = 0.002
+MAX_DELAY = 0.1
+
+
+async def poll(
+    attempt: Callable[[], bool],
+    deadline: float,
+    *,
+    first_delay: float = FIRST_DELAY,
+    max_delay: float = MAX_DELAY,
+) -> bool:
+    """Call ``attempt`` until it returns true (then True) or the ``time.monotonic``
+    ``deadline`` has passed (then False). The sleeps between tries double from
+    ``first_delay`` up to ``max_delay`` and never reach past the deadline."""
+    import asyncio  # loaded by the running event loop already; not at start-up
+
+    delay = first_delay
+    while not attempt():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(delay, left))
+        delay = min(delay * 2, max_delay)
+    return True

@@ -1,0 +1,65 @@
+"""The tables both engines keep, written once; a dialect fills in the few
+differences (the timestamp type, the messages' tie to their session, the
+summary index, table names).
+
+One ``sessions`` row per session, with ``message_count``, ``updated_at``,
+``preview`` and ``revision`` kept beside the JSON columns so that listing
+never reads messages; one ``messages`` row per message, keyed by
+``(session_id, seq)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foliko_cli.storage.sql.dialect import Dialect
+
+SESSIONS = """CREATE TABLE IF NOT EXISTS {sessions} (
+            session_id TEXT PRIMARY KEY,
+            created_at {bigint} NOT NULL,
+            updated_at {bigint} NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            revision {bigint} NOT NULL DEFAULT 0,
+            preview TEXT NOT NULL DEFAULT '',
+            variables TEXT NOT NULL DEFAULT '{{}}',
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            compression_state TEXT NOT NULL DEFAULT '{{}}'
+        )"""
+
+MESSAGES = """CREATE TABLE IF NOT EXISTS {messages} (
+            session_id TEXT NOT NULL{messages_link},
+            seq INTEGER NOT NULL,
+            role TEXT NOT NULL,
+            created_at {bigint} NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ){messages_options}"""
+
+SESSIONS_BY_UPDATED = "CREATE INDEX IF NOT EXISTS sessions_by_updated ON {summary_index}"
+
+QUARANTINE = """CREATE TABLE IF NOT EXISTS {quarantine} (
+            session_id TEXT NOT NULL,
+            moved_at {bigint} NOT NULL,
+            reason TEXT NOT NULL,
+            session_row TEXT NOT NULL,
+            messages TEXT NOT NULL
+        )"""
+
+SCHEMA_MIGRATIONS = """CREATE TABLE IF NOT EXISTS {schema_migrations} (
+                    version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {bigint} NOT NULL
+                )"""
+
+
+def create_sessions_and_messages(db: Any, dialect: Dialect) -> None:
+    for statement in (SESSIONS, MESSAGES, SESSIONS_BY_UPDATED):
+        db.execute(dialect.sql(statement))
+
+
+def create_quarantine(db: Any, dialect: Dialect) -> None:
+    """Where ``storage check --repair`` moves unreadable sessions: aside, never deleted."""
+    db.execute(dialect.sql(QUARANTINE))
+
+
+def create_migrations_table(db: Any, dialect: Dialect) -> None:
+    """Which step ran when; the runner's record, beside the dialect's version."""
+    db.execute(dialect.sql(SCHEMA_MIGRATIONS))

@@ -1,0 +1,320 @@
+"""The statements that write and list sessions, for both engines.
+
+Each writer runs inside its caller's transaction and reads the revision it
+compares with the dialect's row lock (PostgreSQL: ``FOR UPDATE``; SQLite's
+``BEGIN IMMEDIATE`` already holds the database). A session that does not
+exist yet has no row to lock: two PostgreSQL writers creating it at once
+both pass the check, and the second one's INSERT fails on the primary key;
+the backend runs that transaction again, which then finds the row.
+
+``message_count`` is derived in ``session_row`` alone, from the number of
+message rows the write leaves: the column and the copy in the metadata JSON
+(which no load trusts: see rows.py) are both that number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from foliko_cli.clock import now_ms
+from foliko_cli.errors import SessionNotFoundError
+from foliko_cli.storage.base import (
+    ConflictError,
+    SessionExistsError,
+    check_expected,
+)
+from foliko_cli.storage.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    encode_message,
+    new_metadata,
+    next_revision,
+    preview_of,
+)
+from foliko_cli.storage.sql.dialect import Dialect
+
+CHUNK = 500
+"""Session ids per ``IN (...)``."""
+
+_COLUMNS = (
+    "session_id, created_at, updated_at, message_count, revision, preview, "
+    "variables, metadata, compression_state"
+)
+_INSERT_SESSION = f"INSERT INTO {{sessions}} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPDATE_SESSION = """UPDATE {sessions} SET created_at = ?, updated_at = ?, message_count = ?,
+    revision = ?, preview = ?, variables = ?, metadata = ?, compression_state = ?
+    WHERE session_id = ?"""
+_UPDATE_TURN = """UPDATE {sessions} SET updated_at = ?, message_count = ?, revision = ?,
+    preview = ?, variables = ?, metadata = ?, compression_state = ? WHERE session_id = ?"""
+_REVISION = "SELECT revision FROM {sessions} WHERE session_id = ?"
+_TURN_BASE = "SELECT revision, message_count, preview FROM {sessions} WHERE session_id = ?{lock}"
+_SUMMARY_COLUMNS = "session_id, created_at, updated_at, message_count, preview"
+_NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC, session_id"
+_OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
+    WHERE updated_at < ? OR (updated_at = ? AND session_id > ?)
+    ORDER BY updated_at DESC, session_id LIMIT ?"""
+_COUNTS = "SELECT COUNT(*), COALESCE(SUM(message_count), 0) FROM {sessions}"
+_QUARANTINE = """INSERT INTO {quarantine} (session_id, moved_at, reason, session_row, messages)
+    VALUES (?, ?, ?, ?, ?)"""
+
+
+def in_chunks(ids: list[str], size: int = CHUNK) -> Iterator[tuple[list[str], str]]:
+    """``ids`` in slices, each with its ``?, ?, …`` for an ``IN (...)``."""
+    for start in range(0, len(ids), size):
+        chunk = ids[start : start + size]
+        yield chunk, ", ".join("?" * len(chunk))
+
+
+def _dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def session_row(
+    dialect: Dialect,
+    session_id: str,
+    *,
+    count: int,
+    created_at: int,
+    updated_at: int,
+    revision: int,
+    preview: str,
+    state: SessionState,
+) -> tuple:
+    """The ``sessions`` row, in the order of the table's columns. ``count`` is
+    the number of messages the session has once the write commits."""
+    return (
+        session_id,
+        created_at,
+        updated_at,
+        count,
+        revision,
+        dialect.text(preview),
+        _dumps(state.variables),
+        _dumps({**state.metadata, "message_count": count}),
+        _dumps(state.compression_state),
+    )
+
+
+def record_row(dialect: Dialect, record: SessionRecord, revision: int) -> tuple:
+    """The ``sessions`` row that replaces the session with ``record``."""
+    metadata = {**new_metadata(), **record.metadata}
+    return session_row(
+        dialect,
+        record.session_id,
+        count=len(record.messages),
+        created_at=metadata["created_at"],
+        updated_at=record.saved_at or now_ms(),
+        revision=revision,
+        preview=preview_of(record.messages),
+        state=SessionState(record.variables, metadata, record.compression_state),
+    )
+
+
+def message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]) -> list[tuple]:
+    return [
+        (session_id, first_seq + i, m["role"], m.get("created_at", 0), encode_message(m).decode())
+        for i, m in enumerate(messages)
+    ]
+
+
+def insert_messages(db: Any, dialect: Dialect, batches: list[tuple[str, int, list]]) -> None:
+    """Write each ``(session_id, first_seq, messages)`` and index it."""
+    rows = [row for batch in batches for row in message_rows(*batch)]
+    dialect.insert_messages(db, rows)
+    dialect.indexed(db, batches)
+
+
+def stored_revision(
+    db: Any, dialect: Dialect, session_id: str, *, lock: bool = False
+) -> int | None:
+    """The session's revision, None when it does not exist; with ``lock``, its row
+    is locked until the transaction ends."""
+    statement = _REVISION + "{lock}" if lock else _REVISION
+    row = db.execute(dialect.sql(statement), (session_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def stored_revisions(db: Any, dialect: Dialect, session_ids: list[str]) -> dict[str, int]:
+    """The revisions of those of ``session_ids`` that exist, their rows locked in
+    session-id order (so two writers never wait on each other in a cycle)."""
+    found: dict[str, int] = {}
+    for chunk, marks in in_chunks(sorted(session_ids)):
+        statement = (
+            f"SELECT session_id, revision FROM {{sessions}} WHERE session_id IN ({marks}) "
+            "ORDER BY session_id{lock}"
+        )
+        found.update(db.execute(dialect.sql(statement), chunk).fetchall())
+    return found
+
+
+def _delete_rows(db: Any, dialect: Dialect, table: str, session_ids: list[str]) -> None:
+    for chunk, marks in in_chunks(session_ids):
+        statement = f"DELETE FROM {{{table}}} WHERE session_id IN ({marks})"
+        db.execute(dialect.sql(statement), chunk)
+
+
+def remove_messages(db: Any, dialect: Dialect, session_ids: list[str]) -> None:
+    """Delete the sessions' messages and their index entries."""
+    dialect.unindexed(db, session_ids)
+    _delete_rows(db, dialect, "messages", session_ids)
+
+
+def remove_sessions(db: Any, dialect: Dialect, session_ids: list[str]) -> None:
+    """Delete the sessions' rows, messages and all."""
+    remove_messages(db, dialect, session_ids)
+    _delete_rows(db, dialect, "sessions", session_ids)
+
+
+def replace_records(
+    db: Any, dialect: Dialect, records: list[SessionRecord], expected: list[int | None]
+) -> list[int]:
+    """Replace each of ``records`` after checking its expected revision; the new
+    revisions, in the order of ``records``. Distinct sessions are written with
+    one statement per kind of row (a migration batch); a session given twice,
+    one record at a time, in order, so the last one stays."""
+    order = sorted(range(len(records)), key=lambda i: records[i].session_id)
+    revisions = [0] * len(records)
+    if len({record.session_id for record in records}) < len(records):
+        for i in order:
+            revisions[i] = _replace_distinct(db, dialect, [records[i]], [expected[i]])[0]
+        return revisions
+    written = _replace_distinct(
+        db, dialect, [records[i] for i in order], [expected[i] for i in order]
+    )
+    for i, revision in zip(order, written, strict=True):
+        revisions[i] = revision
+    return revisions
+
+
+def _replace_distinct(
+    db: Any, dialect: Dialect, records: list[SessionRecord], expected: list[int | None]
+) -> list[int]:
+    ids = [record.session_id for record in records]
+    current = stored_revisions(db, dialect, ids)
+    for session_id, revision in zip(ids, expected, strict=True):
+        check_expected(session_id, revision, current.get(session_id, 0))
+    revisions = [next_revision(current.get(session_id)) for session_id in ids]
+    rows = [record_row(dialect, r, n) for r, n in zip(records, revisions, strict=True)]
+    if current:
+        remove_messages(db, dialect, list(current))
+        db.executemany(
+            dialect.sql(_UPDATE_SESSION), [(*row[1:], row[0]) for row in rows if row[0] in current]
+        )
+    fresh = [row for row in rows if row[0] not in current]
+    if fresh:
+        db.executemany(dialect.sql(_INSERT_SESSION), fresh)
+    insert_messages(db, dialect, [(r.session_id, 0, r.messages) for r in records])
+    return revisions
+
+
+def insert_session(db: Any, dialect: Dialect, record: SessionRecord, revision: int) -> None:
+    """The ``sessions`` row of ``record``, which must not exist yet; its messages
+    are the caller's to write."""
+    db.execute(dialect.sql(_INSERT_SESSION), record_row(dialect, record, revision))
+
+
+def insert_record(db: Any, dialect: Dialect, record: SessionRecord, revision: int) -> None:
+    """Create the session ``record`` (which must not exist yet), messages and all."""
+    insert_session(db, dialect, record, revision)
+    insert_messages(db, dialect, [(record.session_id, 0, record.messages)])
+
+
+def append_messages(
+    db: Any,
+    dialect: Dialect,
+    session_id: str,
+    messages: list[dict[str, Any]],
+    state: SessionState,
+    expected_revision: int,
+) -> int:
+    """Add ``messages`` after the stored ones and replace the session's state, if
+    its revision is still ``expected_revision`` (0: it does not exist yet)."""
+    row = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
+    found, count, preview = row if row else (0, 0, "")
+    if found != expected_revision:
+        raise ConflictError(session_id, expected_revision, found)
+    now = now_ms()
+    revision = next_revision(found or None)
+    values = session_row(
+        dialect,
+        session_id,
+        count=count + len(messages),
+        created_at=state.metadata.get("created_at", now),
+        updated_at=now,
+        revision=revision,
+        preview=dialect.text(preview_of(messages)) or preview,
+        state=state,
+    )
+    if row is None:
+        db.execute(dialect.sql(_INSERT_SESSION), values)
+    else:
+        db.execute(dialect.sql(_UPDATE_TURN), (*values[2:], session_id))
+    insert_messages(db, dialect, [(session_id, count, messages)])
+    return revision
+
+
+def delete_session(
+    db: Any, dialect: Dialect, session_id: str, expected_revision: int | None
+) -> bool:
+    """Remove the session if its revision is still the expected one; False when
+    there was none."""
+    found = stored_revision(db, dialect, session_id, lock=True)
+    check_expected(session_id, expected_revision, found or 0)
+    remove_sessions(db, dialect, [session_id])
+    return found is not None
+
+
+def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str) -> None:
+    """Move ``old_id`` with its messages to ``new_id``, under a new revision (a
+    cached copy of either is stale)."""
+    if stored_revision(db, dialect, new_id) is not None:
+        raise SessionExistsError(new_id)
+    found = stored_revision(db, dialect, old_id, lock=True)
+    if found is None:
+        raise SessionNotFoundError(old_id)
+    db.execute(
+        dialect.sql("UPDATE {sessions} SET session_id = ?, revision = ? WHERE session_id = ?"),
+        (new_id, max(found + 1, next_revision(None)), old_id),
+    )
+    db.execute(
+        dialect.sql("UPDATE {messages} SET session_id = ? WHERE session_id = ?"), (new_id, old_id)
+    )
+    dialect.renamed(db, old_id, new_id)
+
+
+def summaries(db: Any, dialect: Dialect, *, page: int | None = None) -> list[SessionSummary]:
+    """Every session's summary, newest first. With ``page``, read that many at a
+    time along ``sessions_by_updated`` (the caller holds one snapshot)."""
+    if page is None:
+        return [SessionSummary(*row) for row in db.execute(dialect.sql(_NEWEST)).fetchall()]
+    found: list[SessionSummary] = []
+    rows = db.execute(dialect.sql(_NEWEST + " LIMIT ?"), (page,)).fetchall()
+    while rows:
+        found.extend(SessionSummary(*row) for row in rows)
+        if len(rows) < page:
+            break
+        last_id, last_updated = rows[-1][0], rows[-1][2]
+        rows = db.execute(
+            dialect.sql(_OLDER), (last_updated, last_updated, last_id, page)
+        ).fetchall()
+    return found
+
+
+def counts(db: Any, dialect: Dialect) -> tuple[int, int]:
+    """How many sessions and messages are stored."""
+    sessions, messages = db.execute(dialect.sql(_COUNTS)).fetchone()
+    return sessions, int(messages)
+
+
+def quarantine_row(
+    db: Any, dialect: Dialect, session_id: str, reason: str, session: str, messages: str
+) -> None:
+    """Keep an unreadable session's row and messages (JSON text) aside."""
+    db.execute(
+        dialect.sql(_QUARANTINE),
+        (session_id, now_ms(), dialect.text(reason), session, messages),
+    )
