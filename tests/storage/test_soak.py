@@ -73,12 +73,15 @@ WRITER = textwrap.dedent(
 
 
 def outcomes(logs: list[Path]) -> dict[str, str]:
-    """Each chat or fork token: 'ok', 'fail' or 'undecided' (killed in flight)."""
+    """Each chat or fork token: 'ok', 'fail' or 'undecided' (killed in flight).
+
+    A line cut short by the kill (no newline yet) decides nothing: its token
+    stays as its 'start' line left it."""
     found = {}
     for log in logs:
         if not log.exists():  # killed before it began
             continue
-        for line in log.read_text().splitlines():
+        for line in log.read_text().split("\n")[:-1]:
             word, *rest = line.split()
             op, token = rest[-2], rest[-1]
             if op not in ("chat", "fork"):
