@@ -100,12 +100,8 @@ class TurnSetup(NamedTuple):
     def apply(self, session: SessionContext) -> bool:
         """Change ``session``; return True when it must be saved whole."""
         if self.start_from is not None:
+            session.metadata = new_metadata()
             session.apply_record(self.start_from)
-            session.metadata = {
-                **new_metadata(),
-                **self.start_from.metadata,
-                "message_count": len(session.messages),
-            }
         session.variables.update(self.variables)
         if self.system_prompt is not None:
             session.metadata["system_prompt"] = self.system_prompt

@@ -77,7 +77,7 @@ class SessionContext:
 
     def add_message(self, message: dict[str, Any]) -> None:
         self.messages.append(message)
-        self.metadata["message_count"] = self.message_offset + len(self.messages)
+        self._recount()
         self.metadata["last_active"] = now_ms()
 
     def add_messages(self, messages: list[dict[str, Any]]) -> None:
@@ -87,7 +87,11 @@ class SessionContext:
     def replace_messages(self, messages: list[dict[str, Any]]) -> None:
         self.messages = list(messages)
         self.message_offset = 0
-        self.metadata["message_count"] = len(self.messages)
+        self._recount()
+
+    def _recount(self) -> None:
+        """``metadata["message_count"]`` is derived: the history's length, here only."""
+        self.metadata["message_count"] = self.message_offset + len(self.messages)
 
     def clear_messages(self) -> None:
         self.replace_messages([])
@@ -162,7 +166,7 @@ class SessionContext:
         self.message_offset = record.first_seq
         self.variables = dict(record.variables)
         self.metadata = {**self.metadata, **record.metadata}
-        self.metadata["message_count"] = self.message_offset + len(self.messages)
+        self._recount()
         self.compression_state = {**new_compression_state(), **record.compression_state}
         self.revision = record.revision
         self.history_loaded = True

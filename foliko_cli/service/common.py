@@ -84,7 +84,6 @@ def forked(
             "created_at": now,
             "last_active": now,
             "forked_from": source.session_id,
-            "message_count": kept,
         },
         compression_state=cut_compression(source.compression_state, kept),
     )
