@@ -109,6 +109,8 @@ def attachment_sources(
     ``-a NAME`` once meant ``--agent NAME``: a value that is no file, URL or
     ``-`` but names a configured agent is still taken as the agent, with a note.
     """
+    if not values:
+        return [], agent, False
     from foliko_cli.attachments import STDIN_NAME, Attachment, is_url
 
     sources: list = []
