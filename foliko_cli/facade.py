@@ -30,6 +30,10 @@ __all__ = ["Foliko", "ImportReport", "check_message_text"]
 T = TypeVar("T")
 
 INTERRUPTED = "interrupted before the operation finished"
+READS = frozenset(
+    {"get_session", "list_sessions", "session_ids", "get_variables", "search", "usage", "info"}
+)
+"""Operations that only read: they may run without an event loop (see ``_without_loop``)."""
 INTERRUPTED_TURN = "interrupted; the turn was not saved"
 
 
@@ -43,12 +47,44 @@ def _loop_running_here() -> bool:
     return True
 
 
+def _without_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> tuple[bool, T | None]:
+    """Run a coroutine that never waits to its end with no event loop: ``(True,
+    value)``; ``(False, None)`` when it needed one (it is closed, nothing kept).
+
+    On SQLite, JSON files and memory a read never waits, so ``sessions list``
+    or ``show`` runs without importing asyncio at all (P1). Only reads come
+    here: one that turns out to need a loop is simply run again on one.
+    """
+    coroutine = make()
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return True, done.value
+    except RuntimeError as exc:
+        if "no running event loop" not in str(exc):
+            raise
+        return False, None
+    coroutine.close()
+    return False, None
+
+
 class _LoopRunner:
-    """One event loop for the facade's lifetime; calls are serialised."""
+    """One event loop for the facade's lifetime, made on first need; calls are serialised."""
 
     def __init__(self) -> None:
         self._runner: asyncio.Runner | None = None
         self._lock = threading.Lock()
+
+    def read(self, make: Callable[[], Coroutine[Any, Any, T]], interrupted: str) -> T:
+        """A read: without an event loop while none was needed yet (see ``_without_loop``)."""
+        if self._runner is None:
+            try:
+                finished, value = _without_loop(make)
+            except KeyboardInterrupt:
+                raise Interrupted(interrupted) from None
+            if finished:
+                return value  # type: ignore[return-value]
+        return self.run(make(), interrupted)
 
     def run(self, coroutine: Coroutine[Any, Any, T], interrupted: str) -> T:
         with self._lock:
@@ -118,6 +154,15 @@ def _in_thread(work: Callable[[], None]) -> None:
 def _blocking(name: str, interrupted: str = INTERRUPTED) -> Callable[..., Any]:
     coroutine_function = getattr(AsyncFoliko, name)
 
+    if name in READS:
+
+        @functools.wraps(coroutine_function)
+        def read(self: Foliko, *args: Any, **kwargs: Any) -> Any:
+            bound = getattr(self.service, name)
+            return self._loop.read(lambda: bound(*args, **kwargs), interrupted)
+
+        return read
+
     @functools.wraps(coroutine_function)
     def method(self: Foliko, *args: Any, **kwargs: Any) -> Any:
         return self._loop.run(getattr(self.service, name)(*args, **kwargs), interrupted)
@@ -160,7 +205,7 @@ class Foliko:
 
     def close(self) -> None:
         try:
-            self._loop.run(self.service.aclose(), INTERRUPTED)
+            self._loop.read(self.service.aclose, INTERRUPTED)
         finally:
             self._loop.close()
 

@@ -44,6 +44,46 @@ def test_the_top_level_names_load_lazily_and_import_nothing_heavy():
     assert loaded == "[]"
 
 
+@pytest.mark.parametrize("storage", ["sqlite", "json", "memory"])
+def test_reads_on_a_local_store_run_without_an_event_loop(foliko_home, storage):
+    with Foliko(storage, "echo", home=foliko_home) as foliko:
+        foliko.chat("s", "hi")
+    done = run_python(
+        f"""
+        import sys
+        from foliko_cli import Foliko
+        with Foliko({storage!r}, "echo", home={str(foliko_home)!r}) as foliko:
+            rows = foliko.list_sessions()
+            record = foliko.get_session("s") if rows else None
+        print(len(rows), record and len(record.messages), "asyncio" in sys.modules)
+        with Foliko({storage!r}, "echo", home={str(foliko_home)!r}) as foliko:
+            foliko.chat("s", "and now")
+            print(len(foliko.get_session("s").messages) if {storage!r} != "memory" else 2)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    expected_rows = "0 None" if storage == "memory" else "1 2"
+    assert done.stdout.splitlines() == [
+        f"{expected_rows} False",
+        "4" if storage != "memory" else "2",
+    ]
+
+
+def test_a_read_that_needs_an_event_loop_runs_on_one():
+    class Waiting(AsyncFoliko):
+        async def list_sessions(self, **options):
+            await asyncio.sleep(0.001)
+            return ["waited"]
+
+    facade = Foliko.__new__(Foliko)
+    facade.service = Waiting("memory", "echo")
+    from foliko_cli.facade import _LoopRunner
+
+    facade._loop = _LoopRunner()
+    with facade:
+        assert facade.list_sessions() == ["waited"]
+
+
 def test_every_exported_name_resolves_and_unknown_names_fail():
     for name in foliko_cli.__all__:
         assert getattr(foliko_cli, name) is not None

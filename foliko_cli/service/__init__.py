@@ -53,7 +53,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         storage: Any = None,
         model: str | ModelProvider | None = None,
         *,
-        home: Path | None = None,
+        home: str | os.PathLike[str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         max_steps: int = 10,
         system_prompt: str | None = None,
@@ -66,7 +66,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         mcp_servers: dict[str, dict[str, Any]] | None = None,
         user: str | None = None,
     ):
-        self.home = home if home is not None else default_home()
+        self.home = Path(home).expanduser() if home is not None else default_home()
         if storage is None:
             storage = os.environ.get("FOLIKO_STORAGE") or "sqlite"
         if model is None:
