@@ -183,6 +183,12 @@ async def check(storage: SessionStorageAdapter) -> list[StoredProblem]:
     which ``quarantine`` removes."""
     if isinstance(storage, ProblemScan):
         return await storage.check()
+    return await unreadable_sessions(storage)
+
+
+async def unreadable_sessions(storage: SessionStorageAdapter) -> list[StoredProblem]:
+    """The generic check: every listed session that fails to load (a native check
+    starts from this and adds what only its backend can see)."""
     problems = []
     for session_id in await storage.list():
         try:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import time
 import unicodedata
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import InvalidSessionIdError, UsageError
+from foliko_cli.errors import CorruptSessionError, InvalidSessionIdError, UsageError
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_SESSION_ID_LENGTH = 256
@@ -191,6 +192,44 @@ def loads(data: bytes | str) -> Any:
     elif raw.count(b"[") + raw.count(b"{") > MAX_DEPTH:
         check_value(value)
     return value
+
+
+def record_from_parts(
+    session_id: str,
+    columns: tuple[Any, ...],
+    bodies: Iterable[Any],
+    where: str,
+    *,
+    first_seq: int = 0,
+) -> SessionRecord:
+    """``columns`` are variables, metadata and compression_state (JSON text), then
+    updated_at and revision; ``bodies`` the messages' JSON in order, from position
+    ``first_seq`` on; ``where`` names the store in a CorruptSessionError.
+
+    ``message_count`` is what the history holds (``first_seq`` plus the bodies
+    read), never the copy in the stored metadata.
+    """
+    variables, metadata, compression_state, updated_at, revision = columns
+    try:
+        messages = [decode_message(body) for body in bodies]
+        metadata = loads(metadata)
+        if type(metadata) is not dict:
+            raise ValueError("metadata must be an object")
+        return check_record(
+            SessionRecord(
+                session_id=session_id,
+                messages=messages,
+                variables=loads(variables),
+                metadata={**metadata, "message_count": first_seq + len(messages)},
+                compression_state=loads(compression_state),
+                saved_at=updated_at,
+                revision=revision,
+                first_seq=first_seq,
+            ),
+            values=False,
+        )
+    except (ValueError, TypeError) as exc:
+        raise CorruptSessionError(session_id, where, str(exc)) from None
 
 
 def decode_message(data: bytes | str) -> dict[str, Any]:

@@ -63,15 +63,13 @@ from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
-    check_record,
     checked_append,
     checked_for_write,
-    decode_message,
     encode_message,
-    loads,
     new_metadata,
     next_revision,
     preview_of,
+    record_from_parts,
 )
 from foliko_cli.storage.urls import hide, parse_server_url
 
@@ -369,26 +367,19 @@ class RedisStorage(SessionStorageAdapter):
                     f"{meta_key} counts {int(fields['message_count'])} messages but "
                     f"{msgs_key} holds {len(bodies)} (evicted or edited by hand?)"
                 )
-            messages = [decode_message(body) for body in bodies]
-            metadata = loads(fields["metadata"])
-            if type(metadata) is not dict:
-                raise ValueError("metadata must be an object")
-            return check_record(
-                SessionRecord(
-                    session_id=session_id,
-                    messages=messages,
-                    variables=loads(fields["variables"]),
-                    metadata={**metadata, "message_count": len(messages)},
-                    compression_state=loads(fields["compression_state"]),
-                    saved_at=int(fields["updated_at"]),
-                    revision=int(fields["revision"]),
-                ),
-                values=False,
+            columns = (
+                fields["variables"],
+                fields["metadata"],
+                fields["compression_state"],
+                int(fields["updated_at"]),
+                int(fields["revision"]),
             )
         except KeyError as exc:
             reason = f"field {exc.args[0]} missing from {meta_key}"
         except (ValueError, TypeError) as exc:
             reason = str(exc)
+        else:
+            return record_from_parts(session_id, columns, bodies, self.location)
         raise CorruptSessionError(session_id, self.location, reason)
 
     def _save_args(self, record: SessionRecord, expected: int | None) -> list[Any]:

@@ -465,12 +465,9 @@ class SQLiteStorage(SessionStorageAdapter):
         self._remove_lock_file(old_id)
 
     async def check(self) -> list[StoredProblem]:
-        problems = []
-        for session_id in await self.list():
-            try:
-                await self.load(session_id)
-            except CorruptSessionError as exc:
-                problems.append(StoredProblem(session_id, exc.where, exc.reason))
+        from foliko_cli.storage.capabilities import unreadable_sessions
+
+        problems = await unreadable_sessions(self)
         if not self._absent():
             with self._guard():
                 problems.extend(
