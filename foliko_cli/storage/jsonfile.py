@@ -32,7 +32,7 @@ A session path that is a symbolic link is refused, never followed.
 
 ``save`` and ``delete`` compare the stored revision under that write lock.
 ``check`` also reports stray files (orphan lock files, temporary files of
-killed writes); ``quarantine`` of such a problem, or ``repair_files``, removes
+killed writes); ``quarantine`` of such a problem removes
 them. Failures of the filesystem (full, read-only, permissions) are a
 StorageError naming the path.
 """
@@ -666,10 +666,6 @@ class JsonStorage(SessionStorageAdapter):
         except OSError as exc:
             raise self._storage_error("remove", path, exc) from None
         return True
-
-    async def repair_files(self) -> list[str]:
-        """Remove the stray files ``check`` reports; sessions are never touched."""
-        return [str(path) for path, _, _ in self._stray_files() if self._remove_stray(path)]
 
     async def quarantine(self, problem: StoredProblem) -> str:
         """Move the unreadable file to ``.quarantine/`` (never deleted); return its new path.

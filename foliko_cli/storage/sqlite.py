@@ -506,16 +506,6 @@ class SQLiteStorage(SessionStorageAdapter):
             for path, why in self._locks.stray(self._live_lock)
         ]
 
-    async def repair_files(self) -> list[str]:
-        """Remove the orphan lock files ``check`` reports; sessions are never touched."""
-        if self._locks is None:
-            return []
-        return [
-            str(path)
-            for path, _, _ in self._stray_locks()
-            if self._locks.remove_stray(path, self._live_lock)
-        ]
-
     async def quarantine(self, problem: StoredProblem) -> str:
         """Move the unreadable session (or seed row) to the quarantine table; remove a
         stray lock file; a failed ``quick_check`` cannot be moved and is left as it is."""

@@ -1,6 +1,6 @@
 """What the file backends (JSON, SQLite) do with the files beside the sessions:
 lock files that never follow a link and go with their session, stray files
-that ``check`` reports and ``repair_files`` removes, and filesystem failures
+that ``check`` reports and ``quarantine`` removes, and filesystem failures
 (full, read-only) that are one-line storage errors."""
 
 from __future__ import annotations
@@ -81,7 +81,8 @@ def test_a_symlink_planted_as_a_lock_file_is_refused_and_its_target_kept(files, 
     assert victim.read_text() == "do not empty me\n"
     problems = run(files.check())
     assert [(p.where, "symbolic link" in p.reason) for p in problems] == [(str(planted), True)]
-    assert run(files.repair_files()) == [str(planted)]
+    run(files.quarantine(problems[0]))
+    assert not planted.is_symlink() and not planted.exists()
     assert victim.read_text() == "do not empty me\n"
     run(one_turn(files, "s"))
 
@@ -205,7 +206,7 @@ def test_removing_lock_files_never_lets_two_holders_in(tmp_path):
     assert os.listdir(directory) == []
 
 
-# stray files: reported by check, removed by repair
+# stray files: reported by check, removed by quarantine (storage check --repair)
 
 
 def test_check_reports_orphan_lock_files_and_repair_removes_only_those(files, run):
@@ -216,7 +217,7 @@ def test_check_reports_orphan_lock_files_and_repair_removes_only_those(files, ru
     problems = run(files.check())
     assert [(p.session_id, p.where) for p in problems] == [("killed-mid-turn", str(orphan))]
     assert "orphan lock file" in problems[0].reason
-    assert run(files.repair_files()) == [str(orphan)]
+    run(files.quarantine(problems[0]))
     assert not orphan.exists()
     assert run(files.check()) == []
     assert run(files.load("alive")).messages == turn("hi")
@@ -225,9 +226,9 @@ def test_check_reports_orphan_lock_files_and_repair_removes_only_those(files, ru
 def test_a_held_lock_of_a_session_not_yet_written_is_not_an_orphan(files, run):
     async def scenario():
         async with files.lock("new", 5):
-            return await files.check(), await files.repair_files()
+            return await files.check()
 
-    assert run(scenario()) == ([], [])
+    assert run(scenario()) == []
 
 
 def test_quarantine_of_a_stray_file_removes_it(files, run):
@@ -251,7 +252,7 @@ def test_check_reports_stale_temp_files_of_killed_json_writes(tmp_path, run):
     os.utime(stale, (an_hour_ago, an_hour_ago))
     problems = run(storage.check())
     assert [(p.where, "interrupted write" in p.reason) for p in problems] == [(str(stale), True)]
-    assert run(storage.repair_files()) == [str(stale)]
+    run(storage.quarantine(problems[0]))
     assert sorted(p.name for p in (tmp_path / "sessions").iterdir()) == [
         ".locks",
         fresh.name,
