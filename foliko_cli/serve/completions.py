@@ -8,8 +8,6 @@ history) and the turn is saved.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import time
 from collections.abc import AsyncIterator
@@ -23,6 +21,7 @@ from starlette.routing import Route
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.images import attached, image_part
 from foliko_cli.serve.turns import Turn
 
 SESSION_HEADER = "x-session-id"
@@ -42,7 +41,10 @@ def _content(message: dict[str, Any], index: int) -> tuple[str, list[dict[str, A
             if kind == "text":
                 texts.append(str(part.get("text", "")))
             elif kind == "image_url" and message.get("role") == "user":
-                images.append(_image(part.get("image_url"), f"messages[{index}].content[{number}]"))
+                value = part.get("image_url")
+                url = value.get("url") if isinstance(value, dict) else value
+                where = f"messages[{index}].content[{number}]"
+                images.append(image_part(url, where, "messages"))
             else:
                 raise ApiError(
                     400,
@@ -51,23 +53,6 @@ def _content(message: dict[str, Any], index: int) -> tuple[str, list[dict[str, A
                 )
         return "".join(texts), images
     raise ApiError(400, f"messages[{index}].content must be a string or a list of parts")
-
-
-def _image(value: Any, where: str) -> dict[str, Any]:
-    """An ``image_url`` part (a base64 data: URL) as an attachment part."""
-    from foliko_cli.attachments import AttachmentError, classify
-
-    url = value.get("url") if isinstance(value, dict) else value
-    if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
-        raise ApiError(400, f"{where}: an image must be a base64 data: URL", param="messages")
-    try:
-        data = base64.b64decode(url.split(";base64,", 1)[1], validate=True)
-        loaded = classify(f"image-{hashlib.sha256(data).hexdigest()[:12]}", data, label=where)
-    except (ValueError, AttachmentError) as exc:
-        raise ApiError(400, f"{where}: {exc}", param="messages") from None
-    if loaded.text is not None:
-        raise ApiError(400, f"{where}: not a png, jpeg, webp or gif image", param="messages")
-    return loaded.part
 
 
 def canonical_messages(raw: Any) -> list[dict[str, Any]]:
@@ -108,14 +93,6 @@ def canonical_messages(raw: Any) -> list[dict[str, Any]]:
     return messages
 
 
-def _attached(message: dict[str, Any]) -> list:
-    """The user message's images as attachments for the turn that sends it."""
-    from foliko_cli.attachments import Attachment, image_data
-
-    parts = message.get("attachments") or ()
-    return [Attachment(p["name"], base64.b64decode(image_data(p) or "")) for p in parts]
-
-
 def plan(request: Request, data: dict[str, Any]) -> Turn:
     svc = service(request)
     messages = canonical_messages(data.get("messages"))
@@ -146,13 +123,13 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         if systems:
             options["instructions"] = "\n\n".join(systems)
         last = users[-1]
-        options["attachments"] = _attached(last)
+        options["attachments"] = attached(last)
         return Turn(svc, session_id, last["content"], messages=(), **options)
     systems = [m["content"] for m in messages if m["role"] == "system"]
     history = [m for m in messages if m["role"] != "system"]
     if history and history[-1]["role"] == "user":
         text, extra = history[-1]["content"], []
-        options["attachments"] = _attached(history[-1])
+        options["attachments"] = attached(history[-1])
         history = history[:-1]
     else:
         tail = []

@@ -18,7 +18,9 @@ from typing import Any
 
 import orjson
 
+from foliko_cli.attachments import unavailable
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.images import data_url, image_part
 
 _UNSTORED = "resp_x"
 
@@ -121,6 +123,14 @@ def message_items(message: dict[str, Any], position: int) -> list[dict[str, Any]
     items = []
     if content or role != "assistant" or not message.get("tool_calls"):
         items.append(text_item(position, str(role), content))
+    for image in message.get("attachments") or ():
+        if image.get("type") == "image" and items:
+            url = data_url(image)
+            items[0]["content"].append(
+                {"type": "input_image", "image_url": url, "detail": "auto"}
+                if url is not None
+                else {"type": "input_text", "text": unavailable(image)}
+            )
     for index, call in enumerate(message.get("tool_calls") or []):
         items.append(function_call_item(position, index, call))
     return items
@@ -165,22 +175,31 @@ def turn_usage(turn: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _text_of(content: Any, where: str) -> str:
+    text, images = _content_of(content, where)
+    if images:
+        raise ApiError(400, f"{where}: only a user message may hold images")
+    return text
+
+
+def _content_of(content: Any, where: str) -> tuple[str, list[dict[str, Any]]]:
+    """The content's text, and its ``input_image`` parts as attachment parts."""
     if isinstance(content, str):
-        return content
+        return content, []
     if isinstance(content, list):
-        texts = []
-        for part in content:
-            if isinstance(part, dict) and part.get("type") in (
-                "input_text",
-                "output_text",
-                "text",
-            ):
+        texts, images = [], []
+        for number, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+            if kind in ("input_text", "output_text", "text"):
                 texts.append(str(part.get("text", "")))
+            elif kind == "input_image":
+                at = f"{where}.content[{number}]"
+                images.append(image_part(part.get("image_url"), at, "input"))
             else:
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise ApiError(400, f"{where}: content part {kind!r} is not supported; send text")
-        return "".join(texts)
-    raise ApiError(400, f"{where}: content must be a string or a list of text parts")
+                raise ApiError(
+                    400, f"{where}: content part {kind!r} is not supported; send text or images"
+                )
+        return "".join(texts), images
+    raise ApiError(400, f"{where}: content must be a string or a list of parts")
 
 
 def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
@@ -201,7 +220,14 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
                 role = "system"
             if role not in ("user", "assistant", "system"):
                 raise ApiError(400, f"{at}: role must be user, assistant, system or developer")
-            messages.append({"role": role, "content": _text_of(item.get("content"), at)})
+            if role == "user":
+                text, images = _content_of(item.get("content"), at)
+                message = {"role": role, "content": text}
+                if images:
+                    message["attachments"] = images
+                messages.append(message)
+            else:
+                messages.append({"role": role, "content": _text_of(item.get("content"), at)})
         elif kind == "function_call_output":
             call_id = item.get("call_id")
             if not isinstance(call_id, str) or not call_id:

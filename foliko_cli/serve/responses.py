@@ -25,6 +25,7 @@ from starlette.routing import Route
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.images import attached
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.record import SessionRecord
@@ -148,8 +149,10 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     messages = it.input_messages(data["input"])
     if not messages:
         raise ApiError(400, "input is empty", param="input")
+    attachments: list = []
     if messages[-1]["role"] == "user":
         text, extra = messages[-1]["content"], messages[:-1]
+        attachments = attached(messages[-1])
     elif messages[-1]["role"] == "tool":
         text, extra = "", messages
     else:
@@ -195,6 +198,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         "request": request_context(request, svc),
         "messages": tuple(extra),
         "client_tools": client_tools,
+        "attachments": attachments,
         "options": {key: value for key, value in sampling.items() if value is not None},
     }
     if not store:

@@ -109,3 +109,40 @@ def test_an_image_for_echo_is_400(start_server, model_server):
         client.chat.completions.create(model="echo", messages=[image_message("hi", png())])
 
     assert "echo does not take images" in str(caught.value)
+
+
+def test_the_responses_api_takes_input_image_parts_and_lists_them_back(start_server, model_server):
+    model_server.queue(openai_message("a red dot"))
+    _, client = vision_client(start_server, model_server)
+    image = png(2, 1)
+
+    response = client.responses.create(
+        model="openai:vision",
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "what is it?"},
+                    {"type": "input_image", "image_url": data_url(image)},
+                ],
+            }
+        ],
+    )
+
+    assert response.output_text == "a red dot"
+    (request,) = model_server.requests
+    assert request.body["messages"][-1] == image_message("what is it?", image)
+    items = client.responses.input_items.list(response.id).data
+    parts = [part.model_dump(exclude_none=True) for part in items[0].content]
+    assert {"type": "input_image", "image_url": data_url(image), "detail": "auto"} in parts
+
+
+def test_the_responses_api_refuses_an_image_it_cannot_use(start_server, model_server):
+    _, client = vision_client(start_server, model_server)
+    content = [{"type": "input_image", "image_url": "https://example.com/cat.png"}]
+
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(model="openai:vision", input=[{"role": "user", "content": content}])
+
+    assert "an image must be a base64 data: URL" in str(caught.value)
+    assert model_server.requests == []
