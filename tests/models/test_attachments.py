@@ -15,7 +15,7 @@ import pytest
 
 from foliko_cli import attachments
 from foliko_cli.attachments import Attachment, AttachmentError, classify, compose, image_type
-from foliko_cli.errors import ImagesRefusedError
+from foliko_cli.errors import ImagesRefusedError, UsageError
 from foliko_cli.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 
@@ -376,3 +376,27 @@ def test_a_one_letter_key_does_not_garble_error_messages():
     client = HttpModelClient("openai", "http://h/v1", {}, key_hint=None, secret="x")
 
     assert client.redact("unexpected key x in x-header") == "unexpected key *** in ***-header"
+
+
+def test_attaching_stdin_from_a_terminal_is_exit_2_and_reads_nothing(monkeypatch, foliko_home):
+    from click.testing import CliRunner
+
+    from foliko_cli.cli import chat as chat_command
+    from foliko_cli.cli.main import cli
+
+    monkeypatch.setattr(chat_command, "stdin_is_terminal", lambda: True)
+    result = CliRunner().invoke(cli, ["chat", "-s", "s", "-m", "echo", "-a", "-", "hi"])
+
+    assert result.exit_code == 2
+    assert "-a - attaches stdin, which is a terminal or closed" in result.stderr
+    assert not (foliko_home / "sessions.db").exists()
+
+
+def test_regenerating_with_new_attachments_is_refused_and_changes_nothing(foliko_home, tmp_path):
+    (tmp_path / "a.txt").write_text("alpha")
+    with Foliko("sqlite", "echo", home=foliko_home) as foliko:
+        foliko.chat("s", "read")
+        before = foliko.get_session("s")
+        with pytest.raises(UsageError, match="regenerating a turn reuses its attachments"):
+            foliko.chat("s", None, regenerate=True, attachments=[tmp_path / "a.txt"])
+        assert foliko.get_session("s") == before
