@@ -35,6 +35,7 @@ _EXPORTS = {
     "ModelResponse": "foliko_cli.models.base",
     "SessionStorageAdapter": "foliko_cli.storage.base",
     "StoredProblem": "foliko_cli.storage.base",
+    "ProblemKind": "foliko_cli.storage.base",
     "ConflictError": "foliko_cli.storage.base",
     "SessionExistsError": "foliko_cli.storage.base",
     "open_storage": "foliko_cli.storage",
@@ -72,6 +73,7 @@ __all__ = [
     "ModelProvider",
     "ModelRequest",
     "ModelResponse",
+    "ProblemKind",
     "RequestContext",
     "SessionBusyError",
     "SessionContext",
@@ -123,6 +125,7 @@ if TYPE_CHECKING:
     from foliko_cli.storage import open_storage
     from foliko_cli.storage.base import (
         ConflictError,
+        ProblemKind,
         SessionExistsError,
         SessionStorageAdapter,
         StoredProblem,

@@ -10,6 +10,7 @@ from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import data_format_option, deferred_progress, emit_json, error, note
 from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import ExitCode
+from foliko_cli.storage.base import ProblemKind
 
 
 @click.group()
@@ -95,6 +96,7 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
             [
                 {
                     "session_id": p.session_id,
+                    "kind": p.kind,
                     "where": p.where,
                     "reason": p.reason,
                     **({"moved_to": moved} if repair else {}),
@@ -103,18 +105,27 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
             ]
         )
     for problem, moved in found:
-        if repair and moved is None:
+        if not repair:
+            if not as_json:
+                click.echo(f"{problem.session_id}\t{problem.where}\t{problem.reason}")
+        elif problem.kind == ProblemKind.STORE:
+            error(
+                f"{problem.where}: {problem.reason}; this cannot be repaired in place: "
+                "restore it from a backup"
+            )
+        elif problem.stray:
+            note(f"stray file {moved.removeprefix('nowhere: ')}")
+        elif moved is None:
             note(f"left {problem.session_id!r} as it is: it reads fine now")
-        elif repair:
+        else:
             note(f"moved {problem.session_id!r} aside to {moved} ({problem.reason})")
-        elif not as_json:
-            click.echo(f"{problem.session_id}\t{problem.where}\t{problem.reason}")
     unreadable = [p for p in problems if not p.stray]
     if not as_json and not repair:
         stray = len(problems) - len(unreadable)
         litter = f"; {stray} stray file(s) that --repair removes" if stray else ""
         note(f"{len(unreadable)} unreadable session(s) in {facade.storage.location}{litter}")
-    if unreadable and not repair:
+    beyond_repair = [p for p in problems if p.kind == ProblemKind.STORE]
+    if (unreadable and not repair) or beyond_repair:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
 

@@ -107,8 +107,9 @@ class MaintenanceMixin:
         """Every unreadable record, and with ``repair`` where it was moved aside.
 
         A repair re-reads the session under its lock first, so a session that
-        was deleted and created anew meanwhile is left alone (None). Stray
-        files (``StoredProblem.stray``) are removed.
+        was deleted and created anew meanwhile is left alone (None). Problems
+        that hold no session go straight to the backend: stray files are
+        removed, a store that fails its own check is left as it is.
         """
         problems = await capabilities.check(self.storage)
         if not repair:
@@ -123,7 +124,7 @@ class MaintenanceMixin:
                 return await capabilities.quarantine(self.storage, problem)
             return None
 
-        if problem.stray:
+        if not problem.holds_session:
             return await capabilities.quarantine(self.storage, problem)
         try:
             check_session_id(problem.session_id)

@@ -70,15 +70,38 @@ class SessionExistsError(UsageError):
         )
 
 
+class ProblemKind:
+    """What a ``StoredProblem`` is, and so what ``quarantine`` does with it."""
+
+    SESSION = "session"
+    """A stored session that cannot be read: moved aside, never deleted."""
+    SEED_ROW = "seed-row"
+    """An unreadable row of a table the store imports from (SQLite's seed layout): moved aside."""
+    STRAY = "stray"
+    """Litter that holds no session (an orphan lock file, a killed write's
+    temporary file): removed; nothing is lost or unreadable."""
+    STORE = "store"
+    """The store itself fails its integrity check: nothing to move, left as it is."""
+
+
 class StoredProblem(NamedTuple):
-    """A record that cannot be read: where it is and why. A ``stray`` problem is
-    litter that holds no session (an orphan lock file, a killed write's
-    temporary file): worth removing, but nothing is lost or unreadable."""
+    """Something ``storage check`` found: which session (``""`` when none), what
+    kind of thing (``ProblemKind``), where it is (for people: a path, a table,
+    a key) and why it cannot be read."""
 
     session_id: str
     where: str
     reason: str
-    stray: bool = False
+    kind: str = ProblemKind.SESSION
+
+    @property
+    def stray(self) -> bool:
+        return self.kind == ProblemKind.STRAY
+
+    @property
+    def holds_session(self) -> bool:
+        """Whether a session's data is in it (what a repair must re-read under its lock)."""
+        return self.kind in (ProblemKind.SESSION, ProblemKind.SEED_ROW)
 
 
 class SessionStorageAdapter(ABC):

@@ -53,6 +53,7 @@ from foliko_cli.clock import now_ms
 from foliko_cli.errors import CorruptSessionError, Hint, SessionNotFoundError, StorageError
 from foliko_cli.storage.base import (
     ConflictError,
+    ProblemKind,
     SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
@@ -82,7 +83,6 @@ LOCK_DIRECTORY = ".locks"
 QUARANTINE_DIRECTORY = ".quarantine"
 WRITE_LOCK_TIMEOUT = 30.0
 STALE_TEMP_S = 300
-STRAY_FILE = "a stray file"
 _WRITE_KEY = "\0write\0"
 _HEX = frozenset("0123456789abcdef")
 _DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
@@ -623,7 +623,7 @@ class JsonStorage(SessionStorageAdapter):
             if entry.reason
         ]
         problems.extend(
-            StoredProblem(session_id, str(path), f"{STRAY_FILE}: {why}", stray=True)
+            StoredProblem(session_id, str(path), f"a stray file: {why}", ProblemKind.STRAY)
             for path, session_id, why in self._stray_files()
         )
         return problems
@@ -671,7 +671,7 @@ class JsonStorage(SessionStorageAdapter):
         """Move the unreadable file to ``.quarantine/`` (never deleted); return its new path.
         A stray file (``check``) holds no session: it is removed."""
         source = Path(problem.where)
-        if problem.reason.startswith(STRAY_FILE):
+        if problem.stray:
             removed = self._remove_stray(source)
             return f"nowhere: {source} removed" if removed else f"nowhere: {source} kept (in use)"
         if source.parent != self.directory or not source.name.endswith(SUFFIX):

@@ -33,6 +33,7 @@ import orjson
 
 from foliko_cli.errors import CorruptSessionError, Hint, StorageError
 from foliko_cli.storage.base import (
+    ProblemKind,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -64,8 +65,6 @@ if TYPE_CHECKING:
 BUSY_TIMEOUT_MS = 30_000
 UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
 SEED_WHERE = " (seed_sessions)"
-STRAY_LOCK = "a stray file"
-DATABASE_PROBLEM = "PRAGMA quick_check"
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
@@ -471,15 +470,17 @@ class SQLiteStorage(SessionStorageAdapter):
         if not self._absent():
             with self._guard():
                 problems.extend(
-                    StoredProblem(sid, self.path + SEED_WHERE, UNREADABLE_SEED)
+                    StoredProblem(
+                        sid, self.path + SEED_WHERE, UNREADABLE_SEED, ProblemKind.SEED_ROW
+                    )
                     for sid, _, _ in self._unreadable_seed_rows()
                 )
             failures = self._quick_check()
             if failures:
-                reason = f"{DATABASE_PROBLEM}: {'; '.join(failures[:5])}"
-                problems.append(StoredProblem("", self.path, reason))
+                reason = f"PRAGMA quick_check: {'; '.join(failures[:5])}"
+                problems.append(StoredProblem("", self.path, reason, ProblemKind.STORE))
         problems.extend(
-            StoredProblem(session_id, str(path), f"{STRAY_LOCK}: {why}", stray=True)
+            StoredProblem(session_id, str(path), f"a stray file: {why}", ProblemKind.STRAY)
             for path, session_id, why in self._stray_locks()
         )
         return problems
@@ -509,13 +510,13 @@ class SQLiteStorage(SessionStorageAdapter):
     async def quarantine(self, problem: StoredProblem) -> str:
         """Move the unreadable session (or seed row) to the quarantine table; remove a
         stray lock file; a failed ``quick_check`` cannot be moved and is left as it is."""
-        if problem.reason.startswith(DATABASE_PROBLEM):
+        if problem.kind == ProblemKind.STORE:
             return f"nowhere: {self.path} left as it is; restore it from a backup"
-        if problem.reason.startswith(STRAY_LOCK):
+        if problem.kind == ProblemKind.STRAY:
             path = Path(problem.where)
             removed = self._locks is not None and self._locks.remove_stray(path, self._live_lock)
             return f"nowhere: {path} removed" if removed else f"nowhere: {path} kept (in use)"
-        if problem.where.endswith(SEED_WHERE):
+        if problem.kind == ProblemKind.SEED_ROW:
             return self._quarantine_seed_row(problem)
         with self._guard(), self._write() as db:
             db.row_factory = sqlite3.Row

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from storage.test_sqlite import damage_the_index
 
 from foliko_cli.clock import now_ms
+from foliko_cli.storage.filelock import lock_name
 from foliko_cli.storage.record import SessionRecord, new_metadata
 from foliko_cli.storage.sqlite import SQLiteStorage
 
@@ -1072,12 +1074,39 @@ def test_check_reports_a_corrupt_session_and_repair_moves_it_aside(invoke, chat,
     assert result.exit_code == 3
     assert result.stdout.startswith("bad\t")
     problems = orjson.loads(invoke("storage", "check", "--json").stdout)
-    assert [p["session_id"] for p in problems] == ["bad"]
+    assert [(p["session_id"], p["kind"]) for p in problems] == [("bad", "session")]
     repaired = invoke("storage", "check", "--repair")
     assert repaired.exit_code == 0
     assert "moved 'bad' aside" in repaired.stderr
     assert invoke("storage", "check").exit_code == 0
     assert ids(invoke("sessions", "list", "--json")) == ["good"]
+
+
+def test_repair_of_a_damaged_database_says_it_cannot_and_exits_3(invoke, chat, foliko_home):
+    chat("s", "kept")
+    invoke("sessions", "list")  # the database is closed, its WAL checkpointed
+    damage_the_index(foliko_home / "sessions.db")
+    (problem,) = orjson.loads(invoke("storage", "check", "--json").stdout)
+    assert problem["kind"] == "store" and "quick_check" in problem["reason"]
+    repaired = invoke("storage", "check", "--repair")
+    assert repaired.exit_code == 3
+    (line,) = repaired.stderr.splitlines()
+    assert "cannot be repaired in place: restore it from a backup" in line
+    assert "moved" not in line
+    assert invoke("sessions", "show", "s", "--json").exit_code == 0
+
+
+def test_repair_removes_a_stray_lock_file_and_says_so(invoke, chat, foliko_home):
+    chat("s", "kept")
+    (locks,) = {path.parent for path in foliko_home.rglob("*.lock")}
+    orphan = locks / lock_name("killed-mid-turn")
+    orphan.write_text("pid 1 on elsewhere")
+    (problem,) = orjson.loads(invoke("storage", "check", "--json").stdout)
+    assert problem["kind"] == "stray" and problem["where"] == str(orphan)
+    repaired = invoke("storage", "check", "--repair")
+    assert repaired.exit_code == 0
+    assert repaired.stderr.strip() == f"foliko: stray file {orphan} removed"
+    assert not orphan.exists()
 
 
 def test_info(invoke, chat, foliko_home):

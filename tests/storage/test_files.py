@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from foliko_cli.errors import ExitCode, StorageError
-from foliko_cli.storage.base import SessionStorageAdapter
+from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter
 from foliko_cli.storage.filelock import SessionFileLocks, lock_name
 from foliko_cli.storage.jsonfile import JsonStorage
 from foliko_cli.storage.sqlite import SQLiteStorage
@@ -215,7 +215,10 @@ def test_check_reports_orphan_lock_files_and_repair_removes_only_those(files, ru
     orphan = directory / lock_name("killed-mid-turn")
     orphan.write_text("pid 1 on elsewhere")
     problems = run(files.check())
-    assert [(p.session_id, p.where) for p in problems] == [("killed-mid-turn", str(orphan))]
+    assert [(p.session_id, p.where, p.kind) for p in problems] == [
+        ("killed-mid-turn", str(orphan), ProblemKind.STRAY)
+    ]
+    assert problems[0].stray and not problems[0].holds_session
     assert "orphan lock file" in problems[0].reason
     run(files.quarantine(problems[0]))
     assert not orphan.exists()

@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from foliko_cli.errors import CorruptSessionError, StorageError
+from foliko_cli.storage.base import ProblemKind
 from foliko_cli.storage.sql.dialect import SQLITE
 from foliko_cli.storage.sqlite import MIGRATIONS, SQLiteStorage
 
@@ -180,7 +181,7 @@ def test_an_unreadable_seed_row_is_reported_by_check_and_left_in_place(db_path, 
     corrupt_seed_database(db_path)
     storage = opened(db_path)
     assert run(storage.list()) == ["good"]
-    assert [p.session_id for p in run(storage.check())] == ["bad"]
+    assert [(p.session_id, p.kind) for p in run(storage.check())] == [("bad", ProblemKind.SEED_ROW)]
     assert query(db_path, "SELECT data FROM seed_sessions WHERE session_id = 'bad'") == [
         ('{"sessionId": "bad", "mes',)
     ]
@@ -396,11 +397,9 @@ def test_a_database_with_a_second_hard_link_is_refused(db_path, opened, run):
     assert run(storage.health_check()) is False
 
 
-def test_check_runs_quick_check_and_reports_a_damaged_database(db_path, opened, run):
-    storage = opened(db_path)
-    for i in range(20):
-        run(storage.save(make_record(f"s{i}", messages=turn("x" * 200))))
-    run(storage.close())
+def damage_the_index(db_path: Path) -> None:
+    """Point the summary index at another table's pages: every session still
+    loads, but ``PRAGMA quick_check`` fails."""
     db = sqlite3.connect(db_path)
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     roots = dict(db.execute("SELECT name, rootpage FROM sqlite_master").fetchall())
@@ -411,10 +410,28 @@ def test_check_runs_quick_check_and_reports_a_damaged_database(db_path, opened, 
     )
     db.commit()
     db.close()
+
+
+def test_check_runs_quick_check_and_reports_a_damaged_database(db_path, opened, run):
+    storage = opened(db_path)
+    for i in range(20):
+        run(storage.save(make_record(f"s{i}", messages=turn("x" * 200))))
+    run(storage.close())
+    damage_the_index(db_path)
     problems = [p for p in run(opened(db_path).check()) if "quick_check" in p.reason]
     assert len(problems) == 1
     assert problems[0].where == str(db_path) and "\n" not in problems[0].reason
+    assert problems[0].kind == ProblemKind.STORE and not problems[0].holds_session
     assert "left as it is" in run(opened(db_path).quarantine(problems[0]))
+
+
+def test_quarantine_follows_the_problems_kind_not_its_wording(db_path, opened, run):
+    storage = corrupt_a_message(db_path, opened, run)
+    (problem,) = run(storage.check())
+    assert problem.kind == ProblemKind.SESSION and problem.holds_session
+    worded_like_another = problem._replace(reason="PRAGMA quick_check: a stray file")
+    assert run(storage.quarantine(worded_like_another)) == f"{db_path} (table quarantine)"
+    assert query(db_path, "SELECT session_id FROM quarantine") == [("s1",)]
 
 
 def test_health_check_creates_nothing(tmp_path, opened, run):
