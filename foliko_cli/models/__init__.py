@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
-from foliko_cli.errors import UnknownModelError, UsageError
+from foliko_cli.errors import Hint, UnknownModelError, UsageError
 from foliko_cli.models.base import ModelProvider
 
 DEFAULT_MODEL = "echo"
@@ -176,7 +176,9 @@ def model_spec(
         aliases = f"; configured: {', '.join(configured)}" if configured else ""
         raise UnknownModelError(
             f"unknown model {name!r}: use echo, openai:MODEL, ollama:MODEL or "
-            f"anthropic:MODEL{aliases}; set it with -m or FOLIKO_MODEL"
+            f"anthropic:MODEL{aliases}",
+            fix="choose one with the model setting",
+            hint=Hint.MODEL,
         )
     if provider == "ollama":
         base, key_env = _ollama_base(env), None
