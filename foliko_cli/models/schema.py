@@ -29,6 +29,12 @@ def load_schema(source: str) -> dict[str, Any]:
         schema = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
         raise UsageError(f"{where} is not valid JSON ({exc}); fix it") from None
+    return checked_schema(schema, where)
+
+
+def checked_schema(schema: Any, where: str = "the schema") -> dict[str, Any]:
+    """``schema`` itself when it is a JSON Schema (an object the metaschema accepts);
+    a UsageError naming ``where`` otherwise."""
     if not isinstance(schema, dict):
         raise UsageError(f"{where} must be a JSON object (a JSON Schema); fix it")
     import jsonschema

@@ -21,6 +21,7 @@ from starlette.routing import Route
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached, image_part
 from foliko_cli.serve.turns import Turn
 
@@ -103,11 +104,14 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         "seed": field(data, "seed", int),
         "stop": data.get("stop"),
     }
+    if field(data, "n", int, 1) != 1:
+        raise ApiError(400, "n must be 1: a turn has one answer", param="n")
     options = {
         "model": field(data, "model", str),
         "request": request_context(request, svc),
         "client_tools": it.function_tools(data.get("tools")),
         "options": {key: value for key, value in sampling.items() if value is not None},
+        "schema": reply_schema(data.get("response_format"), "response_format", nested=True),
     }
     stop = sampling["stop"]
     if stop is not None and not (

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from foliko_cli.errors import (
     FolikoError,
     Interrupted,
+    InvalidReplyError,
     InvalidSessionIdError,
     ModelError,
     SessionBusyError,
@@ -88,6 +89,8 @@ def status_of(exc: FolikoError) -> tuple[int, str]:
         return 400, "invalid_request"
     if isinstance(exc, TurnTimeoutError) or _provider_timeout(exc):
         return 504, "timeout"
+    if isinstance(exc, InvalidReplyError):
+        return 502, "invalid_reply"
     if isinstance(exc, ModelError):
         return 502, "model_error"
     if isinstance(exc, StorageError):

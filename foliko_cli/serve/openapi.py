@@ -197,6 +197,12 @@ SCHEMAS: dict[str, Any] = {
     },
 }
 
+REPLY_FORMAT = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"enum": ["text", "json_object", "json_schema"]}},
+    "description": "json_schema: the reply follows the schema, checked before the turn is saved",
+}
 RESPONSE_REQUEST = {
     "type": "object",
     "required": ["input"],
@@ -212,6 +218,7 @@ RESPONSE_REQUEST = {
         "max_output_tokens": {"type": "integer"},
         "tools": {"type": "array", "items": OBJECT},
         "metadata": METADATA,
+        "text": {"type": "object", "properties": {"format": REPLY_FORMAT}},
     },
 }
 CHAT_REQUEST = {
@@ -235,6 +242,8 @@ CHAT_REQUEST = {
         },
         "stream": {"type": "boolean"},
         "tools": {"type": "array", "items": OBJECT},
+        "response_format": REPLY_FORMAT,
+        "n": {"const": 1},
     },
 }
 MODELS = {

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
@@ -94,7 +95,7 @@ def response_object(
         "store": options.get("store", True),
         "background": False,
         "truncation": "disabled",
-        "text": {"format": {"type": "text"}},
+        "text": {"format": options.get("format") or {"type": "text"}},
         "error": None,
         "incomplete_details": None,
         "user": None,
@@ -130,7 +131,10 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     instructions = field(data, "instructions", str)
     previous = field(data, "previous_response_id", str)
     conversation = conversation_id(data.get("conversation"))
+    text_format = (field(data, "text", dict) or {}).get("format")
+    schema = reply_schema(text_format, "text.format", nested=False)
     options = {
+        "format": text_format if schema is not None else None,
         "instructions": instructions,
         "previous_response_id": previous,
         "metadata": field(data, "metadata", dict),
@@ -200,6 +204,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         "client_tools": client_tools,
         "attachments": attachments,
         "options": {key: value for key, value in sampling.items() if value is not None},
+        "schema": schema,
     }
     if not store:
         turn = Turn(svc, None, text, scratch=history, **turn_options)
