@@ -106,6 +106,8 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
     }
     if field(data, "n", int, 1) != 1:
         raise ApiError(400, "n must be 1: a turn has one answer", param="n")
+    if field(data, "logprobs", bool) or field(data, "top_logprobs", int):
+        raise ApiError(400, "logprobs are not available; ask without them", param="logprobs")
     options = {
         "model": field(data, "model", str),
         "request": request_context(request, svc),
@@ -256,19 +258,32 @@ async def chunks(
     yield b"data: [DONE]\n\n"
 
 
+def _model(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "foliko"}
+
+
 async def list_models(request: Request):
     names = request.app.state.services.model_names()
-    return JSON(
-        {
-            "object": "list",
-            "data": [
-                {"id": n, "object": "model", "created": 0, "owned_by": "foliko"} for n in names
-            ],
-        }
-    )
+    return JSON({"object": "list", "data": [_model(n) for n in names]})
+
+
+async def retrieve_model(request: Request):
+    """A listed model, or any model a turn could name (``openai:gpt-4o``)."""
+    from foliko_cli.errors import UnknownModelError
+    from foliko_cli.models import model_spec
+
+    name = request.path_params["model"]
+    services = request.app.state.services
+    if name not in services.model_names():
+        try:
+            model_spec(name, services.settings.models)
+        except UnknownModelError as exc:
+            raise ApiError(404, str(exc), code="model_not_found", param="model") from None
+    return JSON(_model(name))
 
 
 routes = [
     Route("/v1/chat/completions", chat_completions, methods=["POST"]),
     Route("/v1/models", list_models, methods=["GET"]),
+    Route("/v1/models/{model:path}", retrieve_model, methods=["GET"]),
 ]

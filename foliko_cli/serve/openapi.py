@@ -92,6 +92,7 @@ CONVERSATION = _path("conversation_id", "The conversation (session) id.")
 SESSION = _path("session_id", "The session id.")
 RESPONSE = _path("response_id", "A response id.")
 KEY = _path("key", "A variable name.")
+MODEL = _path("model", "A model: echo, an alias or PROVIDER:MODEL.")
 
 INPUT_ITEM = {
     "type": "object",
@@ -296,6 +297,9 @@ def document() -> dict[str, Any]:
                 }
             },
             "/v1/models": {"get": _op("The models configured", MODELS, tag="Models")},
+            "/v1/models/{model}": {
+                "get": _op("A model a turn may name", OBJECT, params=[MODEL], tag="Models")
+            },
             "/v1/responses": {
                 "post": _op(
                     "Run one turn", _ref("Response"), body=RESPONSE_REQUEST, stream=True, tag=resp

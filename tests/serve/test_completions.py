@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import openai
+import pytest
+
 from .servers import run_cli
 
 
@@ -129,3 +132,26 @@ def test_models_lists_the_configured_aliases(start_server, tmp_path):
     server = start_server(env={"FOLIKO_CONFIG": str(config)})
     listed = httpx.get(server.url + "/v1/models").json()
     assert [m["id"] for m in listed["data"]] == ["echo", "fast"]
+    assert httpx.get(server.url + "/v1/models/fast").json()["id"] == "fast"
+
+
+def test_a_model_is_retrieved_by_name_and_an_unknown_one_is_a_404(client):
+    assert client.models.retrieve("echo").id == "echo"
+    assert client.models.retrieve("openai:gpt-4o-mini").id == "openai:gpt-4o-mini"
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("nosuch:model")
+    assert caught.value.body["code"] == "model_not_found"
+    assert "unknown model 'nosuch:model'" in caught.value.body["message"]
+
+
+@pytest.mark.parametrize("asked", [{"logprobs": True}, {"logprobs": False, "top_logprobs": 3}])
+def test_logprobs_are_refused_rather_than_left_out(client, asked):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="echo", messages=[{"role": "user", "content": "hi"}], **asked
+        )
+    assert caught.value.body["param"] == "logprobs"
+    plain = client.chat.completions.create(
+        model="echo", messages=[{"role": "user", "content": "hi"}], logprobs=False
+    )
+    assert plain.choices[0].message.content == "hi"
