@@ -24,9 +24,9 @@ from foliko_cli.clock import now_ms
 from foliko_cli.completion import run_to_completion
 from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
-from foliko_cli.errors import ContextOverflowError, TurnTimeoutError
+from foliko_cli.errors import ContextOverflowError, TurnTimeoutError, UsageError
 from foliko_cli.framework import Framework
-from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
+from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, forced_tool
 from foliko_cli.prompts import turn_system_prompt
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
@@ -499,6 +499,7 @@ class AgentChatHandler:
         client_tools = {spec["name"] for spec in setup.client_tools}
         specs += [spec for spec in setup.client_tools if spec["name"] not in tools]
         self.compressor.count_tools(specs)
+        choice = _checked_tool_choice({**self.model.options, **turn.options}, specs)
         session.system_prompt = self.build_system_prompt(session, setup.instructions)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")
@@ -509,6 +510,9 @@ class AgentChatHandler:
             await self._compress(session, request)
             called = time.monotonic()
             response = await self._call_within_window(session, specs, request, turn, events)
+            if choice not in (None, "auto"):
+                turn = turn._replace(options={**turn.options, "tool_choice": "auto"})
+                choice = "auto"
             if turn.schema is not None and not response.tool_calls:
                 from foliko_cli.models.schema import check_reply
 
@@ -602,6 +606,27 @@ class AgentChatHandler:
         if response is None:
             raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
         return response
+
+
+def _checked_tool_choice(options: Mapping[str, Any], specs: list[dict[str, Any]]) -> Any:
+    """The turn's ``tool_choice`` option (None when unset), once it is known to be
+    a mode or the name of one of the tools offered."""
+    choice = options.get("tool_choice")
+    if choice is None:
+        return None
+    names = [spec["name"] for spec in specs]
+    if not isinstance(choice, str):
+        raise UsageError(
+            f"tool_choice {choice!r} is neither auto, none, required nor a tool's name; fix it"
+        )
+    name = forced_tool(choice)
+    if name is not None and name not in names:
+        offered = ", ".join(names) or "none"
+        raise UsageError(
+            f"tool_choice names {name!r}, which is not one of this turn's tools ({offered}); "
+            "name one of them"
+        )
+    return choice
 
 
 async def _committed_anyway(task: asyncio.Task, events: asyncio.Queue) -> bool:

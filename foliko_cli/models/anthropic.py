@@ -15,6 +15,7 @@ from foliko_cli.models.base import (
     ModelResponse,
     StreamEvent,
     ToolCall,
+    forced_tool,
 )
 from foliko_cli.models.openai import parse_arguments
 
@@ -94,6 +95,13 @@ REPLY_TOOL = "reply"
 _RENAMED_OPTIONS = {"stop": "stop_sequences"}
 
 
+def _tool_choice(choice: str) -> dict[str, Any]:
+    name = forced_tool(choice)
+    if name is not None:
+        return {"type": "tool", "name": name}
+    return {"type": {"auto": "auto", "none": "none", "required": "any"}[choice]}
+
+
 def schema_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
     """Structured output as a tool the model is made to call; its input is the reply.
 
@@ -145,7 +153,9 @@ class AnthropicModel(ModelProvider):
             "max_tokens": self.max_tokens or DEFAULT_MAX_TOKENS,
             "messages": to_anthropic_messages(request.messages),
         }
-        for key, value in request.options.items():
+        options = dict(request.options)
+        choice = options.pop("tool_choice", None)
+        for key, value in options.items():
             if key == "stop" and isinstance(value, str):
                 value = [value]
             body[_RENAMED_OPTIONS.get(key, key)] = value
@@ -162,6 +172,8 @@ class AnthropicModel(ModelProvider):
         if request.schema is not None:
             tools.append(schema_tool(request.schema))
             body["tool_choice"] = {"type": "tool", "name": REPLY_TOOL}
+        elif choice is not None and tools:
+            body["tool_choice"] = _tool_choice(choice)
         if tools:
             body["tools"] = tools
         if stream:

@@ -13,6 +13,17 @@ from typing import Any, NamedTuple
 
 NO_USAGE: Mapping[str, int] = MappingProxyType({})
 
+TOOL_CHOICE_MODES = frozenset({"auto", "none", "required"})
+"""The ``tool_choice`` option: one of these or the name of a tool the model must
+call. Each provider says it in its own terms; the engine sends it with a
+turn's first model call only (after that the model is free), so a forced
+call cannot repeat until the step limit."""
+
+
+def forced_tool(choice: Any) -> str | None:
+    """The tool a ``tool_choice`` option names, or None when it is a mode."""
+    return choice if isinstance(choice, str) and choice not in TOOL_CHOICE_MODES else None
+
 
 class ToolCall(NamedTuple):
     id: str

@@ -14,6 +14,7 @@ from foliko_cli.models.base import (
     ModelResponse,
     StreamEvent,
     ToolCall,
+    forced_tool,
 )
 
 
@@ -174,6 +175,12 @@ class OpenAIChatModel(ModelProvider):
         if self.hosted and "max_tokens" in options:
             options["max_completion_tokens"] = options.pop("max_tokens")
         body.update(options)
+        if "tool_choice" in body:
+            name = forced_tool(body["tool_choice"])
+            if not request.tools:
+                del body["tool_choice"]  # the API refuses a choice without tools
+            elif name is not None:
+                body["tool_choice"] = {"type": "function", "function": {"name": name}}
         if request.schema is not None:
             body["response_format"] = response_format(request.schema)
         if stream:

@@ -103,6 +103,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         "max_tokens": field(data, "max_completion_tokens", int) or field(data, "max_tokens", int),
         "seed": field(data, "seed", int),
         "stop": data.get("stop"),
+        "tool_choice": it.tool_choice(data.get("tool_choice")),
     }
     if field(data, "n", int, 1) != 1:
         raise ApiError(400, "n must be 1: a turn has one answer", param="n")

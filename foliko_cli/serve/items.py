@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from foliko_cli.attachments import unavailable
+from foliko_cli.models.base import TOOL_CHOICE_MODES
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
 
@@ -294,6 +295,25 @@ def function_tools(tools: Any) -> tuple[dict[str, Any], ...]:
             }
         )
     return tuple(specs)
+
+
+def tool_choice(value: Any) -> str | None:
+    """The ``tool_choice`` option a request asks for: a mode, or the name of the
+    function it forces (``{"type": "function", "name": ...}`` as the Responses
+    API writes it, ``{"type": "function", "function": {"name": ...}}`` as Chat
+    Completions does)."""
+    if value is None or (isinstance(value, str) and value in TOOL_CHOICE_MODES):
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else value.get("name")
+        if isinstance(name, str) and name and name not in TOOL_CHOICE_MODES:
+            return name
+    raise ApiError(
+        400,
+        "tool_choice must be auto, none, required or a function to call by name",
+        param="tool_choice",
+    )
 
 
 def page_of(items: list[dict[str, Any]], request: Any) -> dict[str, Any]:

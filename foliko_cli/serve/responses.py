@@ -195,6 +195,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         "temperature": options["temperature"],
         "top_p": options["top_p"],
         "max_tokens": options["max_output_tokens"],
+        "tool_choice": it.tool_choice(options["tool_choice"]),
     }
     turn_options = {
         "model": model,

@@ -545,3 +545,15 @@ def test_failed_turn_leaves_a_json_file_byte_identical(invoke, foliko_home):
         result = invoke("--storage", "json", "chat", "-s", "s", "two", "-m", "nosuch:model", *extra)
         assert result.exit_code == 2
         assert path.read_bytes() == before
+
+
+def test_a_tool_choice_naming_no_offered_tool_is_exit_2_and_saves_nothing(invoke, chat, show):
+    chat("s", "one")
+    before = show("s")
+    result = invoke("chat", "-s", "s", "two", "-o", "tool_choice=lookup")
+    assert result.exit_code == 2
+    (line,) = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert "tool_choice names 'lookup', which is not one of this turn's tools" in line
+    assert show("s") == before
+    forced = invoke("chat", "-s", "s", "two", "-o", "tool_choice=get_session_info")
+    assert forced.exit_code == 0, forced.stderr

@@ -199,3 +199,55 @@ def test_the_schema_reaches_an_openai_compatible_model(start_server, model_serve
         "type": "json_schema",
         "json_schema": {"name": "reply", "schema": {"type": "object"}},
     }
+
+
+LOOKUP = {
+    "type": "function",
+    "function": {
+        "name": "lookup",
+        "description": "Look a word up.",
+        "parameters": {"type": "object", "properties": {"word": {"type": "string"}}},
+    },
+}
+
+
+def test_tool_choice_reaches_the_model_in_its_terms(start_server, model_server):
+    model_server.queue(openai_message("one"), openai_message("two"))
+    env = {"OPENAI_BASE_URL": f"{model_server.url}/v1", "OPENAI_API_KEY": OPENAI_KEY}
+    server = start_server(env=env)
+    client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+
+    client.chat.completions.create(
+        model="openai:gpt",
+        messages=[{"role": "user", "content": "define owl"}],
+        tools=[LOOKUP],
+        tool_choice={"type": "function", "function": {"name": "lookup"}},
+    )
+    client.responses.create(
+        model="openai:gpt",
+        input="define owl",
+        tools=[{"type": "function", **LOOKUP["function"]}],
+        tool_choice="required",
+    )
+
+    first, second = (request.body["tool_choice"] for request in model_server.requests)
+    assert first == {"type": "function", "function": {"name": "lookup"}}
+    assert second == "required"
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "says"),
+    [
+        ({"type": "allowed_tools", "tools": []}, "tool_choice must be auto, none, required"),
+        ({"type": "function", "function": {"name": "other"}}, "tool_choice names 'other'"),
+    ],
+)
+def test_a_bad_tool_choice_is_a_400(client, tool_choice, says):
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.chat.completions.create(
+            model="echo",
+            messages=[{"role": "user", "content": "hi"}],
+            tools=[LOOKUP],
+            tool_choice=tool_choice,
+        )
+    assert says in caught.value.body["message"]
