@@ -72,7 +72,8 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         message = f"{request.method} is not allowed on {request.url.path}"
     else:
         message = str(exc.detail)
-    return error_response(exc.status_code, message, "not_found" if exc.status_code == 404 else None)
+    code = "not_found" if exc.status_code == 404 else None
+    return error_response(exc.status_code, message, code, headers=exc.headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:

@@ -57,8 +57,15 @@ def error_body(status: int, message: str, code: str | None = None, param=None) -
     return orjson.dumps({"error": error})
 
 
-def error_response(status: int, message: str, code: str | None = None, param=None) -> Response:
-    headers = {"www-authenticate": "Bearer"} if status == 401 else None
+def error_response(
+    status: int,
+    message: str,
+    code: str | None = None,
+    param=None,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    if status == 401:
+        headers = {**(headers or {}), "www-authenticate": "Bearer"}
     return Response(
         error_body(status, message, code, param),
         status_code=status,

@@ -76,8 +76,18 @@ def test_unknown_things_are_404(http, method, path, body):
     assert_error(http.request(method, path, json=body), 404)
 
 
-def test_wrong_method_is_405(http):
-    assert_error(http.put("/v1/responses", json={}), 405)
+def test_wrong_method_is_405_and_says_what_is_allowed(http):
+    wrong = http.put("/v1/responses", json={})
+    assert_error(wrong, 405)
+    assert wrong.headers["allow"] == "POST"
+
+
+def test_deleting_a_response_is_405_and_keeps_it(http, client):
+    response = client.responses.create(model="echo", input="keep me")
+    refused = http.delete(f"/v1/responses/{response.id}")
+    assert_error(refused, 405)
+    assert "GET" in refused.headers["allow"]
+    assert client.responses.retrieve(response.id).output_text == "keep me"
 
 
 def test_bad_paging_is_400(http):
