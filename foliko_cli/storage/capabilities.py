@@ -24,7 +24,31 @@ from foliko_cli.storage.base import (
     check_expected,
     expected_list,
 )
-from foliko_cli.storage.record import SessionRecord, covered_messages
+from foliko_cli.storage.record import (
+    SessionRecord,
+    content_hash,
+    covered_messages,
+    stored_content_hash,
+)
+
+ContentDigest = tuple[int, str]
+"""What a migration compares between a session and its copy: the message count
+and the content hash."""
+
+
+def digest_of(record: SessionRecord) -> ContentDigest:
+    return len(record.messages), content_hash(record)
+
+
+def stored_digest(
+    session_id: str, bodies: list, variables: bytes | str, where: str
+) -> ContentDigest:
+    """A native ``content_digests`` entry, from the stored JSON texts of the
+    session's messages (in order) and variables."""
+    try:
+        return len(bodies), stored_content_hash(bodies, variables)
+    except ValueError as exc:
+        raise CorruptSessionError(session_id, where, str(exc)) from None
 
 
 @runtime_checkable
@@ -37,6 +61,11 @@ class BatchSave(Protocol):
 @runtime_checkable
 class BatchLoad(Protocol):
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]: ...
+
+
+@runtime_checkable
+class ContentDigests(Protocol):
+    async def content_digests(self, session_ids: list[str]) -> dict[str, ContentDigest]: ...
 
 
 @runtime_checkable
@@ -101,6 +130,19 @@ async def load_many(
         if record is not None:
             found[session_id] = record
     return found
+
+
+async def content_digests(
+    storage: SessionStorageAdapter, session_ids: list[str]
+) -> dict[str, ContentDigest]:
+    """The ``digest_of`` each session that exists among ``session_ids``; natively,
+    from the stored text without building the records (a migration reads back
+    everything it writes). A session whose messages or variables are not JSON
+    raises CorruptSessionError; the rest of a record is not checked."""
+    if isinstance(storage, ContentDigests):
+        return await storage.content_digests(session_ids)
+    found = await load_many(storage, session_ids)
+    return {session_id: digest_of(record) for session_id, record in found.items()}
 
 
 async def load_recent(storage: SessionStorageAdapter, session_id: str) -> SessionRecord | None:

@@ -82,6 +82,7 @@ TEMP_SUFFIX = ".tmp"
 LOCK_DIRECTORY = ".locks"
 QUARANTINE_DIRECTORY = ".quarantine"
 WRITE_LOCK_TIMEOUT = 30.0
+READ_CHUNK = 1 << 16
 STALE_TEMP_S = 300
 _WRITE_KEY = "\0write\0"
 _HEX = frozenset("0123456789abcdef")
@@ -150,14 +151,14 @@ class JsonStorage(SessionStorageAdapter):
 
     # files
 
-    def _storage_error(self, action: str, path: Path, exc: OSError) -> StorageError:
+    def _storage_error(self, action: str, path: str | Path, exc: OSError) -> StorageError:
         return StorageError(
             f"cannot {action} {path}: {exc.strerror or exc}",
             fix="check the permissions of the sessions directory or choose another location",
             hint=Hint.STORAGE,
         )
 
-    def _read_bytes(self, path: Path) -> bytes | None:
+    def _read_bytes(self, path: str | Path) -> bytes | None:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -170,22 +171,28 @@ class JsonStorage(SessionStorageAdapter):
                 ) from None
             raise self._storage_error("read", path, exc) from None
         try:
-            with open(fd, "rb") as stream:
-                return stream.read()
+            chunks = []  # os.read, not a file object: a migration reads 100,000 files
+            while chunk := os.read(fd, READ_CHUNK):
+                chunks.append(chunk)
+            return b"".join(chunks)
         except IsADirectoryError:
             return b""  # parsed as corrupt: reported, never replaced
         except OSError as exc:
             raise self._storage_error("read", path, exc) from None
+        finally:
+            os.close(fd)
 
-    def _locate(self, session_id: str) -> tuple[Path, bytes] | None:
-        """The file that holds ``session_id`` and its bytes: our name first, then the seed's."""
-        path = self.directory / file_name(session_id)
+    def _locate(self, session_id: str) -> tuple[str, bytes] | None:
+        """The file that holds ``session_id`` and its bytes: our name first, then the
+        seed's. The path is a str: pathlib costs a migration of 100,000 files ~0.3 s."""
+        name = file_name(session_id)
+        path = os.path.join(self.directory, name)
         data = self._read_bytes(path)
         if data is not None:
             return path, data
         seed_name = seed_file_name(session_id)
-        if seed_name and seed_name != path.name:
-            seed_path = self.directory / seed_name
+        if seed_name and seed_name != name:
+            seed_path = os.path.join(self.directory, seed_name)
             data = self._read_bytes(seed_path)
             if data is not None:
                 return seed_path, data
@@ -205,20 +212,20 @@ class JsonStorage(SessionStorageAdapter):
         return name
 
     @staticmethod
-    def _parse(session_id: str, path: Path, data: bytes) -> dict[str, Any]:
+    def _parse(session_id: str, path: str | Path, data: bytes) -> dict[str, Any]:
         try:
             document = loads(data)
         except ValueError as exc:
             if data.strip():
                 reason = str(exc)
             else:
-                reason = "it is a directory" if path.is_dir() else "the file is empty"
+                reason = "it is a directory" if os.path.isdir(path) else "the file is empty"
             raise CorruptSessionError(session_id, str(path), reason) from None
         if not isinstance(document, dict):
             raise CorruptSessionError(session_id, str(path), "not a JSON object")
         return document
 
-    def _document(self, session_id: str, path: Path, data: bytes) -> dict[str, Any]:
+    def _document(self, session_id: str, path: str | Path, data: bytes) -> dict[str, Any]:
         document = self._parse(session_id, path, data)
         stored = document.get("sessionId", session_id)
         if stored != session_id:
@@ -227,7 +234,7 @@ class JsonStorage(SessionStorageAdapter):
             )
         return document
 
-    def _record(self, session_id: str, path: Path, document: dict[str, Any]) -> SessionRecord:
+    def _record(self, session_id: str, path: str | Path, document: dict[str, Any]) -> SessionRecord:
         try:
             record = record_from_seed(document, session_id, values=False)
             if not isinstance(record.compression_state, dict):
@@ -243,7 +250,7 @@ class JsonStorage(SessionStorageAdapter):
         if located is None:
             return self.directory / file_name(session_id), None
         path, data = located
-        return path, self._record(session_id, path, self._document(session_id, path, data))
+        return Path(path), self._record(session_id, path, self._document(session_id, path, data))
 
     def _make_directory(self) -> None:
         try:

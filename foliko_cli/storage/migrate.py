@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from foliko_cli.errors import FolikoError, UsageError
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
-from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.storage.record import SessionRecord
 
 BATCH_SIZE = 500
 
@@ -50,7 +50,7 @@ class MigrationReport:
 
 
 def same_content(a: SessionRecord, b: SessionRecord) -> bool:
-    return len(a.messages) == len(b.messages) and content_hash(a) == content_hash(b)
+    return capabilities.digest_of(a) == capabilities.digest_of(b)
 
 
 async def migrate(
@@ -169,22 +169,24 @@ async def _write(
 async def _verify(
     target: SessionStorageAdapter, written: list[SessionRecord], report: MigrationReport
 ) -> None:
-    """Read the batch back (in one go when the backend can) and compare each session."""
+    """Read the batch back (in one go when the backend can) and compare each
+    session's message count and content hash with its source's."""
+    ids = [record.session_id for record in written]
     try:
-        found = await capabilities.load_many(target, [record.session_id for record in written])
+        found = await capabilities.content_digests(target, ids)
     except FolikoError:
         found = None
     for record in written:
         try:
-            stored = (
-                found.get(record.session_id)
+            digests = (
+                found
                 if found is not None
-                else await target.load(record.session_id)
+                else await capabilities.content_digests(target, [record.session_id])
             )
         except FolikoError as exc:
             report.failed.append((record.session_id, f"verification failed: {exc}"))
             continue
-        if stored is None or not same_content(record, stored):
+        if digests.get(record.session_id) != capabilities.digest_of(record):
             report.failed.append(
                 (record.session_id, "verification failed: the copy differs from the source")
             )

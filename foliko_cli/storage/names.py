@@ -24,6 +24,8 @@ def _utf8(text: str) -> bytes:
 
 def file_stem(session_id: str) -> str:
     """The file name (without ``.json``) of ``session_id``; see the module docstring."""
+    if _PLAIN.issuperset(session_id) and len(session_id) <= MAX_STEM:
+        return _undeviced(session_id)
     tokens = []
     for char in session_id:
         if char in _PLAIN:
@@ -33,10 +35,8 @@ def file_stem(session_id: str) -> str:
         else:
             tokens.append("".join(f"%{byte:02X}" for byte in _utf8(char)))
     stem = "".join(tokens)
-    if stem in _DEVICE_NAMES:
-        return f"%{ord(stem[0]):02X}{stem[1:]}"
     if len(stem) <= MAX_STEM:
-        return stem
+        return _undeviced(stem)
     import hashlib
 
     digest = hashlib.sha256(_utf8(session_id)).hexdigest()[:32]
@@ -49,8 +49,14 @@ def file_stem(session_id: str) -> str:
     return "".join(kept) + "~" + digest
 
 
+def _undeviced(stem: str) -> str:
+    return f"%{ord(stem[0]):02X}{stem[1:]}" if stem in _DEVICE_NAMES else stem
+
+
 def session_id_from_stem(stem: str) -> str | None:
     """The id whose file stem is ``stem``, or None (a hashed or foreign name)."""
+    if _PLAIN.issuperset(stem):  # the id itself, if it is not named otherwise
+        return stem if stem and file_stem(stem) == stem else None
     out = bytearray()
     i = 0
     try:

@@ -248,13 +248,13 @@ def check_value(value: Any, depth: int = 0) -> None:
         for key, item in value.items():
             if type(key) is not str:
                 raise ValueError(f"an object key is not a string: {key!r}")
-            if type(item) not in _PLAIN:
+            if type(item) not in _PLAIN and not (type(item) is int and MIN_INT <= item <= MAX_INT):
                 check_value(item, depth + 1)
     elif kind is list:
         if depth >= MAX_DEPTH:
             raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
         for item in value:
-            if type(item) not in _PLAIN:
+            if type(item) not in _PLAIN and not (type(item) is int and MIN_INT <= item <= MAX_INT):
                 check_value(item, depth + 1)
     elif kind is int:
         if not MIN_INT <= value <= MAX_INT:
@@ -309,8 +309,8 @@ def check_record(record: SessionRecord, *, values: bool = True) -> SessionRecord
             or message.get("role") not in ROLES
             or type(message.get("content")) is not str
             or type(message.get("tool_calls", _NO_CALLS)) is not list
-            or type(message.get("created_at", 0)) is not int
-            or not 0 <= message.get("created_at", 0) < MAX_TIMESTAMP
+            or type(created_at := message.get("created_at", 0)) is not int
+            or not 0 <= created_at < MAX_TIMESTAMP
         ):
             _explain(record.messages.index(message), message)
     for name in ("variables", "metadata", "compression_state"):
@@ -374,9 +374,25 @@ def record_to_dict(record: SessionRecord) -> dict[str, Any]:
 
 def content_hash(record: SessionRecord) -> str:
     """A digest of what must survive any move between backends."""
+    return _digest(record.messages, record.variables)
+
+
+def stored_content_hash(bodies: Iterable[bytes | str], variables: bytes | str) -> str:
+    """The ``content_hash`` of the record that messages stored as ``bodies`` and
+    variables stored as ``variables`` (JSON texts) load as, without building or
+    checking it: it equals a checked record's hash only when the texts hold that
+    record's values, so a copy can be compared with its source this way. Raises
+    ValueError when a text is not JSON."""
+    try:
+        return _digest([orjson.loads(body) for body in bodies], orjson.loads(variables))
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc}") from None
+
+
+def _digest(messages: Any, variables: Any) -> str:
     import hashlib
 
-    body = orjson.dumps([record.messages, record.variables], option=orjson.OPT_SORT_KEYS)
+    body = orjson.dumps([messages, variables], option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(body).hexdigest()
 
 
@@ -483,7 +499,12 @@ def record_from_seed(
     raw_messages = document.get("messages", [])
     if not isinstance(raw_messages, list):
         raise ValueError("messages must be a list")
-    messages = [m for raw in raw_messages for m in messages_from_seed(raw)]
+    messages = []
+    for raw in raw_messages:
+        if type(raw) is dict and type(raw.get("content")) is str and raw.get("role") in ROLES:
+            messages.append({_MESSAGE_FROM_SEED.get(k, k): v for k, v in raw.items()})
+        else:  # AI-SDK content parts, or not a message: converted or explained there
+            messages.extend(messages_from_seed(raw))
     variables = document.get("variables") or {}
     metadata = document.get("metadata") or {}
     if not isinstance(variables, dict) or not isinstance(metadata, dict):

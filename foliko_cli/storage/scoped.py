@@ -91,6 +91,14 @@ class UserScopedStorage(SessionStorageAdapter):
         found = await capabilities.load_many(self.inner, [self._stored(s) for s in session_ids])
         return {self._own(k) or k: self._seen(v) for k, v in found.items()}  # type: ignore[misc]
 
+    async def content_digests(
+        self, session_ids: list[str]
+    ) -> dict[str, capabilities.ContentDigest]:
+        found = await capabilities.content_digests(
+            self.inner, [self._stored(s) for s in session_ids]
+        )
+        return {self._own(k) or k: v for k, v in found.items()}
+
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         with self._own_names(record.session_id, record.session_id):
             return await self.inner.save(

@@ -60,6 +60,7 @@ from foliko_cli.storage.sqlite_search import create_index
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 if TYPE_CHECKING:
+    from foliko_cli.storage.capabilities import ContentDigest
     from foliko_cli.storage.search import SearchHit, SearchQuery
 
 BUSY_TIMEOUT_MS = 30_000
@@ -285,15 +286,32 @@ class SQLiteStorage(SessionStorageAdapter):
         return covered if isinstance(covered, int) and 0 <= covered <= count else 0
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
-        """Two queries per 500 sessions, however many there are (migration checks)."""
+        """Two queries per 500 sessions, however many there are."""
+        return {
+            session_id: self._record(session_id, row, bodies)
+            for session_id, row, bodies in self._rows_with_bodies(session_ids, RECORD_COLUMNS)
+        }
+
+    async def content_digests(self, session_ids: list[str]) -> dict[str, ContentDigest]:
+        """From the stored texts, no record built (migration checks)."""
+        from foliko_cli.storage.capabilities import stored_digest
+
+        return {
+            session_id: stored_digest(session_id, bodies, variables, self.path)
+            for session_id, (variables,), bodies in self._rows_with_bodies(session_ids, "variables")
+        }
+
+    def _rows_with_bodies(
+        self, session_ids: list[str], columns: str
+    ) -> Iterator[tuple[str, tuple, list]]:
+        """Each existing session's ``columns`` and message bodies in order, two
+        queries per 500 sessions."""
         if self._absent():
-            return {}
-        found: dict[str, SessionRecord] = {}
+            return
         with self._guard():
             for chunk, marks in writes.in_chunks(session_ids):
                 rows = self.db.execute(
-                    f"SELECT session_id, {RECORD_COLUMNS} FROM sessions "
-                    f"WHERE session_id IN ({marks})",
+                    f"SELECT session_id, {columns} FROM sessions WHERE session_id IN ({marks})",
                     chunk,
                 ).fetchall()
                 bodies: dict[str, list] = {row[0]: [] for row in rows}
@@ -304,8 +322,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 ):
                     bodies[session_id].append(body)
                 for session_id, *row in rows:
-                    found[session_id] = self._record(session_id, row, bodies[session_id])
-        return found
+                    yield session_id, tuple(row), bodies[session_id]
 
     def _record(self, session_id: str, row, bodies: list, *, first_seq: int = 0) -> SessionRecord:
         return record_from_row(session_id, tuple(row), bodies, self.path, first_seq=first_seq)

@@ -17,6 +17,7 @@ from .test_conformance import make_record
 PROTOCOLS = (
     capabilities.BatchSave,
     capabilities.BatchLoad,
+    capabilities.ContentDigests,
     capabilities.RangedLoad,
     capabilities.NativeCopy,
     capabilities.AtomicRename,
@@ -38,6 +39,7 @@ def test_backends_claim_what_they_do_natively(tmp_path):
     assert claimed(SQLiteStorage(tmp_path / "s.db")) >= {
         "BatchSave",
         "BatchLoad",
+        "ContentDigests",
         "RangedLoad",
         "AtomicRename",
         "ProblemScan",

@@ -211,6 +211,18 @@ def test_load_many_returns_the_sessions_that_exist(storage, run):
     assert found["m0"] == run(storage.load("m0"))
 
 
+def test_content_digests_are_those_of_the_loaded_sessions(storage, run):
+    records = [
+        make_record("d0", messages=RICH_MESSAGES, variables={"k": [1, {"z": None, "a": 2.5}]}),
+        make_record("d1", messages=turn("q1")),
+    ]
+    run(capabilities.save_many(storage, records))
+    found = run(capabilities.content_digests(storage, ["d1", "missing", "d0"]))
+    assert found == {sid: capabilities.digest_of(run(storage.load(sid))) for sid in ("d0", "d1")}
+    assert found["d0"] == capabilities.digest_of(records[0])
+    assert found["d0"] != found["d1"]
+
+
 # append
 
 

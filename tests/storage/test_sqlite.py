@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from foliko_cli.errors import CorruptSessionError, StorageError
+from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ProblemKind
 from foliko_cli.storage.sql.dialect import SQLITE
 from foliko_cli.storage.sqlite import MIGRATIONS, SQLiteStorage
@@ -221,6 +222,14 @@ def test_a_corrupt_message_row_raises_and_is_reported_by_check(db_path, opened, 
     assert str(db_path) in str(failure.value)
     assert [p.session_id for p in run(storage.check())] == ["s1"]
     assert run(storage.load("s2")).messages == turn("two")
+
+
+def test_digests_of_a_corrupt_message_row_raise_naming_the_database(db_path, opened, run):
+    storage = corrupt_a_message(db_path, opened, run)
+    with pytest.raises(CorruptSessionError) as failure:
+        run(capabilities.content_digests(storage, ["s2", "s1"]))
+    assert failure.value.session_id == "s1" and str(db_path) in str(failure.value)
+    assert set(run(capabilities.content_digests(storage, ["s2"]))) == {"s2"}
 
 
 def test_check_repair_moves_a_corrupt_session_aside(db_path, opened, run):
