@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from typing import NoReturn
 
 import click
 
@@ -119,4 +122,27 @@ def main() -> None:
         if isinstance(failure, OutputError) and not status:
             error(str(failure))
             status = failure.exit_code
-    sys.exit(status)
+    end_process(status)
+
+
+def end_process(status: object) -> NoReturn:
+    """Exit once the command's output is out, without tearing the interpreter down.
+
+    Freeing the ~300 modules and 20,000 objects a turn has loaded takes about
+    20 ms, a sixth of a whole ``foliko chat`` (P1), and nothing of foliko's
+    needs it: storage, connections and files are closed by then. The atexit
+    handlers still run; with a non-daemon thread still at work, or a status
+    that is not a number, the exit is the ordinary one.
+    """
+    import threading
+
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if not (status is None or isinstance(status, int)) or any(not t.daemon for t in others):
+        sys.exit(status)
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(status or 0)
