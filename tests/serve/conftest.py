@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from models.fake_servers import FakeServer
 
 from .servers import ServeProcess, foliko_env
 
@@ -57,3 +58,13 @@ def http(server):
 
     with httpx.Client(base_url=server.url, timeout=30) as raw:
         yield raw
+
+
+@pytest.fixture
+def model_server() -> Iterator[FakeServer]:
+    """A fake OpenAI-compatible model server for the test (``queue`` its replies)."""
+    server = FakeServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()

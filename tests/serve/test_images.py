@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 
 import openai
 import pytest
@@ -12,15 +11,6 @@ from models.fake_servers import OPENAI_KEY, FakeServer, openai_message
 from models.images import data_url, png
 
 from .servers import run_cli
-
-
-@pytest.fixture
-def model_server() -> Iterator[FakeServer]:
-    server = FakeServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def vision_client(start_server, model_server: FakeServer) -> tuple:

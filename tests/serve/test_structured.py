@@ -4,11 +4,10 @@ and the Responses API's ``text.format``, as the official SDK sends them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import openai
 import pytest
-from models.fake_servers import OPENAI_KEY, FakeServer, openai_message
+from models.fake_servers import OPENAI_KEY, openai_message
 from pydantic import BaseModel
 
 from .servers import run_cli
@@ -165,15 +164,6 @@ def test_the_responses_api_takes_text_format_and_says_it_back(client):
     with pytest.raises(openai.BadRequestError) as refused:
         client.responses.create(model="echo", input="x", text={"format": {"type": "json_schema"}})
     assert refused.value.body["param"] == "text.format"
-
-
-@pytest.fixture
-def model_server() -> Iterator[FakeServer]:
-    server = FakeServer().start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_the_schema_reaches_an_openai_compatible_model(start_server, model_server):
