@@ -26,7 +26,13 @@ from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.errors import ContextOverflowError, TurnTimeoutError, UsageError
 from foliko_cli.framework import Framework
-from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, forced_tool
+from foliko_cli.models.base import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    check_options,
+    forced_tool,
+)
 from foliko_cli.prompts import turn_system_prompt
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
@@ -499,7 +505,9 @@ class AgentChatHandler:
         client_tools = {spec["name"] for spec in setup.client_tools}
         specs += [spec for spec in setup.client_tools if spec["name"] not in tools]
         self.compressor.count_tools(specs)
-        choice = _checked_tool_choice({**self.model.options, **turn.options}, specs)
+        asked = {**self.model.options, **turn.options}
+        check_options(asked)
+        choice = _checked_tool_choice(asked, specs)
         session.system_prompt = self.build_system_prompt(session, setup.instructions)
         usage: dict[str, int] = {}
         response = ModelResponse(text="")

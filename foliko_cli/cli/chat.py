@@ -41,10 +41,6 @@ class ModelOption(click.ParamType):
             parsed = parse_json_value(raw)
         except ValueError:
             parsed = raw
-        if key.strip() == "max_tokens" and (
-            not isinstance(parsed, int) or isinstance(parsed, bool) or parsed < 1
-        ):
-            self.fail(f"max_tokens must be a positive whole number, not {parsed!r}", param, ctx)
         return key.strip(), parsed
 
 

@@ -7,9 +7,11 @@ every start-up, and a NamedTuple class costs a fraction of a dataclass (P1).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
+
+from foliko_cli.errors import UsageError
 
 NO_USAGE: Mapping[str, int] = MappingProxyType({})
 
@@ -23,6 +25,44 @@ call cannot repeat until the step limit."""
 def forced_tool(choice: Any) -> str | None:
     """The tool a ``tool_choice`` option names, or None when it is a mode."""
     return choice if isinstance(choice, str) and choice not in TOOL_CHOICE_MODES else None
+
+
+_OPTION_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "temperature": ("a number of 0 or more", lambda v: _number(v) and v >= 0),
+    "top_p": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
+    "presence_penalty": ("a number", lambda v: _number(v)),
+    "frequency_penalty": ("a number", lambda v: _number(v)),
+    "max_tokens": ("a positive whole number", lambda v: _whole(v) and v > 0),
+    "top_k": ("a positive whole number", lambda v: _whole(v) and v > 0),
+    "seed": ("a whole number", lambda v: _whole(v)),
+    "stop": ("a string or a list of strings", lambda v: _stop(v)),
+}
+
+
+def _stop(value: Any) -> bool:
+    return isinstance(value, str) or (
+        isinstance(value, list) and all(isinstance(s, str) for s in value)
+    )
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Refuse a sampling option every provider would refuse (a temperature of
+    ``"hot"``) before anything is sent; options foliko does not know pass as
+    they are."""
+    for key, value in options.items():
+        kind = _OPTION_KINDS.get(key)
+        if kind is not None and not kind[1](value):
+            raise UsageError(
+                f"model option {key} must be {kind[0]}, not {value!r}", fix="give it such a value"
+            )
 
 
 class ToolCall(NamedTuple):

@@ -313,7 +313,8 @@ class RedisStorage(SessionStorageAdapter):
     # errors
 
     def _reason(self, exc: BaseException) -> str:
-        return hide(" ".join(str(exc).split()) or type(exc).__name__, self._password)
+        reason = " ".join(str(exc).split()).rstrip(".") or type(exc).__name__
+        return hide(reason, self._password)
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:

@@ -146,7 +146,15 @@ def test_the_cli_parses_option_values(run_foliko, fake_server, openai_env):
 
 @pytest.mark.parametrize(
     ("option", "expected"),
-    [("max_tokens=abc", "max_tokens must be a positive whole number"), ("novalue", "KEY=VALUE")],
+    [
+        ("max_tokens=abc", "model option max_tokens must be a positive whole number, not 'abc'"),
+        ("max_tokens=0", "max_tokens must be a positive whole number"),
+        ("temperature=hot", "model option temperature must be a number of 0 or more, not 'hot'"),
+        ("top_p=2", "top_p must be a number from 0 to 1"),
+        ("seed=1.5", "seed must be a whole number"),
+        ("stop=3", "stop must be a string or a list of strings"),
+        ("novalue", "KEY=VALUE"),
+    ],
 )
 def test_bad_options_are_usage_errors(run_foliko, fake_server, openai_env, option, expected):
     result = run_foliko("chat", "-s", "o", "-o", option, "hi", env=openai_env)
@@ -358,3 +366,26 @@ def test_the_offline_model_asks_no_server_for_its_window():
     handler = AgentChatHandler(Framework("memory"), build_model(model_spec("echo")))
     asyncio.run(handler.learn_context_window())
     assert handler.compressor.budget == 8192
+
+
+def test_an_aliass_bad_option_fails_the_turn_before_anything_is_sent(foliko_home: Path):
+    script = Script()
+    script.on(CHAT, chat_reply())
+    configured = {"hot": {"model": "openai:local-model", "options": {"temperature": "hot"}}}
+
+    with pytest.raises(UsageError, match="model option temperature must be a number"):
+        turn(provider(script, "hot", configured), foliko_home)
+
+    assert script.bodies(CHAT) == []
+    with Foliko("sqlite", "echo", home=foliko_home) as foliko:
+        assert foliko.list_sessions() == []
+
+
+def test_options_foliko_does_not_know_pass_as_they_are(foliko_home: Path):
+    script = Script()
+    script.on(CHAT, chat_reply())
+
+    turn(provider(script), foliko_home, options={"logit_bias": {"50256": -100}, "top_p": 1})
+
+    body = script.bodies(CHAT)[0]
+    assert (body["logit_bias"], body["top_p"]) == ({"50256": -100}, 1)
