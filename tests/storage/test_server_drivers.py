@@ -63,6 +63,7 @@ def test_an_unreachable_server_is_a_storage_error_without_the_password(backend, 
     assert error.value.exit_code == ExitCode.STORAGE
     assert "127.0.0.1:1" in message
     assert "is the server running? check the URL" in message
+    assert ".;" not in message, "the driver's sentence and ours are joined once"
     assert "s3cr" not in message and "%40" not in message
     assert "\n" not in message
     assert "s3cr" not in storage.location and "s3cr" not in repr(storage)
