@@ -80,6 +80,8 @@ class TurnSetup(NamedTuple):
     position, as it is added, ``on_finish`` the messages it wrote (before
     they are saved). ``attachments`` are the user message's parts (see
     ``foliko_cli.attachments``; text ones are already in the message).
+    ``server_tools`` names the server's own tools the turn may offer (None:
+    all of them); a client tool of the same name as a server tool wins.
     """
 
     start_from: SessionRecord | None = None
@@ -93,6 +95,7 @@ class TurnSetup(NamedTuple):
     on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
     attachments: tuple[dict[str, Any], ...] = ()
+    server_tools: frozenset[str] | None = None
 
     def check(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -500,10 +503,14 @@ class AgentChatHandler:
             add(dict(extra))
         if message or not setup.messages:
             add(self._user_message(message, setup.attachments))
-        tools = self.framework.resolve_tools()
-        specs = [tool.spec() for tool in tools.values()]
         client_tools = {spec["name"] for spec in setup.client_tools}
-        specs += [spec for spec in setup.client_tools if spec["name"] not in tools]
+        tools = {
+            name: tool
+            for name, tool in self.framework.resolve_tools().items()
+            if name not in client_tools
+            and (setup.server_tools is None or name in setup.server_tools)
+        }
+        specs = [tool.spec() for tool in tools.values()] + list(setup.client_tools)
         self.compressor.count_tools(specs)
         asked = {**self.model.options, **turn.options}
         check_options(asked)
@@ -537,6 +544,8 @@ class AgentChatHandler:
             cost = turn_cost(response.usage, self.model.price)
             if cost is not None:
                 reply["cost"] = cost
+            if response.finish_reason not in ("stop", "tool_calls"):
+                reply["finish_reason"] = response.finish_reason
             if response.tool_calls:
                 reply["tool_calls"] = [
                     {"id": c.id, "name": c.name, "arguments": c.arguments}
@@ -546,7 +555,7 @@ class AgentChatHandler:
             if not response.tool_calls:
                 break
             for call in response.tool_calls:
-                if call.name in client_tools and call.name not in tools:
+                if call.name in client_tools:
                     handed_back = True
                     continue
                 await _emit(
@@ -558,7 +567,7 @@ class AgentChatHandler:
                         "arguments": call.arguments,
                     },
                 )
-                result = await self.framework.execute_tool(call.name, call.arguments)
+                result = await self.framework.execute_tool(call.name, call.arguments, tools)
                 tool_message = {
                     "role": "tool",
                     "content": result.content,

@@ -69,6 +69,9 @@ FIELDS: dict[str, Field] = {
     "system_prompt": Field(_text, None, "system prompt for sessions without their own"),
     "context_window": Field(_positive_int, None, "token budget; unset means the model's own"),
     "tools": Field(_names, (), "plugin tools to enable: names or package.module:function"),
+    "serve_tools": Field(
+        _names, (), "the server's own tools foliko serve offers on HTTP turns (default: none)"
+    ),
 }
 TABLES = ("models", "agents", "mcp_servers")
 SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
@@ -187,6 +190,7 @@ class Settings(NamedTuple):
     system_prompt: str | None
     context_window: int | None
     tools: tuple[str, ...]
+    serve_tools: tuple[str, ...]
     models: dict[str, dict[str, Any]]
     agents: dict[str, dict[str, Any]]
     mcp_servers: dict[str, dict[str, Any]]

@@ -159,6 +159,14 @@ class Interrupted(FolikoError):
         super().__init__(message)
 
 
+class ModelRejectedError(ModelError):
+    """The provider refused the request with a status no retry changes (``status``)."""
+
+    def __init__(self, message: str, status: int):
+        self.status = status
+        super().__init__(message)
+
+
 class ContextOverflowError(ModelError):
     """The prompt does not fit the model's context window; ``window`` when the server said."""
 

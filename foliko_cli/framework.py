@@ -14,7 +14,7 @@ import contextvars
 import inspect
 import time
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -311,5 +311,9 @@ class Framework(EventEmitter):
             self.get_session_context(), self.get_request_context(), self.get_agent_context()
         )
 
-    async def execute_tool(self, name: str, arguments: Any) -> ToolResult:
-        return await run_tool(self.resolve_tools().get(name), name, arguments, self.tool_context())
+    async def execute_tool(
+        self, name: str, arguments: Any, offered: Mapping[str, Tool] | None = None
+    ) -> ToolResult:
+        """Run tool ``name``; with ``offered``, only one of those (any other is unknown)."""
+        tools = self.resolve_tools() if offered is None else offered
+        return await run_tool(tools.get(name), name, arguments, self.tool_context())

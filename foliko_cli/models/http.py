@@ -24,7 +24,13 @@ from typing import Any
 import httpx2
 import orjson
 
-from foliko_cli.errors import ContextOverflowError, ImagesRefusedError, ModelError, UsageError
+from foliko_cli.errors import (
+    ContextOverflowError,
+    ImagesRefusedError,
+    ModelError,
+    ModelRejectedError,
+    UsageError,
+)
 
 NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
@@ -175,16 +181,18 @@ class HttpModelClient:
         where = self.where
         if status == 401:
             fix = f"check {self.key_hint}" if self.key_hint else "check the API key"
-            return ModelError(f"{where} rejected the API key (401: {detail}); {fix}")
+            return ModelRejectedError(f"{where} rejected the API key (401: {detail}); {fix}", 401)
         if status == 403:
-            return ModelError(
+            return ModelRejectedError(
                 f"{where} refused the request (403: {detail}); "
-                "check the key's permissions and the model's access"
+                "check the key's permissions and the model's access",
+                403,
             )
         if status == 404:
-            return ModelError(
+            return ModelRejectedError(
                 f"{where} does not know this model or endpoint (404: {detail}); "
-                "check the model name and the base URL"
+                "check the model name and the base URL",
+                404,
             )
         if status >= 400 and _IMAGES_REFUSED.search(detail):
             return ImagesRefusedError(
@@ -203,8 +211,9 @@ class HttpModelClient:
                 f"{where} kept failing ({status}: {detail}); "
                 "try again later or raise the turn's timeout"
             )
-        return ModelError(
-            f"{where} rejected the request ({status}: {detail}); check the model's options"
+        return ModelRejectedError(
+            f"{where} rejected the request ({status}: {detail}); check the model's options",
+            status,
         )
 
     @contextlib.asynccontextmanager

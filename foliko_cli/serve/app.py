@@ -76,11 +76,6 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, message, code, headers=exc.headers)
 
 
-async def _unexpected(request: Request, exc: Exception) -> Response:
-    _log.error("internal error on %s %s: %r", request.method, request.url.path, exc)
-    return error_response(500, "internal error", "internal_error")
-
-
 async def healthz(request: Request):
     healthy = await request.app.state.services.base.storage.health_check()
     return JSON({"status": "ok" if healthy else "storage unavailable"}, 200 if healthy else 503)
@@ -122,7 +117,6 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             ApiError: _api_error,
             FolikoError: _foliko_error,
             HTTPException: _http_error,
-            Exception: _unexpected,
         },
         lifespan=lifespan,
     )

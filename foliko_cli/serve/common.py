@@ -1,10 +1,19 @@
-"""What every route needs: its service, its RequestContext, JSON in and out."""
+"""What every route needs: its service, its RequestContext, JSON in and out,
+and its ids from the path.
+
+One path segment is one id: routes name ids as ``{name:id}``, which matches
+a single segment and is percent-decoded after matching (the middleware
+keeps an encoded ``/`` inside its segment), so ``/v1/sessions/a%2Fb/vars``
+is the variables of session ``a/b`` and ``/v1/sessions/a/b`` no route.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote, unquote
 
 import orjson
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -13,6 +22,41 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.service import AsyncFoliko
 
 TIMEOUT_HEADER = "x-foliko-timeout"
+MAX_METADATA_PAIRS = 16
+
+
+class IdConvertor(Convertor):
+    regex = "[^/]+"
+
+    def convert(self, value: str) -> str:
+        return unquote(value)
+
+    def to_string(self, value: str) -> str:
+        return quote(value, safe="")
+
+
+register_url_convertor("id", IdConvertor())
+
+
+def check_metadata(value: Any) -> dict[str, str]:
+    """OpenAI's metadata: at most 16 pairs of strings, keys up to 64 and values
+    up to 512 characters."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_METADATA_PAIRS:
+        raise ApiError(
+            400,
+            f"metadata must be an object of at most {MAX_METADATA_PAIRS} pairs",
+            param="metadata",
+        )
+    for key, text in value.items():
+        if not isinstance(text, str) or len(key) > 64 or len(text) > 512:
+            raise ApiError(
+                400,
+                "metadata values must be strings (keys up to 64, values up to 512 characters)",
+                param="metadata",
+            )
+    return value
 
 
 class JSON(Response):

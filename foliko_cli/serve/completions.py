@@ -23,6 +23,7 @@ from foliko_cli.serve.common import JSON, field, json_body, request_context, ser
 from foliko_cli.serve.errors import ApiError, error_event
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached, image_part
+from foliko_cli.serve.tools import function_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 
 SESSION_HEADER = "x-session-id"
@@ -56,6 +57,30 @@ def _content(message: dict[str, Any], index: int) -> tuple[str, list[dict[str, A
     raise ApiError(400, f"messages[{index}].content must be a string or a list of parts")
 
 
+def _calls(raw: Any, index: int) -> list[dict[str, Any]]:
+    where = f"messages[{index}].tool_calls"
+    if not isinstance(raw, list):
+        raise ApiError(400, f"{where} must be a list of calls", param="messages")
+    calls = []
+    for number, call in enumerate(raw):
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(call.get("id"), str):
+            raise ApiError(
+                400,
+                f"{where}[{number}]: a call needs an id and a function {{name, arguments}}",
+                param="messages",
+            )
+        name, arguments = function.get("name"), function.get("arguments", "{}")
+        if not isinstance(name, str) or not isinstance(arguments, str | dict):
+            raise ApiError(
+                400,
+                f"{where}[{number}]: the function needs a name and arguments as a JSON string",
+                param="messages",
+            )
+        calls.append({"id": call["id"], "name": name, "arguments": it.loads_arguments(arguments)})
+    return calls
+
+
 def canonical_messages(raw: Any) -> list[dict[str, Any]]:
     if not isinstance(raw, list) or not raw:
         raise ApiError(400, "messages must be a non-empty list", param="messages")
@@ -72,26 +97,26 @@ def canonical_messages(raw: Any) -> list[dict[str, Any]]:
         converted: dict[str, Any] = {"role": role, "content": text}
         if images:
             converted["attachments"] = images
-        if role == "assistant" and message.get("tool_calls"):
-            calls = []
-            for call in message["tool_calls"]:
-                function = call.get("function") if isinstance(call, dict) else None
-                if not isinstance(function, dict) or not isinstance(call.get("id"), str):
-                    raise ApiError(400, f"messages[{index}].tool_calls: malformed call")
-                calls.append(
-                    {
-                        "id": call["id"],
-                        "name": str(function.get("name", "")),
-                        "arguments": it.loads_arguments(function.get("arguments", "{}")),
-                    }
-                )
-            converted["tool_calls"] = calls
+        if role == "assistant" and message.get("tool_calls") is not None:
+            converted["tool_calls"] = _calls(message["tool_calls"], index)
         if role == "tool":
             if not isinstance(message.get("tool_call_id"), str):
                 raise ApiError(400, f"messages[{index}]: a tool message needs tool_call_id")
             converted["tool_call_id"] = message["tool_call_id"]
         messages.append(converted)
     return messages
+
+
+def session_header(request: Request) -> str | None:
+    """The ``X-Session-Id`` header as UTF-8 text (HTTP carries bytes; Starlette
+    reads them as Latin-1)."""
+    raw = request.headers.get(SESSION_HEADER)
+    if raw is None:
+        return None
+    try:
+        return raw.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        raise ApiError(400, f"{SESSION_HEADER} must be UTF-8 text", param=SESSION_HEADER) from None
 
 
 def plan(request: Request, data: dict[str, Any]) -> Turn:
@@ -103,7 +128,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         "max_tokens": field(data, "max_completion_tokens", int) or field(data, "max_tokens", int),
         "seed": field(data, "seed", int),
         "stop": data.get("stop"),
-        "tool_choice": it.tool_choice(data.get("tool_choice")),
+        "tool_choice": tool_choice(data.get("tool_choice")),
     }
     if field(data, "n", int, 1) != 1:
         raise ApiError(400, "n must be 1: a turn has one answer", param="n")
@@ -112,7 +137,8 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
     options = {
         "model": field(data, "model", str),
         "request": request_context(request, svc),
-        "client_tools": it.function_tools(data.get("tools")),
+        "client_tools": function_tools(data.get("tools")),
+        "server_tools": request.app.state.services.serve_tools,
         "options": {key: value for key, value in sampling.items() if value is not None},
         "schema": reply_schema(data.get("response_format"), "response_format", nested=True),
     }
@@ -121,7 +147,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
     ):
         raise ApiError(400, "stop must be a string or a list of strings", param="stop")
-    session_id = request.headers.get(SESSION_HEADER)
+    session_id = session_header(request)
     if session_id is not None:
         users = [m for m in messages if m["role"] == "user"]
         if not users:
@@ -185,7 +211,8 @@ def _usage(turn: Turn) -> dict[str, int]:
 
 def _finish(turn: Turn) -> str:
     reason = turn.result.finish_reason if turn.result else "stop"
-    return reason if reason in ("stop", "length", "tool_calls") else "stop"
+    reason = "length" if reason == "max_tokens" else reason
+    return reason if reason in ("stop", "length", "tool_calls", "content_filter") else "stop"
 
 
 async def chat_completions(request: Request):

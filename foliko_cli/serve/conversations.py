@@ -13,28 +13,13 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from foliko_cli.clock import now_ms
+from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
-from foliko_cli.serve.common import JSON, json_body, seconds, service
+from foliko_cli.serve.common import JSON, check_metadata, json_body, seconds, service
 from foliko_cli.serve.errors import ApiError
-from foliko_cli.serve.responses import new_conversation_id
 from foliko_cli.storage.record import SessionRecord
 
 METADATA_KEY = "conversation_metadata"
-
-
-def check_metadata(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or len(value) > 16:
-        raise ApiError(400, "metadata must be an object of at most 16 pairs", param="metadata")
-    for key, text in value.items():
-        if not isinstance(text, str) or len(key) > 64 or len(text) > 512:
-            raise ApiError(
-                400,
-                "metadata values must be strings (keys up to 64, values up to 512 characters)",
-                param="metadata",
-            )
-    return value
 
 
 def conversation_object(record: SessionRecord) -> dict[str, Any]:
@@ -70,15 +55,19 @@ async def create_conversation(request: Request):
     messages = _items_of(data)
     it.name_tool_outputs(messages, [])
     record = await service(request).create_session(
-        new_conversation_id(),
+        ids.new_conversation_id(),
         messages=stamped(request, messages),
         metadata={METADATA_KEY: metadata},
     )
     return JSON(conversation_object(record))
 
 
+def _id(request: Request) -> str:
+    return request.path_params["conversation_id"]
+
+
 async def get_conversation(request: Request):
-    record = await service(request).get_session(request.path_params["conversation_id"])
+    record = await service(request).get_session(_id(request))
     return JSON(conversation_object(record))
 
 
@@ -87,34 +76,69 @@ async def update_conversation(request: Request):
     if "metadata" not in data:
         raise ApiError(400, "metadata is required", param="metadata")
     metadata = check_metadata(data["metadata"])
-    record = await service(request).update_metadata(
-        request.path_params["conversation_id"], {METADATA_KEY: metadata}
-    )
+    record = await service(request).update_metadata(_id(request), {METADATA_KEY: metadata})
     return JSON(conversation_object(record))
 
 
 async def delete_conversation(request: Request):
     from foliko_cli.errors import SessionNotFoundError
 
-    conversation = request.path_params["conversation_id"]
+    conversation = _id(request)
     deleted, _ = await service(request).delete_sessions([conversation])
     if not deleted:
         raise SessionNotFoundError(conversation)
     return JSON({"id": conversation, "object": "conversation.deleted", "deleted": True})
 
 
+def _items(record: SessionRecord) -> list[dict[str, Any]]:
+    return it.history_items(record.messages, 0, ids.scope_of(record.session_id))
+
+
 async def list_items(request: Request):
-    record = await service(request).get_session(request.path_params["conversation_id"])
-    return JSON(it.page_of(it.history_items(record.messages), request))
+    record = await service(request).get_session(_id(request))
+    return JSON(it.page_of(_items(record), request))
+
+
+def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, dict[str, Any]]:
+    ref = ids.parse_item_id(wanted)
+    held = ref is not None and ref.session_id == record.session_id
+    if held and ref.position < len(record.messages):
+        scope = ids.scope_of(record.session_id)
+        for item in it.message_items(record.messages[ref.position], ref.position, scope):
+            if item["id"] == wanted:
+                return ref, item
+    shown = wanted if len(wanted) <= 200 else "(this id)"
+    raise ApiError(404, f"no item {shown!r} in this conversation", code="not_found")
 
 
 async def get_item(request: Request):
-    record = await service(request).get_session(request.path_params["conversation_id"])
-    wanted = request.path_params["item_id"]
-    for item in it.history_items(record.messages):
-        if item["id"] == wanted:
-            return JSON(item)
-    raise ApiError(404, f"item {wanted!r} not found", code="not_found")
+    record = await service(request).get_session(_id(request))
+    return JSON(_item_at(record, request.path_params["item_id"])[1])
+
+
+async def delete_item(request: Request):
+    """Take one item out of the conversation: a message, or one function call
+    of an assistant message (its other calls and its text stay). The items
+    after a removed message move up one position, so their ids change."""
+    svc = service(request)
+    record = await svc.get_session(_id(request))
+    ref, _ = _item_at(record, request.path_params["item_id"])
+    message = dict(record.messages[ref.position])
+    calls = list(message.get("tool_calls") or [])
+    if ref.kind == "fc":
+        del calls[ref.index]
+    elif message.get("role") == "assistant" and calls:
+        message["content"] = ""
+    else:
+        calls = []
+        message = {}
+    if calls:
+        message["tool_calls"] = calls
+    elif message:
+        message.pop("tool_calls", None)
+    keep = [message] if message and (message.get("content") or calls) else []
+    record = await svc.splice_messages(record.session_id, ref.position, 1, keep)
+    return JSON(conversation_object(record))
 
 
 async def add_items(request: Request):
@@ -123,12 +147,12 @@ async def add_items(request: Request):
     if not messages:
         raise ApiError(400, "items must hold at least one item", param="items")
     svc = service(request)
-    conversation = request.path_params["conversation_id"]
+    conversation = _id(request)
     record = await svc.get_session(conversation)
     it.name_tool_outputs(messages, record.messages)
     messages = stamped(request, messages)
     first = await svc.append_messages(conversation, messages)
-    added = it.history_items(messages, first)
+    added = it.history_items(messages, first, ids.scope_of(conversation))
     return JSON(
         {
             "object": "list",
@@ -140,10 +164,11 @@ async def add_items(request: Request):
     )
 
 
-_ONE = "/v1/conversations/{conversation_id:path}"
+_ONE = "/v1/conversations/{conversation_id:id}"
 routes = [
     Route("/v1/conversations", create_conversation, methods=["POST"]),
-    Route(_ONE + "/items/{item_id}", get_item, methods=["GET"]),
+    Route(_ONE + "/items/{item_id:id}", get_item, methods=["GET"]),
+    Route(_ONE + "/items/{item_id:id}", delete_item, methods=["DELETE"]),
     Route(_ONE + "/items", list_items, methods=["GET"]),
     Route(_ONE + "/items", add_items, methods=["POST"]),
     Route(_ONE, get_conversation, methods=["GET"]),

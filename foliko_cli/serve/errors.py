@@ -3,17 +3,19 @@ with the HTTP status a client expects for it."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 from starlette.responses import Response
 
 from foliko_cli.errors import (
+    ContextOverflowError,
     FolikoError,
     Interrupted,
     InvalidReplyError,
     InvalidSessionIdError,
     ModelError,
+    ModelRejectedError,
     SessionBusyError,
     SessionNotFoundError,
     StorageError,
@@ -63,9 +65,16 @@ def error_response(
     code: str | None = None,
     param=None,
     headers: dict[str, str] | None = None,
+    *,
+    retry: bool | None = None,
 ) -> Response:
+    """The error as a response; ``retry`` False sends ``x-should-retry: false``,
+    which the OpenAI SDKs obey, for a failure no retry can change."""
+    headers = dict(headers or {})
     if status == 401:
-        headers = {**(headers or {}), "www-authenticate": "Bearer"}
+        headers["www-authenticate"] = "Bearer"
+    if retry is False:
+        headers["x-should-retry"] = "false"
     return Response(
         error_body(status, message, code, param),
         status_code=status,
@@ -80,43 +89,56 @@ def _provider_timeout(exc: FolikoError) -> bool:
     return isinstance(exc, ModelError) and "did not answer in time" in str(exc)
 
 
-def status_of(exc: FolikoError) -> tuple[int, str]:
-    """The HTTP status and error code of a foliko error."""
+class Status(NamedTuple):
+    status: int
+    code: str
+    retry: bool = False
+
+
+def status_of(exc: FolikoError) -> Status:
+    """The HTTP status and error code of a foliko error, and whether a retry may help."""
     if isinstance(exc, SessionNotFoundError):
-        return 404, "session_not_found"
+        return Status(404, "not_found")
     if isinstance(exc, SessionExistsError):
-        return 409, "session_exists"
+        return Status(409, "session_exists")
     if isinstance(exc, SessionBusyError):
-        return 409, "session_busy"
+        return Status(409, "session_busy", retry=True)
     if isinstance(exc, InvalidSessionIdError):
-        return 400, "invalid_session_id"
+        return Status(400, "invalid_session_id")
     if isinstance(exc, UnknownModelError):
-        return 400, "model_not_found"
+        return Status(404, "model_not_found")
     if isinstance(exc, UsageError):
-        return 400, "invalid_request"
+        return Status(400, "invalid_request")
     if isinstance(exc, TurnTimeoutError) or _provider_timeout(exc):
-        return 504, "timeout"
+        return Status(504, "timeout", retry=True)
     if isinstance(exc, InvalidReplyError):
-        return 502, "invalid_reply"
+        return Status(502, "invalid_reply")
+    if isinstance(exc, ContextOverflowError):
+        return Status(400, "context_length_exceeded")
+    if isinstance(exc, ModelRejectedError):
+        if 400 <= exc.status < 500 and exc.status not in (401, 403):
+            return Status(400, "model_rejected_request")
+        return Status(502, "model_error")
     if isinstance(exc, ModelError):
-        return 502, "model_error"
+        return Status(502, "model_error", retry=True)
     if isinstance(exc, StorageError):
-        return 503, "storage_error"
+        return Status(503, "storage_error", retry=True)
     if isinstance(exc, Interrupted):
-        return 503, "shutting_down"
-    return 500, "internal_error"
+        return Status(503, "shutting_down", retry=True)
+    return Status(500, "internal_error")
 
 
 def foliko_error_response(exc: FolikoError) -> Response:
-    status, code = status_of(exc)
-    return error_response(status, str(exc), code)
+    status = status_of(exc)
+    return error_response(status.status, str(exc), status.code, retry=status.retry)
 
 
 def error_event(exc: BaseException) -> dict[str, Any]:
     """The body of an error met after a stream has started."""
     if isinstance(exc, FolikoError):
-        status, code = status_of(exc)
-        return {"message": str(exc), "type": _TYPES.get(status, "server_error"), "code": code}
+        status = status_of(exc)
+        kind = _TYPES.get(status.status, "server_error")
+        return {"message": str(exc), "type": kind, "code": status.code}
     if isinstance(exc, ApiError):
         return {"message": exc.message, "type": _TYPES.get(exc.status), "code": exc.code}
     return {"message": "internal error", "type": "server_error", "code": "internal_error"}

@@ -1,16 +1,22 @@
-"""One ASGI layer in front of every route: trace ids, the API key, the body limit.
+"""One ASGI layer in front of every route: trace ids, the API key, the body
+limit, ids in the path, and a JSON 500 for anything unexpected.
 
-The request's ``X-Request-Id`` and W3C ``traceparent`` become the ids its
-turn stores (generated when absent) and are sent back on the response. With
-API keys, every route but the page, ``/healthz`` and ``/openapi.json`` needs
+Each request gets a request id of the server's own (``x-request-id`` on the
+answer): it is what the turn's messages store and what groups them into one
+response, so no client can merge two turns by sending one id twice. A
+client's ``X-Client-Request-Id`` is sent back as it came; a W3C
+``traceparent`` becomes the trace id the turn stores. With API keys, every
+route but the page, ``/healthz`` and ``/openapi.json`` needs
 ``Authorization: Bearer KEY``; the user it names is put in the scope's state.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from typing import Any
+from urllib.parse import unquote
 
 from starlette.datastructures import Headers
 
@@ -20,15 +26,26 @@ from foliko_cli.serve.errors import BodyTooLarge, error_body
 
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json", "/favicon.ico"})
 _TRACEPARENT = re.compile(r"\A00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}\Z")
-_REQUEST_ID = re.compile(r"\A[\x21-\x7e]{1,200}\Z")
+_CLIENT_ID = re.compile(r"\A[\x21-\x7e]{1,512}\Z")
+
+_log = logging.getLogger("foliko.serve")
+
+
+def segment_path(raw_path: bytes) -> str:
+    """The path decoded segment by segment, a ``/`` or ``%`` inside a segment
+    kept encoded, so routing splits where the client's slashes are and the
+    ``id`` convertor decodes the rest (see common.py)."""
+    segments = raw_path.decode("ascii", "replace").split("/")
+    return "/".join(unquote(s).replace("%", "%25").replace("/", "%2F") for s in segments)
 
 
 class TraceIds:
-    __slots__ = ("parent_span_id", "request_id", "span_id", "trace_id")
+    __slots__ = ("client_request_id", "parent_span_id", "request_id", "span_id", "trace_id")
 
     def __init__(self, headers: Headers):
-        given = headers.get("x-request-id", "")
-        self.request_id = given if _REQUEST_ID.match(given) else new_request_id()
+        self.request_id = new_request_id()
+        given = headers.get("x-client-request-id", "")
+        self.client_request_id = given if _CLIENT_ID.match(given) else None
         parent = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
         if parent and parent[1] != "0" * 32 and parent[2] != "0" * 16:
             self.trace_id, self.parent_span_id = parent[1], parent[2]
@@ -37,10 +54,13 @@ class TraceIds:
         self.span_id = os.urandom(8).hex()
 
     def headers(self) -> list[tuple[bytes, bytes]]:
-        return [
+        headers = [
             (b"x-request-id", self.request_id.encode()),
             (b"traceparent", f"00-{self.trace_id}-{self.span_id}-01".encode()),
         ]
+        if self.client_request_id is not None:
+            headers.append((b"x-client-request-id", self.client_request_id.encode()))
+        return headers
 
 
 class RequestMiddleware:
@@ -53,6 +73,9 @@ class RequestMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        raw_path = scope.get("raw_path")
+        if raw_path and b"%" in raw_path:
+            scope["path"] = segment_path(raw_path)
         headers = Headers(scope=scope)
         ids = TraceIds(headers)
         state = scope.setdefault("state", {})
@@ -81,7 +104,20 @@ class RequestMiddleware:
             error = BodyTooLarge(self.max_body)
             await _reject(send_with_ids, 413, error.message, error.code)
             return
-        await self.app(scope, self._limited(receive), send_with_ids)
+        started = False
+
+        async def send_tracked(message: dict) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send_with_ids(message)
+
+        try:
+            await self.app(scope, self._limited(receive), send_tracked)
+        except Exception as exc:
+            # Answered here, not re-raised: uvicorn would close the connection.
+            _log.error("internal error on %s %s: %r", scope["method"], scope["path"], exc)
+            if not started:
+                await _reject(send_with_ids, 500, "internal error", "internal_error")
 
     def _limited(self, receive: Any) -> Any:
         received = 0

@@ -272,6 +272,17 @@ SESSION_HEADER = {
 }
 
 
+DELETED = {
+    "type": "object",
+    "required": ["id", "object", "deleted"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"type": "string"},
+        "deleted": {"const": True},
+    },
+}
+
+
 def document() -> dict[str, Any]:
     conv, sess, resp = "Conversations", "Sessions", "Responses"
     conversation_path = "/v1/conversations/{conversation_id}"
@@ -306,7 +317,18 @@ def document() -> dict[str, Any]:
                 )
             },
             "/v1/responses/{response_id}": {
-                "get": _op("A stored response", _ref("Response"), params=[RESPONSE], tag=resp)
+                "get": _op("A stored response", _ref("Response"), params=[RESPONSE], tag=resp),
+                "delete": _op(
+                    "Delete a response (its conversation keeps its items)",
+                    DELETED,
+                    params=[RESPONSE],
+                    tag=resp,
+                ),
+            },
+            "/v1/responses/{response_id}/cancel": {
+                "post": _op(
+                    "Cancel a background response", _ref("Response"), params=[RESPONSE], tag=resp
+                )
             },
             "/v1/responses/{response_id}/input_items": {
                 "get": _op(
@@ -372,7 +394,13 @@ def document() -> dict[str, Any]:
                     _ref("Item"),
                     params=[CONVERSATION, _path("item_id", "An item id.")],
                     tag=conv,
-                )
+                ),
+                "delete": _op(
+                    "Remove an item (the items after a removed message move up)",
+                    _ref("Conversation"),
+                    params=[CONVERSATION, _path("item_id", "An item id.")],
+                    tag=conv,
+                ),
             },
             "/v1/chat/completions": {
                 "post": {

@@ -163,12 +163,12 @@ async def delete_var(request: Request):
     return JSON({"key": key, "deleted": True})
 
 
-_ONE = "/v1/sessions/{session_id:path}"
+_ONE = "/v1/sessions/{session_id:id}"
 routes = [
     Route("/v1/sessions", list_sessions, methods=["GET"]),
-    Route(_ONE + "/vars/{key}", get_var, methods=["GET"]),
-    Route(_ONE + "/vars/{key}", put_var, methods=["PUT"]),
-    Route(_ONE + "/vars/{key}", delete_var, methods=["DELETE"]),
+    Route(_ONE + "/vars/{key:id}", get_var, methods=["GET"]),
+    Route(_ONE + "/vars/{key:id}", put_var, methods=["PUT"]),
+    Route(_ONE + "/vars/{key:id}", delete_var, methods=["DELETE"]),
     Route(_ONE + "/vars", get_vars, methods=["GET"]),
     Route(_ONE + "/vars", put_vars, methods=["PUT"]),
     Route(_ONE + "/vars", clear_vars, methods=["DELETE"]),

@@ -23,6 +23,7 @@ class Services:
             settings._replace(storage="memory"), notify=notify
         )
         self._users: dict[str, AsyncFoliko] = {}
+        self.serve_tools = frozenset(settings.serve_tools)
 
     def for_user(self, user: str | None) -> AsyncFoliko:
         if user is None:

@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from foliko_cli.chat import TurnResult
+from foliko_cli.serve import ids
 from foliko_cli.serve.state import Services, scratch_id
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.storage.base import ConflictError
 
 
 class Turn:
     """One turn to run: where, with what; after it, ``start`` and ``messages``
-    say where its messages begin and what they are."""
+    say where its messages begin and what they are.
+
+    A turn may have a fallback (``fall_back_to``): when its session moved
+    past the revision it expects (a ConflictError before anything is
+    written), it runs once more in the fallback's session instead.
+    """
 
     def __init__(
         self,
@@ -39,10 +47,40 @@ class Turn:
         self.messages: list[dict[str, Any]] = []
         self.tool_positions: dict[str, int] = {}
         self.result: TurnResult | None = None
+        self.created_at = int(time.time())
+        self._unstored = ids.unstored_scope()
+        self._fallback: tuple[str, dict[str, Any]] | None = None
 
     @property
     def stored(self) -> bool:
         return self.scratch is None
+
+    @property
+    def scope(self) -> str:
+        """The id scope of the turn's items (see ids.py)."""
+        if self.stored and self.session_id is not None:
+            return ids.scope_of(self.session_id)
+        return self._unstored
+
+    @property
+    def response_id(self) -> str:
+        if self.stored and self.session_id is not None:
+            return ids.response_id(self.scope, self.start)
+        return "resp_x" + self._unstored[1:]
+
+    def fall_back_to(self, session_id: str, **target: Any) -> None:
+        self._fallback = (session_id, target)
+
+    def _take_fallback(self, error: BaseException) -> bool:
+        if not isinstance(error, ConflictError) or self._fallback is None:
+            return False
+        self.session_id, target = self._fallback
+        self._fallback = None
+        self.options = {
+            key: value for key, value in self.options.items() if key != "expected_revision"
+        }
+        self.options.update(target)
+        return True
 
     def _on_start(self, position: int) -> None:
         self.start = position
@@ -77,13 +115,26 @@ class Turn:
         }
 
     async def run(self, services: Services) -> TurnResult:
-        async with self._target(services) as (service, session_id):
-            self.result = await service.chat(session_id, self.text, **self._arguments())
-        return self.result
+        while True:
+            try:
+                async with self._target(services) as (service, session_id):
+                    self.result = await service.chat(session_id, self.text, **self._arguments())
+                return self.result
+            except ConflictError as exc:
+                if not self._take_fallback(exc):
+                    raise
 
     async def stream(self, services: Services) -> AsyncIterator[dict[str, Any]]:
         """Wait until the turn holds its session (raising what stopped it before),
         then return its events; ``done`` carries the TurnResult."""
+        while True:
+            try:
+                return await self._stream_once(services)
+            except ConflictError as exc:
+                if not self._take_fallback(exc):
+                    raise
+
+    async def _stream_once(self, services: Services) -> AsyncIterator[dict[str, Any]]:
         queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         started = asyncio.get_running_loop().create_future()
         arguments = self._arguments()

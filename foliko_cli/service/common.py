@@ -60,7 +60,16 @@ def default_home() -> Path:
 
 
 TURN_FIELDS = frozenset(
-    {"messages", "instructions", "client_tools", "on_start", "on_message", "on_finish"}
+    {
+        "messages",
+        "instructions",
+        "client_tools",
+        "server_tools",
+        "expected_revision",
+        "on_start",
+        "on_message",
+        "on_finish",
+    }
 )
 
 

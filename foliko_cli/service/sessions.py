@@ -141,6 +141,39 @@ class SessionsMixin:
         self.framework.destroy_session_context(session_id)
         return record
 
+    async def splice_messages(
+        self,
+        session_id: str,
+        position: int,
+        count: int,
+        replacement: list[dict[str, Any]] | None = None,
+    ) -> SessionRecord:
+        """Replace the ``count`` messages at ``position`` by ``replacement`` (a locked
+        rewrite of the history: the messages after them move)."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.get_session(session_id)
+            if not 0 <= position <= position + count <= len(record.messages):
+                raise UsageError(
+                    f"session {session_id!r} has no messages {position}..{position + count - 1}",
+                    fix="name messages it holds",
+                )
+            messages = record.messages
+            record.messages = [
+                *messages[:position],
+                *(replacement or ()),
+                *messages[position + count :],
+            ]
+            record.compression_state = cut_compression(record.compression_state, position)
+            record.saved_at = now_ms()
+            record.revision = await self.storage.save(record, expected_revision=record.revision)
+            return record
+
+        record = await self._held(session_id, work)
+        self.framework.destroy_session_context(session_id)
+        return record
+
     async def clear_session(self, session_id: str, *, variables: bool = False) -> SessionRecord:
         """Drop the history; with ``variables``, the variables too."""
         check_session_id(session_id)

@@ -41,11 +41,12 @@ class TurnsMixin:
         variables: dict[str, Any] | None,
         system: str | None,
         turns: int | None = None,
+        upto: int | None = None,
         **extra: Any,
     ) -> TurnSetup:
         from foliko_cli.chat import TurnSetup
 
-        start_from, expected = None, None
+        start_from, expected = None, extra.pop("expected_revision", None)
         if fork_from is not None:
             check_session_id(fork_from)
             if fork_from == session_id:
@@ -54,9 +55,9 @@ class TurnsMixin:
                 )
             if not new and await self.storage.revision(session_id) is not None:
                 raise SessionExistsError(session_id)
-            start_from = forked(await self.get_session(fork_from), session_id, turns)
+            start_from = forked(await self.get_session(fork_from), session_id, turns, upto)
             expected = None if new else 0
-        elif turns is not None:
+        elif turns is not None or upto is not None:
             raise UsageError("a number of turns to keep needs a session to fork from")
         elif new:
             start_from = SessionRecord(session_id, metadata=new_metadata())
@@ -88,6 +89,7 @@ class TurnsMixin:
         variables: dict[str, Any] | None = None,
         system: str | None = None,
         turns: int | None = None,
+        upto: int | None = None,
         regenerate: bool = False,
         attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
@@ -97,7 +99,8 @@ class TurnsMixin:
         **turn: Any,
     ) -> TurnResult:
         """One turn; ``new`` starts the session over, ``fork_from`` copies another
-        first (its first ``turns`` turns when given); ``regenerate`` replaces the
+        first (its first ``turns`` turns, or its first ``upto`` messages, when
+        given); ``regenerate`` replaces the
         session's last turn by a new answer to its user message (``message``
         is then None), in one write. ``attachments`` are paths, http(s) URLs or
         ``Attachment`` bytes (see ``foliko_cli.attachments``).
@@ -112,7 +115,7 @@ class TurnsMixin:
         ``on_finish``; see chat.TurnSetup).
         """
         setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
-        setup_options.update(system=system, turns=turns, regenerate=regenerate)
+        setup_options.update(system=system, turns=turns, upto=upto, regenerate=regenerate)
         setup_options["attachments"] = attachments
         if on_event is None:
             from foliko_cli.chat import TurnOptions
@@ -159,6 +162,7 @@ class TurnsMixin:
         variables: dict[str, Any] | None = None,
         system: str | None = None,
         turns: int | None = None,
+        upto: int | None = None,
         regenerate: bool = False,
         attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
@@ -179,6 +183,7 @@ class TurnsMixin:
             variables=variables,
             system=system,
             turns=turns,
+            upto=upto,
             regenerate=regenerate,
             attachments=attachments,
             turn=turn,

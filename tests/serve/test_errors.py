@@ -35,7 +35,10 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
         (b'{"input": "x", "model": 3}', "model"),
         (b'{"input": [{"type": "image", "url": "x"}]}', "not supported"),
         (b'{"input": [{"role": "assistant", "content": "x"}]}', "must end with"),
-        (b'{"input": "x", "tools": [{"type": "web_search"}]}', "function tools"),
+        (b'{"input": "x", "tools": [{"type": "web_search"}]}', "does not host 'web_search'"),
+        (b'{"input": "x", "tools": [{"type": "file_search"}]}', "does not host 'file_search'"),
+        (b'{"input": "x", "tools": [5]}', "must be an object"),
+        (b'{"input": "x", "tools": [{"type": "namespace", "name": "n"}]}', "list of tools"),
         (b'{"input": "x", "conversation": "a", "previous_response_id": "resp_0_YQ"}', "not both"),
         (b'{"input": "   "}', "blank"),
     ],
@@ -47,9 +50,14 @@ def test_bad_response_requests_are_400(http, body, fragment):
     assert fragment in assert_error(response, 400)["message"]
 
 
-def test_an_unknown_model_is_400(http):
+def test_an_unknown_model_is_404_model_not_found(http):
     response = http.post("/v1/responses", json={"model": "nosuch:model", "input": "x"})
-    assert_error(response, 400)
+    assert_error(response, 404, "model_not_found")
+    chat = http.post(
+        "/v1/chat/completions",
+        json={"model": "nosuch:model", "messages": [{"role": "user", "content": "x"}]},
+    )
+    assert_error(chat, 404, "model_not_found")
 
 
 @pytest.mark.parametrize(
@@ -73,7 +81,7 @@ def test_an_unknown_model_is_400(http):
     ],
 )
 def test_unknown_things_are_404(http, method, path, body):
-    assert_error(http.request(method, path, json=body), 404)
+    assert_error(http.request(method, path, json=body), 404, "not_found")
 
 
 def test_wrong_method_is_405_and_says_what_is_allowed(http):
@@ -82,12 +90,23 @@ def test_wrong_method_is_405_and_says_what_is_allowed(http):
     assert wrong.headers["allow"] == "POST"
 
 
-def test_deleting_a_response_is_405_and_keeps_it(http, client):
-    response = client.responses.create(model="echo", input="keep me")
-    refused = http.delete(f"/v1/responses/{response.id}")
-    assert_error(refused, 405)
-    assert "GET" in refused.headers["allow"]
-    assert client.responses.retrieve(response.id).output_text == "keep me"
+def test_a_deleted_response_is_gone_and_its_conversation_stays(http, client):
+    import openai
+
+    first = client.responses.create(model="echo", input="keep me")
+    second = client.responses.create(model="echo", input="and me", previous_response_id=first.id)
+    client.responses.delete(first.id)
+    for gone in (
+        lambda: client.responses.retrieve(first.id),
+        lambda: client.responses.input_items.list(first.id),
+        lambda: client.responses.delete(first.id),
+        lambda: client.responses.create(model="echo", input="x", previous_response_id=first.id),
+    ):
+        with pytest.raises(openai.NotFoundError):
+            gone()
+    assert client.responses.retrieve(second.id).output_text == "and me"
+    items = client.conversations.items.list(first.conversation.id, order="asc")
+    assert [item.content[0].text for item in items.data] == ["keep me"] * 2 + ["and me"] * 2
 
 
 def test_bad_paging_is_400(http):
@@ -145,7 +164,7 @@ def test_a_body_over_the_limit_is_413(http):
     assert_error(http.post("/v1/responses", content=chunks()), 413, "body_too_large")
 
 
-def assert_failed_stream(http) -> None:
+def assert_failed_stream(http, code: str) -> None:
     """A failure once the stream has begun: an error event, then response.failed."""
     import json
 
@@ -159,30 +178,42 @@ def assert_failed_stream(http) -> None:
             if line.startswith("data: ")
         ]
     assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
-    assert events[-1]["response"]["error"]["code"] == "model_error"
+    assert events[-1]["response"]["error"]["code"] == code
+    assert events[-1]["response"]["status"] == "failed"
 
 
-def test_a_provider_failure_is_502_and_a_timeout_504(start_server):
-    failing, stalling = StubModelServer(status=400), StubModelServer(stall=True)
+@pytest.mark.parametrize(
+    ("upstream", "status", "code", "retry"),
+    [
+        ({"status": 400}, 400, "model_rejected_request", "false"),
+        ({"status": 401}, 502, "model_error", "false"),
+        ({"stall": True}, 504, "timeout", None),
+    ],
+)
+def test_a_provider_failure_says_whether_a_retry_can_help(
+    start_server, upstream, status, code, retry
+):
+    """An upstream's refusal of the request is the client's 400, a refused key the
+    server's 502, and neither is worth retrying (x-should-retry: false)."""
+    stub = StubModelServer(**upstream)
     try:
         import httpx2 as httpx
 
-        for stub, status, limit in ((failing, 502, "20"), (stalling, 504, "1")):
-            server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
-            with httpx.Client(base_url=server.url, timeout=30) as http:
-                response = http.post(
-                    "/v1/responses",
-                    json={"model": "openai:gpt-4o", "input": "x"},
-                    headers={"X-Foliko-Timeout": limit},
-                )
-                assert_error(response, status)
-                if status == 502:
-                    assert_failed_stream(http)
-                assert http.get("/v1/sessions").json()["data"] == []
-            assert server.stop() == 0
+        server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            response = http.post(
+                "/v1/responses",
+                json={"model": "openai:gpt-4o", "input": "x"},
+                headers={"X-Foliko-Timeout": "1" if "stall" in upstream else "20"},
+            )
+            assert_error(response, status, code)
+            assert response.headers.get("x-should-retry") == retry
+            if "stall" not in upstream:
+                assert_failed_stream(http, code)
+            assert http.get("/v1/sessions").json()["data"] == []
+        assert server.stop() == 0
     finally:
-        failing.stop()
-        stalling.stop()
+        stub.stop()
 
 
 def test_healthz_and_openapi(http):
@@ -195,7 +226,7 @@ def test_healthz_and_openapi(http):
     from foliko_cli.serve.app import create_app
 
     served = {
-        (route.path.replace(":path}", "}"), method.lower())
+        (route.path.replace(":path}", "}").replace(":id}", "}"), method.lower())
         for route in create_app().routes
         for method in route.methods - {"HEAD"}
         if route.path not in ("/", "/favicon.ico", "/openapi.json")

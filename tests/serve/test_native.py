@@ -63,7 +63,19 @@ def test_variables(http):
 
 
 def test_ids_with_a_slash_and_unicode(http, server):
+    """An id is one path segment, its ``/`` sent as ``%2F``; an unencoded slash is
+    another segment, so it never reaches a shorter id's sub-resource."""
     assert run_cli(server.home, "chat", "-s", "team/Grüße", "hi").returncode == 0
-    assert http.put("/v1/sessions/team/Grüße/vars", json={"k": 1}).status_code == 200
-    assert http.get("/v1/sessions/team/Grüße").json()["session_id"] == "team/Grüße"
-    assert len(http.get("/v1/sessions/team/Grüße/export").json()) == 1
+    assert run_cli(server.home, "chat", "-s", "team", "hi").returncode == 0
+    assert http.put("/v1/sessions/team%2FGrüße/vars", json={"k": 1}).status_code == 200
+    assert http.get("/v1/sessions/team%2FGrüße").json()["session_id"] == "team/Grüße"
+    assert len(http.get("/v1/sessions/team%2FGrüße/export").json()) == 1
+    assert http.get("/v1/sessions/team%2FGrüße/vars").json() == {"k": 1}
+    assert http.get("/v1/sessions/team/Grüße").status_code == 404
+    assert http.put("/v1/sessions/team/vars", json={"v": 2}).status_code == 200
+    assert http.delete("/v1/sessions/team%2Fvars").status_code == 404
+    assert http.get("/v1/sessions/team/vars").json() == {"v": 2}
+    percent = http.put("/v1/sessions/a%25b/vars", json={"k": 1})
+    assert percent.status_code == 404  # the session "a%b" does not exist
+    assert run_cli(server.home, "chat", "-s", "a%2Fb", "hi").returncode == 0
+    assert http.get("/v1/sessions/a%252Fb").json()["session_id"] == "a%2Fb"

@@ -18,6 +18,13 @@ WEATHER = [
 ]
 
 
+def item(conversation_id: str, position: int) -> str:
+    """The id of the message item at ``position`` of a conversation."""
+    from foliko_cli.serve.ids import message_item_id, scope_of
+
+    return message_item_id(scope_of(conversation_id), position)
+
+
 def texts(client, conversation_id: str) -> list[tuple[str, str]]:
     page = client.conversations.items.list(conversation_id, order="asc", limit=100)
     return [(item.role, item.content[0].text) for item in page.data if item.type == "message"]
@@ -38,10 +45,15 @@ def test_two_turns_in_a_conversation_are_one_cli_session(client, server):
         ("assistant", "again"),
     ]
     newest_first = client.conversations.items.list(conversation.id, limit=2)
-    assert [item.id for item in newest_first.data] == ["msg_3", "msg_2"]
+    assert [item.id for item in newest_first.data] == [
+        item(conversation.id, 3),
+        item(conversation.id, 2),
+    ]
     assert newest_first.has_more
-    rest = client.conversations.items.list(conversation.id, limit=10, after="msg_2")
-    assert [item.id for item in rest.data] == ["msg_1", "msg_0"]
+    rest = client.conversations.items.list(
+        conversation.id, limit=10, after=item(conversation.id, 2)
+    )
+    assert [i.id for i in rest.data] == [item(conversation.id, 1), item(conversation.id, 0)]
 
     shown = run_cli(server.home, "sessions", "show", conversation.id, "--json")
     assert shown.returncode == 0, shown.stderr
@@ -69,10 +81,11 @@ def test_conversation_metadata_update_items_and_delete(client):
     added = client.conversations.items.create(
         conversation.id, items=[{"type": "message", "role": "assistant", "content": "noted"}]
     )
-    assert [item.id for item in added.data] == ["msg_1"]
-    assert client.conversations.items.retrieve("msg_1", conversation_id=conversation.id).role == (
-        "assistant"
+    assert [i.id for i in added.data] == [item(conversation.id, 1)]
+    retrieved = client.conversations.items.retrieve(
+        item(conversation.id, 1), conversation_id=conversation.id
     )
+    assert retrieved.role == "assistant"
     deleted = client.conversations.delete(conversation.id)
     assert deleted.deleted
     from openai import NotFoundError
@@ -125,7 +138,7 @@ def test_stream_events_as_the_sdk_helper_reads_them(client):
         "response.completed",
     ]
     assert final.output_text == "streamed reply"
-    assert final.output[0].id == "msg_1"
+    assert final.output[0].id == item(conversation.id, 1)
     assert client.responses.retrieve(final.id).output_text == "streamed reply"
     assert texts(client, conversation.id)[-1] == ("assistant", "streamed reply")
 
@@ -240,24 +253,33 @@ def test_instructions_are_this_turn_system_prompt_only(start_server):
     assert "system_prompt" not in json.loads(shown.stdout)["metadata"]
 
 
-def test_request_and_trace_ids_are_stored_and_returned(http, server):
+def test_request_ids_are_the_servers_and_the_trace_is_the_clients(http, server):
     trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {
+        "X-Request-Id": "req-abc",
+        "X-Client-Request-Id": "mine-1",
+        "traceparent": f"00-{trace}-00f067aa0ba902b7-01",
+    }
     response = http.post(
-        "/v1/responses",
-        json={"model": "echo", "input": "traced"},
-        headers={"X-Request-Id": "req-abc", "traceparent": f"00-{trace}-00f067aa0ba902b7-01"},
+        "/v1/responses", json={"model": "echo", "input": "traced"}, headers=headers
     )
     assert response.status_code == 200
-    assert response.headers["x-request-id"] == "req-abc"
+    request_id = response.headers["x-request-id"]
+    assert request_id != "req-abc"
+    assert response.headers["x-client-request-id"] == "mine-1"
     assert response.headers["traceparent"].startswith(f"00-{trace}-")
     session = response.json()["conversation"]["id"]
     stored = json.loads(run_cli(server.home, "sessions", "show", session, "--json").stdout)
-    assert {(m["request_id"], m["trace_id"]) for m in stored["messages"]} == {("req-abc", trace)}
+    assert {(m["request_id"], m["trace_id"]) for m in stored["messages"]} == {(request_id, trace)}
     generated = http.get("/healthz")
     assert len(generated.headers["x-request-id"]) == 16
 
 
-def test_streamed_items_after_server_tools_have_their_stored_ids(client):
+def test_streamed_items_after_server_tools_have_their_stored_ids(start_server):
+    from openai import OpenAI
+
+    server = start_server(env={"FOLIKO_SERVE_TOOLS": "set_variable"})
+    client = OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
     conversation = client.conversations.create()
     with client.responses.stream(
         model="echo",
@@ -267,9 +289,9 @@ def test_streamed_items_after_server_tools_have_their_stored_ids(client):
         added = [e.item.id for e in stream if e.type == "response.output_item.added"]
         final = stream.get_final_response()
     assert final.output_text.startswith("set_variable returned:")
-    assert added == [item.id for item in final.output] == ["msg_3"]
+    assert added == [i.id for i in final.output] == [item(conversation.id, 3)]
     stored = client.conversations.items.list(conversation.id, order="asc").data
-    assert [item.id for item in stored][-1] == "msg_3"
+    assert [i.id for i in stored][-1] == item(conversation.id, 3)
 
 
 def test_sampling_options_reach_the_model(start_server):

@@ -1,0 +1,109 @@
+"""The ids ``foliko serve`` hands out, and reading them back.
+
+Every id is derived from where the thing is stored, so it is the same on
+every read, on every worker and after a restart, and nothing else has to be
+kept. A stored session's *scope* is its id in unpadded base64url; an item or
+response id carries its session's scope, so any id can be resolved on its
+own (an ``item_reference`` to another conversation's item works):
+
+- ``resp_P_SCOPE``: the turn whose first message sits at position P;
+- ``msg_P_SCOPE``: the message at P; ``fco_P_SCOPE``: a tool message
+  (a function call's output); ``fc_P_K_SCOPE``: the K-th function call of
+  the assistant message at P.
+
+What is not stored (``store: false``, a Chat Completion) gets ids in a
+scope of its own (``~`` and random hex) that resolve to nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+from typing import Any, NamedTuple
+
+from foliko_cli.serve.errors import ApiError
+
+_MAX_DIGITS = 12
+
+
+def new_conversation_id() -> str:
+    return "conv_" + os.urandom(12).hex()
+
+
+def scope_of(session_id: str) -> str:
+    return base64.urlsafe_b64encode(session_id.encode()).decode().rstrip("=")
+
+
+def unstored_scope() -> str:
+    return "~" + os.urandom(8).hex()
+
+
+def session_of(scope: str) -> str | None:
+    """The session a scope names; None for an unstored scope or garbage."""
+    if not scope or scope.startswith("~"):
+        return None
+    try:
+        return base64.urlsafe_b64decode((scope + "=" * (-len(scope) % 4)).encode()).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text.isdigit() and len(text) <= _MAX_DIGITS else None
+
+
+# responses
+
+
+def response_id(scope: str, position: int) -> str:
+    return f"resp_{position}_{scope}"
+
+
+def response_not_found(value: Any) -> ApiError:
+    shown = value if isinstance(value, str) and len(value) <= 200 else "(this id)"
+    return ApiError(404, f"no response {shown!r}", code="not_found")
+
+
+def parse_response_id(value: Any) -> tuple[str, int]:
+    """(session id, position) of a stored response; a 404 ApiError for anything else."""
+    if isinstance(value, str) and value.startswith("resp_"):
+        position, _, scope = value[5:].partition("_")
+        number, session_id = _number(position), session_of(scope)
+        if number is not None and session_id:
+            return session_id, number
+    raise response_not_found(value)
+
+
+# items
+
+
+class ItemRef(NamedTuple):
+    kind: str  # "msg", "fc" or "fco"
+    session_id: str
+    position: int
+    index: int  # the call's index for "fc", else 0
+
+
+def message_item_id(scope: str, position: int, role: str | None = None) -> str:
+    return f"{'fco' if role == 'tool' else 'msg'}_{position}_{scope}"
+
+
+def call_item_id(scope: str, position: int, index: int) -> str:
+    return f"fc_{position}_{index}_{scope}"
+
+
+def parse_item_id(value: Any) -> ItemRef | None:
+    if not isinstance(value, str):
+        return None
+    kind, _, rest = value.partition("_")
+    if kind not in ("msg", "fc", "fco"):
+        return None
+    parts = rest.split("_", 2 if kind == "fc" else 1)
+    if len(parts) != (3 if kind == "fc" else 2):
+        return None
+    numbers = [_number(part) for part in parts[:-1]]
+    session_id = session_of(parts[-1])
+    if None in numbers or not session_id:
+        return None
+    return ItemRef(kind, session_id, numbers[0], numbers[1] if kind == "fc" else 0)

@@ -1,0 +1,94 @@
+"""The tools of a request (both APIs) as foliko tool specs, and ``tool_choice``.
+
+Function tools are the client's to run. A ``namespace`` tool is a named
+group of function tools: each is offered by its own name. Hosted tools
+(web search, file search, code interpreter, ...) run on OpenAI's servers;
+foliko hosts none of them, and says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foliko_cli.models.base import TOOL_CHOICE_MODES
+from foliko_cli.serve.errors import ApiError
+
+
+def _bad(message: str) -> ApiError:
+    return ApiError(400, message, param="tools")
+
+
+def _function_spec(tool: dict[str, Any], at: str) -> dict[str, Any]:
+    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        raise _bad(f"{at}: a function tool needs a name")
+    parameters = function.get("parameters") or {"type": "object", "properties": {}}
+    if not isinstance(parameters, dict):
+        raise _bad(f"{at}: parameters must be a JSON schema object")
+    description = function.get("description")
+    return {
+        "name": name,
+        "description": description if isinstance(description, str) else "",
+        "input_schema": parameters,
+    }
+
+
+def function_tools(tools: Any) -> tuple[dict[str, Any], ...]:
+    """Foliko tool specs for the request's tools (Responses or Chat shape)."""
+    if tools is None:
+        return ()
+    if not isinstance(tools, list):
+        raise _bad("tools must be a list")
+    specs: dict[str, dict[str, Any]] = {}
+
+    def add(spec: dict[str, Any], at: str) -> None:
+        if spec["name"] in specs:
+            raise _bad(f"{at}: two tools are named {spec['name']!r}; give each its own name")
+        specs[spec["name"]] = spec
+
+    for index, tool in enumerate(tools):
+        at = f"tools[{index}]"
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if kind == "function":
+            add(_function_spec(tool, at), at)
+        elif kind == "namespace":
+            members = tool.get("tools")
+            if not isinstance(members, list):
+                raise _bad(f"{at}: a namespace tool needs a list of tools")
+            for number, member in enumerate(members):
+                where = f"{at}.tools[{number}]"
+                if not isinstance(member, dict) or member.get("type", "function") != "function":
+                    raise _bad(f"{where}: a namespace holds function tools only")
+                add(_function_spec(member, where), where)
+        elif isinstance(kind, str):
+            raise _bad(
+                f"{at}: foliko does not host {kind!r} tools; "
+                "send function tools and run them yourself"
+            )
+        else:
+            raise _bad(f"{at}: a tool must be an object with a type")
+    return tuple(specs.values())
+
+
+def tool_choice(value: Any) -> str | None:
+    """The ``tool_choice`` option a request asks for: a mode, or the name of the
+    function it forces (``{"type": "function", "name": ...}`` as the Responses
+    API writes it, ``{"type": "function", "function": {"name": ...}}`` as Chat
+    Completions does)."""
+    if value is None or (isinstance(value, str) and value in TOOL_CHOICE_MODES):
+        return value
+    if isinstance(value, dict) and value.get("type") == "function":
+        function = value.get("function")
+        name = function.get("name") if isinstance(function, dict) else value.get("name")
+        if isinstance(name, str) and name and name not in TOOL_CHOICE_MODES:
+            return name
+    if isinstance(value, dict) and value.get("type") == "allowed_tools":
+        mode = value.get("mode")
+        if mode in ("auto", "required"):
+            return mode
+    raise ApiError(
+        400,
+        "tool_choice must be auto, none, required or a function to call by name",
+        param="tool_choice",
+    )
