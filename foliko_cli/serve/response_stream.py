@@ -5,7 +5,7 @@ starts; text arrives as ``output_item.added``, ``content_part.added``,
 ``output_text.delta``... ``output_item.done``; function calls for the client
 follow; the stream ends with ``response.completed``, ``response.incomplete``
 (the model was cut short) or, after an ``error`` event, ``response.failed``.
-Every event has its ``sequence_number``.
+Every event has its ``sequence_number``; ``data: [DONE]`` closes the stream.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from foliko_cli.serve import items as it
 from foliko_cli.serve.errors import error_event
 from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.turns import Turn
+
+
+DONE = b"data: [DONE]\n\n"
 
 
 def sse(event: dict[str, Any]) -> bytes:
@@ -102,11 +105,13 @@ async def sse_events(
                 # The next assistant message follows this call's tool message.
                 position = turn.tool_positions.get(item["id"], position) + 1
     except Exception as exc:
-        error = error_event(exc)
-        yield event("error", code=error["code"], message=error["message"], param=None)
+        error = {**error_event(exc), "param": None}
+        # OpenAI's reference has the error's fields flat, Open Responses under "error": both.
+        yield event("error", code=error["code"], message=error["message"], param=None, error=error)
         failure = {"code": error["code"], "message": error["message"]}
         failed = response_object(**shell, status="failed", error=failure)
         yield event("response.failed", response=failed)
+        yield DONE
         return
     for chunk in close_text():
         yield chunk
@@ -118,8 +123,14 @@ async def sse_events(
         yield event("response.output_item.added", output_index=output_index, item=added)
         where = {"item_id": item["id"], "output_index": output_index}
         yield event("response.function_call_arguments.delta", **where, delta=item["arguments"])
-        yield event("response.function_call_arguments.done", **where, arguments=item["arguments"])
+        yield event(
+            "response.function_call_arguments.done",
+            **where,
+            name=item["name"],
+            arguments=item["arguments"],
+        )
         yield event("response.output_item.done", output_index=output_index, item=item)
         output_index += 1
     kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
     yield event(kind, response=final)
+    yield DONE

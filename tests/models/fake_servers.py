@@ -338,6 +338,7 @@ def openai_stream_events(
     model: str = "some-model",
     finish: bool = True,
     done: bool = True,
+    finish_reason: str | None = None,
 ) -> list[str]:
     """``chat.completion.chunk`` events; tool call arguments arrive in two pieces."""
     ident = f"chatcmpl-{next(_ids)}"
@@ -376,7 +377,7 @@ def openai_stream_events(
             chunk({"tool_calls": [{"index": index, "function": {"arguments": text[half:]}}]})
         )
     if finish:
-        events.append(chunk({}, "tool_calls" if tool_calls else "stop"))
+        events.append(chunk({}, finish_reason or ("tool_calls" if tool_calls else "stop")))
     if usage is not None:
         events.append(
             sse(
