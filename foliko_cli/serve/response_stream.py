@@ -22,7 +22,6 @@ from foliko_cli.serve.errors import error_event
 from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.turns import Turn
 
-
 DONE = b"data: [DONE]\n\n"
 
 
@@ -37,6 +36,19 @@ async def sse_events(
     model: str | None,
     finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
 ) -> AsyncIterator[bytes]:
+    async for event in response_events(turn, events, options, model, finished):
+        yield sse(event)
+    yield DONE
+
+
+async def response_events(
+    turn: Turn,
+    events: AsyncIterator[dict[str, Any]],
+    options: dict[str, Any],
+    model: str | None,
+    finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
+) -> AsyncIterator[dict[str, Any]]:
+    """The turn's events as Responses API events (any transport: SSE, WebSocket)."""
     sequence = itertools.count()
     shell = {
         "response_id": turn.response_id,
@@ -48,8 +60,8 @@ async def sse_events(
         "created_at": turn.created_at,
     }
 
-    def event(kind: str, **fields: Any) -> bytes:
-        return sse({"type": kind, "sequence_number": next(sequence), **fields})
+    def event(kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "sequence_number": next(sequence), **fields}
 
     started = response_object(**shell, status="in_progress")
     yield event("response.created", response=started)
@@ -61,7 +73,7 @@ async def sse_events(
     open_item: dict[str, Any] | None = None
     text = ""
 
-    def close_text() -> list[bytes]:
+    def close_text() -> list[dict[str, Any]]:
         nonlocal open_item, output_index, text
         if open_item is None:
             return []
@@ -111,7 +123,6 @@ async def sse_events(
         failure = {"code": error["code"], "message": error["message"]}
         failed = response_object(**shell, status="failed", error=failure)
         yield event("response.failed", response=failed)
-        yield DONE
         return
     for chunk in close_text():
         yield chunk
@@ -133,4 +144,3 @@ async def sse_events(
         output_index += 1
     kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
     yield event(kind, response=final)
-    yield DONE
