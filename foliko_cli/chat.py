@@ -119,10 +119,13 @@ class TurnSetup(NamedTuple):
 
 class TurnOptions(NamedTuple):
     """What one turn asks of the model beyond the messages: sampling ``options``
-    (over the model's configured ones) and a JSON ``schema`` for the reply."""
+    (over the model's configured ones), a JSON ``schema`` for the reply, and
+    whether the history may be ``compress``-ed to fit the window (without,
+    a history that does not fit is a ContextOverflowError)."""
 
     options: Mapping[str, Any] = MappingProxyType({})
     schema: Mapping[str, Any] | None = None
+    compress: bool = True
 
 
 def default_max_tokens(window: int) -> int:
@@ -256,6 +259,20 @@ class AgentChatHandler:
             if session is not None:
                 session.apply_record(record)
                 session.revision = revision
+
+    async def compact(
+        self, session_id: str, *, request: RequestContext | None = None
+    ) -> dict[str, Any]:
+        """Compress the session's history now, as a full window would, and save
+        it; return the session's compression state (``summary``, ``covered``)."""
+        request = request or self.framework.get_request_context() or RequestContext()
+
+        async def work(session: SessionContext) -> tuple[dict[str, Any], bool]:
+            session.system_prompt = self.build_system_prompt(session)
+            await self._compress(session, request, force=True)
+            return dict(session.compression_state), False
+
+        return await self._in_session(session_id, request, work)
 
     async def run_tool(
         self, name: str, arguments: Any, *, session_id: str, request: RequestContext | None = None
@@ -432,6 +449,8 @@ class AgentChatHandler:
         try:
             return await self._call_model(model_request, events)
         except ContextOverflowError as exc:
+            if not turn.compress:
+                raise self._too_long(session, exc.window, compressed=False) from None
             sent = self.compressor.tokens(model_request.system, model_request.messages)
             window = exc.window or int(sent * 0.75)
             if exc.window:
@@ -445,15 +464,26 @@ class AgentChatHandler:
             except ContextOverflowError:
                 raise self._too_long(session, exc.window) from None
 
-    def _check_fits(self, model_request: ModelRequest, session: SessionContext) -> None:
+    def _check_fits(
+        self, model_request: ModelRequest, session: SessionContext, *, compressed: bool = True
+    ) -> None:
         needed = self.compressor.tokens(model_request.system, model_request.messages)
         if needed > self.compressor.budget:
-            raise self._too_long(session, self.compressor.budget)
+            raise self._too_long(session, self.compressor.budget, compressed=compressed)
 
-    def _too_long(self, session: SessionContext, window: int | None) -> ContextOverflowError:
+    def _too_long(
+        self, session: SessionContext, window: int | None, *, compressed: bool = True
+    ) -> ContextOverflowError:
+        window = window or self.compressor.budget
+        if not compressed:
+            return ContextOverflowError(
+                f"the conversation does not fit the context window of {self.model.name} "
+                f"({window:,} tokens) and may not be compressed; nothing was saved: "
+                "allow compression (truncation auto) or start a shorter conversation",
+                window=window,
+            )
         last = session.messages[-1] if session.messages else {"content": ""}
         size = self.compressor.count(str(last.get("content") or ""))
-        window = window or self.compressor.budget
         return ContextOverflowError(
             f"the message (about {size:,} tokens) does not fit the context window of "
             f"{self.model.name} ({window:,} tokens, with the system prompt and tools) even "
@@ -522,7 +552,11 @@ class AgentChatHandler:
         handed_back = False
         while step < self.max_steps:
             step += 1
-            await self._compress(session, request)
+            if turn.compress:
+                await self._compress(session, request)
+            else:
+                model_request = self.model_request(session, specs, request, turn)
+                self._check_fits(model_request, session, compressed=False)
             called = time.monotonic()
             response = await self._call_within_window(session, specs, request, turn, events)
             if choice not in (None, "auto"):

@@ -140,6 +140,11 @@ class ModelProvider(ABC):
         """Keep a window the server named when it refused a prompt, for later processes."""
         return None
 
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """The prompt's tokens by the server's own tokenizer, or None when the
+        provider has none to ask (callers then estimate); never raises."""
+        return None
+
     async def aclose(self) -> None:
         """Release connections; the provider may still be used afterwards."""
         return None

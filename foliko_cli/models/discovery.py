@@ -65,7 +65,7 @@ def _positive(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _server_root(base_url: str) -> str:
+def server_root(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
@@ -80,7 +80,7 @@ async def _ask_openai_compatible(client: Any, model: str) -> int | None:
     if isinstance(entry.get("meta"), dict):
         with contextlib.suppress(Exception):
             props = await client.get_json(
-                _server_root(client.base_url) + "/props", DISCOVERY_TIMEOUT
+                server_root(client.base_url) + "/props", DISCOVERY_TIMEOUT
             )
             window = _positive((props.get("default_generation_settings") or {}).get("n_ctx"))
             if window:
@@ -91,7 +91,7 @@ async def _ask_openai_compatible(client: Any, model: str) -> int | None:
 
 async def _ask_ollama(client: Any, model: str) -> int | None:
     shown = await client.get_json(
-        _server_root(client.base_url) + "/api/show", DISCOVERY_TIMEOUT, body={"model": model}
+        server_root(client.base_url) + "/api/show", DISCOVERY_TIMEOUT, body={"model": model}
     )
     info = (shown or {}).get("model_info") or {}
     for key, value in info.items():

@@ -162,6 +162,24 @@ class OpenAIChatModel(ModelProvider):
 
             remember_window(self.client, self.model, window, cache_dir)
 
+    async def count_tokens(self, request: ModelRequest) -> int | None:
+        """llama.cpp's count: the prompt its chat template makes (``/apply-template``),
+        tokenized (``/tokenize``); None from any other server."""
+        if self.hosted:
+            return None
+        from foliko_cli.models.discovery import DISCOVERY_TIMEOUT, server_root
+
+        root = server_root(self.client.base_url)
+        body = self._body(request, stream=False)
+        ask = self.client.get_json
+        try:
+            prompt = (await ask(root + "/apply-template", DISCOVERY_TIMEOUT, body=body))["prompt"]
+            tokenize = {"content": prompt, "add_special": True, "parse_special": True}
+            tokens = (await ask(root + "/tokenize", DISCOVERY_TIMEOUT, body=tokenize))["tokens"]
+        except Exception:  # no such endpoint, a transport error: no count, never a failure
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
     async def aclose(self) -> None:
         await self.client.aclose()
 

@@ -245,6 +245,8 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif kind == "reasoning":
             continue
+        elif kind == "compaction":
+            raise _bad(at, "a compaction item must come first; send the compact output as it came")
         elif kind == "item_reference":
             raise _bad(at, f"no stored item {item.get('id')!r}")
         else:

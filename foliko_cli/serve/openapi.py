@@ -272,6 +272,36 @@ SESSION_HEADER = {
 }
 
 
+INPUT_TOKENS = {
+    "type": "object",
+    "required": ["object", "input_tokens", "counted_by"],
+    "properties": {
+        "object": {"const": "response.input_tokens"},
+        "input_tokens": {"type": "integer"},
+        "counted_by": {"enum": ["tokenizer", "estimate"]},
+    },
+}
+COMPACTION = {
+    "type": "object",
+    "required": ["id", "object", "created_at", "output", "usage"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "response.compaction"},
+        "created_at": {"type": "integer"},
+        "output": {"type": "array", "items": OBJECT},
+        "usage": OBJECT,
+    },
+}
+COMPACT_REQUEST = {
+    "type": "object",
+    "required": ["model"],
+    "properties": {
+        "model": {"type": "string"},
+        "input": {"type": ["string", "array"]},
+        "previous_response_id": {"type": "string"},
+        "instructions": {"type": "string"},
+    },
+}
 DELETED = {
     "type": "object",
     "required": ["id", "object", "deleted"],
@@ -314,6 +344,22 @@ def document() -> dict[str, Any]:
             "/v1/responses": {
                 "post": _op(
                     "Run one turn", _ref("Response"), body=RESPONSE_REQUEST, stream=True, tag=resp
+                )
+            },
+            "/v1/responses/input_tokens": {
+                "post": _op(
+                    "Count a request's input tokens (the server's tokenizer, else an estimate)",
+                    INPUT_TOKENS,
+                    body=RESPONSE_REQUEST,
+                    tag=resp,
+                )
+            },
+            "/v1/responses/compact": {
+                "post": _op(
+                    "Compress a history into a compaction item and the kept items",
+                    COMPACTION,
+                    body=COMPACT_REQUEST,
+                    tag=resp,
                 )
             },
             "/v1/responses/{response_id}": {

@@ -18,7 +18,7 @@ DEFAULT_FORMAT = {"type": "text"}
 
 
 def _tool_echo(tool: Any) -> Any:
-    if not isinstance(tool, dict) or tool.get("type") != "function":
+    if tool.get("type") != "function":
         return tool
     return {
         "type": "function",
@@ -41,11 +41,13 @@ def echoed_options(data: dict[str, Any], text_format: dict[str, Any] | None) -> 
         "top_p": field(data, "top_p", (int, float)),
         "max_output_tokens": field(data, "max_output_tokens", int),
         "max_tool_calls": field(data, "max_tool_calls", int),
-        "tools": [_tool_echo(tool) for tool in tools],
+        "tools": [
+            _tool_echo(tool) for tool in tools if tool.get("type") in ("function", "namespace")
+        ],
         "tool_choice": data.get("tool_choice"),
         "parallel_tool_calls": field(data, "parallel_tool_calls", bool, True),
         "store": field(data, "store", bool, True),
-        "truncation": data.get("truncation") or "disabled",
+        "truncation": data.get("truncation") or "auto",
         "user": field(data, "user", str),
         "safety_identifier": field(data, "safety_identifier", str),
         "prompt_cache_key": field(data, "prompt_cache_key", str),

@@ -29,15 +29,16 @@ from foliko_cli.serve.common import (
     request_context,
     service,
 )
+from foliko_cli.serve.compaction import split_compaction
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
 from foliko_cli.serve.response_object import echoed_options, response_object
 from foliko_cli.serve.response_stream import sse_events
-from foliko_cli.serve.tools import function_tools, tool_choice
+from foliko_cli.serve.tools import NOT_HOSTED_HEADER, offered_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage.record import SessionRecord
+from foliko_cli.storage.record import SessionRecord, new_metadata
 
 DELETED_KEY = "deleted_responses"
 
@@ -136,14 +137,26 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     conversation = conversation_id(data.get("conversation"))
     text_format = (field(data, "text", dict) or {}).get("format")
     schema = reply_schema(text_format, "text.format", nested=False)
-    options = echoed_options(data, text_format if schema is not None else None)
+    client_tools, not_hosted = offered_tools(data.get("tools"))
     check_metadata(data.get("metadata"))
-    client_tools = function_tools(data.get("tools"))
+    options = echoed_options(data, text_format if schema is not None else None)
+    options["not_hosted"] = not_hosted
     if conversation and previous:
         raise ApiError(400, "give conversation or previous_response_id, not both", param="input")
     if "input" not in data:
         raise ApiError(400, "input is required", param="input")
+    truncation = data.get("truncation")
+    if truncation not in (None, "auto", "disabled"):
+        raise ApiError(400, "truncation must be auto or disabled", param="truncation")
     raw_input = await it.resolve_references(data["input"], lambda s: _history_of(svc, s))
+    summary, raw_input = split_compaction(raw_input)
+    if summary is not None and (conversation or previous):
+        raise ApiError(
+            400,
+            "a compaction item starts a new conversation; send it without conversation "
+            "or previous_response_id",
+            param="input",
+        )
     messages = it.input_messages(raw_input)
     if not messages:
         raise ApiError(400, "input is empty", param="input")
@@ -182,6 +195,10 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
             session_id, target = ids.new_conversation_id(), fork
     else:
         session_id = ids.new_conversation_id()
+    if summary is not None:
+        compressed = {"summary": summary, "covered": 0}
+        start = SessionRecord(session_id, metadata=new_metadata(), compression_state=compressed)
+        target = {"start_from": start, "expected_revision": 0}
     it.name_tool_outputs(extra, history)
     sampling = {
         "temperature": options["temperature"],
@@ -199,9 +216,11 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         "attachments": attachments,
         "options": {key: value for key, value in sampling.items() if value is not None},
         "schema": schema,
+        "compress": truncation != "disabled",
     }
     if not store:
-        return Turn(svc, None, text, scratch=history, **turn_options), options
+        scratch = {key: target[key] for key in ("start_from",) if key in target}
+        return Turn(svc, None, text, scratch=history, **turn_options, **scratch), options
     turn = Turn(svc, session_id, text, **turn_options, **target)
     if fallback is not None:
         turn.fall_back_to(ids.new_conversation_id(), **fallback)
@@ -234,14 +253,15 @@ async def create_response(request: Request):
     turn, options = await plan_turn(request, data)
     services = request.app.state.services
     model = field(data, "model", str)
+    headers = {NOT_HOSTED_HEADER: ", ".join(options["not_hosted"])} if options["not_hosted"] else {}
     if not stream:
         await turn.run(services)
-        return JSON(finished_response(turn, options, model))
+        return JSON(finished_response(turn, options, model), headers=headers)
     events = await turn.stream(services)
     return StreamingResponse(
         sse_events(turn, events, options, model, finished_response),
         media_type="text/event-stream",
-        headers={"cache-control": "no-store"},
+        headers={"cache-control": "no-store", **headers},
     )
 
 
@@ -295,7 +315,23 @@ async def get_input_items(request: Request):
     return JSON(it.page_of(it.history_items(found.inputs, found.start, scope), request))
 
 
+async def count_input_tokens(request: Request):
+    """What a request's input would cost: counted by the model's server when it
+    has a tokenizer (llama.cpp), else foliko's estimate (``counted_by`` says which)."""
+    data = await json_body(request)
+    turn, _ = await plan_turn(request, {**data, "store": False})
+    tokens, counted = await turn.count_tokens(request.app.state.services)
+    return JSON(
+        {
+            "object": "response.input_tokens",
+            "input_tokens": tokens,
+            "counted_by": "tokenizer" if counted else "estimate",
+        }
+    )
+
+
 routes = [
+    Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
     Route("/v1/responses", create_response, methods=["POST"]),
     Route("/v1/responses/{response_id:id}", get_response, methods=["GET"]),
     Route("/v1/responses/{response_id:id}", delete_response, methods=["DELETE"]),

@@ -2,8 +2,12 @@
 
 Function tools are the client's to run. A ``namespace`` tool is a named
 group of function tools: each is offered by its own name. Hosted tools
-(web search, file search, code interpreter, ...) run on OpenAI's servers;
-foliko hosts none of them, and says so.
+(web search, file search, code interpreter, ...) run on OpenAI's servers
+and foliko hosts none: a request whose tools are all hosted is refused
+(400, naming them), since nothing it asks for can run; hosted tools beside
+the client's own are not offered to the model, and the answer says which
+(``x-foliko-tools-not-hosted``). Codex, for one, offers ``web_search``
+beside its function tools on every request.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from typing import Any
 
 from foliko_cli.models.base import TOOL_CHOICE_MODES
 from foliko_cli.serve.errors import ApiError
+
+NOT_HOSTED_HEADER = "x-foliko-tools-not-hosted"
 
 
 def _bad(message: str) -> ApiError:
@@ -36,11 +42,17 @@ def _function_spec(tool: dict[str, Any], at: str) -> dict[str, Any]:
 
 def function_tools(tools: Any) -> tuple[dict[str, Any], ...]:
     """Foliko tool specs for the request's tools (Responses or Chat shape)."""
+    return offered_tools(tools)[0]
+
+
+def offered_tools(tools: Any) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+    """Foliko tool specs for the request's tools, and the hosted tool types left out."""
     if tools is None:
-        return ()
+        return (), ()
     if not isinstance(tools, list):
         raise _bad("tools must be a list")
     specs: dict[str, dict[str, Any]] = {}
+    hosted: list[str] = []
 
     def add(spec: dict[str, Any], at: str) -> None:
         if spec["name"] in specs:
@@ -62,13 +74,13 @@ def function_tools(tools: Any) -> tuple[dict[str, Any], ...]:
                     raise _bad(f"{where}: a namespace holds function tools only")
                 add(_function_spec(member, where), where)
         elif isinstance(kind, str):
-            raise _bad(
-                f"{at}: foliko does not host {kind!r} tools; "
-                "send function tools and run them yourself"
-            )
+            hosted.append(kind)
         else:
             raise _bad(f"{at}: a tool must be an object with a type")
-    return tuple(specs.values())
+    if hosted and not specs:
+        named = ", ".join(repr(kind) for kind in dict.fromkeys(hosted))
+        raise _bad(f"foliko does not host {named} tools; send function tools and run them yourself")
+    return tuple(specs.values()), tuple(dict.fromkeys(hosted))
 
 
 def tool_choice(value: Any) -> str | None:

@@ -124,6 +124,13 @@ class Turn:
                 if not self._take_fallback(exc):
                     raise
 
+    async def count_tokens(self, services: Services) -> tuple[int, bool]:
+        """The tokens the turn would send its model (see AsyncFoliko.count_tokens)."""
+        unused = ("request", "options", "schema", "compress")
+        options = {k: v for k, v in self.options.items() if k not in unused}
+        async with self._target(services) as (service, session_id):
+            return await service.count_tokens(session_id, self.text, **options)
+
     async def stream(self, services: Services) -> AsyncIterator[dict[str, Any]]:
         """Wait until the turn holds its session (raising what stopped it before),
         then return its events; ``done`` carries the TurnResult."""

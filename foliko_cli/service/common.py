@@ -66,6 +66,7 @@ TURN_FIELDS = frozenset(
         "client_tools",
         "server_tools",
         "expected_revision",
+        "start_from",
         "on_start",
         "on_message",
         "on_finish",

@@ -295,8 +295,10 @@ class SessionsMixin:
         *,
         messages: list[dict[str, Any]] | None = None,
         metadata: dict[str, Any] | None = None,
+        summary: str | None = None,
     ) -> SessionRecord:
-        """A new session holding ``messages``; ``metadata`` is merged into its own."""
+        """A new session holding ``messages``; ``metadata`` is merged into its own;
+        ``summary`` stands for a history before them (as a compression's does)."""
         check_session_id(session_id)
 
         async def work():
@@ -304,6 +306,7 @@ class SessionsMixin:
                 session_id,
                 messages=list(messages or []),
                 metadata={**new_metadata(), **(metadata or {})},
+                compression_state={"summary": summary, "covered": 0} if summary else None,
             )
             record.revision = await self.storage.save(record, expected_revision=0)
             return record

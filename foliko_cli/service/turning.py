@@ -46,7 +46,8 @@ class TurnsMixin:
     ) -> TurnSetup:
         from foliko_cli.chat import TurnSetup
 
-        start_from, expected = None, extra.pop("expected_revision", None)
+        start_from = extra.pop("start_from", None)
+        expected = extra.pop("expected_revision", None)
         if fork_from is not None:
             check_session_id(fork_from)
             if fork_from == session_id:
@@ -94,6 +95,7 @@ class TurnsMixin:
         attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
+        compress: bool = True,
         request: RequestContext | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         **turn: Any,
@@ -107,9 +109,10 @@ class TurnsMixin:
 
         ``options`` are model options (``temperature``, ``max_tokens``, ...)
         over the model's configured ones; ``schema`` is a JSON Schema the
-        reply must follow. ``on_event`` receives the stream's ``delta``,
-        ``tool_call`` and ``tool_result`` events as they happen (the model
-        then streams).
+        reply must follow; ``compress`` False refuses a history that does not
+        fit the model's window (ContextOverflowError) instead of compressing it.
+        ``on_event`` receives the stream's ``delta``, ``tool_call`` and
+        ``tool_result`` events as they happen (the model then streams).
         ``turn`` holds the further TurnSetup fields (``messages``,
         ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
         ``on_finish``; see chat.TurnSetup).
@@ -127,7 +130,7 @@ class TurnsMixin:
                 session_id=session_id,
                 request=request or self.request(timeout),
                 setup=setup,
-                options=TurnOptions(options or {}, schema),
+                options=TurnOptions(options or {}, schema, compress),
             )
         result = None
         async for event in self.chat_stream(
@@ -139,6 +142,7 @@ class TurnsMixin:
             request=request,
             options=options,
             schema=schema,
+            compress=compress,
             **setup_options,
             **turn,
         ):
@@ -167,6 +171,7 @@ class TurnsMixin:
         attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
+        compress: bool = True,
         request: RequestContext | None = None,
         **turn: Any,
     ) -> AsyncIterator[dict[str, Any]]:
@@ -193,9 +198,24 @@ class TurnsMixin:
             session_id=session_id,
             request=request or self.request(timeout),
             setup=setup,
-            options=TurnOptions(options or {}, schema),
+            options=TurnOptions(options or {}, schema, compress),
         ):
             yield event
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        model: str | ModelProvider | None = None,
+        agent: str | None = None,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Compress the session's history now, as a full context window would, and
+        save it; the compression state (``summary``, ``covered``: the messages the
+        summary stands for) is returned. The messages themselves stay."""
+        check_session_id(session_id)
+        handler = await self.handler(model, agent)
+        return await handler.compact(session_id, request=self.request(timeout))
 
     async def _prepare(
         self,
@@ -269,31 +289,74 @@ class TurnsMixin:
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
-        new: bool = False,
-        fork_from: str | None = None,
-        variables: dict[str, Any] | None = None,
-        system: str | None = None,
-        turns: int | None = None,
-        regenerate: bool = False,
-        attachments: Sequence[Source] = (),
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
+        **setup: Any,
     ) -> dict[str, Any]:
-        """Exactly what the model would be sent for this turn; nothing is called or saved."""
+        """Exactly what the model would be sent for this turn; nothing is called or
+        saved. ``setup`` as for ``chat`` (``new``, ``fork_from``, ``messages``, ...)."""
+        target, request = await self._captured(
+            session_id, message, model, agent, options, schema, setup
+        )
+        try:
+            shown = {
+                "model": target.name,
+                "system": request.system,
+                "messages": request.messages,
+                "tools": request.tools,
+                "options": dict(request.options),
+            }
+            if request.schema is not None:
+                shown["schema"] = request.schema
+            return shown
+        finally:
+            if target is not self.model_name(model, agent):
+                await target.aclose()
+
+    async def count_tokens(
+        self,
+        session_id: str,
+        message: str,
+        *,
+        model: str | ModelProvider | None = None,
+        agent: str | None = None,
+        **setup: Any,
+    ) -> tuple[int, bool]:
+        """The tokens of what this turn would send the model, and whether the
+        model's server counted them (True) or foliko estimated them (False)."""
+        import orjson
+
+        from foliko_cli.compression import message_tokens
+        from foliko_cli.tokens import estimate_tokens
+
+        target, request = await self._captured(session_id, message, model, agent, None, None, setup)
+        try:
+            counted = await target.count_tokens(request)
+        finally:
+            if target is not self.model_name(model, agent):
+                await target.aclose()
+        if counted is not None:
+            return counted, True
+        estimate = estimate_tokens(request.system or "")
+        estimate += sum(message_tokens(m) for m in request.messages)
+        if request.tools:
+            estimate += estimate_tokens(orjson.dumps(list(request.tools)).decode())
+        return estimate, False
+
+    async def _captured(self, session_id, message, model, agent, options, schema, setup):
+        """The provider a turn would call, and the request it would send it."""
         from foliko_cli.chat import TurnOptions
         from foliko_cli.dryrun import CaptureModel, RequestCaptured
         from foliko_cli.models import resolve_model
 
-        message, setup = await self._prepare(
+        turn = {key: setup.pop(key) for key in list(setup) if key in TURN_FIELDS}
+        defaults = {"new": False, "fork_from": None, "variables": None, "system": None}
+        message, prepared = await self._prepare(
             session_id,
             message,
-            new=new,
-            fork_from=fork_from,
-            variables=variables,
-            system=system,
-            turns=turns,
-            regenerate=regenerate,
-            attachments=attachments,
+            regenerate=setup.pop("regenerate", False),
+            turn=turn,
+            **{**defaults, **setup},
         )
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = await self._make_handler(CaptureModel(target), agent)
@@ -302,23 +365,15 @@ class TurnsMixin:
                 message,
                 session_id=session_id,
                 request=self.request(),
-                setup=setup,
+                setup=prepared,
                 options=TurnOptions(options or {}, schema),
             )
         except RequestCaptured as captured:
-            shown = {
-                "model": target.name,
-                "system": captured.request.system,
-                "messages": captured.request.messages,
-                "tools": captured.request.tools,
-                "options": dict(captured.request.options),
-            }
-            if captured.request.schema is not None:
-                shown["schema"] = captured.request.schema
-            return shown
-        finally:
+            return target, captured.request
+        except BaseException:
             if target is not self.model_name(model, agent):
                 await target.aclose()
+            raise
         raise AssertionError("the capture model was not called")
 
     async def call_tool(

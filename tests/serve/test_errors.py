@@ -36,7 +36,10 @@ def assert_error(response, status: int, code: str | None = None) -> dict:
         (b'{"input": [{"type": "image", "url": "x"}]}', "not supported"),
         (b'{"input": [{"role": "assistant", "content": "x"}]}', "must end with"),
         (b'{"input": "x", "tools": [{"type": "web_search"}]}', "does not host 'web_search'"),
-        (b'{"input": "x", "tools": [{"type": "file_search"}]}', "does not host 'file_search'"),
+        (
+            b'{"input": "x", "tools": [{"type": "file_search"}, {"type": "code_interpreter"}]}',
+            "does not host 'file_search', 'code_interpreter'",
+        ),
         (b'{"input": "x", "tools": [5]}', "must be an object"),
         (b'{"input": "x", "tools": [{"type": "namespace", "name": "n"}]}', "list of tools"),
         (b'{"input": "x", "conversation": "a", "previous_response_id": "resp_0_YQ"}', "not both"),
@@ -175,7 +178,7 @@ def assert_failed_stream(http, code: str) -> None:
         events = [
             json.loads(line.removeprefix("data: "))
             for line in streamed.iter_lines()
-            if line.startswith("data: ")
+            if line.startswith("data: ") and line != "data: [DONE]"
         ]
     assert [e["type"] for e in events][-2:] == ["error", "response.failed"]
     assert events[-1]["response"]["error"]["code"] == code

@@ -294,6 +294,13 @@ def test_namespace_tools_are_offered_and_hosted_tools_refused(start_server, mode
     assert [t["function"]["name"] for t in sent] == ["read_file"]
     with pytest.raises(openai.BadRequestError, match="does not host 'web_search'"):
         client.responses.create(model="openai:m", input="x", tools=[{"type": "web_search"}])
+    model_server.queue(openai_message("no search here"))
+    beside = client.responses.with_raw_response.create(
+        model="openai:m", input="x", tools=[namespace, {"type": "web_search"}]
+    )
+    assert beside.headers["x-foliko-tools-not-hosted"] == "web_search"
+    assert [t["type"] for t in beside.http_response.json()["tools"]] == ["namespace"]
+    assert [t["function"]["name"] for t in model_server.requests[1].body["tools"]] == ["read_file"]
 
 
 def raw_exchange(url: str, requests: list[bytes]) -> list[bytes]:
@@ -436,3 +443,87 @@ def test_input_files_are_taken_as_text_attachments(client):
             model="echo",
             input=[{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}],
         )
+
+
+def test_input_tokens_are_estimated_without_a_tokenizer(client, http):
+    short = http.post("/v1/responses/input_tokens", json={"model": "echo", "input": "hi"}).json()
+    assert short["object"] == "response.input_tokens"
+    assert short["counted_by"] == "estimate"
+    long = http.post(
+        "/v1/responses/input_tokens",
+        json={"model": "echo", "input": "hi " * 400, "instructions": "Be brief."},
+    ).json()
+    assert long["input_tokens"] > short["input_tokens"] + 250
+    first = client.responses.create(model="echo", input="a long first turn " * 50)
+    continued = http.post(
+        "/v1/responses/input_tokens",
+        json={"model": "echo", "input": "hi", "previous_response_id": first.id},
+    ).json()
+    assert continued["input_tokens"] > short["input_tokens"] + 300
+    assert len(client.conversations.items.list(first.conversation.id).data) == 2  # untouched
+    missing = http.post(
+        "/v1/responses/input_tokens", json={"input": "x", "previous_response_id": "resp_1_YQ"}
+    )
+    assert missing.status_code == 404
+
+
+def test_compaction_round_trip(client, http, server):
+    conversation = client.conversations.create()
+    for number in range(6):
+        client.responses.create(
+            model="echo", input=f"turn {number} " + "words " * 300, conversation=conversation.id
+        )
+    last = client.responses.create(model="echo", input="the latest", conversation=conversation.id)
+    compacted = http.post(
+        "/v1/responses/compact", json={"model": "echo", "previous_response_id": last.id}
+    )
+    assert compacted.status_code == 200, compacted.text
+    body = compacted.json()
+    assert body["object"] == "response.compaction"
+    kinds = [item["type"] for item in body["output"]]
+    assert kinds[0] == "compaction" and "message" in kinds
+    kept = [i["content"][0]["text"] for i in body["output"] if i["type"] == "message"]
+    assert kept[-1] == "the latest" and len(kept) < 14
+    followed = client.responses.create(
+        model="echo", input=[*body["output"], {"role": "user", "content": "after compaction"}]
+    )
+    assert followed.output_text == "after compaction"
+    shown = json.loads(
+        run_cli(server.home, "sessions", "show", followed.conversation.id, "--json").stdout
+    )
+    assert shown["compression_state"]["summary"]
+    assert [m["content"] for m in shown["messages"]][-2:] == ["after compaction"] * 2
+    for bad in ({"input": "x"}, {"model": "echo"}):
+        assert http.post("/v1/responses/compact", json=bad).status_code == 400
+    forged = {"type": "compaction", "encrypted_content": "bm90IG91cnM"}
+    refused = http.post("/v1/responses", json={"input": [forged, {"role": "user", "content": "x"}]})
+    assert refused.status_code == 400 and "not made by this server" in refused.text
+
+
+def test_truncation_disabled_refuses_what_does_not_fit(start_server):
+    from openai import BadRequestError, OpenAI
+
+    server = start_server(env={"FOLIKO_CONTEXT_WINDOW": "400"})
+    client = OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
+    conversation = client.conversations.create()
+    stored = 0
+    for number in range(8):
+        try:
+            client.responses.create(
+                model="echo",
+                input=f"turn {number} " + "w " * 150,
+                conversation=conversation.id,
+                truncation="disabled",
+            )
+        except BadRequestError as refused:
+            assert refused.code == "context_length_exceeded"
+            break
+        stored += 2
+    else:
+        pytest.fail("a history eight times the window was never refused")
+    assert stored >= 2
+    assert len(client.conversations.items.list(conversation.id, limit=100).data) == stored
+    fits = client.responses.create(
+        model="echo", input="one more", conversation=conversation.id, truncation="auto"
+    )
+    assert fits.output_text == "one more" and fits.truncation == "auto"
