@@ -4,16 +4,51 @@ the openai SDK, the AI SDK, the OpenAI Agents SDK and the Codex CLI."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
+from models.fake_servers import OPENAI_KEY, FakeServer, openai_protocol_problems, openai_stream
 
 from .node_clients import NodeClients, NodeRun, node_clients
-from .servers import run_cli
+from .servers import ServeProcess, foliko_env, run_cli
+
+UPSTREAM_MODEL = "openai:fake"
 
 
 @pytest.fixture(scope="session")
 def node(tmp_path_factory) -> NodeClients:
     return node_clients(tmp_path_factory.mktemp("node-clients"))
+
+
+@pytest.fixture(scope="module")
+def upstream() -> Iterator[FakeServer]:
+    """A fake OpenAI-compatible model for the whole module (each test queues its replies)."""
+    fake = FakeServer().start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+@pytest.fixture(scope="module")
+def relay(tmp_path_factory, upstream) -> Iterator[ServeProcess]:
+    """A ``foliko serve`` whose ``openai:`` models are the fake upstream."""
+    home = tmp_path_factory.mktemp("relay-home")
+    env = {"OPENAI_BASE_URL": f"{upstream.url}/v1", "OPENAI_API_KEY": OPENAI_KEY}
+    running = ServeProcess([], foliko_env(home, env), [], home=home)
+    try:
+        yield running.wait_ready()
+    finally:
+        running.kill()
+
+
+@pytest.fixture
+def model(upstream) -> FakeServer:
+    """The fake upstream, its requests and replies cleared for this test."""
+    upstream.requests.clear()
+    upstream.unplanned = 0
+    upstream._replies.clear()
+    return upstream
 
 
 def succeeded(run: NodeRun):
@@ -142,3 +177,111 @@ def test_openai_chat_completion_tools(node, server):
     (second,) = result["second"]["choices"]
     assert second["finish_reason"] == "stop"
     assert second["message"]["content"] == "add returned: 5"
+
+
+# the AI SDK (generateText, streamText, generateObject) on both OpenAI APIs
+
+API = pytest.mark.parametrize("api", ["responses", "chat"])
+ARITHMETIC = "What is (2 + 3) * 4? Use the tools."
+
+
+def queue_arithmetic(model: FakeServer) -> str:
+    """Three model turns: add, then multiply, then the answer (returned)."""
+    model.queue(
+        openai_stream(tool_calls=[("call_add", "add", {"a": 2, "b": 3})]),
+        openai_stream(tool_calls=[("call_mul", "multiply", {"a": 5, "b": 4})]),
+        openai_stream(["(2 + 3) ", "* 4 = 20"]),
+    )
+    return "(2 + 3) * 4 = 20"
+
+
+def text_of(content: str | list[dict]) -> str:
+    if isinstance(content, str):
+        return content
+    return "".join(part["text"] for part in content if part["type"] == "text")
+
+
+def assert_arithmetic_steps(result: dict, model: FakeServer, answer: str) -> None:
+    assert result["text"] == answer
+    steps = result["steps"]
+    assert [[call["toolName"] for call in step["toolCalls"]] for step in steps] == [
+        ["add"],
+        ["multiply"],
+        [],
+    ]
+    assert [step["toolCalls"][0]["input"] for step in steps[:2]] == [
+        {"a": 2, "b": 3},
+        {"a": 5, "b": 4},
+    ]
+    assert [step["toolResults"] for step in steps] == [
+        [{"toolName": "add", "output": {"sum": 5}}],
+        [{"toolName": "multiply", "output": {"product": 20}}],
+        [],
+    ]
+    assert [step["finishReason"] for step in steps] == ["tool-calls", "tool-calls", "stop"]
+    assert model.unplanned == 0
+    assert len(model.requests) == 3
+    for request in model.requests:
+        messages = request.body["messages"]
+        assert openai_protocol_problems(messages) == [], messages
+        assert (messages[0]["role"], text_of(messages[0]["content"])) == ("user", ARITHMETIC)
+    last = model.requests[-1].body["messages"]
+    results = [(m["tool_call_id"], json.loads(m["content"])) for m in last if m["role"] == "tool"]
+    assert results == [("call_add", {"sum": 5}), ("call_mul", {"product": 20})]
+    for request in model.requests:
+        assert {tool["function"]["name"] for tool in request.body["tools"]} == {"add", "multiply"}
+
+
+@API
+def test_ai_sdk_generate_text_with_tools_over_several_steps(node, relay, model, api):
+    answer = queue_arithmetic(model)
+    run = node.run(
+        "ai_sdk.mjs", "generate-tools", api, UPSTREAM_MODEL, ARITHMETIC, base_url=relay.base_url
+    )
+    assert_arithmetic_steps(succeeded(run), model, answer)
+
+
+@API
+def test_ai_sdk_stream_text_with_tools_over_several_steps(node, relay, model, api):
+    answer = queue_arithmetic(model)
+    run = node.run(
+        "ai_sdk.mjs", "stream-tools", api, UPSTREAM_MODEL, ARITHMETIC, base_url=relay.base_url
+    )
+    result = succeeded(run)
+
+    assert result["deltas"] == answer
+    assert result["parts"].count("tool-call") == 2
+    assert result["parts"].count("tool-result") == 2
+    assert result["parts"][-1] == "finish"
+    assert_arithmetic_steps(result, model, answer)
+
+
+@API
+def test_ai_sdk_generate_text_with_a_tool_on_echo(node, server, api):
+    prompt = '/tool add {"a": 20, "b": 22}'
+    run = node.run("ai_sdk.mjs", "generate-tools", api, "echo", prompt, base_url=server.base_url)
+    result = succeeded(run)
+
+    steps = result["steps"]
+    assert [step["toolResults"] for step in steps] == [
+        [{"toolName": "add", "output": {"sum": 42}}],
+        [],
+    ]
+    assert result["text"] == 'add returned: {"sum":42}'
+
+
+@API
+def test_ai_sdk_generate_object(node, server, client, api):
+    city = {"city": "Lyon", "population": 522250}
+    run = node.run(
+        "ai_sdk.mjs", "generate-object", api, "echo", json.dumps(city), base_url=server.base_url
+    )
+    result = succeeded(run)
+
+    assert result["object"] == city
+    assert result["finishReason"] == "stop"
+    sent = json.loads(run.exchanges[-1]["body"])
+    asked = sent["text"]["format"] if api == "responses" else sent["response_format"]
+    assert asked["type"] == "json_schema"
+    if api == "responses":
+        assert json.loads(client.responses.retrieve(result["responseId"]).output_text) == city
