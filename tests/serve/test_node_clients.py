@@ -4,12 +4,14 @@ the openai SDK, the AI SDK, the OpenAI Agents SDK and the Codex CLI."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from models.fake_servers import OPENAI_KEY, FakeServer, openai_protocol_problems, openai_stream
 
-from .node_clients import NodeClients, NodeRun, node_clients
+from .node_clients import NodeClients, NodeRun, isolated_env, node_clients
 from .servers import ServeProcess, foliko_env, run_cli
 
 UPSTREAM_MODEL = "openai:fake"
@@ -186,9 +188,9 @@ ARITHMETIC = "What is (2 + 3) * 4? Use the tools."
 
 
 def queue_arithmetic(model: FakeServer) -> str:
-    """Three model turns: add, then multiply, then the answer (returned)."""
+    """Three model turns: add (said first), then multiply, then the answer (returned)."""
     model.queue(
-        openai_stream(tool_calls=[("call_add", "add", {"a": 2, "b": 3})]),
+        openai_stream(["First 2 + 3."], tool_calls=[("call_add", "add", {"a": 2, "b": 3})]),
         openai_stream(tool_calls=[("call_mul", "multiply", {"a": 5, "b": 4})]),
         openai_stream(["(2 + 3) ", "* 4 = 20"]),
     )
@@ -204,6 +206,7 @@ def text_of(content: str | list[dict]) -> str:
 def assert_arithmetic_steps(result: dict, model: FakeServer, answer: str) -> None:
     assert result["text"] == answer
     steps = result["steps"]
+    assert [step["text"] for step in steps] == ["First 2 + 3.", "", answer]
     assert [[call["toolName"] for call in step["toolCalls"]] for step in steps] == [
         ["add"],
         ["multiply"],
@@ -226,6 +229,8 @@ def assert_arithmetic_steps(result: dict, model: FakeServer, answer: str) -> Non
         assert openai_protocol_problems(messages) == [], messages
         assert (messages[0]["role"], text_of(messages[0]["content"])) == ("user", ARITHMETIC)
     last = model.requests[-1].body["messages"]
+    said = [text_of(m["content"] or "") for m in last if m["role"] == "assistant"]
+    assert said[0] == "First 2 + 3."
     results = [(m["tool_call_id"], json.loads(m["content"])) for m in last if m["role"] == "tool"]
     assert results == [("call_add", {"sum": 5}), ("call_mul", {"product": 20})]
     for request in model.requests:
@@ -285,3 +290,168 @@ def test_ai_sdk_generate_object(node, server, client, api):
     assert asked["type"] == "json_schema"
     if api == "responses":
         assert json.loads(client.responses.retrieve(result["responseId"]).output_text) == city
+
+
+# the OpenAI Agents SDK
+
+AGENT_API = pytest.mark.parametrize("api", ["responses", "chat_completions"])
+
+
+@AGENT_API
+def test_agents_run_with_a_tool(node, server, api):
+    prompt = '/tool get_weather {"city": "Paris"}'
+    run = node.run("agents.mjs", "run-tool", api, "echo", prompt, base_url=server.base_url)
+    result = succeeded(run)
+
+    assert result["finalOutput"] == "get_weather returned: sunny in Paris"
+    assert [item["type"] for item in result["items"]] == [
+        "tool_call_item",
+        "tool_call_output_item",
+        "message_output_item",
+    ]
+    call = result["items"][0]["raw"]
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+
+
+@AGENT_API
+def test_agents_session_across_turns(node, server, client, api):
+    run = node.run(
+        "agents.mjs", "session", api, "echo", "first", "second", "third", base_url=server.base_url
+    )
+    result = succeeded(run)
+
+    assert result["outputs"] == ["first", "second", "third"]
+    turns = [
+        (role, text) for text in ("first", "second", "third") for role in ("user", "assistant")
+    ]
+    conversation = result["conversation"]
+    listed = client.conversations.items.list(conversation, order="asc", limit=100).data
+    assert [(item.role, item.content[0].text) for item in listed] == turns
+    assert stored_messages(server, conversation) == turns
+    sent = [
+        json.loads(e["body"])
+        for e in run.exchanges
+        if e["url"].endswith(("/responses", "/chat/completions"))
+    ]
+    assert len(sent) == 3
+
+
+# the Codex CLI (its native binary ships in the npm package)
+
+# Codex's defaults, pointed at foliko, with what would reach the network turned off:
+# the curated plugin marketplace (a git clone from GitHub, chatgpt.com), the update
+# check, analytics and feedback uploads. `--strict-config` refuses any key it does not know.
+CODEX_CONFIG = """\
+model = "echo"
+model_provider = "foliko"
+check_for_update_on_startup = false
+{web_search}
+[model_providers.foliko]
+name = "foliko"
+base_url = "{base_url}"
+env_key = "FOLIKO_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+"""
+# foliko runs no hosted tools, so Codex's web search (a hosted tool) is off.
+NO_WEB_SEARCH = 'web_search = "disabled"\n'
+
+
+@pytest.fixture
+def network_trap() -> Iterator[FakeServer]:
+    """An HTTP(S) proxy that records every request it gets and answers none: what
+    Codex tries to reach beyond loopback arrives here."""
+    trap = FakeServer().start()
+    try:
+        yield trap
+    finally:
+        trap.stop()
+
+
+def run_codex(
+    node: NodeClients, tmp_path: Path, trap: FakeServer, base_url: str, prompt: str, **options
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    config = CODEX_CONFIG.format(base_url=base_url, web_search=options.get("web_search", ""))
+    (home / "config.toml").write_text(config)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = {
+        **isolated_env(tmp_path),
+        "CODEX_HOME": str(home),
+        "FOLIKO_API_KEY": "none",
+        **{name: trap.url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+        **{name: trap.url for name in ("https_proxy", "http_proxy", "all_proxy")},
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    command = [str(node.codex), "exec", "--strict-config", "--skip-git-repo-check", "--json"]
+    done = subprocess.run(
+        [*command, prompt],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [(r.method, r.path) for r in trap.requests + trap.probes] == [], "Codex left loopback"
+    return done, events
+
+
+def completed(events: list[dict], kind: str) -> list[dict]:
+    return [
+        event["item"]
+        for event in events
+        if event["type"] == "item.completed" and event["item"]["type"] == kind
+    ]
+
+
+def test_codex_exec_answers_through_foliko(node, server, tmp_path, network_trap):
+    before = run_cli(server.home, "sessions", "list", "--json").stdout
+    done, events = run_codex(
+        node, tmp_path, network_trap, server.base_url, "say hi", web_search=NO_WEB_SEARCH
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [item["text"] for item in completed(events, "agent_message")] == ["say hi"]
+    assert events[-1]["type"] == "turn.completed"
+    assert run_cli(server.home, "sessions", "list", "--json").stdout == before  # store: false
+
+
+def test_codex_exec_runs_a_command_the_model_calls_for(node, server, tmp_path, network_trap):
+    prompt = '/tool exec_command {"cmd": "echo codex-ran-this"}'
+    done, events = run_codex(
+        node, tmp_path, network_trap, server.base_url, prompt, web_search=NO_WEB_SEARCH
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    (command,) = completed(events, "command_execution")
+    assert (command["exit_code"], command["aggregated_output"]) == (0, "codex-ran-this\n")
+    (answer,) = completed(events, "agent_message")
+    assert answer["text"].startswith("exec_command returned: ")
+    assert "codex-ran-this" in answer["text"]
+
+
+def test_codex_web_search_is_refused_with_a_clear_error(node, server, tmp_path, network_trap):
+    done, events = run_codex(node, tmp_path, network_trap, server.base_url, "search the web")
+
+    assert done.returncode != 0
+    (failed,) = [event for event in events if event["type"] == "turn.failed"]
+    error = json.loads(failed["error"]["message"])["error"]
+    assert error["param"].startswith("tools")
+    assert "web_search" in error["message"]
