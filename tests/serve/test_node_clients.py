@@ -181,6 +181,22 @@ def test_openai_chat_completion_tools(node, server):
     assert second["message"]["content"] == "add returned: 5"
 
 
+def test_openai_sdk_helpers(node, server):
+    run = node.run("openai_sdk.mjs", "helpers", "helped along", base_url=server.base_url)
+    result = succeeded(run)
+
+    assert result["stream"]["text"] == "".join(result["stream"]["deltas"]) == "helped along"
+    previous = result["previous"]
+    assert previous["next"]["previous_response_id"] == previous["id"]
+    assert previous["next"]["output_text"] == "next"
+    assert previous["next"]["output"][0]["role"] == "assistant"
+    assert message_texts(previous["input"]) == [("user", "next")]
+    city = {"city": "Oslo", "population": 709037}
+    assert result["parsed"] == result["chatParsed"] == city
+    assert result["runTools"] == "add returned: 3"
+    assert result["chatStream"] == "helped along"
+
+
 # the AI SDK (generateText, streamText, generateObject) on both OpenAI APIs
 
 API = pytest.mark.parametrize("api", ["responses", "chat"])
@@ -311,6 +327,12 @@ def test_agents_run_with_a_tool(node, server, api):
     ]
     call = result["items"][0]["raw"]
     assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+    streamed = result["streamed"]
+    assert streamed["finalOutput"] == result["finalOutput"]
+    assert [item["type"] for item in streamed["items"]] == [
+        item["type"] for item in result["items"]
+    ]
+    assert "raw_model_stream_event" in streamed["events"]
 
 
 @AGENT_API

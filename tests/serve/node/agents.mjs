@@ -27,7 +27,12 @@ const weather = tool({
 
 function agentFor(api, model) {
   setOpenAIAPI(api);
-  return new Agent({ name: "Forecaster", instructions: "Answer briefly.", model, tools: [weather] });
+  return new Agent({
+    name: "Forecaster",
+    instructions: "Answer briefly.",
+    model,
+    tools: [weather],
+  });
 }
 
 const itemsOf = (result) =>
@@ -35,11 +40,16 @@ const itemsOf = (result) =>
 
 await main({
   async "run-tool"(api, model, prompt) {
-    const result = await run(agentFor(api, model), prompt);
+    const agent = agentFor(api, model);
+    const result = await run(agent, prompt);
+    const streamed = await run(agent, prompt, { stream: true });
+    const events = [];
+    for await (const event of streamed) events.push(event.type);
+    await streamed.completed;
     return {
       finalOutput: result.finalOutput,
       items: itemsOf(result),
-      lastResponseId: result.lastResponseId ?? null,
+      streamed: { finalOutput: streamed.finalOutput, items: itemsOf(streamed), events },
     };
   },
 

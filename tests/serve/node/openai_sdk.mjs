@@ -1,9 +1,13 @@
 // The official openai SDK against foliko: node openai_sdk.mjs SCENARIO [ARGS...]
 import OpenAI from "openai";
+import { zodResponseFormat, zodTextFormat } from "openai/helpers/zod";
+import { z } from "zod";
 
 import { apiKey, baseURL, loggingFetch, main } from "./foliko.mjs";
 
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, fetch: loggingFetch });
+
+const CITY = z.object({ city: z.string(), population: z.number().int() });
 
 const ADD = {
   type: "function",
@@ -35,6 +39,7 @@ function brief(response) {
     output_text: response.output_text ?? textOf(response.output),
     output: response.output,
     conversation: response.conversation ?? null,
+    previous_response_id: response.previous_response_id ?? null,
     usage: response.usage,
   };
 }
@@ -122,5 +127,56 @@ await main({
     }
     const second = await client.chat.completions.create({ model: "echo", messages, tools: [ADD] });
     return { first, second };
+  },
+
+  // The SDK's helpers on top of the same endpoints.
+  async helpers(text) {
+    const stream = client.responses.stream({ model: "echo", input: text });
+    const deltas = [];
+    stream.on("response.output_text.delta", (event) => deltas.push(event.delta));
+    const streamed = await stream.finalResponse();
+
+    const first = await client.responses.create({ model: "echo", input: "first" });
+    const next = await client.responses.create({
+      model: "echo",
+      input: "next",
+      previous_response_id: first.id,
+    });
+    const nextInput = (await client.responses.inputItems.list(next.id)).data;
+
+    const city = { city: "Oslo", population: 709037 };
+    const parsed = await client.responses.parse({
+      model: "echo",
+      input: JSON.stringify(city),
+      text: { format: zodTextFormat(CITY, "city") },
+    });
+    const chatParsed = await client.chat.completions.parse({
+      model: "echo",
+      messages: [{ role: "user", content: JSON.stringify(city) }],
+      response_format: zodResponseFormat(CITY, "city"),
+    });
+
+    const runner = client.chat.completions.runTools({
+      model: "echo",
+      messages: [{ role: "user", content: '/tool add {"a": 1, "b": 2}' }],
+      tools: [
+        {
+          type: "function",
+          function: { ...ADD.function, function: ({ a, b }) => String(a + b), parse: JSON.parse },
+        },
+      ],
+    });
+    const chatStream = client.chat.completions.stream({
+      model: "echo",
+      messages: [{ role: "user", content: text }],
+    });
+    return {
+      stream: { text: streamed.output_text, deltas },
+      previous: { id: first.id, next: brief(next), input: nextInput },
+      parsed: parsed.output_parsed,
+      chatParsed: chatParsed.choices[0].message.parsed,
+      runTools: await runner.finalContent(),
+      chatStream: (await chatStream.finalChatCompletion()).choices[0].message.content,
+    };
   },
 });
