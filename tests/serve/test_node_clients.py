@@ -278,6 +278,30 @@ def test_ai_sdk_stream_text_with_tools_over_several_steps(node, relay, model, ap
 
 
 @API
+def test_ai_sdk_parallel_tool_calls_of_one_step(node, relay, model, api):
+    model.queue(
+        openai_stream(
+            tool_calls=[
+                ("call_add", "add", {"a": 2, "b": 3}),
+                ("call_mul", "multiply", {"a": 4, "b": 5}),
+            ]
+        ),
+        openai_stream(["5 and 20"]),
+    )
+    run = node.run(
+        "ai_sdk.mjs", "generate-tools", api, UPSTREAM_MODEL, "2+3 and 4*5?", base_url=relay.base_url
+    )
+    result = succeeded(run)
+
+    assert result["text"] == "5 and 20"
+    assert [r["output"] for r in result["steps"][0]["toolResults"]] == [{"sum": 5}, {"product": 20}]
+    second = model.requests[1].body["messages"]
+    assert openai_protocol_problems(second) == [], second
+    (asked,) = [m for m in second if m["role"] == "assistant"]
+    assert [call["id"] for call in asked["tool_calls"]] == ["call_add", "call_mul"]
+
+
+@API
 def test_ai_sdk_generate_text_with_a_tool_on_echo(node, server, api):
     prompt = '/tool add {"a": 20, "b": 22}'
     run = node.run("ai_sdk.mjs", "generate-tools", api, "echo", prompt, base_url=server.base_url)
