@@ -1,6 +1,6 @@
 """Real MCP servers for the tests: ``stdio_server.py`` (written with the ``mcp``
 package) and the reference server ``@modelcontextprotocol/server-everything``
-from npm, installed once into ~/.cache/foliko-tests/npm.
+from npm, installed once into ~/.cache/foliko-tests/npm (tests/npm_cache.py).
 
 Without npm the everything-server tests skip, except under
 FOLIKO_REQUIRE_SERVICES=1, where that is a failure.
@@ -8,9 +8,7 @@ FOLIKO_REQUIRE_SERVICES=1, where that is a failure.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -19,14 +17,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from npm_cache import NPM_CACHE as CACHE_ROOT
+from npm_cache import npm_install
 from storage.services import require_or_skip
 
 from foliko_cli.cli.main import cli
 
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
-NPM_CACHE = Path.home() / ".cache" / "foliko-tests" / "npm"
+NPM_CACHE = CACHE_ROOT / "npm"
 LISTEN_TIMEOUT_S = 30
-INSTALL_TIMEOUT_S = 300
 
 
 @pytest.fixture
@@ -42,34 +41,15 @@ def invoke():
 
 @pytest.fixture(scope="session")
 def everything_bin() -> Path:
-    """The everything server's executable, installed once per machine (test workers
-    wait for each other's install: they share the cache)."""
-    executable = NPM_CACHE / "node_modules" / ".bin" / "mcp-server-everything"
-    if executable.exists():
-        return executable
-    npm = shutil.which("npm")
-    require_or_skip("npm (for the MCP everything server)", npm is not None, "npm is not installed")
-    NPM_CACHE.mkdir(parents=True, exist_ok=True)
-    with open(NPM_CACHE / ".install.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not executable.exists():
-            _npm_install(npm, executable)
-    return executable
-
-
-def _npm_install(npm: str, executable: Path) -> None:
-    done = subprocess.run(
-        [npm, "install", "--prefix", str(NPM_CACHE), "--no-audit", "--no-fund", EVERYTHING_PACKAGE],
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT_S,
+    """The everything server's executable, installed once per machine."""
+    modules = npm_install(
+        NPM_CACHE, "npm (for the MCP everything server)", packages=[EVERYTHING_PACKAGE]
     )
-    last = (done.stderr.strip().splitlines() or [""])[-1]
+    executable = modules / ".bin" / "mcp-server-everything"
     require_or_skip(
-        "npm (for the MCP everything server)",
-        done.returncode == 0 and executable.exists(),
-        f"npm install {EVERYTHING_PACKAGE} failed: {last}",
+        "npm (for the MCP everything server)", executable.exists(), f"{executable} is missing"
     )
+    return executable
 
 
 def _free_port() -> int:
