@@ -15,14 +15,14 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
-from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached, image_part
+from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import function_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 
@@ -177,6 +177,11 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
     return Turn(svc, None, text, scratch=history, messages=tuple(extra), **options)
 
 
+def shutdown_ending() -> bytes:
+    """The end of a stream the server stopped: an error chunk, then ``[DONE]``."""
+    return b"data: " + orjson.dumps({"error": error_event(SHUTTING_DOWN)}) + b"\n\ndata: [DONE]\n\n"
+
+
 def completion_id() -> str:
     return "chatcmpl-" + os.urandom(12).hex()
 
@@ -224,11 +229,7 @@ async def chat_completions(request: Request):
     if stream:
         include_usage = bool((field(data, "stream_options", dict) or {}).get("include_usage"))
         events = await turn.stream(services)
-        return StreamingResponse(
-            chunks(turn, events, model, include_usage),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-store"},
-        )
+        return EventStream(chunks(turn, events, model, include_usage), shutdown_ending)
     result = await turn.run(services)
     message: dict[str, Any] = {"role": "assistant", "content": result.message}
     calls = _tool_calls(turn)
@@ -273,6 +274,7 @@ async def chunks(
                 yield chunk({"content": event["text"]})
     except Exception as exc:
         yield b"data: " + orjson.dumps({"error": error_event(exc)}) + b"\n\n"
+        yield b"data: [DONE]\n\n"
         return
     calls = _tool_calls(turn)
     if calls:

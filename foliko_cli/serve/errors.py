@@ -35,6 +35,12 @@ _TYPES = {
 }
 
 
+SHUTTING_DOWN = Interrupted(
+    "the server is shutting down and stopped this turn; nothing of it was saved: send it again",
+    signal_number=15,
+)
+
+
 class ApiError(Exception):
     def __init__(self, status: int, message: str, *, code: str | None = None, param=None):
         self.status = status

@@ -103,9 +103,12 @@ def output_start(turn: list[dict[str, Any]]) -> int:
     return len(turn)
 
 
-def output_items(outputs: list[dict[str, Any]], first: int, scope: str) -> list[dict[str, Any]]:
+def output_items(
+    outputs: list[dict[str, Any]], first: int, scope: str, namespaces: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """What a response returns: the model's text, and the function calls no
-    tool message of the turn answered (the client's to run)."""
+    tool message of the turn answered (the client's to run), each with the
+    ``namespace`` its function was offered in."""
     answered = {m.get("tool_call_id") for m in outputs if m.get("role") == "tool"}
     items = []
     for offset, message in enumerate(outputs):
@@ -117,8 +120,10 @@ def output_items(outputs: list[dict[str, Any]], first: int, scope: str) -> list[
             items.append(text_item(item_id, "assistant", str(message["content"])))
         for index, call in enumerate(message.get("tool_calls") or []):
             if call.get("id") not in answered:
-                item_id = ids.call_item_id(scope, position, index)
-                items.append(function_call_item(item_id, call))
+                item = function_call_item(ids.call_item_id(scope, position, index), call)
+                if namespaces and call.get("name") in namespaces:
+                    item["namespace"] = namespaces[call["name"]]
+                items.append(item)
     return items
 
 

@@ -18,7 +18,7 @@ import orjson
 
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
-from foliko_cli.serve.errors import error_event
+from foliko_cli.serve.errors import SHUTTING_DOWN, error_event
 from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.turns import Turn
 
@@ -35,10 +35,19 @@ async def sse_events(
     options: dict[str, Any],
     model: str | None,
     finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
+    sent: list[int],
 ) -> AsyncIterator[bytes]:
+    """The events as SSE; ``sent`` holds the last sequence number sent."""
     async for event in response_events(turn, events, options, model, finished):
+        sent[:] = [event["sequence_number"]]
         yield sse(event)
     yield DONE
+
+
+def shutdown_ending(sequence: int) -> bytes:
+    """The end of a stream the server stopped: an error event, then ``[DONE]``."""
+    error = {**error_event(SHUTTING_DOWN), "param": None}
+    return sse({"type": "error", "sequence_number": sequence, **error, "error": error}) + DONE
 
 
 async def response_events(

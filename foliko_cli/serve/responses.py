@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from foliko_cli.serve import ids
@@ -34,8 +33,9 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
 from foliko_cli.serve.response_object import echoed_options, response_object
-from foliko_cli.serve.response_stream import sse_events
-from foliko_cli.serve.tools import NOT_HOSTED_HEADER, offered_tools, tool_choice
+from foliko_cli.serve.response_stream import shutdown_ending, sse_events
+from foliko_cli.serve.streaming import EventStream
+from foliko_cli.serve.tools import NOT_HOSTED_HEADER, namespaces_of, offered_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.record import SessionRecord, new_metadata
@@ -141,6 +141,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     check_metadata(data.get("metadata"))
     options = echoed_options(data, text_format if schema is not None else None)
     options["not_hosted"] = not_hosted
+    options["namespaces"] = namespaces_of(data.get("tools"))
     if conversation and previous:
         raise ApiError(400, "give conversation or previous_response_id, not both", param="input")
     if "input" not in data:
@@ -233,7 +234,7 @@ def finished_response(turn: Turn, options: dict[str, Any], model: str | None) ->
     return response_object(
         response_id=turn.response_id,
         session_id=turn.session_id if turn.stored else None,
-        output=it.output_items(outputs, first, turn.scope),
+        output=it.output_items(outputs, first, turn.scope, options.get("namespaces")),
         outputs=outputs,
         model=model or (turn.result.model if turn.result else None),
         options=options,
@@ -258,10 +259,11 @@ async def create_response(request: Request):
         await turn.run(services)
         return JSON(finished_response(turn, options, model), headers=headers)
     events = await turn.stream(services)
-    return StreamingResponse(
-        sse_events(turn, events, options, model, finished_response),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-store", **headers},
+    sent = [-1]
+    return EventStream(
+        sse_events(turn, events, options, model, finished_response, sent),
+        lambda: shutdown_ending(sent[0] + 1),
+        headers=headers,
     )
 
 

@@ -83,6 +83,18 @@ def offered_tools(tools: Any) -> tuple[tuple[dict[str, Any], ...], tuple[str, ..
     return tuple(specs.values()), tuple(dict.fromkeys(hosted))
 
 
+def namespaces_of(tools: Any) -> dict[str, str]:
+    """The namespace of each function offered inside a ``namespace`` tool, by name
+    (a call of one comes back with its ``namespace``)."""
+    found = {}
+    for tool in tools if isinstance(tools, list) else ():
+        if isinstance(tool, dict) and tool.get("type") == "namespace":
+            for member in tool.get("tools") or ():
+                if isinstance(member, dict) and isinstance(member.get("name"), str):
+                    found[member["name"]] = str(tool.get("name") or "")
+    return found
+
+
 def tool_choice(value: Any) -> str | None:
     """The ``tool_choice`` option a request asks for: a mode, or the name of the
     function it forces (``{"type": "function", "name": ...}`` as the Responses

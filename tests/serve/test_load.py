@@ -7,6 +7,8 @@ import json
 import signal
 import threading
 
+import pytest
+
 from .servers import run_cli, wait_until
 
 CONVERSATIONS = 5
@@ -144,3 +146,41 @@ def test_several_workers_serve_and_stop(start_server):
             assert response.status_code == 200, response.text
         assert len(http.get("/v1/sessions/workers").json()["messages"]) == 12
     assert server.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+def test_a_stream_cut_by_shutdown_ends_with_an_error_and_done(start_server, api):
+    import httpx2 as httpx
+
+    from .servers import StubModelServer
+
+    stub = StubModelServer(stall=True)
+    try:
+        server = start_server(
+            "--grace", "0.3", env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"}
+        )
+        if api == "responses":
+            path, body = "/v1/responses", {"input": "slow"}
+        else:
+            path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]}
+        body = {**body, "model": "openai:gpt-4o", "stream": True}
+        lines: list[str] = []
+        with httpx.stream("POST", server.url + path, json=body, timeout=30) as answer:
+            assert answer.status_code == 200
+            stream = answer.iter_lines()
+            for line in stream:
+                lines.append(line)
+                if api == "chat" or "response.in_progress" in line:
+                    break
+            wait_until(lambda: stub.requests > 0, what="the turn to reach the model")
+            stopped = threading.Thread(target=server.stop, args=(signal.SIGTERM, 20))
+            stopped.start()
+            lines += list(stream)
+            stopped.join(30)
+    finally:
+        stub.stop()
+    data = [line.removeprefix("data: ") for line in lines if line.startswith("data: ")]
+    assert data[-1] == "[DONE]"
+    error = json.loads(data[-2])
+    assert (error.get("code") or error["error"]["code"]) == "shutting_down"
+    assert server.proc.returncode == 0

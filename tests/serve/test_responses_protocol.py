@@ -289,7 +289,7 @@ def test_namespace_tools_are_offered_and_hosted_tools_refused(start_server, mode
         "tools": [{"type": "function", "name": "read_file", "parameters": {"type": "object"}}],
     }
     response = client.responses.create(model="openai:m", input="read a", tools=[namespace])
-    assert response.output[0].name == "read_file"
+    assert (response.output[0].name, response.output[0].namespace) == ("read_file", "files")
     sent = model_server.requests[0].body["tools"]
     assert [t["function"]["name"] for t in sent] == ["read_file"]
     with pytest.raises(openai.BadRequestError, match="does not host 'web_search'"):
