@@ -82,6 +82,8 @@ class TurnSetup(NamedTuple):
     ``foliko_cli.attachments``; text ones are already in the message).
     ``server_tools`` names the server's own tools the turn may offer (None:
     all of them); a client tool of the same name as a server tool wins.
+    ``annotations`` are keys stored on the turn's first message, for the
+    caller to find with the turn again (never sent to the model).
     """
 
     start_from: SessionRecord | None = None
@@ -96,6 +98,7 @@ class TurnSetup(NamedTuple):
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
     attachments: tuple[dict[str, Any], ...] = ()
     server_tools: frozenset[str] | None = None
+    annotations: Mapping[str, Any] = MappingProxyType({})
 
     def check(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -525,6 +528,8 @@ class AgentChatHandler:
             setup.on_start(session.message_offset + first)
 
         def add(new: dict[str, Any]) -> None:
+            if len(session.messages) == first:
+                new.update(setup.annotations)
             session.add_message(self._stamp(new, request))
             if setup.on_message is not None:
                 setup.on_message(session.message_offset + len(session.messages) - 1, new)

@@ -55,6 +55,18 @@ def echoed_options(data: dict[str, Any], text_format: dict[str, Any] | None) -> 
     }
 
 
+_NOT_KEPT = ("store", "not_hosted", "background")
+
+
+def kept_options(options: dict[str, Any]) -> dict[str, Any]:
+    """What of a request's options is stored with its turn, for GET to echo."""
+    return {
+        key: value
+        for key, value in options.items()
+        if key not in _NOT_KEPT and value not in (None, [], {}, True, "auto")
+    }
+
+
 def response_object(
     *,
     response_id: str,
@@ -110,7 +122,7 @@ def response_object(
         "tools": options.get("tools") or [],
         "top_logprobs": 0,
         "top_p": 1.0 if options.get("top_p") is None else float(options["top_p"]),
-        "truncation": options.get("truncation", "disabled"),
+        "truncation": options.get("truncation", "auto"),
         "usage": it.turn_usage(outputs) if finished else None,
         "user": options.get("user"),
         "presence_penalty": 0.0,

@@ -32,7 +32,7 @@ from foliko_cli.serve.compaction import split_compaction
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
-from foliko_cli.serve.response_object import echoed_options, response_object
+from foliko_cli.serve.response_object import echoed_options, kept_options, response_object
 from foliko_cli.serve.response_stream import shutdown_ending, sse_events
 from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import NOT_HOSTED_HEADER, namespaces_of, offered_tools, tool_choice
@@ -218,6 +218,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         "options": {key: value for key, value in sampling.items() if value is not None},
         "schema": schema,
         "compress": truncation != "disabled",
+        "annotations": {"response": kept_options(options)} if store else {},
     }
     if not store:
         scratch = {key: target[key] for key in ("start_from",) if key in target}
@@ -282,9 +283,12 @@ async def get_response(request: Request):
         response_object(
             response_id=ids.response_id(scope, found.start),
             session_id=found.record.session_id,
-            output=it.output_items(found.outputs, first, scope),
+            output=it.output_items(
+                found.outputs, first, scope, (found.span[0].get("response") or {}).get("namespaces")
+            ),
             outputs=found.outputs,
             model=model,
+            options=found.span[0].get("response") or {},
             created_at=(found.span[0].get("created_at", 0) // 1000),
             completed_at=(found.span[-1].get("created_at", 0) // 1000),
         )

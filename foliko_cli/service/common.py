@@ -67,6 +67,7 @@ TURN_FIELDS = frozenset(
         "server_tools",
         "expected_revision",
         "start_from",
+        "annotations",
         "on_start",
         "on_message",
         "on_finish",

@@ -527,3 +527,27 @@ def test_truncation_disabled_refuses_what_does_not_fit(start_server):
         model="echo", input="one more", conversation=conversation.id, truncation="auto"
     )
     assert fits.output_text == "one more" and fits.truncation == "auto"
+
+
+def test_a_retrieved_response_echoes_what_was_asked(client):
+    tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+    made = client.responses.create(
+        model="echo",
+        input="hello",
+        instructions="Be brief.",
+        metadata={"ticket": "42"},
+        temperature=0.25,
+        max_output_tokens=64,
+        tools=tools,
+        truncation="disabled",
+    )
+    again = client.responses.retrieve(made.id)
+    for response in (made, again):
+        assert response.metadata == {"ticket": "42"}
+        assert response.instructions == "Be brief."
+        assert (response.temperature, response.max_output_tokens) == (0.25, 64)
+        assert [t.name for t in response.tools] == ["f"] and response.tools[0].strict
+        assert response.truncation == "disabled"
+    follow = client.responses.create(model="echo", input="more", previous_response_id=made.id)
+    assert client.responses.retrieve(follow.id).previous_response_id == made.id
+    assert client.responses.retrieve(follow.id).metadata == {}
