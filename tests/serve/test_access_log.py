@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import re
 import subprocess
@@ -269,3 +271,69 @@ def test_an_unknown_log_format_exits_2(foliko_home):
     assert len(errors) == 1 and "--log-format" in errors[0] and "'xml'" in errors[0], errors
     assert "text" in errors[0] and "json" in errors[0]
     assert b"listening on" not in result.stderr and b"Traceback" not in result.stderr
+
+
+# the middleware alone, around apps that fail
+
+
+def run_logged(app, *, format: str = "text", state: dict | None = None) -> list[bytes]:
+    from foliko_cli.serve.access_log import AccessLogMiddleware
+
+    written: list[bytes] = []
+    logged_app = AccessLogMiddleware(app, format=format, write=written.append)
+    scope = {"type": "http", "method": "POST", "path": "/x", "headers": [], "state": state or {}}
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: dict) -> None:
+        return None
+
+    async def main() -> None:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await logged_app(scope, receive, send)
+
+    asyncio.run(main())
+    return written
+
+
+async def fails_before_answering(scope, receive, send) -> None:
+    raise RuntimeError("a bug")
+
+
+async def fails_half_way(scope, receive, send) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": b"a", "more_body": True})
+    raise RuntimeError("a bug")
+
+
+async def is_cancelled(scope, receive, send) -> None:
+    raise asyncio.CancelledError
+
+
+@pytest.mark.parametrize(
+    ("app", "status", "outcome"),
+    [(fails_before_answering, 500, "incomplete"), (fails_half_way, 200, "incomplete")],
+)
+def test_a_failing_app_still_gets_its_line(app, status, outcome):
+    (line,) = run_logged(app, format="json")
+    record = json.loads(line)
+    assert (record["status"], record["outcome"], record["route"]) == (status, outcome, None)
+
+
+def test_a_cancelled_request_that_sent_nothing_has_no_status():
+    (line,) = run_logged(is_cancelled)
+    assert re.search(rb" POST - - \d+\.\dms .* incomplete\n\Z", line), line
+
+
+def test_a_session_named_by_the_route_is_logged_quoted_when_not_one_word():
+    async def answers(scope, receive, send) -> None:
+        scope["state"]["log_session"] = 'two words\nand "a line"'
+        await send({"type": "http.response.start", "status": 201, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    (line,) = run_logged(answers)
+    assert line.count(b"\n") == 1
+    assert line.endswith(b' session_id="two words\\nand \\"a line\\""\n')
+    (record,) = run_logged(answers, format="json")
+    assert json.loads(record)["session_id"] == 'two words\nand "a line"'
