@@ -16,6 +16,7 @@ import re
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 from common import PYTHON, Result, Workspace, failed, log, main_single
@@ -53,9 +54,16 @@ def start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
             break
         found = _LISTENING.search(line)
         if found:
+            # the access log goes on coming: a full pipe would stop the server
+            threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
             return proc, found[1].decode()
     proc.kill()
     raise RuntimeError(f"{argv[1]} did not start")
+
+
+def _drain(stream) -> None:
+    for _ in stream:
+        pass
 
 
 def stop(proc: subprocess.Popen) -> None:

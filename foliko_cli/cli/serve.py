@@ -44,9 +44,24 @@ def is_loopback(host: str) -> bool:
     metavar="S",
     help="On SIGTERM/SIGINT, seconds running turns get to finish; the rest are not saved.",
 )
+@click.option(
+    "--log-format",
+    type=click.Choice(("text", "json")),
+    default="text",
+    show_default=True,
+    help="The access log on stderr: one line, or one JSON object, per request.",
+)
+@click.option("--no-access-log", is_flag=True, help="Write no access log.")
 @click.pass_context
 def serve(
-    ctx: click.Context, host: str, port: int, api_keys: str | None, workers: int, grace: float
+    ctx: click.Context,
+    host: str,
+    port: int,
+    api_keys: str | None,
+    workers: int,
+    grace: float,
+    log_format: str,
+    no_access_log: bool,
 ) -> None:
     """Serve the sessions over HTTP: OpenAI Responses, Conversations and Chat
     Completions, the native /v1/sessions API and a web page at /.
@@ -72,7 +87,11 @@ def serve(
     from foliko_cli.serve.runner import run
 
     root = ctx.find_root().obj or {}
-    options = ServeOptions(storage=root.get("storage"), api_keys=api_keys)
+    options = ServeOptions(
+        storage=root.get("storage"),
+        api_keys=api_keys,
+        access_log=None if no_access_log else log_format,
+    )
     if api_keys is not None:
         from pathlib import Path
 

@@ -23,6 +23,7 @@ from starlette.routing import Route
 
 from foliko_cli.errors import FolikoError
 from foliko_cli.serve import compaction, completions, conversations, page, responses, sessions
+from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.middleware import RequestMiddleware
@@ -38,6 +39,7 @@ class ServeOptions(NamedTuple):
     api_keys: str | None = None
     user: str | None = None
     max_body: int = MAX_BODY
+    access_log: str | None = "text"  # "text", "json", or None: no access log
 
     def to_env(self) -> str:
         return orjson.dumps(self._asdict()).decode()
@@ -122,6 +124,8 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
+    if options.access_log:
+        app.add_middleware(AccessLogMiddleware, format=options.access_log)  # outermost
     return app
 
 
