@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from foliko_cli.serve import ids
+from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import (
     JSON,
@@ -107,8 +107,10 @@ class StoredResponse:
 
 
 async def stored_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse:
-    session_id, start = ids.parse_response_id(response_id)
     missing = ids.response_not_found(response_id)
+    if ids.parse_background_id(response_id) is not None:
+        response_id = await background.stored_id(svc, response_id)
+    session_id, start = ids.parse_response_id(response_id)
     record = await load_session(svc, session_id, missing)
     span = turn_span(record.messages, start)
     found = StoredResponse(record, start, span)
@@ -226,11 +228,7 @@ async def create_response(request: Request):
     data = await json_body(request)
     stream = field(data, "stream", bool, False)
     if field(data, "background", bool, False):
-        raise ApiError(
-            400,
-            "background responses are not available yet; send the request without background",
-            param="background",
-        )
+        return await background.create(request, data, HOOKS)
     turn, options = await plan_turn(request, data)
     services = request.app.state.services
     model = field(data, "model", str)
@@ -245,28 +243,32 @@ async def create_response(request: Request):
     )
 
 
+async def stored_object(svc: AsyncFoliko, response_id: str) -> dict[str, Any]:
+    found = await stored_response(svc, response_id)
+    first = found.start + found.split
+    scope = ids.scope_of(found.record.session_id)
+    model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
+    return response_object(
+        response_id=ids.response_id(scope, found.start),
+        session_id=found.record.session_id,
+        output=it.output_items(found.outputs, first, scope),
+        outputs=found.outputs,
+        model=model,
+        created_at=(found.span[0].get("created_at", 0) // 1000),
+        completed_at=(found.span[-1].get("created_at", 0) // 1000),
+    )
+
+
 async def get_response(request: Request):
+    if ids.parse_background_id(request.path_params["response_id"]) is not None:
+        return await background.get(request, HOOKS)
     if request.query_params.get("stream") in ("true", "1"):
         raise ApiError(
             400,
             "a finished response has no event stream to resume; get it without stream",
             param="stream",
         )
-    found = await stored_response(service(request), request.path_params["response_id"])
-    first = found.start + found.split
-    scope = ids.scope_of(found.record.session_id)
-    model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
-    return JSON(
-        response_object(
-            response_id=ids.response_id(scope, found.start),
-            session_id=found.record.session_id,
-            output=it.output_items(found.outputs, first, scope),
-            outputs=found.outputs,
-            model=model,
-            created_at=(found.span[0].get("created_at", 0) // 1000),
-            completed_at=(found.span[-1].get("created_at", 0) // 1000),
-        )
-    )
+    return JSON(await stored_object(service(request), request.path_params["response_id"]))
 
 
 async def delete_response(request: Request):
@@ -281,6 +283,8 @@ async def delete_response(request: Request):
 
 
 async def cancel_response(request: Request):
+    if ids.parse_background_id(request.path_params["response_id"]) is not None:
+        return await background.cancel(request, HOOKS)
     await stored_response(service(request), request.path_params["response_id"])
     raise ApiError(
         400,
@@ -294,6 +298,8 @@ async def get_input_items(request: Request):
     scope = ids.scope_of(found.record.session_id)
     return JSON(it.page_of(it.history_items(found.inputs, found.start, scope), request))
 
+
+HOOKS = background.Hooks(plan_turn, finished_response, stored_object)
 
 routes = [
     Route("/v1/responses", create_response, methods=["POST"]),
