@@ -26,7 +26,8 @@ workers read the journal, waiting for it to change with the storage's poll
 helper (backing off up to FLUSH_S). A running journal whose heartbeat is
 older than the lease (its worker died) is settled by the first reader that
 sees it: completed when the turn was saved after all, else failed (or
-cancelled, when a cancel was asked).
+cancelled, when a cancel was asked). The servers' clocks must agree to well
+within the lease.
 
 Cancelling cancels the turn's task: the engine then saves nothing of it,
 unless its write had already committed (then the turn stands and the
@@ -140,13 +141,15 @@ async def _update(
             return None
         variables = record.variables
         if not change(variables):
-            return variables
+            return {**variables, "revision": record.revision}
         state = SessionState(variables, record.metadata, record.compression_state)
         try:
-            await svc.storage.append(journal, [], state, expected_revision=record.revision)
+            revision = await svc.storage.append(
+                journal, [], state, expected_revision=record.revision
+            )
         except ConflictError:
             continue
-        return variables
+        return {**variables, "revision": revision}
 
 
 async def _turn_position(svc: AsyncFoliko, session_id: str, request_id: str) -> int | None:
@@ -227,6 +230,7 @@ class Run:
         except asyncio.CancelledError:
             if turn.result is not None:  # its write had committed: the turn stands
                 self.response = _named(hooks.finished(turn, options, model), self.id)
+                self._add(f"response.{self.response['status']}", response=self.response)
             else:
                 self.response = {**self.response, "status": "cancelled"}
         except Exception as exc:
