@@ -25,6 +25,7 @@ from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, service
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.stored import history_of, stored_response
 
 _FORMAT = "foliko.summary.v1"
 
@@ -63,8 +64,6 @@ def split_compaction(items: Any) -> tuple[str | None, Any]:
 
 
 async def compact(request: Request):
-    from foliko_cli.serve.responses import stored_response
-
     data = await json_body(request)
     model = field(data, "model", str)
     if not model:
@@ -75,7 +74,7 @@ async def compact(request: Request):
     if previous is not None:
         found = await stored_response(svc, previous)
         history = [dict(m) for m in found.record.messages[: found.end]]
-    raw = await it.resolve_references(data.get("input") or [], lambda s: _history(svc, s))
+    raw = await it.resolve_references(data.get("input") or [], lambda s: history_of(svc, s))
     summary, raw = split_compaction(raw)
     history += it.input_messages(raw)
     if not history:
@@ -101,12 +100,6 @@ async def compact(request: Request):
             "usage": it.turn_usage([]),
         }
     )
-
-
-async def _history(svc, session_id: str):
-    from foliko_cli.serve.responses import _history_of
-
-    return await _history_of(svc, session_id)
 
 
 routes = [Route("/v1/responses/compact", compact, methods=["POST"])]

@@ -7,6 +7,8 @@ response id carries its session's scope, so any id can be resolved on its
 own (an ``item_reference`` to another conversation's item works):
 
 - ``resp_P_SCOPE``: the turn whose first message sits at position P;
+- ``resp_bgR_SCOPE``: a background response: the turn request R writes in
+  SCOPE's session (its position is known only once it runs; background.py);
 - ``msg_P_SCOPE``: the message at P; ``fco_P_SCOPE``: a tool message
   (a function call's output); ``fc_P_K_SCOPE``: the K-th function call of
   the assistant message at P.
@@ -73,6 +75,20 @@ def parse_response_id(value: Any) -> tuple[str, int]:
         if number is not None and session_id:
             return session_id, number
     raise response_not_found(value)
+
+
+def background_response_id(request_id: str, scope: str) -> str:
+    return f"resp_bg{request_id}_{scope}"
+
+
+def parse_background_id(value: Any) -> tuple[str, str] | None:
+    """(request id, session id) of a background response id; None for anything else."""
+    if isinstance(value, str) and value.startswith("resp_bg"):
+        request_id, _, scope = value[7:].partition("_")
+        session_id = session_of(scope)
+        if request_id.isalnum() and request_id.isascii() and len(request_id) <= 64 and session_id:
+            return request_id, session_id
+    return None
 
 
 # items

@@ -91,6 +91,17 @@ ORDER = _query("order", {"enum": ["asc", "desc"]}, "Oldest (asc) or newest (desc
 CONVERSATION = _path("conversation_id", "The conversation (session) id.")
 SESSION = _path("session_id", "The session id.")
 RESPONSE = _path("response_id", "A response id.")
+STREAM = _query(
+    "stream",
+    {"type": "boolean"},
+    "true: the events of a background response created with stream: true, "
+    "replayed and then live until its end (text/event-stream).",
+)
+STARTING_AFTER = _query(
+    "starting_after",
+    {"type": "integer", "minimum": -1},
+    "With stream: only the events whose sequence_number is greater (default -1: all).",
+)
 KEY = _path("key", "A variable name.")
 MODEL = _path("model", "A model: echo, an alias or PROVIDER:MODEL.")
 
@@ -215,6 +226,11 @@ RESPONSE_REQUEST = {
         "previous_response_id": {"type": "string"},
         "stream": {"type": "boolean"},
         "store": {"type": "boolean"},
+        "background": {
+            "type": "boolean",
+            "description": "Answer at once (status queued) and run the turn in the background; "
+            "needs store: true",
+        },
         "temperature": {"type": "number"},
         "max_output_tokens": {"type": "integer"},
         "tools": {"type": "array", "items": OBJECT},
@@ -363,7 +379,13 @@ def document() -> dict[str, Any]:
                 )
             },
             "/v1/responses/{response_id}": {
-                "get": _op("A stored response", _ref("Response"), params=[RESPONSE], tag=resp),
+                "get": _op(
+                    "A stored response, or a background one as it stands (its events with stream)",
+                    _ref("Response"),
+                    params=[RESPONSE, STREAM, STARTING_AFTER],
+                    stream=True,
+                    tag=resp,
+                ),
                 "delete": _op(
                     "Delete a response (its conversation keeps its items)",
                     DELETED,
@@ -373,7 +395,13 @@ def document() -> dict[str, Any]:
             },
             "/v1/responses/{response_id}/cancel": {
                 "post": _op(
-                    "Cancel a background response", _ref("Response"), params=[RESPONSE], tag=resp
+                    "Cancel a background response: the turn stops and nothing of it is saved; "
+                    "the answer is the Response with status cancelled, or, once it has "
+                    "finished, the Response unchanged (a response not run in the background "
+                    "is a 400)",
+                    _ref("Response"),
+                    params=[RESPONSE],
+                    tag=resp,
                 )
             },
             "/v1/responses/{response_id}/input_items": {

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
-from foliko_cli.serve import ids
+from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import (
     JSON,
@@ -34,13 +34,18 @@ from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
 from foliko_cli.serve.response_object import echoed_options, kept_options, response_object
 from foliko_cli.serve.response_stream import shutdown_ending, sse_events
+from foliko_cli.serve.stored import (
+    DELETED_KEY,
+    exists,
+    history_of,
+    load_session,
+    stored_response,
+)
 from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import NOT_HOSTED_HEADER, namespaces_of, offered_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.record import SessionRecord, new_metadata
-
-DELETED_KEY = "deleted_responses"
 
 
 def conversation_id(value: Any) -> str | None:
@@ -51,80 +56,6 @@ def conversation_id(value: Any) -> str | None:
     if not isinstance(value, str) or not value:
         raise ApiError(400, "conversation must be an id or {'id': ID}", param="conversation")
     return value
-
-
-def turn_span(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
-    """The messages of the turn that begins at ``start`` (they share its request id)."""
-    if not 0 <= start < len(messages):
-        return []
-    request_id = messages[start].get("request_id")
-    end = start + 1
-    while end < len(messages) and messages[end].get("request_id") == request_id:
-        end += 1
-    return messages[start:end]
-
-
-async def load_session(svc: AsyncFoliko, session_id: str, missing: ApiError) -> SessionRecord:
-    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
-
-    try:
-        return await svc.get_session(session_id)
-    except (SessionNotFoundError, InvalidSessionIdError):
-        raise missing from None
-
-
-async def _exists(svc: AsyncFoliko, session_id: str, missing: ApiError) -> None:
-    from foliko_cli.errors import InvalidSessionIdError
-    from foliko_cli.storage.record import check_session_id
-
-    try:
-        check_session_id(session_id)
-    except InvalidSessionIdError:
-        raise missing from None
-    if await svc.storage.revision(session_id) is None:
-        raise missing
-
-
-class StoredResponse:
-    """A response rebuilt from its session: the turn's input and output messages."""
-
-    def __init__(self, record: SessionRecord, start: int, span: list[dict[str, Any]]):
-        self.record = record
-        self.start = start
-        self.span = span
-        self.split = it.output_start(span)
-
-    @property
-    def end(self) -> int:
-        return self.start + len(self.span)
-
-    @property
-    def inputs(self) -> list[dict[str, Any]]:
-        return self.span[: self.split]
-
-    @property
-    def outputs(self) -> list[dict[str, Any]]:
-        return self.span[self.split :]
-
-
-async def stored_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse:
-    session_id, start = ids.parse_response_id(response_id)
-    missing = ids.response_not_found(response_id)
-    record = await load_session(svc, session_id, missing)
-    span = turn_span(record.messages, start)
-    found = StoredResponse(record, start, span)
-    if not found.outputs or start in (record.metadata.get(DELETED_KEY) or ()):
-        raise missing
-    return found
-
-
-async def _history_of(svc: AsyncFoliko, session_id: str) -> list[dict[str, Any]] | None:
-    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
-
-    try:
-        return (await svc.get_session(session_id)).messages
-    except (SessionNotFoundError, InvalidSessionIdError):
-        return None
 
 
 async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[str, Any]]:
@@ -149,7 +80,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     truncation = data.get("truncation")
     if truncation not in (None, "auto", "disabled"):
         raise ApiError(400, "truncation must be auto or disabled", param="truncation")
-    raw_input = await it.resolve_references(data["input"], lambda s: _history_of(svc, s))
+    raw_input = await it.resolve_references(data["input"], lambda s: history_of(svc, s))
     summary, raw_input = split_compaction(raw_input)
     if summary is not None and (conversation or previous):
         raise ApiError(
@@ -179,7 +110,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
     if conversation is not None:
         missing = ApiError(404, f"no conversation {conversation[:200]!r}", code="not_found")
         if store and not any(m["role"] == "tool" for m in extra):
-            await _exists(svc, conversation, missing)  # the turn itself reads the history
+            await exists(svc, conversation, missing)  # the turn itself reads the history
         else:
             history = (await load_session(svc, conversation, missing)).messages
         session_id = conversation
@@ -247,11 +178,7 @@ async def create_response(request: Request):
     data = await json_body(request)
     stream = field(data, "stream", bool, False)
     if field(data, "background", bool, False):
-        raise ApiError(
-            400,
-            "background responses are not available yet; send the request without background",
-            param="background",
-        )
+        return await background.create(request, data, HOOKS)
     turn, options = await plan_turn(request, data)
     services = request.app.state.services
     model = field(data, "model", str)
@@ -268,31 +195,34 @@ async def create_response(request: Request):
     )
 
 
+async def stored_object(svc: AsyncFoliko, response_id: str) -> dict[str, Any]:
+    found = await stored_response(svc, response_id)
+    first = found.start + found.split
+    scope = ids.scope_of(found.record.session_id)
+    model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
+    asked = found.span[0].get("response") or {}
+    return response_object(
+        response_id=ids.response_id(scope, found.start),
+        session_id=found.record.session_id,
+        output=it.output_items(found.outputs, first, scope, asked.get("namespaces")),
+        outputs=found.outputs,
+        model=model,
+        options=asked,
+        created_at=(found.span[0].get("created_at", 0) // 1000),
+        completed_at=(found.span[-1].get("created_at", 0) // 1000),
+    )
+
+
 async def get_response(request: Request):
+    if ids.parse_background_id(request.path_params["response_id"]) is not None:
+        return await background.get(request, HOOKS)
     if request.query_params.get("stream") in ("true", "1"):
         raise ApiError(
             400,
             "a finished response has no event stream to resume; get it without stream",
             param="stream",
         )
-    found = await stored_response(service(request), request.path_params["response_id"])
-    first = found.start + found.split
-    scope = ids.scope_of(found.record.session_id)
-    model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
-    return JSON(
-        response_object(
-            response_id=ids.response_id(scope, found.start),
-            session_id=found.record.session_id,
-            output=it.output_items(
-                found.outputs, first, scope, (found.span[0].get("response") or {}).get("namespaces")
-            ),
-            outputs=found.outputs,
-            model=model,
-            options=found.span[0].get("response") or {},
-            created_at=(found.span[0].get("created_at", 0) // 1000),
-            completed_at=(found.span[-1].get("created_at", 0) // 1000),
-        )
-    )
+    return JSON(await stored_object(service(request), request.path_params["response_id"]))
 
 
 async def delete_response(request: Request):
@@ -307,6 +237,8 @@ async def delete_response(request: Request):
 
 
 async def cancel_response(request: Request):
+    if ids.parse_background_id(request.path_params["response_id"]) is not None:
+        return await background.cancel(request, HOOKS)
     await stored_response(service(request), request.path_params["response_id"])
     raise ApiError(
         400,
@@ -335,6 +267,8 @@ async def count_input_tokens(request: Request):
         }
     )
 
+
+HOOKS = background.Hooks(plan_turn, finished_response, stored_object)
 
 routes = [
     Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),

@@ -29,6 +29,7 @@ from foliko_cli.service.common import (
     PruneReport,
     _no_progress,
     forked,
+    is_internal,
 )
 
 
@@ -54,10 +55,12 @@ class SessionsMixin:
         self, *, sort: str = "updated", limit: int | None = None, since: int | None = None
     ) -> list[SessionSummary]:
         """Summaries sorted by ``updated``/``created``/``messages`` (newest or largest
-        first) or ``name``; ``since`` keeps sessions updated at or after that ms time."""
+        first) or ``name``; ``since`` keeps sessions updated at or after that ms time.
+        foliko's own sessions (``is_internal``) are left out."""
         if sort not in SORT_KEYS:
             raise UsageError(f"unknown sort {sort!r}", fix=f"use one of {', '.join(SORT_KEYS)}")
         summaries = await self.storage.list_summaries()
+        summaries = [s for s in summaries if not is_internal(s.session_id)]
         if since is not None:
             summaries = [s for s in summaries if s.updated_at >= since]
         key, reverse = SORT_KEYS[sort]

@@ -1,0 +1,94 @@
+"""Stored responses: a response is the turn of a session that its id names.
+
+A turn's messages share its request id; its output begins at its first
+message a model wrote (see items.py). A deleted response is a tombstone in
+its session's metadata: its messages stay, its conversation's items.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foliko_cli.serve import background, ids
+from foliko_cli.serve import items as it
+from foliko_cli.serve.errors import ApiError
+from foliko_cli.service import AsyncFoliko
+from foliko_cli.storage.record import SessionRecord
+
+DELETED_KEY = "deleted_responses"
+
+
+def turn_span(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
+    """The messages of the turn that begins at ``start`` (they share its request id)."""
+    if not 0 <= start < len(messages):
+        return []
+    request_id = messages[start].get("request_id")
+    end = start + 1
+    while end < len(messages) and messages[end].get("request_id") == request_id:
+        end += 1
+    return messages[start:end]
+
+
+async def load_session(svc: AsyncFoliko, session_id: str, missing: ApiError) -> SessionRecord:
+    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
+
+    try:
+        return await svc.get_session(session_id)
+    except (SessionNotFoundError, InvalidSessionIdError):
+        raise missing from None
+
+
+async def exists(svc: AsyncFoliko, session_id: str, missing: ApiError) -> None:
+    from foliko_cli.errors import InvalidSessionIdError
+    from foliko_cli.storage.record import check_session_id
+
+    try:
+        check_session_id(session_id)
+    except InvalidSessionIdError:
+        raise missing from None
+    if await svc.storage.revision(session_id) is None:
+        raise missing
+
+
+class StoredResponse:
+    """A response rebuilt from its session: the turn's input and output messages."""
+
+    def __init__(self, record: SessionRecord, start: int, span: list[dict[str, Any]]):
+        self.record = record
+        self.start = start
+        self.span = span
+        self.split = it.output_start(span)
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.span)
+
+    @property
+    def inputs(self) -> list[dict[str, Any]]:
+        return self.span[: self.split]
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        return self.span[self.split :]
+
+
+async def stored_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse:
+    missing = ids.response_not_found(response_id)
+    if ids.parse_background_id(response_id) is not None:
+        response_id = await background.stored_id(svc, response_id)
+    session_id, start = ids.parse_response_id(response_id)
+    record = await load_session(svc, session_id, missing)
+    span = turn_span(record.messages, start)
+    found = StoredResponse(record, start, span)
+    if not found.outputs or start in (record.metadata.get(DELETED_KEY) or ()):
+        raise missing
+    return found
+
+
+async def history_of(svc: AsyncFoliko, session_id: str) -> list[dict[str, Any]] | None:
+    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
+
+    try:
+        return (await svc.get_session(session_id)).messages
+    except (SessionNotFoundError, InvalidSessionIdError):
+        return None
