@@ -67,16 +67,10 @@ def logged(server, request_id: str, parse=text_lines) -> dict:
     return parse(server)[request_id]
 
 
-def new_id() -> str:
-    return f"req-{uuid.uuid4().hex}"
-
-
 def send(http, method: str, path: str, **kwargs) -> tuple[str, httpx.Response]:
-    request_id = new_id()
-    headers = {"X-Request-Id": request_id, **kwargs.pop("headers", {})}
-    response = http.request(method, path, headers=headers, **kwargs)
-    assert response.headers["x-request-id"] == request_id
-    return request_id, response
+    """The request's answer and the request id the server gave it."""
+    response = http.request(method, path, **kwargs)
+    return response.headers["x-request-id"], response
 
 
 def test_text_lines_name_the_route_template_status_and_session(server, http):
@@ -168,15 +162,13 @@ def test_json_lines_with_users_from_several_workers_keep_no_secret(keyed_json_se
         )
         assert anonymous.status_code == wrong.status_code == 401
 
-        many = [new_id() for _ in range(24)]
-        threads = [
-            threading.Thread(
-                target=http.get,
-                args=(f"/v1/conversations/{conversation}/items",),
-                kwargs={"headers": {"X-Request-Id": one, **alice}},
-            )
-            for one in many
-        ]
+        many: list[str] = []
+
+        def list_items() -> None:
+            answer = http.get(f"/v1/conversations/{conversation}/items", headers=alice)
+            many.append(answer.headers["x-request-id"])
+
+        threads = [threading.Thread(target=list_items) for _ in range(24)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -220,10 +212,10 @@ def test_a_stream_is_logged_when_it_ends_and_a_disconnect_is_marked(start_server
         "stream": True,
         "messages": [{"role": "user", "content": "hi"}],
     }
-    whole, cut = new_id(), new_id()
     with httpx.Client(base_url=server.url, timeout=30) as http:
-        headers = {"X-Request-Id": whole, "X-Session-Id": "streamed"}
+        headers = {"X-Session-Id": "streamed"}
         with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+            whole = response.headers["x-request-id"]
             lines = response.iter_lines()
             assert next(lines).startswith("data: ")
             began = time.monotonic()
@@ -234,8 +226,8 @@ def test_a_stream_is_logged_when_it_ends_and_a_disconnect_is_marked(start_server
             rest = list(lines)
         assert "data: [DONE]" in rest
 
-        headers = {"X-Request-Id": cut}
-        with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        with http.stream("POST", "/v1/chat/completions", json=body) as response:
+            cut = response.headers["x-request-id"]
             assert next(response.iter_lines()).startswith("data: ")
         # leaving the block closed the connection half-way
 
@@ -250,11 +242,10 @@ def test_a_stream_is_logged_when_it_ends_and_a_disconnect_is_marked(start_server
 
 def test_no_access_log(start_server):
     server = start_server("--no-access-log")
-    request_id = new_id()
-    assert httpx.get(server.url + "/v1/models", headers={"X-Request-Id": request_id}).is_success
-    assert httpx.get(server.url + "/nothing", headers={"X-Request-Id": request_id}).is_error
+    found = httpx.get(server.url + "/v1/models")
+    assert found.is_success and httpx.get(server.url + "/nothing").is_error
     assert server.stop() == 0
-    assert request_id not in server.stderr
+    assert found.headers["x-request-id"] not in server.stderr
     assert [line for line in server.stderr_lines if "listening on" not in line] == []
 
 
