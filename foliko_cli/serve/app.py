@@ -22,7 +22,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foliko_cli.errors import FolikoError
-from foliko_cli.serve import completions, conversations, page, responses, sessions
+from foliko_cli.serve import (
+    completions,
+    conversations,
+    page,
+    responses,
+    sessions,
+    stored_completions,
+)
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.middleware import RequestMiddleware
@@ -116,6 +123,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *responses.routes,
             *conversations.routes,
             *completions.routes,
+            *stored_completions.routes,
             *sessions.routes,
         ],
         exception_handlers={
