@@ -5,10 +5,11 @@ A stored completion is a session named by the completion id (``chatcmpl-…``):
 its messages are the request's messages followed by the answer's, and the
 completion itself (the body the client got, its ``metadata``, the request's
 parameters, how each request message was shaped) is kept in the session's
-metadata under ``chat_completion``. It is stored before the client has the
-whole answer (the last chunk of a stream), never for a turn that failed or
-was cut off. Listing reads the summaries of the user's sessions (no
-messages) and the state (no messages) of only the sessions it must look at.
+metadata under ``chat_completion``. It is stored before the answer is sent
+(a stream's: before its final ``[DONE]``), so a client can read it back at
+once; a turn that failed or was cut off stores nothing. Listing reads the
+summaries of the user's sessions and the state (never the messages) of only
+the sessions it must look at.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class Keeper:
         self, turn: Turn, chunks: AsyncIterator[bytes]
     ) -> AsyncIterator[bytes]:
         assembled = _Assembled()
-        async with contextlib.aclosing(chunks):  # type: ignore[type-var]
+        async with contextlib.aclosing(chunks):
             async for piece in chunks:
                 if piece == DONE:
                     try:
