@@ -22,7 +22,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foliko_cli.errors import FolikoError
-from foliko_cli.serve import compaction, completions, conversations, page, responses, sessions
+from foliko_cli.serve import (
+    compaction,
+    completions,
+    conversations,
+    page,
+    responses,
+    sessions,
+    stored_completions,
+)
 from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
@@ -114,6 +122,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *responses.routes,
             *conversations.routes,
             *completions.routes,
+            *stored_completions.routes,
             *sessions.routes,
         ],
         exception_handlers={

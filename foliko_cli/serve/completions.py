@@ -3,7 +3,8 @@
 A chat completion is stateless: its ``messages`` are the whole history and
 nothing is stored. With ``X-Session-Id: NAME`` it is a turn of session NAME
 instead: only the request's last user message is sent (after the stored
-history) and the turn is saved.
+history) and the turn is saved. With ``store: true`` the completion is also
+kept, to be listed and read back (stored_completions.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from foliko_cli.serve.common import JSON, field, json_body, request_context, ser
 from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached, image_part
+from foliko_cli.serve.stored_completions import Keeper
 from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import function_tools, tool_choice
 from foliko_cli.serve.turns import Turn
@@ -224,18 +226,22 @@ async def chat_completions(request: Request):
     data = await json_body(request)
     stream = field(data, "stream", bool, False)
     turn = plan(request, data)
+    keep = Keeper(request, data, canonical_messages)
     services = request.app.state.services
     model = field(data, "model", str)
     if stream:
         include_usage = bool((field(data, "stream_options", dict) or {}).get("include_usage"))
         events = await turn.stream(services)
-        return EventStream(chunks(turn, events, model, include_usage), shutdown_ending)
+        return EventStream(
+            keep.streamed(turn, chunks(turn, events, model, include_usage)), shutdown_ending
+        )
     result = await turn.run(services)
     message: dict[str, Any] = {"role": "assistant", "content": result.message}
     calls = _tool_calls(turn)
     if calls:
         message["tool_calls"] = calls
-    return JSON(
+    return await keep.kept(
+        turn,
         {
             "id": completion_id(),
             "object": "chat.completion",
@@ -245,7 +251,7 @@ async def chat_completions(request: Request):
                 {"index": 0, "message": message, "finish_reason": _finish(turn), "logprobs": None}
             ],
             "usage": _usage(turn),
-        }
+        },
     )
 
 

@@ -104,6 +104,7 @@ STARTING_AFTER = _query(
 )
 KEY = _path("key", "A variable name.")
 MODEL = _path("model", "A model: echo, an alias or PROVIDER:MODEL.")
+COMPLETION = _path("completion_id", "A stored chat completion id (chatcmpl-...).")
 
 INPUT_ITEM = {
     "type": "object",
@@ -181,6 +182,29 @@ SCHEMAS: dict[str, Any] = {
             "model": {"type": "string"},
             "choices": {"type": "array"},
             "usage": {"type": "object"},
+            "metadata": {"type": "object"},
+        },
+    },
+    "ChatCompletionStoreMessage": {
+        "type": "object",
+        "required": ["id", "role", "content"],
+        "properties": {
+            "id": {"type": "string"},
+            "role": {"enum": ["system", "developer", "user", "assistant", "tool"]},
+            "content": {"type": ["string", "null"]},
+            "name": {"type": ["string", "null"]},
+            "content_parts": {"type": ["array", "null"]},
+            "tool_calls": {"type": "array"},
+            "tool_call_id": {"type": "string"},
+        },
+    },
+    "ChatCompletionDeleted": {
+        "type": "object",
+        "required": ["id", "object", "deleted"],
+        "properties": {
+            "id": {"type": "string"},
+            "object": {"const": "chat.completion.deleted"},
+            "deleted": {"const": True},
         },
     },
     "SessionRow": {
@@ -261,6 +285,8 @@ CHAT_REQUEST = {
         "tools": {"type": "array", "items": OBJECT},
         "response_format": REPLY_FORMAT,
         "n": {"const": 1},
+        "store": {"type": "boolean"},
+        "metadata": METADATA,
     },
 }
 MODELS = {
@@ -333,6 +359,7 @@ def document() -> dict[str, Any]:
     conv, sess, resp = "Conversations", "Sessions", "Responses"
     conversation_path = "/v1/conversations/{conversation_id}"
     session_path = "/v1/sessions/{session_id}"
+    completion_path = "/v1/chat/completions/{completion_id}"
     return {
         "openapi": "3.1.0",
         "info": {
@@ -486,7 +513,54 @@ def document() -> dict[str, Any]:
                         params=[SESSION_HEADER],
                         tag="Chat",
                     )
-                }
+                },
+                "get": _op(
+                    "Stored chat completions, oldest first",
+                    _list_of(_ref("ChatCompletion")),
+                    params=[
+                        _query("model", {"type": "string"}, "Only those of this model."),
+                        {
+                            **_query("metadata", METADATA, "Only those with these metadata."),
+                            "style": "deepObject",
+                            "explode": True,
+                        },
+                        AFTER,
+                        LIMIT,
+                        ORDER,
+                    ],
+                    tag="Chat",
+                ),
+            },
+            completion_path: {
+                "get": _op(
+                    "A stored chat completion",
+                    _ref("ChatCompletion"),
+                    params=[COMPLETION],
+                    tag="Chat",
+                ),
+                "post": _op(
+                    "Replace its metadata",
+                    _ref("ChatCompletion"),
+                    params=[COMPLETION],
+                    body={
+                        "type": "object",
+                        "required": ["metadata"],
+                        "properties": {"metadata": {**METADATA, "type": ["object", "null"]}},
+                        "additionalProperties": False,
+                    },
+                    tag="Chat",
+                ),
+                "delete": _op(
+                    "Delete it", _ref("ChatCompletionDeleted"), params=[COMPLETION], tag="Chat"
+                ),
+            },
+            completion_path + "/messages": {
+                "get": _op(
+                    "The messages of its request",
+                    _list_of(_ref("ChatCompletionStoreMessage")),
+                    params=[COMPLETION, AFTER, LIMIT, ORDER],
+                    tag="Chat",
+                )
             },
             "/v1/sessions": {
                 "get": _op(
