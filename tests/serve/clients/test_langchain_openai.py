@@ -99,6 +99,7 @@ def test_a_bound_tool_round_trips(chat_model, add_tool, use_responses_api, strea
     assert ask(history).text == "add returned: 5"
 
 
+@pytest.mark.parametrize("use_responses_api", [False, True])
 @pytest.mark.parametrize(
     ("method", "text"),
     [
@@ -107,8 +108,9 @@ def test_a_bound_tool_round_trips(chat_model, add_tool, use_responses_api, strea
         ("function_calling", '/tool Person {"name": "Jane Austen", "born": 1775}'),
     ],
 )
-def test_structured_output_is_parsed_into_the_model(chat_model, method, text):
-    structured = chat_model().with_structured_output(Person, method=method)
+def test_structured_output_is_parsed_into_the_model(chat_model, use_responses_api, method, text):
+    model = chat_model(use_responses_api=use_responses_api)
+    structured = model.with_structured_output(Person, method=method)
 
     assert structured.invoke(text) == Person(name="Jane Austen", born=1775)
 

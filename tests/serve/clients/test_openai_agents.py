@@ -8,13 +8,19 @@ import asyncio
 
 import openai
 import pytest
-from models.fake_servers import openai_message, openai_protocol_problems
+from models.fake_servers import openai_message, openai_protocol_problems, openai_stream
+from pydantic import BaseModel
 
 from .conftest import UPSTREAM_MODEL, conversation_of, item_summary, stored_messages, tool_shape
 
 pytestmark = pytest.mark.xdist_group("clients-openai-agents")
 
 MODELS = ("OpenAIResponsesModel", "OpenAIChatCompletionsModel")
+
+
+class Person(BaseModel):
+    name: str
+    born: int
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +35,24 @@ def async_client(server) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=server.base_url, api_key="none", max_retries=0)
 
 
-def agent_on(agents, server, model_class: str, model: str = "echo", *, client=None, **options):
-    client = client or async_client(server)
-    model_object = getattr(agents, model_class)(model=model, openai_client=client)
+@pytest.fixture
+def sdk(server) -> openai.AsyncOpenAI:
+    """The test's async OpenAI client: used and closed in one event loop by ``drive``."""
+    return async_client(server)
+
+
+def drive(sdk: openai.AsyncOpenAI, awaitable):
+    """Await ``awaitable`` in a new event loop, closing ``sdk`` before the loop ends."""
+
+    async def main():
+        async with sdk:
+            return await awaitable
+
+    return asyncio.run(main())
+
+
+def agent_on(agents, sdk, model_class: str, model: str = "echo", **options):
+    model_object = getattr(agents, model_class)(model=model, openai_client=sdk)
     return agents.Agent(name="helper", model=model_object, **options)
 
 
@@ -57,11 +78,11 @@ def messages_of(server, session_id: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("model_class", MODELS)
 def test_an_agent_answers_with_its_instructions_left_out_of_the_session(
-    agents, server, client, model_class
+    agents, sdk, server, client, model_class
 ):
-    agent = agent_on(agents, server, model_class, instructions="Answer briefly.")
+    agent = agent_on(agents, sdk, model_class, instructions="Answer briefly.")
 
-    result = asyncio.run(agents.Runner.run(agent, "hello there"))
+    result = drive(sdk, agents.Runner.run(agent, "hello there"))
 
     assert result.final_output == "hello there"
     if model_class == "OpenAIResponsesModel":
@@ -73,16 +94,16 @@ def test_an_agent_answers_with_its_instructions_left_out_of_the_session(
 
 
 @pytest.mark.parametrize("model_class", MODELS)
-def test_function_tools_run_over_several_steps(agents, server, upstream, model_class):
+def test_function_tools_run_over_several_steps(agents, sdk, server, upstream, model_class):
     upstream.queue(
         openai_message(tool_calls=[("call_add", "add", {"a": 2, "b": 3})]),
         openai_message(tool_calls=[("call_mul", "multiply", {"a": 5, "b": 4})]),
         openai_message("(2 + 3) * 4 = 20"),
     )
     calls: list = []
-    agent = agent_on(agents, server, model_class, UPSTREAM_MODEL, tools=calculator(agents, calls))
+    agent = agent_on(agents, sdk, model_class, UPSTREAM_MODEL, tools=calculator(agents, calls))
 
-    result = asyncio.run(agents.Runner.run(agent, "What is (2 + 3) * 4?"))
+    result = drive(sdk, agents.Runner.run(agent, "What is (2 + 3) * 4?"))
 
     assert result.final_output == "(2 + 3) * 4 = 20"
     assert calls == [("add", 2, 3), ("multiply", 5, 4)]
@@ -107,9 +128,9 @@ def test_function_tools_run_over_several_steps(agents, server, upstream, model_c
 
 
 @pytest.mark.parametrize("model_class", MODELS)
-def test_a_streamed_run_calls_the_tool_and_streams_the_answer(agents, server, model_class):
+def test_a_streamed_run_calls_the_tool_and_streams_the_answer(agents, sdk, server, model_class):
     calls: list = []
-    agent = agent_on(agents, server, model_class, tools=calculator(agents, calls))
+    agent = agent_on(agents, sdk, model_class, tools=calculator(agents, calls))
 
     async def main():
         run = agents.Runner.run_streamed(agent, '/tool add {"a": 2, "b": 3}')
@@ -123,7 +144,7 @@ def test_a_streamed_run_calls_the_tool_and_streams_the_answer(agents, server, mo
                 names.append(event.name)
         return run, deltas, names
 
-    run, deltas, names = asyncio.run(main())
+    run, deltas, names = drive(sdk, main())
 
     assert calls == [("add", 2, 3)]
     assert names == ["tool_called", "tool_output", "message_output_created"]
@@ -131,32 +152,32 @@ def test_a_streamed_run_calls_the_tool_and_streams_the_answer(agents, server, mo
     assert run.final_output == "add returned: 5"
 
 
-def test_a_client_tool_named_like_a_foliko_tool_is_the_one_called(agents, server):
+def test_a_client_tool_named_like_a_foliko_tool_is_the_one_called(agents, sdk):
     @agents.function_tool
     def get_variable(key: str) -> str:
         """Read one of the client's variables."""
         return f"client value of {key}"
 
-    agent = agent_on(agents, server, "OpenAIResponsesModel", tools=[get_variable])
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel", tools=[get_variable])
 
-    result = asyncio.run(agents.Runner.run(agent, '/tool get_variable {"key": "city"}'))
+    result = drive(sdk, agents.Runner.run(agent, '/tool get_variable {"key": "city"}'))
 
     assert result.final_output == "get_variable returned: client value of city"
 
 
-def test_a_conversations_session_holds_each_turn_once(agents, server, client):
-    sdk = async_client(server)
-    agent = agent_on(agents, server, "OpenAIResponsesModel", client=sdk)
+def test_a_conversations_session_holds_each_turn_once(agents, sdk, server, client):
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel")
 
     async def main():
         session = agents.OpenAIConversationsSession(openai_client=sdk)
-        answers = [
-            (await agents.Runner.run(agent, text, session=session)).final_output
+        results = [
+            await agents.Runner.run(agent, text, session=session)
             for text in ("one", "two", "three")
         ]
-        return session, answers, await session.get_items()
+        return session, results, await session.get_items()
 
-    session, answers, items = asyncio.run(main())
+    session, results, items = drive(sdk, main())
+    answers = [result.final_output for result in results]
 
     assert answers == ["one", "two", "three"]
     expected = [
@@ -168,32 +189,35 @@ def test_a_conversations_session_holds_each_turn_once(agents, server, client):
     listed = client.conversations.items.list(session.session_id, order="asc")
     assert [item_summary(item) for item in listed] == expected
     assert messages_of(server, session.session_id) == [(role, text) for _, role, text in expected]
+    sent = client.responses.input_items.list(results[-1].last_response_id, order="asc")
+    assert [item_summary(item) for item in sent] == expected[:5]
 
 
-def test_a_conversations_session_pops_its_last_item_and_clears(agents, server, client):
+def test_a_conversations_session_pops_its_last_item_and_clears(agents, sdk, server, client):
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel")
+
     async def two_turns():
-        sdk = async_client(server)
-        agent = agent_on(agents, server, "OpenAIResponsesModel", client=sdk)
         session = agents.OpenAIConversationsSession(openai_client=sdk)
         for text in ("one", "two"):
             await agents.Runner.run(agent, text, session=session)
         return session.session_id, await session.pop_item(), await session.get_items()
 
-    async def clear(conversation: str):
+    async def clear(conversation: str, later: openai.AsyncOpenAI):
         session = agents.OpenAIConversationsSession(
-            conversation_id=conversation, openai_client=async_client(server)
+            conversation_id=conversation, openai_client=later
         )
         await session.clear_session()
         return await session.get_items(), session.session_id
 
-    conversation, popped, left = asyncio.run(two_turns())
+    conversation, popped, left = drive(sdk, two_turns())
 
     assert item_summary(popped) == ("message", "assistant", "two")
     kept = [("message", "user", "one"), ("message", "assistant", "one"), ("message", "user", "two")]
     assert [item_summary(item) for item in left] == kept
     assert messages_of(server, conversation) == [(role, text) for _, role, text in kept]
 
-    after_clear, new_conversation = asyncio.run(clear(conversation))
+    later = async_client(server)
+    after_clear, new_conversation = drive(later, clear(conversation, later))
 
     with pytest.raises(openai.NotFoundError):
         client.conversations.retrieve(conversation)
@@ -201,15 +225,15 @@ def test_a_conversations_session_pops_its_last_item_and_clears(agents, server, c
     assert new_conversation != conversation
 
 
-def test_runs_chained_by_previous_response_id_continue_one_session(agents, server, client):
-    agent = agent_on(agents, server, "OpenAIResponsesModel")
+def test_runs_chained_by_previous_response_id_continue_one_session(agents, sdk, server, client):
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel")
 
     async def main():
         first = await agents.Runner.run(agent, "one")
         second = await agents.Runner.run(agent, "two", previous_response_id=first.last_response_id)
         return first, second
 
-    first, second = asyncio.run(main())
+    first, second = drive(sdk, main())
 
     assert second.final_output == "two"
     session = conversation_of(client, second.last_response_id)
@@ -222,13 +246,12 @@ def test_runs_chained_by_previous_response_id_continue_one_session(agents, serve
     ]
 
 
-def test_a_tool_run_chained_automatically_is_stored_once(agents, server, client):
+def test_a_tool_run_chained_automatically_is_stored_once(agents, sdk, server, client):
     calls: list = []
-    agent = agent_on(agents, server, "OpenAIResponsesModel", tools=calculator(agents, calls))
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel", tools=calculator(agents, calls))
 
-    result = asyncio.run(
-        agents.Runner.run(agent, '/tool add {"a": 2, "b": 3}', auto_previous_response_id=True)
-    )
+    chained = agents.Runner.run(agent, '/tool add {"a": 2, "b": 3}', auto_previous_response_id=True)
+    result = drive(sdk, chained)
 
     assert result.final_output == "add returned: 5"
     session = conversation_of(client, result.last_response_id)
@@ -241,16 +264,16 @@ def test_a_tool_run_chained_automatically_is_stored_once(agents, server, client)
     ]
 
 
-def test_runs_in_a_server_side_conversation_add_only_their_own_items(agents, server, client):
+def test_runs_in_a_server_side_conversation_add_only_their_own_items(agents, sdk, server, client):
     calls: list = []
-    agent = agent_on(agents, server, "OpenAIResponsesModel", tools=calculator(agents, calls))
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel", tools=calculator(agents, calls))
     conversation = client.conversations.create().id
 
     async def main():
         for text in ("one", '/tool multiply {"a": 6, "b": 7}'):
             await agents.Runner.run(agent, text, conversation_id=conversation)
 
-    asyncio.run(main())
+    drive(sdk, main())
 
     listed = client.conversations.items.list(conversation, order="asc")
     assert [item_summary(item)[::2] for item in listed] == [
@@ -262,3 +285,71 @@ def test_runs_in_a_server_side_conversation_add_only_their_own_items(agents, ser
         ("message", "multiply returned: 42"),
     ]
     assert calls == [("multiply", 6, 7)]
+
+
+@pytest.mark.parametrize("model_class", MODELS)
+def test_parallel_tool_calls_go_back_as_one_assistant_turn(
+    agents, sdk, server, upstream, model_class
+):
+    upstream.queue(
+        openai_message(
+            tool_calls=[
+                ("call_add", "add", {"a": 1, "b": 2}),
+                ("call_mul", "multiply", {"a": 3, "b": 4}),
+            ]
+        ),
+        openai_message("3 and 12"),
+    )
+    calls: list = []
+    agent = agent_on(agents, sdk, model_class, UPSTREAM_MODEL, tools=calculator(agents, calls))
+
+    result = drive(sdk, agents.Runner.run(agent, "1 + 2 and 3 * 4?"))
+
+    assert result.final_output == "3 and 12"
+    assert sorted(calls) == [("add", 1, 2), ("multiply", 3, 4)]
+    last = upstream.messages(1)
+    assert openai_protocol_problems(last) == []
+    assert [tool_shape(m) for m in last] == [
+        ("user", "1 + 2 and 3 * 4?"),
+        (
+            "assistant",
+            [("call_add", "add", {"a": 1, "b": 2}), ("call_mul", "multiply", {"a": 3, "b": 4})],
+        ),
+        ("tool", "call_add", "3"),
+        ("tool", "call_mul", "12"),
+    ]
+
+
+@pytest.mark.parametrize("model_class", MODELS)
+def test_a_streamed_run_of_a_tool_calling_model(agents, sdk, server, upstream, model_class):
+    upstream.queue(
+        openai_stream(tool_calls=[("call_add", "add", {"a": 20, "b": 22})]),
+        openai_stream(["The sum ", "is 42."]),
+    )
+    calls: list = []
+    agent = agent_on(agents, sdk, model_class, UPSTREAM_MODEL, tools=calculator(agents, calls))
+
+    async def main():
+        run = agents.Runner.run_streamed(agent, "20 + 22?")
+        names = [e.name async for e in run.stream_events() if e.type == "run_item_stream_event"]
+        return run, names
+
+    run, names = drive(sdk, main())
+
+    assert calls == [("add", 20, 22)]
+    assert names == ["tool_called", "tool_output", "message_output_created"]
+    assert run.final_output == "The sum is 42."
+    assert [request.body.get("stream") for request in upstream.requests] == [True, True]
+    assert [tool_shape(m) for m in upstream.messages(1)][1:] == [
+        ("assistant", [("call_add", "add", {"a": 20, "b": 22})]),
+        ("tool", "call_add", "42"),
+    ]
+
+
+@pytest.mark.parametrize("model_class", MODELS)
+def test_an_agent_with_an_output_type_gets_it_parsed(agents, sdk, server, model_class):
+    agent = agent_on(agents, sdk, model_class, output_type=Person)
+
+    result = drive(sdk, agents.Runner.run(agent, '{"name": "Jane Austen", "born": 1775}'))
+
+    assert result.final_output == Person(name="Jane Austen", born=1775)

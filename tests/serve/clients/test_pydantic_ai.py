@@ -8,12 +8,19 @@ import asyncio
 
 import pytest
 from models.fake_servers import openai_message
+from pydantic import BaseModel
 
 from .conftest import UPSTREAM_MODEL, conversation_of, item_summary, stored_messages, tool_shape
 
 pytestmark = pytest.mark.xdist_group("clients-pydantic-ai")
 
 MODELS = ("OpenAIChatModel", "OpenAIResponsesModel")
+AUSTEN = '{"name": "Jane Austen", "born": 1775}'
+
+
+class Person(BaseModel):
+    name: str
+    born: int
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +113,19 @@ def test_a_streamed_run_gives_the_whole_answer(agent_on, model_class):
 
     assert "".join(pieces) == "streamed words"
     assert output == "streamed words"
+
+
+@pytest.mark.parametrize("model_class", MODELS)
+@pytest.mark.parametrize("mode", ["native", "tool"])
+def test_an_output_type_is_parsed_from_the_reply(agent_on, model_class, mode):
+    from pydantic_ai import NativeOutput
+
+    if mode == "native":
+        agent, text = agent_on(model_class, output_type=NativeOutput(Person)), AUSTEN
+    else:
+        agent, text = agent_on(model_class, output_type=Person), f"/tool final_result {AUSTEN}"
+
+    assert agent.run_sync(text).output == Person(name="Jane Austen", born=1775)
 
 
 def test_runs_chained_by_previous_response_id_are_stored_once(agent_on, client, server):
