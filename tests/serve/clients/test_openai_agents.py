@@ -353,3 +353,46 @@ def test_an_agent_with_an_output_type_gets_it_parsed(agents, sdk, server, model_
     result = drive(sdk, agents.Runner.run(agent, '{"name": "Jane Austen", "born": 1775}'))
 
     assert result.final_output == Person(name="Jane Austen", born=1775)
+
+
+@pytest.mark.parametrize("model_class", MODELS)
+def test_model_settings_reach_the_model(agents, sdk, server, upstream, model_class):
+    upstream.queue(openai_message("fine"))
+    settings = agents.ModelSettings(
+        temperature=0.25,
+        top_p=0.5,
+        max_tokens=40,
+        tool_choice="required",
+        parallel_tool_calls=False,
+    )
+    agent = agent_on(
+        agents,
+        sdk,
+        model_class,
+        UPSTREAM_MODEL,
+        tools=calculator(agents, []),
+        model_settings=settings,
+    )
+
+    assert drive(sdk, agents.Runner.run(agent, "hi")).final_output == "fine"
+    sent = upstream.requests[0].body
+    wanted = ("temperature", "top_p", "max_tokens", "tool_choice", "parallel_tool_calls")
+    assert {key: sent.get(key) for key in wanted} == {
+        "temperature": 0.25,
+        "top_p": 0.5,
+        "max_tokens": 40,
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+    }
+
+
+@pytest.mark.parametrize("model_class", MODELS)
+def test_strict_function_tools_stay_strict(agents, sdk, server, upstream, model_class):
+    upstream.queue(openai_message("fine"))
+    agent = agent_on(agents, sdk, model_class, UPSTREAM_MODEL, tools=calculator(agents, []))
+
+    drive(sdk, agents.Runner.run(agent, "hi"))
+
+    functions = [tool["function"] for tool in upstream.requests[0].body["tools"]]
+    strict = {f["name"]: f.get("strict") for f in functions if f["name"] in ("add", "multiply")}
+    assert strict == {"add": True, "multiply": True}
