@@ -193,6 +193,30 @@ def test_a_conversations_session_holds_each_turn_once(agents, sdk, server, clien
     assert [item_summary(item) for item in sent] == expected[:5]
 
 
+def test_a_conversations_session_keeps_a_tool_run_and_the_turn_after_it(agents, sdk, client):
+    calls: list = []
+    agent = agent_on(agents, sdk, "OpenAIResponsesModel", tools=calculator(agents, calls))
+
+    async def main():
+        session = agents.OpenAIConversationsSession(openai_client=sdk)
+        for text in ('/tool add {"a": 2, "b": 3}', "next"):
+            await agents.Runner.run(agent, text, session=session)
+        return session.session_id
+
+    conversation = drive(sdk, main())
+
+    listed = client.conversations.items.list(conversation, order="asc")
+    assert [item_summary(item)[::2] for item in listed] == [
+        ("message", '/tool add {"a": 2, "b": 3}'),
+        ("function_call", {"a": 2, "b": 3}),
+        ("function_call_output", "5"),
+        ("message", "add returned: 5"),
+        ("message", "next"),
+        ("message", "next"),
+    ]
+    assert calls == [("add", 2, 3)]
+
+
 def test_a_conversations_session_pops_its_last_item_and_clears(agents, sdk, server, client):
     agent = agent_on(agents, sdk, "OpenAIResponsesModel")
 
@@ -374,7 +398,11 @@ def test_model_settings_reach_the_model(agents, sdk, server, upstream, model_cla
         model_settings=settings,
     )
 
-    assert drive(sdk, agents.Runner.run(agent, "hi")).final_output == "fine"
+    result = drive(sdk, agents.Runner.run(agent, "hi"))
+
+    assert result.final_output == "fine"
+    usage = result.context_wrapper.usage
+    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (1, 11, 7)
     sent = upstream.requests[0].body
     wanted = ("temperature", "top_p", "max_tokens", "tool_choice", "parallel_tool_calls")
     assert {key: sent.get(key) for key in wanted} == {
