@@ -155,6 +155,7 @@ class AnthropicModel(ModelProvider):
         }
         options = dict(request.options)
         choice = options.pop("tool_choice", None)
+        parallel = options.pop("parallel_tool_calls", None)
         for key, value in options.items():
             if key == "stop" and isinstance(value, str):
                 value = [value]
@@ -174,6 +175,9 @@ class AnthropicModel(ModelProvider):
             body["tool_choice"] = {"type": "tool", "name": REPLY_TOOL}
         elif choice is not None and tools:
             body["tool_choice"] = _tool_choice(choice)
+        if parallel is False and tools and request.schema is None:
+            body["tool_choice"] = {**body.get("tool_choice", {"type": "auto"})}
+            body["tool_choice"]["disable_parallel_tool_use"] = True
         if tools:
             body["tools"] = tools
         if stream:

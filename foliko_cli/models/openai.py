@@ -85,17 +85,18 @@ def _user_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "function",
-            "function": {
-                "name": tool["name"],
-                "description": tool["description"],
-                "parameters": tool["input_schema"],
-            },
+    """Function tools; a spec's ``strict`` (as a client sent it) goes along."""
+    converted = []
+    for tool in tools:
+        function = {
+            "name": tool["name"],
+            "description": tool["description"],
+            "parameters": tool["input_schema"],
         }
-        for tool in tools
-    ]
+        if "strict" in tool:
+            function["strict"] = tool["strict"]
+        converted.append({"type": "function", "function": function})
+    return converted
 
 
 def _usage(data: dict[str, Any] | None) -> dict[str, int]:
@@ -193,6 +194,8 @@ class OpenAIChatModel(ModelProvider):
         if self.hosted and "max_tokens" in options:
             options["max_completion_tokens"] = options.pop("max_tokens")
         body.update(options)
+        if not request.tools:
+            body.pop("parallel_tool_calls", None)  # the API refuses it without tools
         if "tool_choice" in body:
             name = forced_tool(body["tool_choice"])
             if not request.tools:

@@ -131,6 +131,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         "seed": field(data, "seed", int),
         "stop": data.get("stop"),
         "tool_choice": tool_choice(data.get("tool_choice")),
+        "parallel_tool_calls": False if field(data, "parallel_tool_calls", bool) is False else None,
     }
     if field(data, "n", int, 1) != 1:
         raise ApiError(400, "n must be 1: a turn has one answer", param="n")
@@ -280,7 +281,6 @@ async def chunks(
                 yield chunk({"content": event["text"]})
     except Exception as exc:
         yield b"data: " + orjson.dumps({"error": error_event(exc)}) + b"\n\n"
-        yield b"data: [DONE]\n\n"
         return
     calls = _tool_calls(turn)
     if calls:

@@ -137,6 +137,7 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         "top_p": options["top_p"],
         "max_tokens": options["max_output_tokens"],
         "tool_choice": tool_choice(data.get("tool_choice")),
+        "parallel_tool_calls": False if options["parallel_tool_calls"] is False else None,
     }
     turn_options = {
         "model": model,

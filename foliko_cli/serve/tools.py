@@ -33,11 +33,14 @@ def _function_spec(tool: dict[str, Any], at: str) -> dict[str, Any]:
     if not isinstance(parameters, dict):
         raise _bad(f"{at}: parameters must be a JSON schema object")
     description = function.get("description")
-    return {
+    spec = {
         "name": name,
         "description": description if isinstance(description, str) else "",
         "input_schema": parameters,
     }
+    if isinstance(function.get("strict"), bool):
+        spec["strict"] = function["strict"]
+    return spec
 
 
 def function_tools(tools: Any) -> tuple[dict[str, Any], ...]:
