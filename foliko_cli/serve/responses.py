@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
+from foliko_cli.serve.access_log import LOG_SESSION
 from foliko_cli.serve.common import (
     JSON,
     check_metadata,
@@ -181,6 +182,8 @@ async def create_response(request: Request):
     if field(data, "background", bool, False):
         return await background.create(request, data, HOOKS)
     turn, options = await plan_turn(request, data)
+    if turn.stored:
+        setattr(request.state, LOG_SESSION, turn.session_id)
     services = request.app.state.services
     model = field(data, "model", str)
     headers = {NOT_HOSTED_HEADER: ", ".join(options["not_hosted"])} if options["not_hosted"] else {}
