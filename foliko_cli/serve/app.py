@@ -22,7 +22,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from foliko_cli.errors import FolikoError
-from foliko_cli.serve import completions, conversations, page, responses, sessions
+from foliko_cli.serve import completions, conversations, page, responses, sessions, websocket
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.middleware import RequestMiddleware
@@ -109,6 +109,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             Route("/openapi.json", openapi, methods=["GET"]),
             *page.routes,
             *responses.routes,
+            *websocket.routes,
             *conversations.routes,
             *completions.routes,
             *sessions.routes,
