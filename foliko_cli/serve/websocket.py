@@ -51,7 +51,11 @@ _Gone = (WebSocketDisconnect, WebSocketDisconnected)
 
 
 class SocketError(ApiError):
-    """An error answered on the socket (never ``code: null``: Open Responses needs one)."""
+    """An error only a socket answers; ``lane`` is the stream_id it concerns."""
+
+    def __init__(self, status: int, message: str, *, lane: str | None = None, **fields: Any):
+        super().__init__(status, message, **fields)
+        self.lane = lane
 
 
 def status_for(exc: BaseException) -> int:
@@ -165,7 +169,7 @@ class Connection:
             try:
                 await self._accept(raw)
             except ApiError as exc:
-                await self.send(error_frame(exc, None))
+                await self.send(error_frame(exc, getattr(exc, "lane", None)))
 
     async def _accept(self, raw: str | bytes) -> None:
         try:
@@ -196,19 +200,22 @@ class Connection:
             )
         named = len(self.lanes) - (None in self.lanes)
         if lane is not None and lane not in self.lanes and named >= MAX_LANES:
-            raise self._limit(f"at most {MAX_LANES} stream_id lanes; reuse one")
+            raise self._limit(f"at most {MAX_LANES} stream_id lanes; reuse one", lane)
         if self.in_flight >= MAX_IN_FLIGHT:
-            raise self._limit(f"at most {MAX_IN_FLIGHT} responses may wait or run; wait for one")
+            raise self._limit(
+                f"at most {MAX_IN_FLIGHT} responses may wait or run; wait for one", lane
+            )
         self._lane(lane).put_nowait(event)
         self.in_flight += 1
 
     @staticmethod
-    def _limit(what: str) -> SocketError:
+    def _limit(what: str, lane: str | None) -> SocketError:
         return SocketError(
             400,
             f"this WebSocket connection has reached its stream limit: {what}",
             code="websocket_stream_limit_reached",
             param="stream_id",
+            lane=lane,
         )
 
     async def _refuse_steer(self, event: dict[str, Any]) -> None:

@@ -295,7 +295,8 @@ def test_a_new_socket_continues_a_stored_response(client):
 
 def test_lanes_run_side_by_side_and_each_in_order(start_server):
     """A stalled model holds the default lane: the response queued behind it
-    waits, while a response in a stream_id lane finishes."""
+    waits, while a response in a stream_id lane finishes; 16 responses may
+    wait or run on a connection."""
     stub = StubModelServer(stall=True)
     try:
         server = start_server(env={"OPENAI_BASE_URL": stub.url, "OPENAI_API_KEY": "k"})
@@ -310,6 +311,14 @@ def test_lanes_run_side_by_side_and_each_in_order(start_server):
         assert all(event["stream_id"] == "side" for event in side)
         assert [event["type"] for event in side] == TEXT_EVENTS
         assert not any(done(event) for event in events if "stream_id" not in event)
+        crowded = Raw(server)
+        for _ in range(16):
+            crowded.send(create(model="openai:gpt-4o", input="wait"))
+        crowded.send(create(input="one too many", stream_id="extra"))
+        refused = crowded.receive()
+        assert (refused["type"], refused["stream_id"]) == ("error", "extra")
+        assert refused["error"]["code"] == "websocket_stream_limit_reached"
+        crowded.close()
         stub.release.set()
         # The stub answers 400 at last: the first response fails, then the queued one runs.
         failed, queued = raw.until_done(), raw.until_done()
