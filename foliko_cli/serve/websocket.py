@@ -246,6 +246,11 @@ class Connection:
             while (event := await queue.get()) is not None:
                 try:
                     await self._respond(lane, event)
+                except _Gone:
+                    raise
+                except Exception as exc:
+                    _log.error("internal error on a WebSocket response: %r", exc)
+                    await self.send(error_frame(exc, lane))
                 finally:
                     self.in_flight -= 1
         except _Gone:
@@ -254,9 +259,12 @@ class Connection:
     async def _respond(self, lane: str | None, event: dict[str, Any]) -> None:
         body = {key: value for key, value in event.items() if key not in ("type", "stream_id")}
         previous = body.get("previous_response_id")
-        failed = await self._stream(lane, body)
-        if failed and previous is not None:
-            self.memory.forget(previous)
+        failed = True
+        try:
+            failed = await self._stream(lane, body)
+        finally:
+            if failed and previous is not None:
+                self.memory.forget(previous)
 
     async def _stream(self, lane: str | None, body: dict[str, Any]) -> bool:
         """Send one response's events; True when it failed."""
@@ -287,9 +295,7 @@ class Connection:
                     raise previous_not_found(previous) from None
                 raise
             events = await turn.stream(services)
-        except Exception as exc:
-            if not isinstance(exc, ApiError | FolikoError):
-                _log.error("internal error on a WebSocket response: %r", exc)
+        except (ApiError, FolikoError) as exc:
             await self.send(error_frame(exc, lane))
             return True
         failure: list[BaseException] = []
