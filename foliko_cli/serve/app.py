@@ -30,6 +30,7 @@ from foliko_cli.serve import (
     responses,
     sessions,
     stored_completions,
+    websocket,
 )
 from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
@@ -120,6 +121,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *page.routes,
             *compaction.routes,
             *responses.routes,
+            *websocket.routes,
             *conversations.routes,
             *completions.routes,
             *stored_completions.routes,

@@ -70,7 +70,7 @@ class RequestMiddleware:
         self.max_body = max_body
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         raw_path = scope.get("raw_path")
@@ -96,9 +96,12 @@ class RequestMiddleware:
                     if headers.get("authorization")
                     else "no API key: send Authorization: Bearer KEY"
                 )
-                await _reject(send_with_ids, 401, message, "invalid_api_key")
+                await _reject(send_with_ids, 401, message, "invalid_api_key", scope["type"])
                 return
             state["user"] = user
+        if scope["type"] == "websocket":
+            await self.app(scope, receive, send)
+            return
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body:
             error = BodyTooLarge(self.max_body)
@@ -135,10 +138,13 @@ class RequestMiddleware:
         return limited_receive
 
 
-async def _reject(send: Any, status: int, message: str, code: str) -> None:
+async def _reject(send: Any, status: int, message: str, code: str, kind: str = "http") -> None:
+    """The error as an HTTP answer (to a WebSocket upgrade too: ASGI's
+    websocket.http.response, which uvicorn implements)."""
     body = error_body(status, message, code)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+    prefix = "websocket.http" if kind == "websocket" else "http"
+    await send({"type": prefix + ".response.start", "status": status, "headers": headers})
+    await send({"type": prefix + ".response.body", "body": body})

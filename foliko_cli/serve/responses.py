@@ -59,8 +59,13 @@ def conversation_id(value: Any) -> str | None:
     return value
 
 
-async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[str, Any]]:
-    """The turn a request asks for, and the options its response echoes."""
+async def plan_turn(
+    request: Request, data: dict[str, Any], remembered: list[dict[str, Any]] | None = None
+) -> tuple[Turn, dict[str, Any]]:
+    """The turn a request asks for, and the options its response echoes.
+
+    ``remembered`` is the history ``previous_response_id`` names when only the
+    caller holds it (the store: false response a WebSocket connection keeps)."""
     svc = service(request)
     model = field(data, "model", str)
     store = field(data, "store", bool, True)
@@ -115,6 +120,15 @@ async def plan_turn(request: Request, data: dict[str, Any]) -> tuple[Turn, dict[
         else:
             history = (await load_session(svc, conversation, missing)).messages
         session_id = conversation
+    elif previous is not None and remembered is not None:
+        if store:
+            raise ApiError(
+                400,
+                "previous_response_id names a store: false response, which nothing stored "
+                "can continue; send store: false, or the full input without previous_response_id",
+                param="store",
+            )
+        history, session_id = remembered, ""
     elif previous is not None:
         found = await stored_response(svc, previous)
         history = found.record.messages[: found.end]
