@@ -17,11 +17,18 @@ turns (the order rotating round by round, so drift hits all alike):
 The figure is the p50 (and p99) of foliko's latencies minus the same
 percentile of the direct ones, over every request of the cell. The
 upstream counts what it served: one model call per foliko turn is checked.
+
+``P7_BASELINE=DIR`` adds a second ``foliko serve`` with DIR first on its
+PYTHONPATH (``git archive COMMIT | tar -x -C DIR``: another commit), whose
+blocks take turns with the others: a before/after in one run, so that the
+machine's load hits both alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -44,7 +51,8 @@ DELAY_S = 0.020
 TURNS_PER_SESSION = 20
 TARGET_P50 = 0.002
 TARGET_P99 = 0.008
-KINDS = ("direct", "stateless", "session")
+FOLIKO_KINDS = ("stateless", "session")
+BASELINE_ENV = "P7_BASELINE"
 
 
 class Sizes:
@@ -57,19 +65,21 @@ class Sizes:
 
 
 async def measure(
-    upstream_url: str, foliko_url: str, clients: int, sizes: Sizes
+    upstream_url: str, targets: dict[str, str], clients: int, sizes: Sizes
 ) -> dict[str, list[float]]:
-    """Every timed request's latency in seconds, by kind."""
+    """Every timed request's latency in seconds, by kind: ``direct``, then
+    ``TARGET:stateless`` and ``TARGET:session`` for each foliko in ``targets``."""
     import httpx2 as httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    turns = [0] * clients
+    kinds = ["direct"] + [f"{name}:{kind}" for name in targets for kind in FOLIKO_KINDS]
+    turns = {kind: [0] * clients for kind in kinds}
 
     async def one(http: httpx.AsyncClient, kind: str, client: int) -> float:
-        n = turns[client]
+        n = turns[kind][client]
+        turns[kind][client] += 1
         headers = {}
-        if kind == "session":
-            turns[client] += 1
+        if kind.endswith(":session"):
             headers["x-session-id"] = f"p7-{clients}-{client}-{n // TURNS_PER_SESSION}"
         body = {"model": "openai:bench", "messages": [{"role": "user", "content": f"turn {n}"}]}
         began = time.perf_counter()
@@ -88,18 +98,20 @@ async def measure(
         per_client = await asyncio.gather(*(client(c) for c in range(clients)))
         return [t for times in per_client for t in times]
 
-    latencies: dict[str, list[float]] = {kind: [] for kind in KINDS}
-    async with (
-        httpx.AsyncClient(base_url=upstream_url, timeout=60, limits=limits) as direct,
-        httpx.AsyncClient(base_url=foliko_url, timeout=60, limits=limits) as served,
-    ):
-        for kind in KINDS:
-            await block(direct if kind == "direct" else served, kind, sizes.warmup[clients])
+    latencies: dict[str, list[float]] = {kind: [] for kind in kinds}
+    async with contextlib.AsyncExitStack() as stack:
+        http = {"direct": upstream_url, **targets}
+        for name, url in http.items():
+            http[name] = await stack.enter_async_context(
+                httpx.AsyncClient(base_url=url, timeout=60, limits=limits)
+            )
+        for kind in kinds:
+            await block(http[kind.split(":")[0]], kind, sizes.warmup[clients])
         for round_number in range(sizes.rounds):
-            shift = round_number % len(KINDS)
-            for kind in KINDS[shift:] + KINDS[:shift]:
-                http = direct if kind == "direct" else served
-                latencies[kind] += await block(http, kind, sizes.per_block[clients])
+            shift = round_number % len(kinds)
+            for kind in kinds[shift:] + kinds[:shift]:
+                count = sizes.per_block[clients]
+                latencies[kind] += await block(http[kind.split(":")[0]], kind, count)
     return latencies
 
 
@@ -109,24 +121,25 @@ def served_count(upstream_url: str) -> int:
     return httpx.get(f"{upstream_url}/stats", timeout=10).json()["served"]
 
 
-def figures(clients: int, latencies: dict[str, list[float]]) -> list[Result]:
+def figures(clients: int, target: str, latencies: dict[str, list[float]]) -> list[Result]:
     direct = latencies["direct"]
     results = []
     for kind, label in (("stateless", "stateless"), ("session", "session turn")):
-        measured = latencies[kind]
+        measured = latencies[f"{target}:{kind}"]
         p50 = percentile(measured, 0.5) - percentile(direct, 0.5)
         p99 = percentile(measured, 0.99) - percentile(direct, 0.99)
-        target = ""
-        if kind == "session" and clients == 1:
-            target = f"p50 <= {TARGET_P50 * 1000:.0f} ms, p99 <= {TARGET_P99 * 1000:.0f} ms"
+        target_text = ""
+        if kind == "session" and clients == 1 and target == "foliko":
+            target_text = f"p50 <= {TARGET_P50 * 1000:.0f} ms, p99 <= {TARGET_P99 * 1000:.0f} ms"
+        which = "" if target == "foliko" else f" [{target}]"
         result = Result(
             "P7",
-            f"serve added p50: {label}, {clients} client(s), SQLite",
+            f"serve added p50: {label}, {clients} client(s), SQLite{which}",
             "s",
             runs=measured,
             value=p50,
             note=f"p99 {p99 * 1000:+.2f} ms",
-            target=target,
+            target=target_text,
             details={
                 "added_p50_ms": 1000 * p50,
                 "added_p99_ms": 1000 * p99,
@@ -138,10 +151,10 @@ def figures(clients: int, latencies: dict[str, list[float]]) -> list[Result]:
                 "direct_s": direct,
             },
         )
-        if target:
+        if target_text:
             result.met = p50 <= TARGET_P50 and p99 <= TARGET_P99
         log(
-            f"P7: {clients} client(s), {label}: added p50 {1000 * p50:+.2f} ms, "
+            f"P7: {clients} client(s), {label}{which}: added p50 {1000 * p50:+.2f} ms, "
             f"p99 {1000 * p99:+.2f} ms (direct p50 {result.details['direct_p50_ms']:.2f} ms, "
             f"{len(measured)} requests)"
         )
@@ -149,22 +162,43 @@ def figures(clients: int, latencies: dict[str, list[float]]) -> list[Result]:
     return results
 
 
+def foliko_env(ws: Workspace, upstream_url: str, **extra: str) -> dict[str, str]:
+    return ws.env(
+        FOLIKO_HOME=str(ws.fresh("p7-home")),
+        FOLIKO_MODEL="openai:bench",
+        FOLIKO_STORAGE="sqlite",
+        FOLIKO_CONTEXT_WINDOW="32000",  # known: no probe of the upstream
+        OPENAI_BASE_URL=f"{upstream_url}/v1",
+        OPENAI_API_KEY="bench",
+        **extra,
+    )
+
+
+def start_targets(ws: Workspace, upstream_url: str, servers: list) -> dict[str, str]:
+    """foliko serve from this tree; with P7_BASELINE=DIR, also one with DIR first
+    on PYTHONPATH (a checkout of another commit, or a directory of shims)."""
+    serve = [PYTHON, "-m", "foliko_cli", "serve", "--port", "0"]
+    targets = {}
+    proc, targets["foliko"] = start_server(serve, foliko_env(ws, upstream_url))
+    servers.append(proc)
+    baseline = os.environ.get(BASELINE_ENV)
+    if baseline:
+        path = os.pathsep.join(p for p in (baseline, os.environ.get("PYTHONPATH")) if p)
+        proc, targets["baseline"] = start_server(
+            serve, foliko_env(ws, upstream_url, PYTHONPATH=path)
+        )
+        servers.append(proc)
+        log(f"P7: baseline: foliko serve with {baseline} first on PYTHONPATH")
+    return targets
+
+
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
     sizes = Sizes(quick)
-    servers = []
+    servers: list = []
     try:
         upstream, upstream_url = start_server([PYTHON, str(UPSTREAM), str(DELAY_S)], ws.env())
         servers.append(upstream)
-        env = ws.env(
-            FOLIKO_HOME=str(ws.fresh("p7-home")),
-            FOLIKO_MODEL="openai:bench",
-            FOLIKO_STORAGE="sqlite",
-            FOLIKO_CONTEXT_WINDOW="32000",  # known: no probe of the upstream
-            OPENAI_BASE_URL=f"{upstream_url}/v1",
-            OPENAI_API_KEY="bench",
-        )
-        foliko, foliko_url = start_server([PYTHON, "-m", "foliko_cli", "serve", "--port", "0"], env)
-        servers.append(foliko)
+        targets = start_targets(ws, upstream_url, servers)
     except Exception as exc:
         for proc in servers:
             stop_server(proc)
@@ -174,18 +208,18 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         sent = 0
         for clients in sizes.levels:
             try:
-                latencies = asyncio.run(measure(upstream_url, foliko_url, clients, sizes))
-                sent += clients * (len(KINDS) * sizes.warmup[clients])
+                latencies = asyncio.run(measure(upstream_url, targets, clients, sizes))
+                sent += clients * len(latencies) * sizes.warmup[clients]
                 sent += sum(len(times) for times in latencies.values())
                 served = served_count(upstream_url)
                 if served != sent:
                     raise BenchError(f"the upstream served {served} calls for {sent} requests")
-                results += figures(clients, latencies)
+                for target in targets:
+                    results += figures(clients, target, latencies)
             except Exception as exc:
                 target = "p50, p99" if clients == 1 else ""
-                results.append(
-                    failed("P7", f"serve added p50: {clients} client(s)", "s", target, exc)
-                )
+                figure = f"serve added p50: {clients} client(s)"
+                results.append(failed("P7", figure, "s", target, exc))
                 break
     finally:
         for proc in servers:
