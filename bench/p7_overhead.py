@@ -32,6 +32,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from common import (
     PYTHON,
@@ -64,11 +65,27 @@ class Sizes:
         self.warmup = {1: 5, 4: 2} if quick else {1: 20, 16: 3}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (Linux /proc; 0 elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Target(NamedTuple):
+    url: str
+    pid: int
+
+
 async def measure(
-    upstream_url: str, targets: dict[str, str], clients: int, sizes: Sizes
-) -> dict[str, list[float]]:
+    upstream_url: str, targets: dict[str, Target], clients: int, sizes: Sizes
+) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Every timed request's latency in seconds, by kind: ``direct``, then
-    ``TARGET:stateless`` and ``TARGET:session`` for each foliko in ``targets``."""
+    ``TARGET:stateless`` and ``TARGET:session`` for each foliko in ``targets``;
+    and the CPU seconds each foliko kind cost its server process."""
     import httpx2 as httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
@@ -99,20 +116,27 @@ async def measure(
         return [t for times in per_client for t in times]
 
     latencies: dict[str, list[float]] = {kind: [] for kind in kinds}
+    cpu = dict.fromkeys(kinds, 0.0)
+    urls = {"direct": upstream_url, **{name: t.url for name, t in targets.items()}}
     async with contextlib.AsyncExitStack() as stack:
-        http = {"direct": upstream_url, **targets}
-        for name, url in http.items():
-            http[name] = await stack.enter_async_context(
+        http = {
+            name: await stack.enter_async_context(
                 httpx.AsyncClient(base_url=url, timeout=60, limits=limits)
             )
+            for name, url in urls.items()
+        }
         for kind in kinds:
             await block(http[kind.split(":")[0]], kind, sizes.warmup[clients])
         for round_number in range(sizes.rounds):
             shift = round_number % len(kinds)
             for kind in kinds[shift:] + kinds[:shift]:
-                count = sizes.per_block[clients]
-                latencies[kind] += await block(http[kind.split(":")[0]], kind, count)
-    return latencies
+                name = kind.split(":")[0]
+                pid = targets[name].pid if name in targets else None
+                before = cpu_seconds(pid) if pid else 0.0
+                latencies[kind] += await block(http[name], kind, sizes.per_block[clients])
+                if pid:
+                    cpu[kind] += cpu_seconds(pid) - before
+    return latencies, cpu
 
 
 def served_count(upstream_url: str) -> int:
@@ -121,11 +145,14 @@ def served_count(upstream_url: str) -> int:
     return httpx.get(f"{upstream_url}/stats", timeout=10).json()["served"]
 
 
-def figures(clients: int, target: str, latencies: dict[str, list[float]]) -> list[Result]:
+def figures(
+    clients: int, target: str, latencies: dict[str, list[float]], cpu: dict[str, float]
+) -> list[Result]:
     direct = latencies["direct"]
     results = []
     for kind, label in (("stateless", "stateless"), ("session", "session turn")):
         measured = latencies[f"{target}:{kind}"]
+        cpu_ms = 1000 * cpu[f"{target}:{kind}"] / len(measured)
         p50 = percentile(measured, 0.5) - percentile(direct, 0.5)
         p99 = percentile(measured, 0.99) - percentile(direct, 0.99)
         target_text = ""
@@ -138,7 +165,7 @@ def figures(clients: int, target: str, latencies: dict[str, list[float]]) -> lis
             "s",
             runs=measured,
             value=p50,
-            note=f"p99 {p99 * 1000:+.2f} ms",
+            note=f"p99 {p99 * 1000:+.2f} ms; CPU {cpu_ms:.2f} ms",
             target=target_text,
             details={
                 "added_p50_ms": 1000 * p50,
@@ -147,6 +174,7 @@ def figures(clients: int, target: str, latencies: dict[str, list[float]]) -> lis
                 "foliko_p99_ms": 1000 * percentile(measured, 0.99),
                 "direct_p50_ms": 1000 * percentile(direct, 0.5),
                 "direct_p99_ms": 1000 * percentile(direct, 0.99),
+                "server_cpu_ms_per_request": cpu_ms,
                 "requests": len(measured),
                 "direct_s": direct,
             },
@@ -155,8 +183,8 @@ def figures(clients: int, target: str, latencies: dict[str, list[float]]) -> lis
             result.met = p50 <= TARGET_P50 and p99 <= TARGET_P99
         log(
             f"P7: {clients} client(s), {label}{which}: added p50 {1000 * p50:+.2f} ms, "
-            f"p99 {1000 * p99:+.2f} ms (direct p50 {result.details['direct_p50_ms']:.2f} ms, "
-            f"{len(measured)} requests)"
+            f"p99 {1000 * p99:+.2f} ms, server CPU {cpu_ms:.2f} ms a request "
+            f"(direct p50 {result.details['direct_p50_ms']:.2f} ms, {len(measured)} requests)"
         )
         results.append(result)
     return results
@@ -174,20 +202,19 @@ def foliko_env(ws: Workspace, upstream_url: str, **extra: str) -> dict[str, str]
     )
 
 
-def start_targets(ws: Workspace, upstream_url: str, servers: list) -> dict[str, str]:
+def start_targets(ws: Workspace, upstream_url: str, servers: list) -> dict[str, Target]:
     """foliko serve from this tree; with P7_BASELINE=DIR, also one with DIR first
     on PYTHONPATH (a checkout of another commit, or a directory of shims)."""
     serve = [PYTHON, "-m", "foliko_cli", "serve", "--port", "0"]
-    targets = {}
-    proc, targets["foliko"] = start_server(serve, foliko_env(ws, upstream_url))
+    proc, url = start_server(serve, foliko_env(ws, upstream_url))
     servers.append(proc)
+    targets = {"foliko": Target(url, proc.pid)}
     baseline = os.environ.get(BASELINE_ENV)
     if baseline:
         path = os.pathsep.join(p for p in (baseline, os.environ.get("PYTHONPATH")) if p)
-        proc, targets["baseline"] = start_server(
-            serve, foliko_env(ws, upstream_url, PYTHONPATH=path)
-        )
+        proc, url = start_server(serve, foliko_env(ws, upstream_url, PYTHONPATH=path))
         servers.append(proc)
+        targets["baseline"] = Target(url, proc.pid)
         log(f"P7: baseline: foliko serve with {baseline} first on PYTHONPATH")
     return targets
 
@@ -208,14 +235,14 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         sent = 0
         for clients in sizes.levels:
             try:
-                latencies = asyncio.run(measure(upstream_url, targets, clients, sizes))
+                latencies, cpu = asyncio.run(measure(upstream_url, targets, clients, sizes))
                 sent += clients * len(latencies) * sizes.warmup[clients]
                 sent += sum(len(times) for times in latencies.values())
                 served = served_count(upstream_url)
                 if served != sent:
                     raise BenchError(f"the upstream served {served} calls for {sent} requests")
                 for target in targets:
-                    results += figures(clients, target, latencies)
+                    results += figures(clients, target, latencies, cpu)
             except Exception as exc:
                 target = "p50, p99" if clients == 1 else ""
                 figure = f"serve added p50: {clients} client(s)"
