@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -52,10 +55,15 @@ class Result:
     error: str | None = None
     note: str = ""  # shown in the ratio column when there is no ratio
     details: dict[str, Any] = field(default_factory=dict)
+    value: float | None = None  # the figure, when it is not the median of runs (P7)
 
     @property
     def median(self) -> float | None:
         return statistics.median(self.runs) if self.runs else None
+
+    @property
+    def shown(self) -> float | None:
+        return self.value if self.value is not None else self.median
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "median": self.median}
@@ -147,6 +155,59 @@ def run_process(
         name = " ".join(Path(a).name if a.startswith("/") else a for a in argv[:4])
         raise BenchError(f"{name} … exited {proc.returncode}: {lines[-1] if lines else ''}")
     return proc
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The value below which ``fraction`` of ``values`` lie (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+_LISTENING = re.compile(rb"listening on (http://\S+)")
+
+
+def start_server(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """Start a server that says ``listening on URL`` on stderr; (process, URL).
+
+    Its stderr is read to the end in a thread, so a server that keeps
+    writing there never blocks on a full pipe; the last lines name what
+    went wrong when it does not start.
+    """
+    proc = subprocess.Popen(
+        argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    assert proc.stderr is not None
+    tail: collections.deque[bytes] = collections.deque(maxlen=5)
+    found: list[str] = []
+    ready = threading.Event()
+
+    def drain() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            tail.append(line)
+            match = _LISTENING.search(line)
+            if match and not found:
+                found.append(match[1].decode())
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    if not ready.wait(60) or not found:
+        proc.kill()
+        proc.wait()
+        said = b" ".join(line.strip() for line in tail).decode(errors="replace")
+        name = " ".join(Path(a).name for a in argv[1:4])
+        raise BenchError(f"{name} did not start: {said or 'no output'}")
+    return proc, found[0]
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def foliko(*args: str) -> list[str]:
@@ -368,7 +429,7 @@ def format_table(results: list[Result]) -> str:
         ratio = f"{r.ratio:.2f}x {r.ratio_label}".strip() if r.ratio is not None else r.note
         met = {True: "yes", False: "NO", None: "-"}[r.met]
         error = r.error if r.error is None or len(r.error) <= 90 else r.error[:89] + "…"
-        median = f"error: {error}" if error else format_value(r.median, r.unit)
+        median = f"error: {error}" if error else format_value(r.shown, r.unit)
         rows.append([r.bench, r.figure, median, str(len(r.runs)), ratio, r.target, met])
     widths = [max(len(str(x)) for x in column) for column in zip(headers, *rows, strict=True)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip()]

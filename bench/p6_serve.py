@@ -12,14 +12,22 @@ ratio at 16 clients (foliko's rate over the floor's) should be at least 0.5.
 from __future__ import annotations
 
 import asyncio
-import re
 import statistics
 import subprocess
 import sys
-import threading
 import time
 
-from common import PYTHON, Result, Workspace, failed, log, main_single
+from common import (
+    PYTHON,
+    Result,
+    Workspace,
+    failed,
+    log,
+    main_single,
+    percentile,
+    start_server,
+    stop_server,
+)
 
 FLOOR_APP = """
 import sys, uvicorn
@@ -39,40 +47,8 @@ class Announcing(uvicorn.Server):
 config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", access_log=False)
 Announcing(config).run()
 """
-_LISTENING = re.compile(rb"listening on (http://\S+)")
 TARGET_RATIO = 0.5
 TURNS_PER_CONVERSATION = 10
-
-
-def start(argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    assert proc.stderr is not None
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        found = _LISTENING.search(line)
-        if found:
-            # the access log goes on coming: a full pipe would stop the server
-            threading.Thread(target=_drain, args=(proc.stderr,), daemon=True).start()
-            return proc, found[1].decode()
-    proc.kill()
-    raise RuntimeError(f"{argv[1]} did not start")
-
-
-def _drain(stream) -> None:
-    for _ in stream:
-        pass
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 async def load(
@@ -113,11 +89,6 @@ async def load(
     return clients * turns / elapsed, latencies
 
 
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
     levels = (1, 4) if quick else (1, 16, 64)
     turns_per_client = {1: 20, 4: 5} if quick else {1: 200, 16: 40, 64: 12}
@@ -127,13 +98,15 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     results = []
     servers: list[subprocess.Popen] = []
     try:
-        foliko_proc, foliko_url = start([PYTHON, "-m", "foliko_cli", "serve", "--port", "0"], env)
+        foliko_proc, foliko_url = start_server(
+            [PYTHON, "-m", "foliko_cli", "serve", "--port", "0"], env
+        )
         servers.append(foliko_proc)
-        floor_proc, floor_url = start([PYTHON, "-c", FLOOR_APP], env)
+        floor_proc, floor_url = start_server([PYTHON, "-c", FLOOR_APP], env)
         servers.append(floor_proc)
     except Exception as exc:
         for proc in servers:
-            stop(proc)
+            stop_server(proc)
         return [failed("P6", "foliko serve", "turns/s", "", exc)]
     try:
         for clients in levels:
@@ -168,7 +141,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
             results.append(result)
     finally:
         for proc in servers:
-            stop(proc)
+            stop_server(proc)
     return results
 
 

@@ -133,6 +133,7 @@ class HttpModelClient:
         self._transport = transport
         self._client: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._urls: dict[str, httpx2.URL] = {}
 
     @classmethod
     def for_spec(
@@ -153,12 +154,22 @@ class HttpModelClient:
         return f"{self.label} at {self.base_url}"
 
     def client(self) -> httpx2.AsyncClient:
-        """The provider's client, made on first use; a new one on another event loop."""
+        """The provider's client, made on first use; a new one on another event loop.
+        It carries the provider's headers, so a request merges none of its own."""
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop or self._client.is_closed:
-            self._client = httpx2.AsyncClient(auth=self._auth, transport=self._transport)
+            self._client = httpx2.AsyncClient(
+                auth=self._auth, transport=self._transport, headers=self.headers
+            )
             self._loop = loop
         return self._client
+
+    def _url(self, path: str) -> httpx2.URL:
+        """``base_url + path``, parsed once (a turn's every model call posts to it)."""
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx2.URL(self.base_url + path)
+        return url
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
@@ -222,7 +233,7 @@ class HttpModelClient:
     ) -> AsyncIterator[httpx2.Response]:
         """The answer to a POST, retried as the module says; closed on leaving,
         which drops the connection mid-stream so the server stops generating."""
-        url = self.base_url + path
+        url = self._url(path)
         payload = orjson.dumps(body)
         client = self.client()
         attempt = 0
@@ -234,7 +245,6 @@ class HttpModelClient:
                 "POST",
                 url,
                 content=payload,
-                headers=self.headers,
                 timeout=httpx2.Timeout(remaining),
             )
             delay = None
@@ -290,11 +300,9 @@ class HttpModelClient:
         """
         client = self.client()
         if body is None:
-            response = await client.get(url, headers=self.headers, timeout=timeout)
+            response = await client.get(url, timeout=timeout)
         else:
-            response = await client.post(
-                url, content=orjson.dumps(body), headers=self.headers, timeout=timeout
-            )
+            response = await client.post(url, content=orjson.dumps(body), timeout=timeout)
         response.raise_for_status()
         return orjson.loads(response.content)
 
