@@ -208,15 +208,6 @@ def _tool_calls(turn: Turn) -> list[dict[str, Any]]:
     return calls
 
 
-def _usage(turn: Turn) -> dict[str, int]:
-    usage = it.turn_usage(turn.messages)
-    return {
-        "prompt_tokens": usage["input_tokens"],
-        "completion_tokens": usage["output_tokens"],
-        "total_tokens": usage["total_tokens"],
-    }
-
-
 def _finish(turn: Turn) -> str:
     reason = turn.result.finish_reason if turn.result else "stop"
     reason = "length" if reason == "max_tokens" else reason
@@ -251,7 +242,7 @@ async def chat_completions(request: Request):
             "choices": [
                 {"index": 0, "message": message, "finish_reason": _finish(turn), "logprobs": None}
             ],
-            "usage": _usage(turn),
+            "usage": it.chat_usage(turn.messages),
         },
     )
 
@@ -289,7 +280,7 @@ async def chunks(
         identity["model"] = model or turn.result.model
     yield chunk({}, _finish(turn))
     if include_usage:
-        body = {**identity, "choices": [], "usage": _usage(turn)}
+        body = {**identity, "choices": [], "usage": it.chat_usage(turn.messages)}
         yield b"data: " + orjson.dumps(body) + b"\n\n"
     yield b"data: [DONE]\n\n"
 

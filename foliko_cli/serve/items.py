@@ -149,6 +149,16 @@ def turn_usage(turn: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def chat_usage(turn: list[dict[str, Any]]) -> dict[str, int]:
+    """A turn's usage in Chat Completions' terms."""
+    usage = turn_usage(turn)
+    return {
+        "prompt_tokens": usage["input_tokens"],
+        "completion_tokens": usage["output_tokens"],
+        "total_tokens": usage["total_tokens"],
+    }
+
+
 # input -> messages
 
 

@@ -71,15 +71,6 @@ def _answer(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return []
 
 
-def _usage(turn: Turn) -> dict[str, int]:
-    usage = it.turn_usage(turn.messages)
-    return {
-        "prompt_tokens": usage["input_tokens"],
-        "completion_tokens": usage["output_tokens"],
-        "total_tokens": usage["total_tokens"],
-    }
-
-
 class _Assembled:
     """The completion a stream's chunks add up to (what the client received)."""
 
@@ -118,7 +109,7 @@ class _Assembled:
             "choices": [
                 {"index": 0, "message": message, "finish_reason": self.finish, "logprobs": None}
             ],
-            "usage": self.usage or _usage(turn),
+            "usage": self.usage or it.chat_usage(turn.messages),
         }
 
 

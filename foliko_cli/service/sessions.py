@@ -129,20 +129,12 @@ class SessionsMixin:
 
     async def rewind_session(self, session_id: str, *, turns: int = 1) -> SessionRecord:
         """Remove the last ``turns`` turns (a locked, explicit rewrite of the history)."""
-        check_session_id(session_id)
 
-        async def work():
-            record = await self.get_session(session_id)
-            kept = drop_turns(record.messages, turns, session_id=session_id)
-            record.messages = record.messages[:kept]
-            record.compression_state = cut_compression(record.compression_state, kept)
-            record.saved_at = now_ms()
-            record.revision = await self.storage.save(record, expected_revision=record.revision)
-            return record
+        def rewind(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+            kept = drop_turns(messages, turns, session_id=session_id)
+            return messages[:kept], kept
 
-        record = await self._held(session_id, work)
-        self.framework.destroy_session_context(session_id)
-        return record
+        return await self._rewritten(session_id, rewind)
 
     async def splice_messages(
         self,
@@ -153,22 +145,27 @@ class SessionsMixin:
     ) -> SessionRecord:
         """Replace the ``count`` messages at ``position`` by ``replacement`` (a locked
         rewrite of the history: the messages after them move)."""
-        check_session_id(session_id)
 
-        async def work():
-            record = await self.get_session(session_id)
-            if not 0 <= position <= position + count <= len(record.messages):
+        def splice(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+            if not 0 <= position <= position + count <= len(messages):
                 raise UsageError(
                     f"session {session_id!r} has no messages {position}..{position + count - 1}",
                     fix="name messages it holds",
                 )
-            messages = record.messages
-            record.messages = [
-                *messages[:position],
-                *(replacement or ()),
-                *messages[position + count :],
-            ]
-            record.compression_state = cut_compression(record.compression_state, position)
+            kept = [*messages[:position], *(replacement or ()), *messages[position + count :]]
+            return kept, position
+
+        return await self._rewritten(session_id, splice)
+
+    async def _rewritten(self, session_id: str, change) -> SessionRecord:
+        """Rewrite the history under the session's lock: ``change(messages)`` gives
+        the new messages and the position from which the compression no longer holds."""
+        check_session_id(session_id)
+
+        async def work():
+            record = await self.get_session(session_id)
+            record.messages, unchanged = change(record.messages)
+            record.compression_state = cut_compression(record.compression_state, unchanged)
             record.saved_at = now_ms()
             record.revision = await self.storage.save(record, expected_revision=record.revision)
             return record
