@@ -482,7 +482,7 @@ class AgentChatHandler:
             return ContextOverflowError(
                 f"the conversation does not fit the context window of {self.model.name} "
                 f"({window:,} tokens) and may not be compressed; nothing was saved: "
-                "allow compression (truncation auto) or start a shorter conversation",
+                "let the history be compressed, or start a shorter conversation",
                 window=window,
             )
         last = session.messages[-1] if session.messages else {"content": ""}
