@@ -16,17 +16,23 @@ from .servers import FOLIKO_BIN, ServeProcess, foliko_env, run_cli
 from .test_websocket import Raw
 
 MINUTE_USERS = ("minute1", "minute2", "minute3")
+BURST_USERS = ("burst1", "burst2", "burst3")
 TURNS_PER_MINUTE = 3
 TOKENS_PER_DAY = 40
 KEYS = "\n".join(
     [
         "[keys]",
-        *(f'"key-{user}" = "{user}"' for user in (*MINUTE_USERS, "daily", "free")),
-        *(f"[users.{user}]\nmax_turns_per_minute = {TURNS_PER_MINUTE}" for user in MINUTE_USERS),
+        *(f'"key-{user}" = "{user}"' for user in (*MINUTE_USERS, *BURST_USERS, "daily", "free")),
+        *(
+            f"[users.{user}]\nmax_turns_per_minute = {TURNS_PER_MINUTE}"
+            for user in (*MINUTE_USERS, *BURST_USERS)
+        ),
         f"[users.daily]\nmax_tokens_per_day = {TOKENS_PER_DAY}",
         "",
     ]
 )
+# The tests on the two servers run in one worker, which starts them once.
+SHARED = pytest.mark.xdist_group("serve-quotas")
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +106,7 @@ def refusals(servers, user: str) -> dict:
     return seen
 
 
+@SHARED
 def test_turns_a_minute_are_counted_across_servers_and_workers(servers, home):
     one, other = servers
     for user in MINUTE_USERS:  # a window that ends mid-test is tried again with another user
@@ -139,6 +146,24 @@ def test_turns_a_minute_are_counted_across_servers_and_workers(servers, home):
     assert ".foliko" not in listed.stdout.decode()
 
 
+@SHARED
+def test_turns_sent_at_once_to_both_servers_are_admitted_up_to_the_limit(servers):
+    from concurrent.futures import ThreadPoolExecutor
+
+    sent = 4 * TURNS_PER_MINUTE
+    for user in BURST_USERS:
+        start = minute()
+        with ThreadPoolExecutor(sent) as pool:
+            answers = pool.map(turn, [servers[n % 2] for n in range(sent)], [user] * sent)
+            statuses = [answer.status_code for answer in answers]
+        if minute() == start:
+            break
+    else:
+        pytest.fail("every try crossed a minute boundary")
+    assert sorted(statuses) == [200] * TURNS_PER_MINUTE + [429] * (sent - TURNS_PER_MINUTE)
+
+
+@SHARED
 def test_tokens_a_day_are_counted_after_each_turn(servers):
     today = datetime.datetime.now(datetime.UTC).date()
     used, refused = [], None
@@ -160,6 +185,7 @@ def test_tokens_a_day_are_counted_after_each_turn(servers):
     assert refused.headers["x-should-retry"] == "false"
 
 
+@SHARED
 def test_a_user_without_quotas_is_never_refused(servers, home):
     statuses = [
         (turn if count % 2 else chat)(servers[count % 2], "free").status_code
@@ -175,19 +201,14 @@ def test_a_user_without_quotas_is_never_refused(servers, home):
     [
         ("[users.alice]\nmax_turns_per_minute = 0\n", b"[users.alice] max_turns_per_minute = 0"),
         ('[users.alice]\nmax_tokens_per_day = "lots"\n', b"max_tokens_per_day = 'lots'"),
-        ("[users.alice]\nmax_turns_per_minute = 2.5\n", b"is not a positive integer"),
         ("[users.alice]\nmax_turns = 5\n", b"unknown setting 'max_turns'"),
         ("[users.carol]\nmax_turns_per_minute = 5\n", b"[users.carol] names no user"),
         ("[users]\nalice = 5\n", b"[users.alice] must be a table"),
-        ("users = 3\n", b"users must be a table"),
     ],
 )
 def test_a_bad_quota_is_refused_at_start(tmp_path, foliko_home, users, fragment):
     path = tmp_path / "keys.toml"
-    if users.startswith("users ="):
-        path.write_text(users + '[keys]\n"key-alice" = "alice"\n')
-    else:
-        path.write_text('[keys]\n"key-alice" = "alice"\n' + users)
+    path.write_text('[keys]\n"key-alice" = "alice"\n' + users)
     path.chmod(0o600)
     result = subprocess.run(
         [str(FOLIKO_BIN), "serve", "--port", "0", "--api-keys", str(path)],
