@@ -36,6 +36,7 @@ from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.middleware import RequestMiddleware
+from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
 
 OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
 MAX_BODY = 16 * 1024 * 1024
@@ -109,6 +110,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         app.state.services = _services(options)
+        app.state.services.quotas = Quotas.of(keys.limits if keys else None)
         try:
             yield
         finally:
@@ -128,6 +130,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *sessions.routes,
         ],
         exception_handlers={
+            QuotaExceeded: quota_response,
             ApiError: _api_error,
             FolikoError: _foliko_error,
             HTTPException: _http_error,

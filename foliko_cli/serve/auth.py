@@ -1,4 +1,5 @@
-"""API keys: a TOML file ``[keys] "KEY" = "user"``, private to its owner.
+"""API keys: a TOML file ``[keys] "KEY" = "user"``, private to its owner; a
+``[users.NAME]`` table may give a user quotas (quotas.py).
 
 Keys are compared in constant time (every key is compared, whatever
 matches), and never logged, stored or put in an error message.
@@ -12,12 +13,14 @@ import tomllib
 from pathlib import Path
 
 from foliko_cli.errors import UsageError
+from foliko_cli.serve.quotas import Limits, limits_from
 from foliko_cli.storage.scoped import user_prefix
 
 
 class KeyRing:
-    def __init__(self, keys: dict[str, str]):
+    def __init__(self, keys: dict[str, str], limits: dict[str, Limits] | None = None):
         self._keys = [(key.encode(), user) for key, user in keys.items()]
+        self.limits = limits or {}
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -69,4 +72,4 @@ def load_keys(path: Path) -> KeyRing:
                 fix="give each key a user name as a string",
             )
         user_prefix(user)
-    return KeyRing(keys)
+    return KeyRing(keys, limits_from(data.get("users"), keys.values(), str(path)))

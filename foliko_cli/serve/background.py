@@ -320,6 +320,7 @@ async def create(request: Request, data: dict[str, Any], hooks: Hooks):
     model = field(data, "model", str)
     turn, options = await hooks.plan(request, data)
     assert turn.session_id is not None
+    await turn.admit(request.app.state.services)  # a 429 now, not a failed response
     svc = service(request)
     request_id = turn.options["request"].request_id
     response_id = ids.background_response_id(request_id, ids.scope_of(turn.session_id))

@@ -12,6 +12,7 @@ from foliko_cli.storage.scoped import UserScopedStorage
 
 if TYPE_CHECKING:
     from foliko_cli.config import Settings
+    from foliko_cli.serve.quotas import Quotas
 
 
 class Services:
@@ -24,6 +25,7 @@ class Services:
         )
         self._users: dict[str, AsyncFoliko] = {}
         self.serve_tools = frozenset(settings.serve_tools)
+        self.quotas: Quotas | None = None
 
     def for_user(self, user: str | None) -> AsyncFoliko:
         if user is None:

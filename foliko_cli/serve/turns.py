@@ -2,7 +2,8 @@
 
 A streamed turn answers with its HTTP status only once the turn holds its
 session (or has failed before that): a busy session is a 409, not an error
-event inside a 200 stream.
+event inside a 200 stream. Every turn is first admitted by its user's quotas
+(quotas.py) and charged its tokens once it has finished.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from foliko_cli.chat import TurnResult
 from foliko_cli.serve import ids
+from foliko_cli.serve.quotas import turn_tokens
 from foliko_cli.serve.state import Services, scratch_id
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.base import ConflictError
@@ -50,6 +52,7 @@ class Turn:
         self.created_at = int(time.time())
         self._unstored = ids.unstored_scope()
         self._fallback: tuple[str, dict[str, Any]] | None = None
+        self._admitted = False
 
     @property
     def stored(self) -> bool:
@@ -67,6 +70,21 @@ class Turn:
         if self.stored and self.session_id is not None:
             return ids.response_id(self.scope, self.start)
         return "resp_x" + self._unstored[1:]
+
+    @property
+    def user(self) -> str | None:
+        return getattr(self.options.get("request"), "user_id", None)
+
+    async def admit(self, services: Services) -> None:
+        """Count the turn in its user's quotas, once (a 429 when over one)."""
+        if services.quotas is not None and not self._admitted:
+            await services.quotas.admit(services.base.storage, self.user)
+        self._admitted = True
+
+    async def _charge(self, services: Services) -> None:
+        if services.quotas is not None and self.result is not None:
+            tokens = turn_tokens(self.result.usage)
+            await services.quotas.charge(services.base.storage, self.user, tokens)
 
     def fall_back_to(self, session_id: str, **target: Any) -> None:
         self._fallback = (session_id, target)
@@ -115,10 +133,12 @@ class Turn:
         }
 
     async def run(self, services: Services) -> TurnResult:
+        await self.admit(services)
         while True:
             try:
                 async with self._target(services) as (service, session_id):
                     self.result = await service.chat(session_id, self.text, **self._arguments())
+                await self._charge(services)
                 return self.result
             except ConflictError as exc:
                 if not self._take_fallback(exc):
@@ -134,6 +154,7 @@ class Turn:
     async def stream(self, services: Services) -> AsyncIterator[dict[str, Any]]:
         """Wait until the turn holds its session (raising what stopped it before),
         then return its events; ``done`` carries the TurnResult."""
+        await self.admit(services)
         while True:
             try:
                 return await self._stream_once(services)
@@ -159,6 +180,7 @@ class Turn:
                     async for event in service.chat_stream(session_id, self.text, **arguments):
                         if event["type"] == "done":
                             self.result = event["result"]
+                            await self._charge(services)
                         await queue.put(event)
             except Exception as exc:
                 await queue.put(exc)
