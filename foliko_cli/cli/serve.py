@@ -108,6 +108,7 @@ def serve(
       foliko --storage postgresql://db/foliko serve --host 0.0.0.0 --api-keys keys.toml
     """
     try:
+        import httptools  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:

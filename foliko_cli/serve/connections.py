@@ -6,7 +6,10 @@ answers in plain text: uvicorn's httptools protocol, with
   closed (408 once it sent something);
 - a header-size limit: past ``max_header_bytes`` of request head, 431;
 - a cap on connections: over ``max_connections`` open connections (or as
-  many requests running), a request gets 503 and the connection closes;
+  many requests running), a request (a WebSocket upgrade too) gets 503 and
+  the connection closes: uvicorn's ``limit_concurrency``, checked here since
+  uvicorn answers in plain text and counts the asking connection (N would
+  let N - 1 in);
 
 every refusal in OpenAI's error shape. The idle keep-alive timeout is
 uvicorn's own (``timeout_keep_alive``). The limits hold per worker.
@@ -40,6 +43,7 @@ class ServeConfig(uvicorn.Config):
             app,
             http=LimitedHttpProtocol,
             timeout_keep_alive=limits.keep_alive,  # a float works too
+            limit_concurrency=limits.max_connections,
             **kwargs,
         )
         self.limits = limits
@@ -73,14 +77,15 @@ def _overloaded_app(limit: int):
 class LimitedHttpProtocol(HttpToolsProtocol):
     def __init__(self, config: uvicorn.Config, server_state, app_state, _loop=None) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        limits: Limits = getattr(config, "limits", Limits())
-        self.limits = limits
-        self.limit_concurrency = None  # checked here, answered in OpenAI's shape
+        self.limits: Limits = getattr(config, "limits", Limits())
+        self.max_connections = self.limit_concurrency
+        self.limit_concurrency = None  # checked in on_headers_complete
+        self.over_limit = False
         self.header_timer: asyncio.TimerHandle | None = None
         self.reading_headers = True
         self.header_bytes = 0
         self.refused = False
-        self.overloaded = _overloaded_app(limits.max_connections)
+        self.overloaded = _overloaded_app(self.max_connections or 0)
 
     def connection_made(self, transport) -> None:
         super().connection_made(transport)
@@ -122,8 +127,11 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self._cancel_header_timer()
         self.reading_headers = False
         self.header_bytes = 0
-        limit = self.limits.max_connections
-        if len(self.connections) <= limit and len(self.tasks) < limit:
+        limit = self.max_connections
+        self.over_limit = limit is not None and (
+            len(self.connections) > limit or len(self.tasks) >= limit
+        )
+        if not self.over_limit:
             super().on_headers_complete()
             return
         self.logger.warning("over the limit of %d connections: 503", limit)
@@ -132,6 +140,13 @@ class LimitedHttpProtocol(HttpToolsProtocol):
             super().on_headers_complete()
         finally:
             self.app = app
+
+    def _should_upgrade(self) -> bool:
+        return not self.over_limit and super()._should_upgrade()
+
+    def _unsupported_upgrade_warning(self) -> None:
+        if not self.over_limit:
+            super()._unsupported_upgrade_warning()
 
     def _arm_header_timer(self) -> None:
         self.header_timer = self.loop.call_later(

@@ -18,6 +18,7 @@ import pytest
 from .servers import wait_until
 
 BOUND_S = 8.0  # far under the defaults (10 s header timeout), far over the tests' 0.5 s
+KEEP_ALIVE_BOUND_S = 4.0  # under the default keep-alive (5 s), over the tests' 0.5 s
 PROC = Path("/proc")
 linux_only = pytest.mark.skipif(not PROC.joinpath("self/stat").exists(), reason="needs /proc")
 
@@ -27,9 +28,9 @@ def address(server) -> tuple[str, int]:
     return parts.hostname, parts.port
 
 
-def read_until_closed(sock: socket.socket) -> bytes:
+def read_until_closed(sock: socket.socket, bound: float = BOUND_S) -> bytes:
     """Everything the server sends until it closes; fails if it stays open."""
-    sock.settimeout(BOUND_S)
+    sock.settimeout(bound)
     received = b""
     while chunk := sock.recv(65536):
         received += chunk
@@ -51,6 +52,13 @@ def assert_openai_error(status: int, headers: dict, body: bytes, expected: int, 
     assert error["code"] == code and error["message"]
 
 
+WEBSOCKET_UPGRADE = (
+    b"GET /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\n"
+    b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    b"Sec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
 def healthz(host: str, port: int) -> int:
     conn = http.client.HTTPConnection(host, port, timeout=BOUND_S)
     try:
@@ -60,14 +68,17 @@ def healthz(host: str, port: int) -> int:
         conn.close()
 
 
-def test_a_half_sent_header_is_closed_within_the_timeout_while_others_are_served(start_server):
-    server = start_server("--header-timeout", "0.5")
+@pytest.mark.parametrize("workers", ["1", "2"])  # the limits travel to the workers
+def test_a_half_sent_header_is_closed_within_the_timeout_while_others_are_served(
+    start_server, workers
+):
+    server = start_server("--header-timeout", "0.5", "--workers", workers)
     host, port = address(server)
     silent = socket.create_connection((host, port))
     slow = [socket.create_connection((host, port)) for _ in range(20)]
     for sock in slow:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: yes")
-    assert healthz(host, port) == 200
+    wait_until(lambda: healthz(host, port) == 200, what="the server to answer")
     for sock in slow:
         assert_openai_error(*parse(read_until_closed(sock)), 408, "request_timeout")
         sock.close()
@@ -100,7 +111,7 @@ def test_an_idle_keep_alive_connection_is_closed_after_the_keep_alive_timeout(st
     host, port = address(start_server("--keep-alive", "0.5"))
     with socket.create_connection((host, port)) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        status, headers, body = parse(read_until_closed(sock))
+        status, headers, body = parse(read_until_closed(sock, KEEP_ALIVE_BOUND_S))
     assert status == 200 and len(body) == int(headers["content-length"])
 
 
@@ -119,6 +130,9 @@ def test_past_max_connections_requests_get_503_in_openais_shape(start_server):
     headers = {"content-type": response.getheader("content-type")}
     assert_openai_error(response.status, headers, response.read(), 503, "server_overloaded")
     one_more.close()
+    with socket.create_connection((host, port)) as sock:
+        sock.sendall(WEBSOCKET_UPGRADE)
+        assert_openai_error(*parse(read_until_closed(sock)), 503, "server_overloaded")
     held.pop().close()
     wait_until(lambda: healthz(host, port) == 200, what="a freed connection to be usable")
     for conn in held:
