@@ -45,6 +45,38 @@ def is_loopback(host: str) -> bool:
     help="On SIGTERM/SIGINT, seconds running turns get to finish; the rest are not saved.",
 )
 @click.option(
+    "--header-timeout",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0.01, 3600),
+    metavar="S",
+    help="Close a connection whose request headers are not in after S seconds.",
+)
+@click.option(
+    "--keep-alive",
+    default=5.0,
+    show_default=True,
+    type=click.FloatRange(0.01, 3600),
+    metavar="S",
+    help="Close a connection idle S seconds between requests.",
+)
+@click.option(
+    "--max-connections",
+    default=1000,
+    show_default=True,
+    type=click.IntRange(1),
+    metavar="N",
+    help="Per worker; past N open connections requests get 503.",
+)
+@click.option(
+    "--max-header-bytes",
+    default=64 * 1024,
+    show_default=True,
+    type=click.IntRange(1024),
+    metavar="N",
+    help="Larger request headers get 431.",
+)
+@click.option(
     "--log-format",
     type=click.Choice(("text", "json")),
     default="text",
@@ -60,6 +92,10 @@ def serve(
     api_keys: str | None,
     workers: int,
     grace: float,
+    header_timeout: float,
+    keep_alive: float,
+    max_connections: int,
+    max_header_bytes: int,
     log_format: str,
     no_access_log: bool,
 ) -> None:
@@ -72,6 +108,7 @@ def serve(
       foliko --storage postgresql://db/foliko serve --host 0.0.0.0 --api-keys keys.toml
     """
     try:
+        import httptools  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
@@ -84,6 +121,7 @@ def serve(
             fix="pass --api-keys FILE, or listen on 127.0.0.1",
         )
     from foliko_cli.serve.app import ServeOptions
+    from foliko_cli.serve.connections import Limits
     from foliko_cli.serve.runner import run
 
     root = ctx.find_root().obj or {}
@@ -98,7 +136,10 @@ def serve(
         from foliko_cli.serve.auth import load_keys
 
         load_keys(Path(api_keys))
-    if not run(options, host=host, port=port, workers=workers, grace=grace, ready=_ready):
+    limits = Limits(header_timeout, keep_alive, max_connections, max_header_bytes)
+    if not run(
+        options, host=host, port=port, workers=workers, grace=grace, ready=_ready, limits=limits
+    ):
         raise FolikoError("the server did not start (see the error above)")
     sys.exit(0)
 

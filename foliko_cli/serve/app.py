@@ -50,6 +50,8 @@ class ServeOptions(NamedTuple):
     user: str | None = None
     max_body: int = MAX_BODY
     access_log: str | None = "text"  # "text", "json", or None: no access log
+    parent_pid: int | None = None  # of --workers N: each worker ends with it (lifetime.py)
+    grace: float = 10.0
 
     def to_env(self) -> str:
         return orjson.dumps(self._asdict()).decode()
@@ -144,4 +146,9 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
 
 
 def app_from_environment() -> Any:
-    return create_app(ServeOptions.from_env())
+    options = ServeOptions.from_env()
+    if options.parent_pid is not None:
+        from foliko_cli.serve.lifetime import follow_parent
+
+        follow_parent(options.parent_pid, options.grace)
+    return create_app(options)

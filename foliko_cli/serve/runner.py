@@ -4,7 +4,8 @@ SIGTERM and SIGINT stop accepting connections, give running requests
 ``grace`` seconds, cancel the rest (their turns are not saved), close the
 services and return: the command exits 0. With several workers the parent
 binds the socket, announces it and lets uvicorn's supervisor run one
-process per worker, each with its own services.
+process per worker, each with its own services, which ends with the parent
+(lifetime.py). Every connection has the limits of connections.py.
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from collections.abc import Callable, Iterator
 import uvicorn
 
 from foliko_cli.serve.app import OPTIONS_ENV, ServeOptions, create_app
+from foliko_cli.serve.connections import Limits, ServeConfig
+
+DEFAULT_LIMITS = Limits()
 
 
 class GracefulServer(uvicorn.Server):
@@ -56,9 +60,10 @@ class GracefulServer(uvicorn.Server):
         return f"http://{self.config.host}:{self.config.port}"
 
 
-def _config(app, *, host: str, port: int, workers: int, grace: float, factory=False):
-    return uvicorn.Config(
+def _config(app, *, host, port, workers, grace, limits: Limits, factory=False) -> ServeConfig:
+    return ServeConfig(
         app,
+        limits=limits,
         host=host,
         port=port,
         workers=workers,
@@ -79,22 +84,25 @@ def run(
     workers: int,
     grace: float,
     ready: Callable[[str], None],
+    limits: Limits = DEFAULT_LIMITS,
 ) -> bool:
     """Serve until a signal; False when the server could not start."""
     if workers == 1:
-        config = _config(create_app(options), host=host, port=port, workers=1, grace=grace)
+        app = create_app(options)
+        config = _config(app, host=host, port=port, workers=1, grace=grace, limits=limits)
         server = GracefulServer(config, ready)
         server.run()
         return server.started
     from uvicorn.supervisors import Multiprocess
 
-    os.environ[OPTIONS_ENV] = options.to_env()
+    os.environ[OPTIONS_ENV] = options._replace(parent_pid=os.getpid(), grace=grace).to_env()
     config = _config(
         "foliko_cli.serve.app:app_from_environment",
         host=host,
         port=port,
         workers=workers,
         grace=grace,
+        limits=limits,
         factory=True,
     )
     sock = config.bind_socket()
