@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from foliko_cli.errors import UsageError
 from foliko_cli.fences import fence_for
+from foliko_cli.redaction import redact_url
 
 INLINE_LIMIT = 1024 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
@@ -143,6 +144,7 @@ async def fetch_url(url: str, timeout: float) -> Loaded:
 
     limit = max(MAX_IMAGE_BYTES, MAX_TEXT_BYTES)
     name = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0] or url
+    shown = redact_url(url)
     try:
         async with (
             httpx2.AsyncClient(follow_redirects=True, timeout=timeout) as client,
@@ -150,7 +152,7 @@ async def fetch_url(url: str, timeout: float) -> Loaded:
         ):
             if response.status_code >= 400:
                 raise AttachmentError(
-                    f"cannot attach {url}: the server answered HTTP {response.status_code}",
+                    f"cannot attach {shown}: the server answered HTTP {response.status_code}",
                     fix="check the address",
                 )
             chunks, size = [], 0
@@ -158,13 +160,13 @@ async def fetch_url(url: str, timeout: float) -> Loaded:
                 size += len(chunk)
                 if size > limit:
                     raise AttachmentError(
-                        f"cannot attach {url}: larger than {limit:,} bytes",
+                        f"cannot attach {shown}: larger than {limit:,} bytes",
                         fix="attach a smaller file",
                     )
                 chunks.append(chunk)
     except httpx2.HTTPError as exc:
         raise AttachmentError(
-            f"cannot attach {url}: {type(exc).__name__}: {exc or 'no answer'}",
+            f"cannot attach {shown}: {type(exc).__name__}: {exc or 'no answer'}",
             fix="check the address and the network",
         ) from None
     loaded = classify(name, b"".join(chunks), label=url)

@@ -74,7 +74,7 @@ FIELDS: dict[str, Field] = {
     ),
 }
 TABLES = ("models", "agents", "mcp_servers")
-SECRET = re.compile(r"key|token|secret|password", re.IGNORECASE)
+SECRET = re.compile(r"key|token|secret|password|authorization|cookie", re.IGNORECASE)
 
 
 def env_name(key: str) -> str:
@@ -214,14 +214,20 @@ class Settings(NamedTuple):
 
 
 def redact(key: str, value: Any) -> Any:
+    """``value`` as ``config show`` prints it: a secret's as ***, a URL's
+    credentials hidden, a table's (MCP ``headers``) entry by entry."""
     if value is None:
         return None
     if SECRET.search(key) and not key.endswith("_env"):
         return "***"
     if isinstance(value, str):
-        from foliko_cli.storage import shown
+        from foliko_cli.redaction import redact_url
 
-        return shown(value)
+        return redact_url(value)
+    if isinstance(value, dict):
+        return {name: redact(name, item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact(key, item) for item in value)
     return value
 
 

@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "foliko_cli.completion",
             "foliko_cli.tokens",
             "foliko_cli.queues",
+            "foliko_cli.redaction",
         ),
     ),
 ]

@@ -84,6 +84,22 @@ def is_loopback(host: str) -> bool:
     help="The access log on stderr: one line, or one JSON object, per request.",
 )
 @click.option("--no-access-log", is_flag=True, help="Write no access log.")
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name to answer to besides loopback and the address listened on "
+    "(repeatable; *.example.com for its subdomains); others get 421.",
+)
+@click.option(
+    "--allow-origin",
+    "allow_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="A web site (scheme://host[:port]) whose pages may call the server, with CORS "
+    "(repeatable); other sites get 403.",
+)
 @click.pass_context
 def serve(
     ctx: click.Context,
@@ -98,6 +114,8 @@ def serve(
     max_header_bytes: int,
     log_format: str,
     no_access_log: bool,
+    allowed_hosts: tuple[str, ...],
+    allow_origins: tuple[str, ...],
 ) -> None:
     """Serve the sessions over HTTP: OpenAI Responses, Conversations and Chat
     Completions, the native /v1/sessions API and a web page at /.
@@ -122,13 +140,20 @@ def serve(
         )
     from foliko_cli.serve.app import ServeOptions
     from foliko_cli.serve.connections import Limits
+    from foliko_cli.serve.guard import WILDCARD_HOSTS, normalize_origin
     from foliko_cli.serve.runner import run
 
+    try:
+        origins = tuple(normalize_origin(origin) for origin in allow_origins)
+    except ValueError as exc:
+        raise UsageError(f"--allow-origin {exc}") from None
     root = ctx.find_root().obj or {}
     options = ServeOptions(
         storage=root.get("storage"),
         api_keys=api_keys,
         access_log=None if no_access_log else log_format,
+        allowed_hosts=(*allowed_hosts, *(() if host in WILDCARD_HOSTS else (host,))),
+        allow_origins=origins,
     )
     if api_keys is not None:
         from pathlib import Path

@@ -31,6 +31,7 @@ from foliko_cli.errors import (
     ModelRejectedError,
     UsageError,
 )
+from foliko_cli.redaction import redact_url
 
 NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
@@ -151,7 +152,7 @@ class HttpModelClient:
 
     @property
     def where(self) -> str:
-        return f"{self.label} at {self.base_url}"
+        return f"{self.label} at {redact_url(self.base_url)}"
 
     def client(self) -> httpx2.AsyncClient:
         """The provider's client, made on first use; a new one on another event loop.

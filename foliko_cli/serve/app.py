@@ -35,6 +35,7 @@ from foliko_cli.serve import (
 from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
+from foliko_cli.serve.guard import GuardMiddleware
 from foliko_cli.serve.middleware import RequestMiddleware
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
 
@@ -52,6 +53,8 @@ class ServeOptions(NamedTuple):
     access_log: str | None = "text"  # "text", "json", or None: no access log
     parent_pid: int | None = None  # of --workers N: each worker ends with it (lifetime.py)
     grace: float = 10.0
+    allowed_hosts: tuple[str, ...] = ()  # besides loopback and the connection's own address
+    allow_origins: tuple[str, ...] = ()  # other sites whose pages may call the server
 
     def to_env(self) -> str:
         return orjson.dumps(self._asdict()).decode()
@@ -140,6 +143,9 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
+    app.add_middleware(
+        GuardMiddleware, allowed_hosts=options.allowed_hosts, allow_origins=options.allow_origins
+    )  # before the key check, so preflights and foreign hosts never reach it
     if options.access_log:
         app.add_middleware(AccessLogMiddleware, format=options.access_log)  # outermost
     return app

@@ -2,7 +2,9 @@
 ``[users.NAME]`` table may give a user quotas (quotas.py).
 
 Keys are compared in constant time (every key is compared, whatever
-matches), and never logged, stored or put in an error message.
+matches), and never logged, stored or put in an error message. Spaces
+around a key or a user name are not part of it: ``" k " = " ann "`` is
+the key ``k`` of ``ann``.
 """
 
 from __future__ import annotations
@@ -65,11 +67,26 @@ def load_keys(path: Path) -> KeyRing:
             f"the API key file {str(path)!r} has no [keys] table",
             fix='write it as [keys] "KEY" = "user"',
         )
-    for key, user in keys.items():
-        if not isinstance(user, str) or not key.strip():
+    stripped: dict[str, str] = {}
+    for number, (key, user) in enumerate(keys.items(), 1):
+        if not isinstance(user, str) or not key.strip() or not user.strip():
             raise UsageError(
-                f'the API key file {str(path)!r} has an entry that is not "KEY" = "user"',
+                f"the API key file {str(path)!r}: entry {number} of [keys] "
+                f'(user {_shown_user(user)}) is not "KEY" = "user" with both non-empty',
                 fix="give each key a user name as a string",
             )
+        key, user = key.strip(), user.strip()
+        if key in stripped and stripped[key] != user:
+            raise UsageError(
+                f"the API key file {str(path)!r}: entries for users {stripped[key]!r} "
+                f"and {user!r} have the same key",
+                fix="give each user a key of their own",
+            )
         user_prefix(user)
-    return KeyRing(keys, limits_from(data.get("users"), keys.values(), str(path)))
+        stripped[key] = user
+    return KeyRing(stripped, limits_from(data.get("users"), stripped.values(), str(path)))
+
+
+def _shown_user(user: object) -> str:
+    """The user of an entry for an error message (a key is never shown)."""
+    return repr(user.strip()) if isinstance(user, str) else f"not a string: {type(user).__name__}"

@@ -1,9 +1,6 @@
-"""Server storage URLs (PostgreSQL, Redis): one parser and one redactor.
-
-A password may sit in the user part (``user:secret@host``, ``@`` and all:
-the host starts after the last ``@``) or in the query (``?password=secret``).
-``redact`` hides both, so every URL foliko shows (``storage.shown``,
-``location``, ``info()``, every error) goes through it.
+"""Server storage URLs (PostgreSQL, Redis): one parser, and the redactor of
+foliko_cli/redaction.py that every URL foliko shows (``storage.shown``,
+``location``, ``info()``, every error) goes through.
 """
 
 from __future__ import annotations
@@ -12,36 +9,9 @@ from typing import NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from foliko_cli.errors import StorageConfigError
+from foliko_cli.redaction import HIDDEN, redact_url
 
-HIDDEN = "***"
-
-
-def _secret_key(key: str) -> bool:
-    return "password" in key.lower()
-
-
-def redact(spec: str) -> str:
-    """``spec`` with every password replaced by ***; text that is not a URL is kept."""
-    scheme, sep, rest = spec.partition("://")
-    if not sep:
-        return spec
-    end = min((at for at in map(rest.find, "/?#") if at != -1), default=len(rest))
-    netloc, tail = rest[:end], rest[end:]
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        netloc = f"{userinfo.partition(':')[0]}:{HIDDEN}@{hostport}"
-    path, qmark, query = tail.partition("?")
-    if qmark:
-        fragment = ""
-        if "#" in query:
-            query, fragment = query.split("#", 1)
-            fragment = "#" + fragment
-        pairs = []
-        for pair in query.split("&"):
-            key, eq, _ = pair.partition("=")
-            pairs.append(f"{key}={HIDDEN}" if eq and _secret_key(unquote(key)) else pair)
-        tail = f"{path}?{'&'.join(pairs)}{fragment}"
-    return f"{scheme}://{netloc}{tail}"
+redact = redact_url
 
 
 class ServerURL(NamedTuple):
