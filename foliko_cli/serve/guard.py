@@ -169,22 +169,14 @@ class GuardMiddleware:
             await send(_preflight_start(allowed_origin, headers))
             await send({"type": "http.response.body", "body": b""})
             return
+        if allowed_origin is not None:
+            send = _with_cors(send, allowed_origin)
         if method in STATE_CHANGING:
             problem = _content_type_problem(method, headers)
             if problem is not None:
                 await reject(send, 415, problem, "unsupported_media_type", kind)
                 return
-        if allowed_origin is None:
-            await self.app(scope, receive, send)
-            return
-        cors = _cors_headers(allowed_origin)
-
-        async def send_with_cors(message: dict) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *cors]
-            await send(message)
-
-        await self.app(scope, receive, send_with_cors)
+        await self.app(scope, receive, send)
 
     def _foreign(self, scope: dict, headers: Headers, host: str | None, origin: str | None):
         if headers.get("sec-fetch-site", "").strip().lower() in _FOREIGN_FETCH_SITES:
@@ -249,6 +241,18 @@ def _cors_headers(origin: str) -> list[tuple[bytes, bytes]]:
         (b"access-control-expose-headers", EXPOSED_HEADERS),
         (b"vary", b"Origin"),
     ]
+
+
+def _with_cors(send: Any, origin: str) -> Any:
+    """``send`` adding the CORS headers to the answer, so the page can read it."""
+    cors = _cors_headers(origin)
+
+    async def send_with_cors(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), *cors]
+        await send(message)
+
+    return send_with_cors
 
 
 def _preflight_start(origin: str, headers: Headers) -> dict:

@@ -158,13 +158,15 @@ def test_forking_onto_an_existing_session_is_409(http):
 
 def test_a_body_over_the_limit_is_413(http):
     big = b'{"input": "' + b"x" * (16 * 1024 * 1024) + b'"}'
-    assert_error(http.post("/v1/responses", content=big), 413, "body_too_large")
+    json_type = {"content-type": "application/json"}
+    assert_error(http.post("/v1/responses", content=big, headers=json_type), 413, "body_too_large")
 
     def chunks():
         for _ in range(17):
             yield b"x" * (1024 * 1024)
 
-    assert_error(http.post("/v1/responses", content=chunks()), 413, "body_too_large")
+    sent = http.post("/v1/responses", content=chunks(), headers=json_type)
+    assert_error(sent, 413, "body_too_large")
 
 
 def assert_failed_stream(http, code: str) -> None:

@@ -337,11 +337,12 @@ def raw_exchange(url: str, requests: list[bytes]) -> list[bytes]:
 def test_malformed_shapes_are_400_and_keep_the_connection(server, body):
     payload = json.dumps(body).encode()
     bad = (
-        b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n"
+        + b"content-type: application/json\r\n"
         + f"content-length: {len(payload)}\r\n\r\n".encode()
         + payload
     )
-    good = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n"
+    good = b"GET /healthz HTTP/1.1\r\nhost: localhost\r\n\r\n"
     first, second = raw_exchange(server.url, [bad, good])
     assert first.startswith(b"HTTP/1.1 400"), first
     assert b'"type":"invalid_request_error"' in first
