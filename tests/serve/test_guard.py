@@ -136,9 +136,10 @@ def test_loopback_names_are_served(http, host):
     assert http.get("/v1/models", headers={"Host": host}).status_code == 200
 
 
-def test_allowed_hosts_and_origins_from_the_command_line(start_server):
+def test_allowed_hosts_and_origins_from_the_command_line_reach_the_workers(start_server):
     server = start_server(
-        "--allowed-host", "foliko.test", "--allowed-host", "*.lan.test", "--allow-origin", ALLOWED
+        *("--workers", "2", "--allowed-host", "foliko.test", "--allowed-host", "*.lan.test"),
+        *("--allow-origin", ALLOWED),
     )
     with httpx.Client(base_url=server.url, timeout=30) as http:
         for host in ("foliko.test", "FOLIKO.TEST:8080", "box.lan.test"):
@@ -182,6 +183,38 @@ def test_allowed_hosts_and_origins_from_the_command_line(start_server):
         error_of(text, 415, "unsupported_media_type")
         assert text.headers.get("access-control-allow-origin") == ALLOWED
     assert "POST /v1/chat/completions 403" in server.stderr  # the access log saw the refusals
+
+
+def _own_address() -> str:
+    """A non-loopback address of this machine (UDP connect sends nothing)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            pytest.skip("this machine has no non-loopback IPv4 address")
+        address = probe.getsockname()[0]
+    if address.startswith("127.") or address == "0.0.0.0":
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    return address
+
+
+def test_a_wildcard_bind_answers_to_the_machine_s_addresses_not_to_names(start_server, tmp_path):
+    keys = tmp_path / "keys.toml"
+    keys.write_text('[keys]\n"k" = "ann"\n')
+    keys.chmod(0o600)
+    server = start_server("--host", "0.0.0.0", "--api-keys", str(keys))
+    port = server.url.rsplit(":", 1)[1]
+    address = _own_address()
+    auth = {"Authorization": "Bearer k"}
+    with httpx.Client(base_url=f"http://{address}:{port}", timeout=30, headers=auth) as http:
+        assert http.get("/v1/models").status_code == 200
+        assert http.get("/v1/models", headers={"Host": f"localhost:{port}"}).status_code == 200
+        for host in ("evil.example", "192.0.2.99", "0.0.0.0"):
+            refused = http.get("/v1/models", headers={"Host": host})
+            message = error_of(refused, 421, "misdirected_request")
+            assert "--allowed-host" in message, message
 
 
 def test_an_origin_that_is_not_one_is_a_usage_error(start_server):
