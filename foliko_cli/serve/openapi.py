@@ -50,7 +50,7 @@ def _op(
         "responses": {
             "200": {"description": "OK", "content": content},
             "default": {
-                "description": "An error (400, 401, 404, 409, 413, 429, 502, 503, 504)",
+                "description": "An error (400, 401, 403, 404, 408, 409, 413, 415, 421, 429, 431, 502, 503, 504)",
                 "content": {"application/json": {"schema": ERROR}},
             },
         },
