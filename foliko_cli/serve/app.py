@@ -35,6 +35,7 @@ from foliko_cli.serve import (
 from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
+from foliko_cli.serve.metrics import METRICS, metrics
 from foliko_cli.serve.middleware import RequestMiddleware
 
 OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
@@ -118,6 +119,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
             *page.routes,
             *compaction.routes,
             *responses.routes,
@@ -135,8 +137,9 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
-    if options.access_log:
-        app.add_middleware(AccessLogMiddleware, format=options.access_log)  # outermost
+    app.add_middleware(  # outermost; it counts every request for /metrics
+        AccessLogMiddleware, format=options.access_log or None, metrics=METRICS
+    )
     return app
 
 
