@@ -119,7 +119,6 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
             *page.routes,
             *compaction.routes,
             *responses.routes,
@@ -128,6 +127,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *completions.routes,
             *stored_completions.routes,
             *sessions.routes,
+            Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never
         ],
         exception_handlers={
             ApiError: _api_error,

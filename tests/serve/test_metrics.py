@@ -166,6 +166,7 @@ def test_turns_show_in_the_histogram_by_api_and_in_the_tokens(http, client):
 def test_keys_guard_the_metrics_and_users_and_streams_are_gauged(
     start_server, model_server, tmp_path
 ):
+    """With the access log off, requests are still counted."""
     keys = tmp_path / "keys.toml"
     keys.write_text(KEYS)
     keys.chmod(0o600)
@@ -174,7 +175,7 @@ def test_keys_guard_the_metrics_and_users_and_streams_are_gauged(
         Reply(events=openai_stream_events(["one", " two"]), stall=held, stall_after=1)
     )
     env = {"OPENAI_BASE_URL": f"{model_server.url}/v1", "OPENAI_API_KEY": OPENAI_KEY}
-    server = start_server("--api-keys", str(keys), env=env)
+    server = start_server("--api-keys", str(keys), "--no-access-log", env=env)
     alice = {"Authorization": "Bearer key-alice"}
     with httpx.Client(base_url=server.url, timeout=30) as http:
         assert http.get("/metrics").status_code == 401
