@@ -63,15 +63,26 @@ class _Timestamps:
 
 
 class AccessLogMiddleware:
+    """Writes the line (none when ``format`` is None) and tells ``metrics``
+    (an object with ``request(scope, status)``, see metrics.py) of the request."""
+
     def __init__(
-        self, app: Any, *, format: str = "text", write: Callable[[bytes], object] = write_stderr
+        self,
+        app: Any,
+        *,
+        format: str | None = "text",
+        write: Callable[[bytes], object] = write_stderr,
+        metrics: Any = None,
     ):
-        if format not in FORMATS:
+        if format is not None and format not in FORMATS:
             raise ValueError(f"unknown access log format {format!r}")
         self.app = app
         self.write = write
+        self.metrics = metrics
         self.timestamp = _Timestamps()
-        self.line = self._json_line if format == "json" else self._text_line
+        self.line = (
+            None if format is None else self._json_line if format == "json" else self._text_line
+        )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -110,9 +121,14 @@ class AccessLogMiddleware:
                 status = 500  # what Starlette's outermost error handler then sends
             raise
         finally:
-            ms = (time.perf_counter() - began) * 1000
-            outcome = "complete" if complete else "disconnected" if disconnected else "incomplete"
-            self.write(self.line(scope, wall_ns, ms, status, outcome))
+            if self.metrics is not None:
+                self.metrics.request(scope, status)
+            if self.line is not None:
+                ms = (time.perf_counter() - began) * 1000
+                outcome = (
+                    "complete" if complete else "disconnected" if disconnected else "incomplete"
+                )
+                self.write(self.line(scope, wall_ns, ms, status, outcome))
 
     def _text_line(
         self, scope: dict, wall_ns: int, ms: float, status: int | None, outcome: str

@@ -36,6 +36,7 @@ from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.guard import GuardMiddleware
+from foliko_cli.serve.metrics import METRICS, metrics
 from foliko_cli.serve.middleware import RequestMiddleware
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
 
@@ -133,6 +134,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *completions.routes,
             *stored_completions.routes,
             *sessions.routes,
+            Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never
         ],
         exception_handlers={
             QuotaExceeded: quota_response,
@@ -146,8 +148,9 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
     app.add_middleware(
         GuardMiddleware, allowed_hosts=options.allowed_hosts, allow_origins=options.allow_origins
     )  # before the key check, so preflights and foreign hosts never reach it
-    if options.access_log:
-        app.add_middleware(AccessLogMiddleware, format=options.access_log)  # outermost
+    app.add_middleware(  # outermost; it counts every request for /metrics
+        AccessLogMiddleware, format=options.access_log or None, metrics=METRICS
+    )
     return app
 
 

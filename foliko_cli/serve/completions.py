@@ -160,7 +160,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
             options["instructions"] = "\n\n".join(systems)
         last = users[-1]
         options["attachments"] = attached(last)
-        return Turn(svc, session_id, last["content"], messages=(), **options)
+        return Turn(svc, session_id, last["content"], messages=(), api="chat", **options)
     systems = [m["content"] for m in messages if m["role"] == "system"]
     history = [m for m in messages if m["role"] != "system"]
     if history and history[-1]["role"] == "user":
@@ -177,7 +177,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         text, extra = "", tail
     if systems:
         options["instructions"] = "\n\n".join(systems)
-    return Turn(svc, None, text, scratch=history, messages=tuple(extra), **options)
+    return Turn(svc, None, text, scratch=history, messages=tuple(extra), api="chat", **options)
 
 
 def shutdown_ending() -> bytes:

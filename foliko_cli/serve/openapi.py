@@ -50,7 +50,8 @@ def _op(
         "responses": {
             "200": {"description": "OK", "content": content},
             "default": {
-                "description": "An error (400, 401, 403, 404, 408, 409, 413, 415, 421, 429, 431, 502, 503, 504)",
+                "description": "An error (400, 401, 403, 404, 408, 409, 413, 415, 421, 429, "
+                "431, 502, 503, 504)",
                 "content": {"application/json": {"schema": ERROR}},
             },
         },
@@ -355,6 +356,19 @@ DELETED = {
 }
 
 
+METRICS: dict[str, Any] = {
+    "summary": "The worker's counters in Prometheus's text format (0.0.4)",
+    "tags": ["Service"],
+    "responses": {
+        "200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}},
+        "default": {
+            "description": "An error (401)",
+            "content": {"application/json": {"schema": ERROR}},
+        },
+    },
+}
+
+
 def document() -> dict[str, Any]:
     conv, sess, resp = "Conversations", "Sessions", "Responses"
     conversation_path = "/v1/conversations/{conversation_id}"
@@ -380,6 +394,7 @@ def document() -> dict[str, Any]:
                     "security": [],
                 }
             },
+            "/metrics": {"get": METRICS},
             "/v1/models": {"get": _op("The models configured", MODELS, tag="Models")},
             "/v1/models/{model}": {
                 "get": _op("A model a turn may name", OBJECT, params=[MODEL], tag="Models")

@@ -16,6 +16,7 @@ from typing import Any
 
 from foliko_cli.chat import TurnResult
 from foliko_cli.serve import ids
+from foliko_cli.serve.metrics import METRICS
 from foliko_cli.serve.quotas import turn_tokens
 from foliko_cli.serve.state import Services, scratch_id
 from foliko_cli.service import AsyncFoliko
@@ -24,7 +25,8 @@ from foliko_cli.storage.base import ConflictError
 
 class Turn:
     """One turn to run: where, with what; after it, ``start`` and ``messages``
-    say where its messages begin and what they are.
+    say where its messages begin and what they are. ``api`` names the API
+    that runs it, for the metrics.
 
     A turn may have a fallback (``fall_back_to``): when its session moved
     past the revision it expects (a ConflictError before anything is
@@ -38,8 +40,10 @@ class Turn:
         text: str,
         *,
         scratch: list[dict[str, Any]] | None = None,
+        api: str = "responses",
         **options: Any,
     ):
+        self.api = api
         self.service = service
         self.session_id = session_id
         self.text = text
@@ -139,6 +143,7 @@ class Turn:
                 async with self._target(services) as (service, session_id):
                     self.result = await service.chat(session_id, self.text, **self._arguments())
                 await self._charge(services)
+                METRICS.turn(self.api, self.result)
                 return self.result
             except ConflictError as exc:
                 if not self._take_fallback(exc):
@@ -181,6 +186,7 @@ class Turn:
                         if event["type"] == "done":
                             self.result = event["result"]
                             await self._charge(services)
+                            METRICS.turn(self.api, self.result)
                         await queue.put(event)
             except Exception as exc:
                 await queue.put(exc)
@@ -202,12 +208,14 @@ class Turn:
 
     @staticmethod
     async def _events(queue: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[dict[str, Any]]:
+        METRICS.streams += 1
         try:
             while (event := await queue.get()) is not None:
                 if isinstance(event, BaseException):
                     raise event
                 yield event
         finally:
+            METRICS.streams -= 1
             if not task.done():
                 task.cancel()
             await asyncio.gather(task, return_exceptions=True)

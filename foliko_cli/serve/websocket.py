@@ -294,6 +294,7 @@ class Connection:
                 if isinstance(previous, str) and _names_missing(exc, previous):
                     raise previous_not_found(previous) from None
                 raise
+            turn.api = "websocket"
             events = await turn.stream(services)
         except (ApiError, FolikoError) as exc:
             await self.send(error_frame(exc, lane))
