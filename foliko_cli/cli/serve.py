@@ -54,7 +54,7 @@ def is_loopback(host: str) -> bool:
 )
 @click.option(
     "--keep-alive",
-    default=5.0,
+    default=15.0,
     show_default=True,
     type=click.FloatRange(0.01, 3600),
     metavar="S",

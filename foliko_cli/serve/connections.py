@@ -30,7 +30,7 @@ LINGER_S = 2.0  # a refused client still sending gets this long to read the answ
 
 class Limits(NamedTuple):
     header_timeout: float = 10.0
-    keep_alive: float = 5.0
+    keep_alive: float = 15.0  # above the 5 s after which common clients drop an idle one
     max_connections: int = 1000
     max_header_bytes: int = 64 * 1024
 

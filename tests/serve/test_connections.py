@@ -18,7 +18,7 @@ import pytest
 from .servers import wait_until
 
 BOUND_S = 8.0  # far under the defaults (10 s header timeout), far over the tests' 0.5 s
-KEEP_ALIVE_BOUND_S = 4.0  # under the default keep-alive (5 s), over the tests' 0.5 s
+KEEP_ALIVE_BOUND_S = 4.0  # under the default keep-alive (15 s), over the tests' 0.5 s
 PROC = Path("/proc")
 linux_only = pytest.mark.skipif(not PROC.joinpath("self/stat").exists(), reason="needs /proc")
 
