@@ -340,8 +340,8 @@ def test_info_reports_counts_and_schema_version(pg, run):
 
 def test_a_dropped_connection_is_reopened_on_the_next_call(url, pg, run):
     run(pg.save(SessionRecord("s")))
-    backend_pid = pg.db.info.backend_pid
-    query(url, "SELECT pg_terminate_backend(%s)", (backend_pid,))
+    (connection,) = pg._connections  # calls one after another reuse one connection
+    query(url, "SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
     with pytest.raises(StorageError, match=r"127\.0\.0\.1:5432"):
         run(pg.list())
     assert run(pg.list()) == ["s"]
@@ -482,6 +482,50 @@ def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
             "tcp_keepalives_idle": "5",
         }
         conn.close()
+
+
+def test_a_frozen_connection_holds_only_the_operation_running_on_it(url, schema, run):
+    """One connection stops answering mid-query: the storage's other operations
+    (other sessions, the list, a session lock) finish on its other connections
+    while the frozen one is still waiting, and the frozen one fails at its bound."""
+    from foliko_cli.storage.poll import poll
+
+    from .stallproxy import stalling_proxy, through
+
+    bound = 3.0
+    with stalling_proxy(url) as proxy:
+        storage = PostgresStorage(through(url, proxy), schema=schema, operation_timeout=bound)
+
+        async def others() -> list[Any]:
+            async def locked() -> bool:
+                async with storage.lock("b", 1):
+                    return True
+
+            return await asyncio.gather(
+                storage.load("a"),
+                storage.load("b"),
+                storage.list(),
+                storage.save(SessionRecord("c")),
+                locked(),
+            )
+
+        async def scenario() -> None:
+            for session_id in ("frozen-one", "a", "b"):
+                await storage.save(SessionRecord(session_id, messages=turn(session_id)))
+            proxy.freeze_on(b"frozen-one")
+            frozen = asyncio.create_task(storage.load("frozen-one"))
+            assert await poll(proxy.frozen.is_set, time.monotonic() + HANG)
+            a, b, listed, _, was_locked = await asyncio.wait_for(others(), 2.0)
+            assert not frozen.done(), "the other operations waited on the frozen connection"
+            assert (a.messages, b.messages) == (turn("a"), turn("b"))
+            assert {"a", "b", "frozen-one"} <= set(listed) and was_locked
+            with pytest.raises(StorageError, match=f"did not answer within {bound:g}s"):
+                await asyncio.wait_for(frozen, bound + 5)
+
+        try:
+            run(scenario())
+        finally:
+            run(storage.close())
 
 
 def test_a_health_check_creates_no_schema(url, schema, run):
