@@ -596,12 +596,14 @@ class PostgresStorage(SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """An advisory lock on a connection of its own, so a dead holder frees it."""
+        """An advisory lock on a connection of its own, so a dead holder frees it.
+        A call on that connection that is cancelled is waited for before the
+        connection is closed: two threads never use one connection."""
         self._check_id(session_id)
         import asyncio
 
         key = advisory_key("session", self.schema, session_id)
-        conn = await self._run(self._lock_connection)
+        conn = await self._settled(self._lock_connection, undo=lambda conn: conn.close())
         try:
             await self._acquire(conn, key, session_id, timeout)
         except BaseException:
@@ -611,6 +613,23 @@ class PostgresStorage(SessionStorageAdapter):
             yield
         finally:
             await asyncio.shield(self._run(self._release, conn, key))
+
+    async def _settled(
+        self, call: Callable[..., T], *args: Any, undo: Callable[[T], object] | None = None
+    ) -> T:
+        """``call(*args)`` on the pool; when the caller is cancelled, the call is
+        waited for (and its result undone) before the cancellation goes on."""
+        import asyncio
+
+        future = self._run(call, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                result = await future
+                if undo is not None:
+                    undo(result)
+            raise
 
     def _lock_connection(self) -> Any:
         with self._guard_lock:
@@ -626,8 +645,8 @@ class PostgresStorage(SessionStorageAdapter):
             with self._guard(conn):
                 return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
 
-        if not await poll(lambda: self._run(locked), time.monotonic() + timeout):
-            holder = await self._run(self._holder, conn, key)
+        if not await poll(lambda: self._settled(locked), time.monotonic() + timeout):
+            holder = await self._settled(self._holder, conn, key)
             raise SessionBusyError(session_id, timeout, holder)
 
     def _holder(self, conn: Any, key: int) -> str:
