@@ -28,15 +28,17 @@ StorageError.
 psycopg 3 is imported when a storage is created, never at module import.
 Its calls are synchronous; every operation runs on a thread of the storage's
 own pool (at most ``THREADS``), never on the event loop, on a connection of
-its own taken from the idle ones (the one idle last) or opened for it, so a
-stalled connection holds only the operation running on it: the loop and the
-other threads go on serving. This is the intermediate
-step of issue 23 item 6; the end state is psycopg's ``AsyncConnection`` with
-a connection pool, which needs the shared writers (storage/sql/writes.py,
-migrations.py, postgres_search.py, the dialect's ``COPY``) split into the
-statements they build and a sync or async executor that runs them, and the
-watchdog bound replaced by a per-operation ``asyncio`` timeout that cancels
-the query.
+its own: the one that became idle last, or a new one. So a stalled
+connection holds only the operation running on it, and the event loop and
+the other threads go on serving. A cancelled operation still ends on its
+thread (within its bound); its connection is then given back or closed.
+
+This is the intermediate step of issue 23 item 6. The end state, psycopg's
+``AsyncConnection`` with a connection pool, still needs the shared writers
+(storage/sql/writes.py, migrations.py, postgres_search.py, the dialect's
+``COPY``) split into the statements they build and a sync or an async
+executor that runs them, and the watchdog replaced by a per-operation
+``asyncio`` timeout that cancels the query on the server.
 """
 
 from __future__ import annotations

@@ -371,6 +371,45 @@ def test_a_busy_session_names_its_holder_and_other_sessions_stay_free(url, pg, r
         run(other.close())
 
 
+def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(url, pg, run):
+    other = PostgresStorage(url, schema=pg.schema)
+
+    async def take(storage: PostgresStorage, timeout: float) -> None:
+        async with storage.lock("s1", timeout):
+            pass
+
+    async def scenario() -> None:
+        async with pg.lock("s1", 5):
+            waiting = asyncio.create_task(take(other, HANG))
+            assert await poll_query(url, "pg_try_advisory_lock", at_least=2)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        await take(other, 0)
+        await take(pg, 0)
+
+    try:
+        run(scenario())
+    finally:
+        run(other.close())
+
+
+async def poll_query(url: str, text: str, *, at_least: int) -> bool:
+    """True once ``at_least`` of this process's lock connections last ran ``text``."""
+    from foliko_cli.storage.poll import poll
+
+    def seen() -> bool:
+        ((count,),) = query(
+            url,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s "
+            "AND query LIKE %s",
+            (f"foliko: pid {os.getpid()} on %", f"%{text}%"),
+        )
+        return count >= at_least
+
+    return await poll(seen, time.monotonic() + HANG)
+
+
 def test_turns_under_the_lock_never_conflict(url, pg, run):
     run(pg.list())
 
