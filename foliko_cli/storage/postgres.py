@@ -26,13 +26,25 @@ overruns ``operation_timeout`` has its socket shut down and fails with a
 StorageError.
 
 psycopg 3 is imported when a storage is created, never at module import.
-Its calls are synchronous and short; they run inline, as SQLite's do, on one
-connection per thread.
+Its calls are synchronous; every operation runs on a thread of the storage's
+own pool (at most ``THREADS``), never on the event loop, on a connection of
+its own: the one that became idle last, or a new one. So a stalled
+connection holds only the operation running on it, and the event loop and
+the other threads go on serving. A cancelled operation still ends on its
+thread (within its bound); its connection is then given back or closed.
+
+This is the intermediate step of issue 23 item 6. The end state, psycopg's
+``AsyncConnection`` with a connection pool, still needs the shared writers
+(storage/sql/writes.py, migrations.py, postgres_search.py, the dialect's
+``COPY``) split into the statements they build and a sync or an async
+executor that runs them, and the watchdog replaced by a per-operation
+``asyncio`` timeout that cancels the query on the server.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import socket
@@ -86,6 +98,8 @@ KEEPALIVES = {
 TCP_USER_TIMEOUT_MS = 20_000
 SUMMARY_PAGE = 1000
 IDLE_LOCK_CONNECTIONS = 2
+THREADS = 8
+"""Operations that run at once, and so connections they keep open (session locks aside)."""
 WRITE_ATTEMPTS = 3
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _EXTRA_HINT = "PostgreSQL storage needs the 'postgres' extra: pip install 'foliko-cli[postgres]'"
@@ -168,8 +182,10 @@ class PostgresStorage(SessionStorageAdapter):
         self._url = f"postgresql://{user}{parsed.where}/{self.database}"
         self._local = threading.local()
         self._connections: list[Any] = []
+        self._idle: list[Any] = []
         self._idle_lock_connections: list[Any] = []
         self._guard_lock = threading.Lock()
+        self._threads: Any = None
         self._migrated = False
         self._watchdog = watchdog.shared()
 
@@ -197,7 +213,44 @@ class PostgresStorage(SessionStorageAdapter):
     def location(self) -> str:
         return f"{self._url} (schema {self.schema})"
 
-    # connections
+    # threads and connections
+
+    def _pool(self) -> Any:
+        with self._guard_lock:
+            if self._threads is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="foliko-postgres")
+            return self._threads
+
+    def _run(self, call: Callable[..., T], *args: Any) -> Any:
+        """``call(*args)`` on a thread of the pool, as an asyncio future."""
+        import asyncio
+
+        return asyncio.get_running_loop().run_in_executor(
+            self._pool(), functools.partial(self._on_connection, call, *args)
+        )
+
+    def _on_connection(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` with ``self.db`` the connection that became idle last (a
+        new one once it is needed), given back afterwards unless it broke."""
+        with self._guard_lock:
+            self._local.db = self._idle.pop() if self._idle else None
+        try:
+            return call(*args)
+        finally:
+            db, self._local.db = getattr(self._local, "db", None), None
+            if db is not None:
+                self._give_back(db)
+
+    def _give_back(self, db: Any) -> None:
+        with self._guard_lock:
+            if db in self._connections and not (db.closed or db.broken):
+                self._idle.append(db)
+                return
+            with contextlib.suppress(ValueError):
+                self._connections.remove(db)
+        db.close()
 
     def _open(self, application_name: str) -> Any:
         try:
@@ -217,7 +270,10 @@ class PostgresStorage(SessionStorageAdapter):
     @property
     def db(self) -> Any:
         db = getattr(self._local, "db", None)
-        if db is None or db.closed:
+        if db is None or db.closed or db.broken:
+            if db is not None:
+                self._local.db = None
+                self._give_back(db)
             db = self._open("foliko")
             try:
                 if not self._migrated:
@@ -269,9 +325,6 @@ class PostgresStorage(SessionStorageAdapter):
                 self._watch(conn)
             yield
         except self._pg.Error as exc:
-            db = getattr(self._local, "db", None)
-            if db is not None and (db.closed or db.broken):
-                self._local.db = None
             if self._watchdog.stop(operation):
                 raise StorageError(
                     f"PostgreSQL at {self._where} did not answer within "
@@ -287,11 +340,14 @@ class PostgresStorage(SessionStorageAdapter):
 
     async def load(self, session_id: str) -> SessionRecord | None:
         self._check_id(session_id)
-        with self._guard():
-            row = self.db.execute(self._load_sql(), (session_id,)).fetchone()
+        row = await self._run(self._load_row, session_id)
         if row is None:
             return None
         return self._record(session_id, row)
+
+    def _load_row(self, session_id: str) -> tuple[Any, ...] | None:
+        with self._guard():
+            return self.db.execute(self._load_sql(), (session_id,)).fetchone()
 
     def _load_sql(self, *, lock: str = "") -> str:
         return self._dialect.sql(
@@ -333,8 +389,8 @@ class PostgresStorage(SessionStorageAdapter):
         for record in records:
             self._check_id(record.session_id)
             checked_for_write(record)
-        return self._write(
-            lambda cur: writes.replace_records(cur, self._dialect, records, expected)
+        return await self._run(
+            self._write, lambda cur: writes.replace_records(cur, self._dialect, records, expected)
         )
 
     async def append(
@@ -347,19 +403,24 @@ class PostgresStorage(SessionStorageAdapter):
     ) -> int:
         self._check_id(session_id)
         checked_append(session_id, messages, state)
-        return self._write(
+        return await self._run(
+            self._write,
             lambda cur: writes.append_messages(
                 cur, self._dialect, session_id, messages, state, expected_revision
-            )
+            ),
         )
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         self._check_id(session_id)
-        return self._write(
-            lambda cur: writes.delete_session(cur, self._dialect, session_id, expected_revision)
+        return await self._run(
+            self._write,
+            lambda cur: writes.delete_session(cur, self._dialect, session_id, expected_revision),
         )
 
     async def list(self) -> list[str]:
+        return await self._run(self._list)
+
+    def _list(self) -> list[str]:
         with self._guard():
             rows = self.db.execute(
                 self._dialect.sql("SELECT session_id FROM {sessions} ORDER BY session_id")
@@ -368,17 +429,26 @@ class PostgresStorage(SessionStorageAdapter):
 
     async def list_summaries(self) -> list[SessionSummary]:
         """Newest first, read page by page along the index, all from one snapshot."""
+        return await self._run(self._summaries)
+
+    def _summaries(self) -> list[SessionSummary]:
         with self._guard(), self.db.transaction():
             self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return writes.summaries(self.db, self._dialect, page=SUMMARY_PAGE)
 
     async def revision(self, session_id: str) -> int | None:
         self._check_id(session_id)
+        return await self._run(self._revision, session_id)
+
+    def _revision(self, session_id: str) -> int | None:
         with self._guard():
             return writes.stored_revision(self.db, self._dialect, session_id)
 
     async def exists(self) -> bool:
         """The schema is there; creates nothing."""
+        return await self._run(self._exists)
+
+    def _exists(self) -> bool:
         conn = self._open("foliko: exists")
         try:
             with self._guard(conn):
@@ -391,6 +461,9 @@ class PostgresStorage(SessionStorageAdapter):
 
     async def health_check(self) -> bool:
         """The server answers; creates nothing (no schema, no table)."""
+        return await self._run(self._health_check)
+
+    def _health_check(self) -> bool:
         try:
             conn = self._open("foliko: health check")
         except StorageError:
@@ -409,6 +482,9 @@ class PostgresStorage(SessionStorageAdapter):
         the messages are copied by the server, never read and written again."""
         self._check_id(source_id)
         self._check_id(target_id)
+        return await self._run(self._copy, source_id, target_id)
+
+    def _copy(self, source_id: str, target_id: str) -> SessionRecord:
         now = now_ms()
         d = self._dialect
         with self._guard(), self.db.transaction(), self.db.cursor() as cur:
@@ -444,6 +520,9 @@ class PostgresStorage(SessionStorageAdapter):
     async def rename(self, old_id: str, new_id: str) -> None:
         self._check_id(old_id)
         self._check_id(new_id)
+        await self._run(self._rename, old_id, new_id)
+
+    def _rename(self, old_id: str, new_id: str) -> None:
         with self._guard():
             try:
                 with self.db.transaction(), self.db.cursor() as cur:
@@ -452,6 +531,9 @@ class PostgresStorage(SessionStorageAdapter):
                 raise SessionExistsError(new_id) from None  # created while we renamed
 
     async def quarantine(self, problem: StoredProblem) -> str:
+        return await self._run(self._quarantine, problem)
+
+    def _quarantine(self, problem: StoredProblem) -> str:
         d = self._dialect
         with self._guard(), self.db.transaction(), self.db.cursor() as cur:
             row = cur.execute(
@@ -473,6 +555,9 @@ class PostgresStorage(SessionStorageAdapter):
 
     async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the GIN index on the messages' text (postgres_search.py)."""
+        return await self._run(self._search, query)
+
+    def _search(self, query: SearchQuery) -> list[SearchHit]:
         from foliko_cli.storage.postgres_search import search
 
         with self._guard():
@@ -485,6 +570,9 @@ class PostgresStorage(SessionStorageAdapter):
                 ) from None
 
     async def info(self) -> dict[str, Any]:
+        return await self._run(self._info)
+
+    def _info(self) -> dict[str, Any]:
         with self._guard():
             sessions, messages = writes.counts(self.db, self._dialect)
             version = max(self._dialect.applied_steps(self.db), default=0)
@@ -510,10 +598,14 @@ class PostgresStorage(SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """An advisory lock on a connection of its own, so a dead holder frees it."""
+        """An advisory lock on a connection of its own, so a dead holder frees it.
+        A call on that connection that is cancelled is waited for before the
+        connection is closed: two threads never use one connection."""
         self._check_id(session_id)
+        import asyncio
+
         key = advisory_key("session", self.schema, session_id)
-        conn = self._lock_connection()
+        conn = await self._settled(self._lock_connection, undo=lambda conn: conn.close())
         try:
             await self._acquire(conn, key, session_id, timeout)
         except BaseException:
@@ -522,7 +614,24 @@ class PostgresStorage(SessionStorageAdapter):
         try:
             yield
         finally:
-            self._release(conn, key)
+            await asyncio.shield(self._run(self._release, conn, key))
+
+    async def _settled(
+        self, call: Callable[..., T], *args: Any, undo: Callable[[T], object] | None = None
+    ) -> T:
+        """``call(*args)`` on the pool; when the caller is cancelled, the call is
+        waited for (and its result undone) before the cancellation goes on."""
+        import asyncio
+
+        future = self._run(call, *args)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                result = await future
+                if undo is not None:
+                    undo(result)
+            raise
 
     def _lock_connection(self) -> Any:
         with self._guard_lock:
@@ -538,8 +647,9 @@ class PostgresStorage(SessionStorageAdapter):
             with self._guard(conn):
                 return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
 
-        if not await poll(locked, time.monotonic() + timeout):
-            raise SessionBusyError(session_id, timeout, self._holder(conn, key))
+        if not await poll(lambda: self._settled(locked), time.monotonic() + timeout):
+            holder = await self._settled(self._holder, conn, key)
+            raise SessionBusyError(session_id, timeout, holder)
 
     def _holder(self, conn: Any, key: int) -> str:
         """Who holds ``key``: the application name foliko gives its lock connections."""
@@ -582,7 +692,10 @@ class PostgresStorage(SessionStorageAdapter):
     async def close(self) -> None:
         with self._guard_lock:
             connections = self._connections + self._idle_lock_connections
-            self._connections, self._idle_lock_connections = [], []
+            self._connections, self._idle, self._idle_lock_connections = [], [], []
+            threads, self._threads = self._threads, None
         for conn in connections:
             conn.close()
         self._local = threading.local()
+        if threads is not None:
+            threads.shutdown(wait=False)

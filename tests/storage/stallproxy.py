@@ -4,7 +4,9 @@
 client's bytes sit in kernel buffers and no reply ever comes, while the TCP
 connection stays open and healthy, as behind a middlebox that stops
 forwarding. The kernel sees nothing wrong, so only a client-side bound ends
-the wait. The proxy's thread stops when the context exits, or by itself
+the wait. ``freeze_on(marker)`` stalls only the connection whose client
+sends ``marker`` next (that request is never forwarded) and sets ``frozen``;
+the others go on forwarding. The proxy's thread stops when the context exits, or by itself
 after ``lifetime`` seconds.
 """
 
@@ -26,16 +28,22 @@ class StallingProxy:
         self.port = self.listener.getsockname()[1]
         self._stalled = threading.Event()
         self._stop = threading.Event()
+        self._marker: bytes | None = None
+        self.frozen = threading.Event()
         self._sockets: list[socket.socket] = []
         self._thread = threading.Thread(target=self._run, name="stalling-proxy", daemon=True)
 
     def stall(self) -> None:
         self._stalled.set()
 
+    def freeze_on(self, marker: bytes) -> None:
+        self._marker = marker
+
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
         selector.register(self.listener, selectors.EVENT_READ)
         peers: dict[socket.socket, socket.socket] = {}
+        self._clients: set[socket.socket] = set()
         deadline = time.monotonic() + self.lifetime
         forwarding = True
         try:
@@ -54,6 +62,10 @@ class StallingProxy:
                     except OSError:
                         data = b""
                     peer = peers[sock]
+                    if self._freezes(sock, data):
+                        for s in (sock, peer):
+                            selector.unregister(s)
+                        continue
                     if not data:
                         for s in (sock, peer):
                             with contextlib.suppress(KeyError, ValueError):
@@ -68,6 +80,14 @@ class StallingProxy:
                 with contextlib.suppress(OSError):
                     sock.close()
 
+    def _freezes(self, sock: socket.socket, data: bytes) -> bool:
+        marker = self._marker
+        if marker is None or sock not in self._clients or marker not in data:
+            return False
+        self._marker = None
+        self.frozen.set()
+        return True
+
     def _accept(self, selector, peers, forwarding: bool) -> None:
         client, _ = self.listener.accept()
         self._sockets.append(client)
@@ -77,6 +97,7 @@ class StallingProxy:
         upstream.settimeout(None)
         self._sockets.append(upstream)
         peers[client], peers[upstream] = upstream, client
+        self._clients.add(client)
         selector.register(client, selectors.EVENT_READ)
         selector.register(upstream, selectors.EVENT_READ)
 

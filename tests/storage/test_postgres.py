@@ -340,8 +340,8 @@ def test_info_reports_counts_and_schema_version(pg, run):
 
 def test_a_dropped_connection_is_reopened_on_the_next_call(url, pg, run):
     run(pg.save(SessionRecord("s")))
-    backend_pid = pg.db.info.backend_pid
-    query(url, "SELECT pg_terminate_backend(%s)", (backend_pid,))
+    (connection,) = pg._connections  # calls one after another reuse one connection
+    query(url, "SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
     with pytest.raises(StorageError, match=r"127\.0\.0\.1:5432"):
         run(pg.list())
     assert run(pg.list()) == ["s"]
@@ -369,6 +369,45 @@ def test_a_busy_session_names_its_holder_and_other_sessions_stay_free(url, pg, r
         run(scenario())
     finally:
         run(other.close())
+
+
+def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(url, pg, run):
+    other = PostgresStorage(url, schema=pg.schema)
+
+    async def take(storage: PostgresStorage, timeout: float) -> None:
+        async with storage.lock("s1", timeout):
+            pass
+
+    async def scenario() -> None:
+        async with pg.lock("s1", 5):
+            waiting = asyncio.create_task(take(other, HANG))
+            assert await poll_query(url, "pg_try_advisory_lock", at_least=2)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        await take(other, 0)
+        await take(pg, 0)
+
+    try:
+        run(scenario())
+    finally:
+        run(other.close())
+
+
+async def poll_query(url: str, text: str, *, at_least: int) -> bool:
+    """True once ``at_least`` of this process's lock connections last ran ``text``."""
+    from foliko_cli.storage.poll import poll
+
+    def seen() -> bool:
+        ((count,),) = query(
+            url,
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s "
+            "AND query LIKE %s",
+            (f"foliko: pid {os.getpid()} on %", f"%{text}%"),
+        )
+        return count >= at_least
+
+    return await poll(seen, time.monotonic() + HANG)
 
 
 def test_turns_under_the_lock_never_conflict(url, pg, run):
@@ -482,6 +521,50 @@ def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
             "tcp_keepalives_idle": "5",
         }
         conn.close()
+
+
+def test_a_frozen_connection_holds_only_the_operation_running_on_it(url, schema, run):
+    """One connection stops answering mid-query: the storage's other operations
+    (other sessions, the list, a session lock) finish on its other connections
+    while the frozen one is still waiting, and the frozen one fails at its bound."""
+    from foliko_cli.storage.poll import poll
+
+    from .stallproxy import stalling_proxy, through
+
+    bound = 3.0
+    with stalling_proxy(url) as proxy:
+        storage = PostgresStorage(through(url, proxy), schema=schema, operation_timeout=bound)
+
+        async def others() -> list[Any]:
+            async def locked() -> bool:
+                async with storage.lock("b", 1):
+                    return True
+
+            return await asyncio.gather(
+                storage.load("a"),
+                storage.load("b"),
+                storage.list(),
+                storage.save(SessionRecord("c")),
+                locked(),
+            )
+
+        async def scenario() -> None:
+            for session_id in ("frozen-one", "a", "b"):
+                await storage.save(SessionRecord(session_id, messages=turn(session_id)))
+            proxy.freeze_on(b"frozen-one")
+            frozen = asyncio.create_task(storage.load("frozen-one"))
+            assert await poll(proxy.frozen.is_set, time.monotonic() + HANG)
+            a, b, listed, _, was_locked = await asyncio.wait_for(others(), 2.0)
+            assert not frozen.done(), "the other operations waited on the frozen connection"
+            assert (a.messages, b.messages) == (turn("a"), turn("b"))
+            assert {"a", "b", "frozen-one"} <= set(listed) and was_locked
+            with pytest.raises(StorageError, match=f"did not answer within {bound:g}s"):
+                await asyncio.wait_for(frozen, bound + 5)
+
+        try:
+            run(scenario())
+        finally:
+            run(storage.close())
 
 
 def test_a_health_check_creates_no_schema(url, schema, run):
