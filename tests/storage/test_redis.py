@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from redis.crc import key_slot
 
 from foliko_cli.errors import (
@@ -43,9 +44,10 @@ def url() -> str:
 
 
 @pytest.fixture
-def rs(url: str) -> Iterator[RedisStorage]:
+def rs(url: str, runner: asyncio.Runner) -> Iterator[RedisStorage]:
     with redis_storage(url) as storage:
         yield storage
+        runner.run(storage.close())  # on the loop its connections belong to
 
 
 @pytest.fixture
@@ -136,7 +138,7 @@ def test_listing_reads_the_index_never_scan(rs, run, client, monkeypatch):
         raise AssertionError("listing must read the index, not walk the keyspace")
 
     for method in ("scan", "scan_iter", "keys"):
-        monkeypatch.setattr(rs._client, method, forbidden)
+        monkeypatch.setattr(redis.asyncio.Redis, method, forbidden)
     assert sorted(run(rs.list())) == ["new", "old"]
     assert [s.session_id for s in run(rs.list_summaries())] == ["new", "old"]
     scores = dict(client.zrange(rs.index_key, 0, -1, withscores=True))
@@ -202,13 +204,13 @@ def test_check_reports_corrupt_sessions_and_quarantine_moves_them_aside(rs, run,
 
 def test_save_many_runs_in_one_multi(rs, run, monkeypatch):
     calls: list[str] = []
-    pipeline = rs._client.pipeline
+    pipeline = redis.asyncio.Redis.pipeline
 
-    def spy(transaction: bool = True, **kwargs: Any) -> Any:
+    def spy(self: Any, transaction: bool = True, **kwargs: Any) -> Any:
         calls.append("multi" if transaction else "pipeline")
-        return pipeline(transaction=transaction, **kwargs)
+        return pipeline(self, transaction=transaction, **kwargs)
 
-    monkeypatch.setattr(rs._client, "pipeline", spy)
+    monkeypatch.setattr(redis.asyncio.Redis, "pipeline", spy)
     records = [SessionRecord(f"s{i}", messages=turn(str(i))) for i in range(5)]
     revisions = run(rs.save_many(records))
     assert calls == ["multi"]
@@ -307,7 +309,7 @@ def test_only_the_owner_renews_or_releases_the_lease(url, rs, run, client):
         await fresh.__aenter__()  # ...so another holder took the session
         theirs = client.get(key)
         assert theirs != stale_owner
-        assert rs._renew_script([key], [stale_owner, 60_000]) == 0
+        assert await rs._renew_script([key], [stale_owner, 60_000], client=rs._client()) == 0
         await stale.__aexit__(None, None, None)  # the stale holder finishes its turn
         assert client.get(key) == theirs  # and leaves the new holder's lease alone
         await fresh.__aexit__(None, None, None)
