@@ -28,6 +28,7 @@ from foliko_cli.errors import (
     ExitCode,
     SessionBusyError,
     StorageConfigError,
+    StorageError,
 )
 from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.record import SessionRecord, content_hash
@@ -395,3 +396,52 @@ def test_a_health_check_creates_nothing(url, run, client):
     assert run(storage.health_check()) is True
     run(storage.close())
     assert list(client.scan_iter(match="foliko-test-health-untouched*")) == []
+
+
+# a stalled connection holds only the call on it
+
+STALL_TIMEOUT_S = 3
+BOUND_S = 2.0  # the other calls' budget: they take milliseconds; a blocked loop takes 3 s
+SLACK_S = 8.0
+
+
+def test_a_frozen_connection_holds_only_the_call_on_it(url, runner):
+    from .services import fresh_prefix
+    from .stallproxy import stalling_proxy, through
+
+    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
+        storage = RedisStorage(
+            through(url, proxy) + f"?socket_timeout={STALL_TIMEOUT_S}", prefix=prefix
+        )
+
+        async def others() -> None:
+            record = await storage.load("other")
+            revision = await storage.append(
+                "other", turn("during the stall"), state(), expected_revision=record.revision
+            )
+            async with storage.lock("other", 1):
+                assert await storage.revision("other") == revision
+            assert "other" in await storage.list()
+            assert await storage.health_check() is True
+
+        async def scenario() -> float:
+            await storage.save(SessionRecord("frozen", messages=turn("a")))
+            await storage.save(SessionRecord("other", messages=turn("b")))
+            proxy.freeze_on(hash_tag("frozen").encode())
+            started = time.monotonic()
+            stalled = asyncio.ensure_future(storage.load("frozen"))
+            assert await asyncio.to_thread(proxy.frozen.wait, HANG)
+            async with asyncio.timeout(BOUND_S):
+                await others()
+            assert not stalled.done(), "the other calls waited for the frozen one"
+            with pytest.raises(StorageError) as error:
+                await stalled
+            assert "cannot reach Redis" in str(error.value)
+            failed_after = time.monotonic() - started
+            assert (await storage.load("other")).messages[-1]["content"] == "echo: during the stall"
+            return failed_after
+
+        try:
+            assert STALL_TIMEOUT_S - 0.5 < runner.run(scenario()) < STALL_TIMEOUT_S + SLACK_S
+        finally:
+            runner.run(storage.close())
