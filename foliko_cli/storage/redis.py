@@ -24,8 +24,12 @@ The per-turn lock is a lease (``SET NX PX``) with a random token, renewed by a
 background task while the turn runs and deleted only by its owner; when the
 holder dies the lease runs out by itself.
 
-redis-py is imported when a storage is created, never at module import. Its
-calls are synchronous and short and run inline.
+redis-py's asyncio client (``redis.asyncio``) is imported when a storage is
+created, never at module import. Each event loop gets a client of its own
+with its own connection pool (asyncio connections belong to the loop that
+opened them): a call takes a connection from the pool for its duration, so
+a stalled connection holds only the call waiting on it, while the others
+run over the pool's other connections.
 """
 
 from __future__ import annotations
@@ -228,6 +232,7 @@ def unhash_tag(tag: str) -> str | None:
 def _import_redis() -> Any:
     try:
         import redis
+        import redis.asyncio
     except ImportError:
         raise StorageConfigError(_EXTRA_HINT) from None
     return redis
@@ -278,14 +283,18 @@ class RedisStorage(SessionStorageAdapter):
             keywords["socket_connect_timeout"] = CONNECT_TIMEOUT_S
         if "socket_timeout" not in given:
             keywords["socket_timeout"] = SOCKET_TIMEOUT_S
+        self._driver_url, self._keywords = parsed.driver_url(), keywords
         try:
-            self._client = self._redis.Redis.from_url(parsed.driver_url(), **keywords)
+            # Never connected: it checks the URL now and holds the scripts, which
+            # are called with the running loop's client.
+            template = self._new_client()
         except ValueError as exc:
             raise StorageConfigError(
                 f"malformed Redis URL for {self._where}: {self._reason(exc)}; "
                 "write redis://host:6379/0"
             ) from None
-        register = self._client.register_script
+        self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
+        register = template.register_script
         self._save_script = register(_SAVE)
         self._append_script = register(_APPEND)
         self._delete_script = register(_DELETE)
@@ -302,6 +311,19 @@ class RedisStorage(SessionStorageAdapter):
     @property
     def location(self) -> str:
         return f"{self._url} (prefix {self.prefix})"
+
+    def _new_client(self) -> Any:
+        return self._redis.asyncio.Redis.from_url(self._driver_url, **self._keywords)
+
+    def _client(self) -> Any:
+        """The running event loop's client (and connection pool), made on first use."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            for closed in [other for other in self._clients if other.is_closed()]:
+                del self._clients[closed]  # its connections died with their loop
+            client = self._clients[loop] = self._new_client()
+        return client
 
     def key(self, session_id: str, kind: str) -> str:
         """``kind`` is meta, msgs or lock."""
@@ -347,10 +369,10 @@ class RedisStorage(SessionStorageAdapter):
     async def load(self, session_id: str) -> SessionRecord | None:
         meta_key, msgs_key, _ = self._session_keys(session_id)
         with self._guard():
-            pipe = self._client.pipeline(transaction=True)
-            pipe.hgetall(meta_key)
-            pipe.lrange(msgs_key, 0, -1)
-            meta, bodies = pipe.execute(raise_on_error=False)
+            async with self._client().pipeline(transaction=True) as pipe:
+                pipe.hgetall(meta_key)
+                pipe.lrange(msgs_key, 0, -1)
+                meta, bodies = await pipe.execute(raise_on_error=False)
         for key, result in ((meta_key, meta), (msgs_key, bodies)):
             if self._wrong_type(result):
                 raise CorruptSessionError(
@@ -406,7 +428,9 @@ class RedisStorage(SessionStorageAdapter):
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         args = self._save_args(record, expected_revision)
         with self._guard():
-            result = self._save_script(self._session_keys(record.session_id), args)
+            result = await self._save_script(
+                self._session_keys(record.session_id), args, client=self._client()
+            )
         return self._saved(record.session_id, expected_revision, result)
 
     @staticmethod
@@ -438,30 +462,32 @@ class RedisStorage(SessionStorageAdapter):
         ]
         if all(e is None for e in expected):
             with self._guard():
-                pipe = self._client.pipeline(transaction=True)
-                for _, keys, args in batches:
-                    self._save_script(keys, args, client=pipe)
-                results = pipe.execute()
+                async with self._client().pipeline(transaction=True) as pipe:
+                    for _, keys, args in batches:
+                        await self._save_script(keys, args, client=pipe)
+                    results = await pipe.execute()
             pairs = zip(batches, results, strict=True)
             return [self._saved(sid, None, result) for (sid, _, _), result in pairs]
-        return self._save_watched(batches, expected)
+        return await self._save_watched(batches, expected)
 
-    def _save_watched(self, batches: list[tuple], expected: list[int | None]) -> list[int]:
+    async def _save_watched(self, batches: list[tuple], expected: list[int | None]) -> list[int]:
         errors = self._redis.exceptions
         metas = sorted({keys[0] for _, keys, _ in batches})
         while True:
-            with self._guard(), self._client.pipeline(transaction=True) as pipe:
-                try:
-                    pipe.watch(*metas)
-                    for (sid, keys, _), want in zip(batches, expected, strict=True):
-                        if want is not None:
-                            check_expected(sid, want, int(pipe.hget(keys[0], "revision") or 0))
-                    pipe.multi()
-                    for _, keys, args in batches:
-                        self._save_script(keys, args, client=pipe)
-                    results = pipe.execute()
-                except errors.WatchError:
-                    continue
+            with self._guard():
+                async with self._client().pipeline(transaction=True) as pipe:
+                    try:
+                        await pipe.watch(*metas)
+                        for (sid, keys, _), want in zip(batches, expected, strict=True):
+                            if want is not None:
+                                found = int(await pipe.hget(keys[0], "revision") or 0)
+                                check_expected(sid, want, found)
+                        pipe.multi()
+                        for _, keys, args in batches:
+                            await self._save_script(keys, args, client=pipe)
+                        results = await pipe.execute()
+                    except errors.WatchError:
+                        continue
             return [
                 self._saved(sid, want, r)
                 for (sid, _, _), want, r in zip(batches, expected, results, strict=True)
@@ -491,7 +517,9 @@ class RedisStorage(SessionStorageAdapter):
             *(encode_message(m) for m in messages),
         ]
         with self._guard():
-            ok, revision = self._append_script(self._session_keys(session_id), args)
+            ok, revision = await self._append_script(
+                self._session_keys(session_id), args, client=self._client()
+            )
         if not ok:
             raise ConflictError(session_id, expected_revision, int(revision))
         return int(revision)
@@ -499,28 +527,31 @@ class RedisStorage(SessionStorageAdapter):
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         mode = "" if expected_revision is None else str(expected_revision)
         with self._guard():
-            existed, found = self._delete_script(self._session_keys(session_id), [session_id, mode])
+            existed, found = await self._delete_script(
+                self._session_keys(session_id), [session_id, mode], client=self._client()
+            )
         if not existed:
             check_expected(session_id, expected_revision, int(found))
         return bool(existed)
 
     async def list(self) -> list[str]:
         with self._guard():
-            return [member.decode() for member in self._client.zrange(self.index_key, 0, -1)]
+            members = await self._client().zrange(self.index_key, 0, -1)
+        return [member.decode() for member in members]
 
     async def list_summaries(self) -> list[SessionSummary]:
         """From the index and each session's meta hash; messages are never read."""
         with self._guard():
-            ids = [member.decode() for member in self._client.zrevrange(self.index_key, 0, -1)]
+            ids = [m.decode() for m in await self._client().zrevrange(self.index_key, 0, -1)]
         fields = ("created_at", "updated_at", "message_count", "preview")
         summaries = []
         for start in range(0, len(ids), PAGE):
             page = ids[start : start + PAGE]
             with self._guard():
-                pipe = self._client.pipeline(transaction=False)
-                for session_id in page:
-                    pipe.hmget(self.key(session_id, "meta"), fields)
-                results = pipe.execute(raise_on_error=False)
+                async with self._client().pipeline(transaction=False) as pipe:
+                    for session_id in page:
+                        pipe.hmget(self.key(session_id, "meta"), fields)
+                    results = await pipe.execute(raise_on_error=False)
             for session_id, values in zip(page, results, strict=True):
                 if isinstance(values, Exception):
                     summaries.append(SessionSummary(session_id, 0, 0, 0, "", str(values)))
@@ -544,10 +575,10 @@ class RedisStorage(SessionStorageAdapter):
     async def revision(self, session_id: str) -> int | None:
         meta_key = self.key(session_id, "meta")
         with self._guard():
-            pipe = self._client.pipeline(transaction=True)
-            pipe.exists(meta_key)
-            pipe.hget(meta_key, "revision")
-            exists, revision = pipe.execute(raise_on_error=False)
+            async with self._client().pipeline(transaction=True) as pipe:
+                pipe.exists(meta_key)
+                pipe.hget(meta_key, "revision")
+                exists, revision = await pipe.execute(raise_on_error=False)
         if self._wrong_type(revision):
             raise CorruptSessionError(
                 session_id, self.location, f"key {meta_key} holds the wrong kind of value"
@@ -567,7 +598,7 @@ class RedisStorage(SessionStorageAdapter):
     async def health_check(self) -> bool:
         try:
             with self._guard():
-                self._client.ping()
+                await self._client().ping()
         except StorageError:
             return False
         return True
@@ -587,14 +618,17 @@ class RedisStorage(SessionStorageAdapter):
             saved_at=now,
         )
         with self._guard():
-            result = self._save_script(self._session_keys(target_id), self._save_args(copied, 0))
+            result = await self._save_script(
+                self._session_keys(target_id), self._save_args(copied, 0), client=self._client()
+            )
         copied.revision = self._saved(target_id, 0, result)
         return copied
 
     async def rename(self, old_id: str, new_id: str) -> None:
         keys = [*self._session_keys(old_id)[:2], *self._session_keys(new_id)]
         with self._guard():
-            result = int(self._rename_script(keys, [old_id, new_id, next_revision(None)]))
+            args = [old_id, new_id, next_revision(None)]
+            result = int(await self._rename_script(keys, args, client=self._client()))
         if result == -1:
             raise SessionExistsError(new_id)
         if result == -2:
@@ -603,8 +637,7 @@ class RedisStorage(SessionStorageAdapter):
     async def check(self) -> list[StoredProblem]:
         """Unreadable sessions, index entries whose meta hash is gone, and message
         lists whose meta hash is gone (found by SCAN: ``check`` only)."""
-        with self._guard():
-            ids = [member.decode() for member in self._client.zrange(self.index_key, 0, -1)]
+        ids = await self.list()
         problems = []
         for session_id in ids:
             try:
@@ -621,13 +654,14 @@ class RedisStorage(SessionStorageAdapter):
                 problems.append(StoredProblem(session_id, exc.where, exc.reason))
         indexed = set(ids)
         head, tail = f"{self.prefix}:s:", ":msgs"
+        client = self._client()
         with self._guard():
-            for raw in self._client.scan_iter(match=f"{head}*{tail}", count=1000):
+            async for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
                 key = _text(raw)
                 session_id = unhash_tag(key[len(head) : -len(tail)])
                 if session_id is None or session_id in indexed:
                     continue
-                if not self._client.exists(self.key(session_id, "meta")):
+                if not await client.exists(self.key(session_id, "meta")):
                     problems.append(
                         StoredProblem(
                             session_id,
@@ -650,24 +684,28 @@ class RedisStorage(SessionStorageAdapter):
         }
         keys = [*self._session_keys(problem.session_id), entry["meta"], entry["msgs"]]
         with self._guard():
-            self._quarantine_script(
-                [*keys, self.quarantine_key], [problem.session_id, base, orjson.dumps(entry)]
+            await self._quarantine_script(
+                [*keys, self.quarantine_key],
+                [problem.session_id, base, orjson.dumps(entry)],
+                client=self._client(),
             )
         return f"{self.location} (keys {base}:*)"
 
     async def info(self) -> dict[str, Any]:
+        client = self._client()
         with self._guard():
-            ids = self._client.zrange(self.index_key, 0, -1)
+            ids = await client.zrange(self.index_key, 0, -1)
             messages = 0
             for start in range(0, len(ids), PAGE):
-                pipe = self._client.pipeline(transaction=False)
-                for member in ids[start : start + PAGE]:
-                    pipe.hget(self.key(member.decode(), "meta"), "message_count")
-                for count in pipe.execute(raise_on_error=False):
+                async with client.pipeline(transaction=False) as pipe:
+                    for member in ids[start : start + PAGE]:
+                        pipe.hget(self.key(member.decode(), "meta"), "message_count")
+                    counts = await pipe.execute(raise_on_error=False)
+                for count in counts:
                     with contextlib.suppress(TypeError, ValueError):
                         messages += int(count)
-            server = self._client.info("server")
-            memory = self._client.info("memory")
+            server = await client.info("server")
+            memory = await client.info("memory")
         return {
             "backend": self.name,
             "location": self.location,
@@ -697,28 +735,37 @@ class RedisStorage(SessionStorageAdapter):
             errors = self._redis.exceptions
             # Unreachable server: the lease runs out by itself within lease_ms.
             with self._guard(), contextlib.suppress(errors.ConnectionError, errors.TimeoutError):
-                self._release_script([key], [owner])
+                await self._release_script([key], [owner], client=self._client())
 
     async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:
-        def locked() -> bool:
+        client = self._client()
+
+        async def locked() -> bool:
             with self._guard():
-                return bool(self._client.set(key, owner, nx=True, px=self.lease_ms))
+                return bool(await client.set(key, owner, nx=True, px=self.lease_ms))
 
         if not await poll(locked, time.monotonic() + timeout):
             with self._guard():
-                holder = _text(self._client.get(key)).partition(" ")[2]
+                holder = _text(await client.get(key)).partition(" ")[2]
             raise SessionBusyError(session_id, timeout, holder or "another client")
 
     async def _renew(self, key: str, owner: bytes) -> None:
         """Extend the lease every third of its length while the turn runs."""
+        client = self._client()
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
             try:
-                if not self._renew_script([key], [owner, self.lease_ms]):
+                if not await self._renew_script([key], [owner, self.lease_ms], client=client):
                     return  # lost after expiry: the append's revision check keeps the data safe
             except self._redis.exceptions.RedisError:
                 continue  # a blip: the next tick retries while the lease still runs
 
     async def close(self) -> None:
-        self._client.close()
-        self._client.connection_pool.disconnect()
+        """Closes the running loop's connections; another loop's are dropped (an
+        asyncio connection can only be closed on its own loop), and go with it."""
+        clients, self._clients = self._clients, {}
+        if not clients:
+            return
+        client = clients.get(asyncio.get_running_loop())
+        if client is not None:
+            await client.aclose()

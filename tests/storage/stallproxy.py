@@ -4,10 +4,11 @@
 client's bytes sit in kernel buffers and no reply ever comes, while the TCP
 connection stays open and healthy, as behind a middlebox that stops
 forwarding. The kernel sees nothing wrong, so only a client-side bound ends
-the wait. ``freeze_on(marker)`` stalls only the connection whose client
-sends ``marker`` next (that request is never forwarded) and sets ``frozen``;
-the others go on forwarding. The proxy's thread stops when the context exits, or by itself
-after ``lifetime`` seconds.
+the wait. ``freeze_on(marker)`` does that to one connection only: the first
+whose client sends bytes containing ``marker`` (those bytes are held too),
+while every other connection, old and new, keeps forwarding; ``frozen`` is
+set once it happened. The proxy's thread stops when the context exits, or
+by itself after ``lifetime`` seconds.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ class StallingProxy:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self._stalled = threading.Event()
-        self._stop = threading.Event()
         self._marker: bytes | None = None
         self.frozen = threading.Event()
+        self._stop = threading.Event()
         self._sockets: list[socket.socket] = []
         self._thread = threading.Thread(target=self._run, name="stalling-proxy", daemon=True)
 
@@ -43,7 +44,8 @@ class StallingProxy:
         selector = selectors.DefaultSelector()
         selector.register(self.listener, selectors.EVENT_READ)
         peers: dict[socket.socket, socket.socket] = {}
-        self._clients: set[socket.socket] = set()
+        clients: set[socket.socket] = set()
+        frozen: set[socket.socket] = set()
         deadline = time.monotonic() + self.lifetime
         forwarding = True
         try:
@@ -51,26 +53,31 @@ class StallingProxy:
                 if forwarding and self._stalled.is_set():
                     forwarding = False
                     for sock in peers:
-                        selector.unregister(sock)
+                        with contextlib.suppress(KeyError):
+                            selector.unregister(sock)
                 for key, _ in selector.select(0.05):
                     sock = key.fileobj
+                    if sock in frozen:
+                        continue
                     if sock is self.listener:
-                        self._accept(selector, peers, forwarding)
+                        self._accept(selector, peers, clients, forwarding)
                         continue
                     try:
                         data = sock.recv(65536)
                     except OSError:
                         data = b""
                     peer = peers[sock]
-                    if self._freezes(sock, data):
-                        for s in (sock, peer):
-                            selector.unregister(s)
-                        continue
                     if not data:
                         for s in (sock, peer):
                             with contextlib.suppress(KeyError, ValueError):
                                 selector.unregister(s)
                             s.close()
+                        continue
+                    if self._freezes(sock, clients, data):
+                        for s in (sock, peer):
+                            selector.unregister(s)  # kept open, never read again
+                            frozen.add(s)
+                        self.frozen.set()
                         continue
                     with contextlib.suppress(OSError):
                         peer.sendall(data)
@@ -80,24 +87,22 @@ class StallingProxy:
                 with contextlib.suppress(OSError):
                     sock.close()
 
-    def _freezes(self, sock: socket.socket, data: bytes) -> bool:
-        marker = self._marker
-        if marker is None or sock not in self._clients or marker not in data:
+    def _freezes(self, sock: socket.socket, clients: set, data: bytes) -> bool:
+        if self._marker is None or sock not in clients or self._marker not in data:
             return False
         self._marker = None
-        self.frozen.set()
         return True
 
-    def _accept(self, selector, peers, forwarding: bool) -> None:
+    def _accept(self, selector, peers, clients: set, forwarding: bool) -> None:
         client, _ = self.listener.accept()
         self._sockets.append(client)
+        clients.add(client)
         if not forwarding:
             return  # accepted, never answered
         upstream = socket.create_connection(self.target, timeout=5)
         upstream.settimeout(None)
         self._sockets.append(upstream)
         peers[client], peers[upstream] = upstream, client
-        self._clients.add(client)
         selector.register(client, selectors.EVENT_READ)
         selector.register(upstream, selectors.EVENT_READ)
 

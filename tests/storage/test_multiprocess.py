@@ -103,7 +103,7 @@ HOLDER = textwrap.dedent(
         storage = open_storage(sys.argv[1], Path(sys.argv[2]))
         async with storage.lock("same", 10):
             print("locked", flush=True)
-            sys.stdin.readline()  # hold the lock until killed
+            await asyncio.to_thread(sys.stdin.readline)  # hold it, renewed, until killed
 
     asyncio.run(main())
     """

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
 from redis.crc import key_slot
 
 from foliko_cli.errors import (
@@ -27,6 +28,7 @@ from foliko_cli.errors import (
     ExitCode,
     SessionBusyError,
     StorageConfigError,
+    StorageError,
 )
 from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.record import SessionRecord, content_hash
@@ -43,9 +45,10 @@ def url() -> str:
 
 
 @pytest.fixture
-def rs(url: str) -> Iterator[RedisStorage]:
+def rs(url: str, runner: asyncio.Runner) -> Iterator[RedisStorage]:
     with redis_storage(url) as storage:
         yield storage
+        runner.run(storage.close())  # on the loop its connections belong to
 
 
 @pytest.fixture
@@ -136,7 +139,7 @@ def test_listing_reads_the_index_never_scan(rs, run, client, monkeypatch):
         raise AssertionError("listing must read the index, not walk the keyspace")
 
     for method in ("scan", "scan_iter", "keys"):
-        monkeypatch.setattr(rs._client, method, forbidden)
+        monkeypatch.setattr(redis.asyncio.Redis, method, forbidden)
     assert sorted(run(rs.list())) == ["new", "old"]
     assert [s.session_id for s in run(rs.list_summaries())] == ["new", "old"]
     scores = dict(client.zrange(rs.index_key, 0, -1, withscores=True))
@@ -202,13 +205,13 @@ def test_check_reports_corrupt_sessions_and_quarantine_moves_them_aside(rs, run,
 
 def test_save_many_runs_in_one_multi(rs, run, monkeypatch):
     calls: list[str] = []
-    pipeline = rs._client.pipeline
+    pipeline = redis.asyncio.Redis.pipeline
 
-    def spy(transaction: bool = True, **kwargs: Any) -> Any:
+    def spy(self: Any, transaction: bool = True, **kwargs: Any) -> Any:
         calls.append("multi" if transaction else "pipeline")
-        return pipeline(transaction=transaction, **kwargs)
+        return pipeline(self, transaction=transaction, **kwargs)
 
-    monkeypatch.setattr(rs._client, "pipeline", spy)
+    monkeypatch.setattr(redis.asyncio.Redis, "pipeline", spy)
     records = [SessionRecord(f"s{i}", messages=turn(str(i))) for i in range(5)]
     revisions = run(rs.save_many(records))
     assert calls == ["multi"]
@@ -307,7 +310,7 @@ def test_only_the_owner_renews_or_releases_the_lease(url, rs, run, client):
         await fresh.__aenter__()  # ...so another holder took the session
         theirs = client.get(key)
         assert theirs != stale_owner
-        assert rs._renew_script([key], [stale_owner, 60_000]) == 0
+        assert await rs._renew_script([key], [stale_owner, 60_000], client=rs._client()) == 0
         await stale.__aexit__(None, None, None)  # the stale holder finishes its turn
         assert client.get(key) == theirs  # and leaves the new holder's lease alone
         await fresh.__aexit__(None, None, None)
@@ -393,3 +396,52 @@ def test_a_health_check_creates_nothing(url, run, client):
     assert run(storage.health_check()) is True
     run(storage.close())
     assert list(client.scan_iter(match="foliko-test-health-untouched*")) == []
+
+
+# a stalled connection holds only the call on it
+
+STALL_TIMEOUT_S = 3
+BOUND_S = 2.0  # the other calls' budget: they take milliseconds; a blocked loop takes 3 s
+SLACK_S = 8.0
+
+
+def test_a_frozen_connection_holds_only_the_call_on_it(url, runner):
+    from .services import fresh_prefix
+    from .stallproxy import stalling_proxy, through
+
+    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
+        storage = RedisStorage(
+            through(url, proxy) + f"?socket_timeout={STALL_TIMEOUT_S}", prefix=prefix
+        )
+
+        async def others() -> None:
+            record = await storage.load("other")
+            revision = await storage.append(
+                "other", turn("during the stall"), state(), expected_revision=record.revision
+            )
+            async with storage.lock("other", 1):
+                assert await storage.revision("other") == revision
+            assert "other" in await storage.list()
+            assert await storage.health_check() is True
+
+        async def scenario() -> float:
+            await storage.save(SessionRecord("frozen", messages=turn("a")))
+            await storage.save(SessionRecord("other", messages=turn("b")))
+            proxy.freeze_on(hash_tag("frozen").encode())
+            started = time.monotonic()
+            stalled = asyncio.ensure_future(storage.load("frozen"))
+            assert await asyncio.to_thread(proxy.frozen.wait, HANG)
+            async with asyncio.timeout(BOUND_S):
+                await others()
+            assert not stalled.done(), "the other calls waited for the frozen one"
+            with pytest.raises(StorageError) as error:
+                await stalled
+            assert "cannot reach Redis" in str(error.value)
+            failed_after = time.monotonic() - started
+            assert (await storage.load("other")).messages[-1]["content"] == "echo: during the stall"
+            return failed_after
+
+        try:
+            assert STALL_TIMEOUT_S - 0.5 < runner.run(scenario()) < STALL_TIMEOUT_S + SLACK_S
+        finally:
+            runner.run(storage.close())

@@ -3,7 +3,6 @@ errors about the server that never show its password."""
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import time
@@ -78,7 +77,7 @@ SLACK_S = 8.0  # far below the 30 s default bound: only a missing bound reaches 
 
 
 @pytest.fixture
-def stalling(backend):
+def stalling(backend, runner):
     """An adapter talking to the real server through a proxy that can stall."""
     from . import services
     from .stallproxy import stalling_proxy, through
@@ -103,7 +102,7 @@ def stalling(backend):
         try:
             yield storage, proxy
         finally:
-            asyncio.run(storage.close())
+            runner.run(storage.close())
 
 
 def _fails_within_the_bound(run, operation) -> StorageError:
