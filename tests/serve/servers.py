@@ -74,6 +74,12 @@ class ServeProcess:
         self._reader.join(5)
         return code
 
+    def exit_code(self, timeout: float = 30.0) -> int:
+        """Wait for the process to end by itself, and for the whole of its stderr."""
+        code = self.proc.wait(timeout)
+        self._reader.join(5)
+        return code
+
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
