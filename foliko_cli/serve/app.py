@@ -37,6 +37,7 @@ from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.middleware import RequestMiddleware
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
+from foliko_cli.serve.user_services import LeaseMiddleware
 
 OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
 MAX_BODY = 16 * 1024 * 1024
@@ -140,6 +141,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
+    app.add_middleware(LeaseMiddleware)  # per-user services, released after the response
     if options.access_log:
         app.add_middleware(AccessLogMiddleware, format=options.access_log)  # outermost
     return app
