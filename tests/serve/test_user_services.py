@@ -139,3 +139,42 @@ def test_a_request_in_flight_keeps_its_evicted_service(start_server, tmp_path, m
     assert answers == ["slow answer"]
     wait_until(lambda: mcp_processes(server) == 1, what="user0's MCP server to stop")
     assert sessions_of(server, "user0") == [("s", 2)]
+
+
+class Recorded:
+    """A stand-in service that notes when it is closed."""
+
+    def __init__(self, user: str, closed: list[str]):
+        self.user, self._closed = user, closed
+
+    async def aclose(self) -> None:
+        self._closed.append(self.user)
+
+
+def test_the_cache_evicts_the_least_recently_used_and_spares_leased_services():
+    import asyncio
+
+    from foliko_cli.serve.user_services import UserServices
+
+    async def scenario() -> list[str]:
+        closed: list[str] = []
+        cache = UserServices(lambda user: Recorded(user, closed), capacity=2, idle=600)
+        a = cache.acquire("a")
+        cache.acquire("b").release()
+        assert cache.acquire("a") is a  # a is now the most recently used
+        a.release()
+        cache.acquire("c").release()  # b goes: unused, so closed at once
+        await asyncio.sleep(0)
+        assert closed == ["b"] and len(cache) == 2
+        cache.acquire("d")  # a goes too, but its lease keeps it open
+        await asyncio.sleep(0)
+        assert closed == ["b"] and len(cache) == 2
+        a.release()
+        await asyncio.sleep(0)
+        assert closed == ["b", "a"]
+        assert cache.acquire("a") is not a  # a comes back: a new service
+        await cache.aclose()
+        return closed
+
+    closed = asyncio.run(scenario())
+    assert sorted(closed) == ["a", "a", "b", "c", "d"]
