@@ -11,6 +11,7 @@ ends, so no request sees its service closed under it.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from collections import OrderedDict
@@ -25,6 +26,8 @@ IDLE_VARIABLE = "FOLIKO_SERVE_USER_IDLE"
 DEFAULT_CAPACITY = 128
 DEFAULT_IDLE_S = 600.0
 MAX_SWEEP_INTERVAL_S = 30.0
+
+_log = logging.getLogger("foliko.serve")
 
 
 def _number(variable: str, default: float, *, whole: bool) -> float:
@@ -107,7 +110,7 @@ class UserServices:
             self._close(lease)
 
     def _close(self, lease: Lease) -> None:
-        task = asyncio.get_running_loop().create_task(lease.service.aclose())
+        task = asyncio.get_running_loop().create_task(_closed(lease))
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
@@ -129,6 +132,13 @@ class UserServices:
         await asyncio.gather(*self._closing, return_exceptions=True)
         for lease in leases:
             await lease.service.aclose()
+
+
+async def _closed(lease: Lease) -> None:
+    try:
+        await lease.service.aclose()
+    except Exception as exc:  # one user's close never stops the worker
+        _log.warning("closing the services of user %r failed: %s", lease.user, exc)
 
 
 SCOPE_KEY = "foliko.leases"
