@@ -177,3 +177,10 @@ def test_the_cache_evicts_the_least_recently_used_and_spares_leased_services():
 
     closed = asyncio.run(scenario())
     assert sorted(closed) == ["a", "a", "b", "c", "d"]
+
+
+def test_a_bad_limit_exits_2_naming_the_variable(start_server):
+    server = start_server(env={"FOLIKO_SERVE_USER_CACHE": "0"}, wait=False)
+    assert server.proc.wait(30) == 2
+    server.stop()
+    assert "FOLIKO_SERVE_USER_CACHE='0': must be a whole number greater than 0" in server.stderr
