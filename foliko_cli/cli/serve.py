@@ -161,6 +161,9 @@ def serve(
         from foliko_cli.serve.auth import load_keys
 
         load_keys(Path(api_keys))
+    from foliko_cli.serve.user_services import limits_from_env
+
+    limits_from_env()  # a bad FOLIKO_SERVE_USER_CACHE / _IDLE exits 2 here, before any worker
     limits = Limits(header_timeout, keep_alive, max_connections, max_header_bytes)
     if not run(
         options, host=host, port=port, workers=workers, grace=grace, ready=_ready, limits=limits

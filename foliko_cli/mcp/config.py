@@ -22,7 +22,7 @@ DEFAULT_CALL_TIMEOUT = 60.0
 
 STDIO_KEYS = ("command", "args", "env", "cwd")
 HTTP_KEYS = ("url", "headers")
-COMMON_KEYS = ("tools", "exclude", "startup_timeout", "call_timeout", "enabled")
+COMMON_KEYS = ("tools", "exclude", "startup_timeout", "call_timeout", "enabled", "per_user")
 SERVER_KEYS = (*STDIO_KEYS, *HTTP_KEYS, *COMMON_KEYS)
 
 
@@ -44,6 +44,9 @@ class ServerConfig:
     startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
     call_timeout: float = DEFAULT_CALL_TIMEOUT
     enabled: bool = True
+    per_user: bool = False
+    """Each user of ``foliko serve`` gets a connection of their own (a server
+    that keeps state between calls); otherwise one connection serves all."""
 
     @property
     def transport(self) -> str:
@@ -147,10 +150,11 @@ def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
     for key in ("startup_timeout", "call_timeout"):
         if key in entry:
             options[key] = _seconds(name, key, entry[key])
-    if "enabled" in entry:
-        if not isinstance(entry["enabled"], bool):
-            raise _problem(name, "enabled", "must be true or false")
-        options["enabled"] = entry["enabled"]
+    for key in ("enabled", "per_user"):
+        if key in entry:
+            if not isinstance(entry[key], bool):
+                raise _problem(name, key, "must be true or false")
+            options[key] = entry[key]
     return ServerConfig(name=name, **options)
 
 

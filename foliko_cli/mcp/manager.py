@@ -29,10 +29,17 @@ def _tool(connection: ServerConnection, tool: ServerTool) -> Tool:
 
 
 class MCPManager:
-    def __init__(self, table: Mapping[str, Mapping[str, Any]]):
-        self.configs: dict[str, ServerConfig] = server_configs(table)
+    """With ``shared``, the servers not marked ``per_user`` are ``shared``'s
+    connections (one process for every manager built on it); only the others
+    are this manager's own, started and closed by it."""
+
+    def __init__(self, table: Mapping[str, Mapping[str, Any]], shared: MCPManager | None = None):
+        self.configs: dict[str, ServerConfig] = (
+            shared.configs if shared is not None else server_configs(table)
+        )
+        self.shared = shared
         self._connections: dict[str, ServerConnection] = {}
-        self._warned: set[str] = set()
+        self._warned: set[str] = shared._warned if shared is not None else set()
 
     def enabled(self) -> list[str]:
         """The servers every chat gets (``enabled = true``, the default)."""
@@ -51,6 +58,8 @@ class MCPManager:
         return names
 
     def connection(self, name: str) -> ServerConnection:
+        if self.shared is not None and not self.configs[name].per_user:
+            return self.shared.connection(name)
         if name not in self._connections:
             self._connections[name] = ServerConnection(self.configs[name])
         return self._connections[name]

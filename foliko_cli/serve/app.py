@@ -39,6 +39,7 @@ from foliko_cli.serve.guard import GuardMiddleware
 from foliko_cli.serve.metrics import METRICS, metrics
 from foliko_cli.serve.middleware import RequestMiddleware
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
+from foliko_cli.serve.user_services import LeaseMiddleware
 
 OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
 MAX_BODY = 16 * 1024 * 1024
@@ -145,6 +146,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         lifespan=lifespan,
     )
     app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
+    app.add_middleware(LeaseMiddleware)  # per-user services, released after the response
     app.add_middleware(
         GuardMiddleware, allowed_hosts=options.allowed_hosts, allow_origins=options.allow_origins
     )  # before the key check, so preflights and foreign hosts never reach it

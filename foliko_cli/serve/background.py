@@ -62,7 +62,7 @@ from starlette.responses import StreamingResponse
 
 from foliko_cli.clock import now_ms
 from foliko_cli.serve import ids
-from foliko_cli.serve.common import JSON, field, query_int, service
+from foliko_cli.serve.common import JSON, field, keep_service, query_int, service
 from foliko_cli.serve.errors import ApiError, error_event
 from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.response_stream import DONE, response_events, sse
@@ -338,9 +338,10 @@ async def create(request: Request, data: dict[str, Any], hooks: Hooks):
     state = SessionState(run.initial_journal(), new_metadata(), {})
     await svc.storage.append(run.journal, [], state, expected_revision=0)
     _RUNS[response_id] = run
+    release = keep_service(request)
     run.start(turn, options, model, request.app.state.services, hooks)
     assert run.task is not None
-    run.task.add_done_callback(lambda _: _RUNS.pop(response_id, None))
+    run.task.add_done_callback(lambda _: (_RUNS.pop(response_id, None), release()))
     _prune_soon(request, svc)
     if not streamed:
         return JSON(run.response)

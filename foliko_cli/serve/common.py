@@ -9,6 +9,7 @@ is the variables of session ``a/b`` and ``/v1/sessions/a/b`` no route.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, unquote
 
@@ -19,6 +20,7 @@ from starlette.responses import Response
 
 from foliko_cli.context.request import RequestContext
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.user_services import SCOPE_KEY
 from foliko_cli.service import AsyncFoliko
 
 TIMEOUT_HEADER = "x-foliko-timeout"
@@ -67,7 +69,18 @@ class JSON(Response):
 
 
 def service(request: Request) -> AsyncFoliko:
-    return request.app.state.services.for_user(request.state.user)
+    leases = request.scope.get(SCOPE_KEY)
+    return request.app.state.services.for_user(request.state.user, leases)
+
+
+def keep_service(request: Request) -> Callable[[], None]:
+    """One more lease on the service this request uses, for work that outlives
+    the request; call the result when that work is done."""
+    lease = request.scope.get(SCOPE_KEY, {}).get(request.state.user)
+    if lease is None:
+        return lambda: None
+    lease.uses += 1
+    return lease.release
 
 
 def turn_timeout(request: Request) -> float | None:

@@ -124,4 +124,4 @@ METRICS = Metrics()
 
 async def metrics(request: Request) -> Response:
     services = request.app.state.services
-    return Response(METRICS.render(len(services._users)), media_type=CONTENT_TYPE)
+    return Response(METRICS.render(len(services.users)), media_type=CONTENT_TYPE)

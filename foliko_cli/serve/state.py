@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from foliko_cli.serve.user_services import Lease, UserServices, limits_from_env
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.scoped import UserScopedStorage
 
@@ -23,21 +24,32 @@ class Services:
         self.ephemeral = AsyncFoliko.from_settings(
             settings._replace(storage="memory"), notify=notify
         )
-        self._users: dict[str, AsyncFoliko] = {}
+        capacity, idle = limits_from_env()
+        self.users = UserServices(self._build_user, capacity, idle)
         self.serve_tools = frozenset(settings.serve_tools)
         self.quotas: Quotas | None = None
 
-    def for_user(self, user: str | None) -> AsyncFoliko:
+    def _build_user(self, user: str) -> AsyncFoliko:
+        scoped = UserScopedStorage(self.base.storage, user, owns_inner=False)
+        return AsyncFoliko.from_settings(
+            self.settings._replace(storage=scoped), notify=self.notify, mcp_share=self.base
+        )
+
+    def lease(self, user: str) -> Lease:
+        """The user's service, kept open until the lease is released."""
+        return self.users.acquire(user)
+
+    def for_user(self, user: str | None, leases: dict[str, Lease] | None = None) -> AsyncFoliko:
+        """The service for ``user`` (the shared one for no user); a user's is
+        leased into ``leases`` (one per user), which the caller releases."""
         if user is None:
             return self.base
-        service = self._users.get(user)
-        if service is None:
-            scoped = UserScopedStorage(self.base.storage, user, owns_inner=False)
-            service = AsyncFoliko.from_settings(
-                self.settings._replace(storage=scoped), notify=self.notify
-            )
-            self._users[user] = service
-        return service
+        if leases is None:
+            raise ValueError("a user's service needs a place to keep its lease")
+        lease = leases.get(user)
+        if lease is None:
+            lease = leases[user] = self.users.acquire(user)
+        return lease.service
 
     def model_names(self) -> list[str]:
         configured = self.settings.models or {}
@@ -47,9 +59,8 @@ class Services:
         return names
 
     async def aclose(self) -> None:
-        services = [*self._users.values(), self.ephemeral, self.base]
-        self._users.clear()
-        for service in services:
+        await self.users.aclose()
+        for service in (self.ephemeral, self.base):
             await service.aclose()
 
 

@@ -104,6 +104,7 @@ class TurnRequest:
 
     def __init__(self, websocket: WebSocket):
         self.app = websocket.app
+        self.scope = websocket.scope
         self.headers = websocket.headers
         self.state = SimpleNamespace(user=websocket.state.user, ids=TraceIds(websocket.headers))
 

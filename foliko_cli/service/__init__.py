@@ -65,6 +65,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         notify: Callable[[str], None] | None = None,
         mcp_servers: dict[str, dict[str, Any]] | None = None,
         user: str | None = None,
+        mcp_share: AsyncFoliko | None = None,
     ):
         self.home = Path(home).expanduser() if home is not None else default_home()
         if storage is None:
@@ -95,6 +96,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         self._tools_loaded = False
         self.mcp_servers = mcp_servers or {}
         self._mcp: MCPManager | None = None
+        self._mcp_share = mcp_share
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any):

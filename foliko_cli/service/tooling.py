@@ -65,11 +65,15 @@ class ToolsMixin:
 
     @property
     def mcp(self) -> MCPManager:
-        """The configured MCP servers, checked on first use, started only when needed."""
+        """The configured MCP servers, checked on first use, started only when needed.
+
+        A service built with ``mcp_share`` uses that service's connections for
+        the servers not marked ``per_user``."""
         if self._mcp is None:
             from foliko_cli.mcp.manager import MCPManager
 
-            self._mcp = MCPManager(self.mcp_servers)
+            shared = self._mcp_share.mcp if self._mcp_share is not None else None
+            self._mcp = MCPManager(self.mcp_servers, shared=shared)
         return self._mcp
 
     async def start_mcp_servers(self, names: list[str] | None = None) -> None:

@@ -33,6 +33,7 @@ def invoke(*args: str):
         ({"command": "x", "startup_timeout": 0}, "'startup_timeout' must be a number of seconds"),
         ({"command": "x", "call_timeout": "60"}, "'call_timeout' must be a number of seconds"),
         ({"command": "x", "enabled": "yes"}, "'enabled' must be true or false"),
+        ({"command": "x", "per_user": 1}, "'per_user' must be true or false"),
         ({"command": "x", "headers": {"A": "b"}}, "'headers' applies only to a server with 'url'"),
         ({"url": "http://h/mcp", "cwd": "/srv"}, "'cwd' applies only to a server with 'command'"),
         ({"url": "ftp://h/mcp"}, "'url' must start with http:// or https://"),
