@@ -37,6 +37,7 @@ def test_every_benchmark_runs_at_tiny_sizes_and_reports(tmp_path):
         "P5",
         "P6",
         "P7",
+        "P8",
         "SEARCH",
     }
     for figure in report["results"]:
