@@ -331,3 +331,36 @@ def test_a_blocking_tool_cannot_hold_a_turn_past_its_deadline(tmp_path):
             release.set()
         with pytest.raises(SessionNotFoundError):
             foliko.get_session("s")
+
+
+def test_a_splice_of_a_session_that_moved_since_it_was_read_changes_nothing(tmp_path):
+    from foliko_cli.storage.base import ConflictError
+
+    async def main():
+        async with AsyncFoliko(storage="sqlite", model="echo", home=tmp_path) as foliko:
+            await foliko.chat("s", "one")
+            read = await foliko.get_session("s")
+            await foliko.chat("s", "two")
+            with pytest.raises(ConflictError):
+                await foliko.splice_messages("s", 0, 1, expected_revision=read.revision)
+            kept = await foliko.get_session("s")
+            assert [m["content"] for m in kept.messages] == ["one", "one", "two", "two"]
+            now = await foliko.splice_messages("s", 0, 2, expected_revision=kept.revision)
+            assert [m["content"] for m in now.messages] == ["two", "two"]
+
+    asyncio.run(main())
+
+
+def test_metadata_changes_made_from_the_stored_metadata_lose_none(tmp_path):
+    async def main():
+        async with AsyncFoliko(storage="sqlite", model="echo", home=tmp_path) as foliko:
+            await foliko.chat("s", "hi")
+
+            def adding(n: int):
+                return lambda metadata: {"marks": [*metadata.get("marks", []), n]}
+
+            await asyncio.gather(*(foliko.update_metadata("s", adding(n)) for n in range(10)))
+            marks = (await foliko.get_session("s")).metadata["marks"]
+            assert sorted(marks) == list(range(10))
+
+    asyncio.run(main())

@@ -137,7 +137,9 @@ async def delete_item(request: Request):
     elif message:
         message.pop("tool_calls", None)
     keep = [message] if message and (message.get("content") or calls) else []
-    record = await svc.splice_messages(record.session_id, ref.position, 1, keep)
+    record = await svc.splice_messages(
+        record.session_id, ref.position, 1, keep, expected_revision=record.revision
+    )
     return JSON(conversation_object(record))
 
 

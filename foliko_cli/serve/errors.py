@@ -23,7 +23,7 @@ from foliko_cli.errors import (
     UnknownModelError,
     UsageError,
 )
-from foliko_cli.storage.base import SessionExistsError
+from foliko_cli.storage.base import ConflictError, SessionExistsError
 
 _TYPES = {
     400: "invalid_request_error",
@@ -107,6 +107,8 @@ def status_of(exc: FolikoError) -> Status:
         return Status(404, "not_found")
     if isinstance(exc, SessionExistsError):
         return Status(409, "session_exists")
+    if isinstance(exc, ConflictError):
+        return Status(409, "conflict")  # what was read is gone: read it again, then decide
     if isinstance(exc, SessionBusyError):
         return Status(409, "session_busy", retry=True)
     if isinstance(exc, InvalidSessionIdError):

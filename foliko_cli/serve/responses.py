@@ -249,8 +249,11 @@ async def delete_response(request: Request):
     svc = service(request)
     rid = request.path_params["response_id"]
     found = await stored_response(svc, rid)
-    deleted = sorted({*(found.record.metadata.get(DELETED_KEY) or ()), found.start})
-    await svc.update_metadata(found.record.session_id, {DELETED_KEY: deleted})
+
+    def tombstone(metadata: dict[str, Any]) -> dict[str, Any]:
+        return {DELETED_KEY: sorted({*(metadata.get(DELETED_KEY) or ()), found.start})}
+
+    await svc.update_metadata(found.record.session_id, tombstone)
     return JSON({"id": rid, "object": "response", "deleted": True})
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, UsageError
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import SessionExistsError
+from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -142,9 +142,12 @@ class SessionsMixin:
         position: int,
         count: int,
         replacement: list[dict[str, Any]] | None = None,
+        *,
+        expected_revision: int | None = None,
     ) -> SessionRecord:
         """Replace the ``count`` messages at ``position`` by ``replacement`` (a locked
-        rewrite of the history: the messages after them move)."""
+        rewrite of the history: the messages after them move). With
+        ``expected_revision``, a session that moved since is a ConflictError."""
 
         def splice(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
             if not 0 <= position <= position + count <= len(messages):
@@ -155,15 +158,19 @@ class SessionsMixin:
             kept = [*messages[:position], *(replacement or ()), *messages[position + count :]]
             return kept, position
 
-        return await self._rewritten(session_id, splice)
+        return await self._rewritten(session_id, splice, expected_revision)
 
-    async def _rewritten(self, session_id: str, change) -> SessionRecord:
+    async def _rewritten(
+        self, session_id: str, change, expected_revision: int | None = None
+    ) -> SessionRecord:
         """Rewrite the history under the session's lock: ``change(messages)`` gives
         the new messages and the position from which the compression no longer holds."""
         check_session_id(session_id)
 
         async def work():
             record = await self.get_session(session_id)
+            if expected_revision is not None and record.revision != expected_revision:
+                raise ConflictError(session_id, expected_revision, record.revision)
             record.messages, unchanged = change(record.messages)
             record.compression_state = cut_compression(record.compression_state, unchanged)
             record.saved_at = now_ms()
@@ -313,16 +320,22 @@ class SessionsMixin:
 
         return await self._held(session_id, work)
 
-    async def update_metadata(self, session_id: str, changes: dict[str, Any]) -> SessionRecord:
-        """Merge ``changes`` into the session's metadata (the history is not read:
-        the returned record holds no messages)."""
+    async def update_metadata(
+        self,
+        session_id: str,
+        changes: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> SessionRecord:
+        """Merge ``changes`` into the session's metadata; a callable is given the
+        stored metadata under the session's lock and returns the changes (the
+        history is not read: the returned record holds no messages)."""
         check_session_id(session_id)
 
         async def work():
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
-            record.metadata.update(changes, last_active=now_ms())
+            merged = changes(record.metadata) if callable(changes) else changes
+            record.metadata.update(merged, last_active=now_ms())
             state = SessionState(record.variables, record.metadata, record.compression_state)
             record.revision = await self.storage.append(
                 session_id, [], state, expected_revision=record.revision
