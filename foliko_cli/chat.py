@@ -52,7 +52,9 @@ class TurnResult(NamedTuple):
     request_id: str
     trace_id: str
     session_id: str
-    usage: dict[str, int]
+    usage: dict[str, Any]
+    """The replies' counters; ``compression`` beside them holds those of the
+    calls that summarised the history for this turn, when there were any."""
     finish_reason: str = "stop"
     model: str = ""
     duration_ms: int = 0
@@ -134,6 +136,14 @@ class TurnOptions(NamedTuple):
 def default_max_tokens(window: int) -> int:
     """A reply may take a quarter of the window, at most MAX_REPLY_TOKENS."""
     return max(16, min(window // 4, MAX_REPLY_TOKENS))
+
+
+def summed(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str, int]:
+    """Two usages' counters added key by key."""
+    total = dict(first)
+    for key, value in second.items():
+        total[key] = total.get(key, 0) + value
+    return total
 
 
 def turn_cost(usage: Mapping[str, int], price: Mapping[str, float]) -> float | None:
@@ -428,7 +438,12 @@ class AgentChatHandler:
             self.compressor.budget = window
 
     async def _compress(
-        self, session: SessionContext, request: RequestContext, *, force: bool = False
+        self,
+        session: SessionContext,
+        request: RequestContext,
+        *,
+        force: bool = False,
+        spent: dict[str, int] | None = None,
     ) -> bool:
         return await self.compressor.compress_if_needed(
             session,
@@ -436,6 +451,7 @@ class AgentChatHandler:
             self.model,
             time.monotonic() + request.remaining(),
             force=force,
+            spent=spent,
         )
 
     async def _call_within_window(
@@ -445,9 +461,11 @@ class AgentChatHandler:
         request: RequestContext,
         turn: TurnOptions,
         events: asyncio.Queue | None,
+        spent: dict[str, int],
     ) -> ModelResponse:
         """Call the model; when the prompt overflows its window, learn the window
-        (from the error, or below the prompt's estimate), compress, and retry once."""
+        (from the error, or below the prompt's estimate), compress, and retry once.
+        A compression's model call is added to ``spent``."""
         model_request = self.model_request(session, specs, request, turn)
         try:
             return await self._call_model(model_request, events)
@@ -459,7 +477,7 @@ class AgentChatHandler:
             if exc.window:
                 self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
-            await self._compress(session, request, force=True)
+            await self._compress(session, request, force=True, spent=spent)
             model_request = self.model_request(session, specs, request, turn)
             self._check_fits(model_request, session)
             try:
@@ -552,18 +570,20 @@ class AgentChatHandler:
         choice = _checked_tool_choice(asked, specs)
         session.system_prompt = self.build_system_prompt(session, setup.instructions)
         usage: dict[str, int] = {}
+        compression: dict[str, int] = {}
+        spent: dict[str, int] = {}  # by compression, not yet on a reply
         response = ModelResponse(text="")
         step = 0
         handed_back = False
         while step < self.max_steps:
             step += 1
             if turn.compress:
-                await self._compress(session, request)
+                await self._compress(session, request, spent=spent)
             else:
                 model_request = self.model_request(session, specs, request, turn)
                 self._check_fits(model_request, session, compressed=False)
             called = time.monotonic()
-            response = await self._call_within_window(session, specs, request, turn, events)
+            response = await self._call_within_window(session, specs, request, turn, events, spent)
             if choice not in (None, "auto"):
                 turn = turn._replace(options={**turn.options, "tool_choice": "auto"})
                 choice = "auto"
@@ -571,8 +591,7 @@ class AgentChatHandler:
                 from foliko_cli.models.schema import check_reply
 
                 check_reply(response.text, turn.schema, self.model.name)
-            for key, value in response.usage.items():
-                usage[key] = usage.get(key, 0) + value
+            usage = summed(usage, response.usage)
             reply: dict[str, Any] = {
                 "role": "assistant",
                 "content": response.text,
@@ -580,7 +599,11 @@ class AgentChatHandler:
                 "usage": dict(response.usage),
                 "duration_ms": round((time.monotonic() - called) * 1000),
             }
-            cost = turn_cost(response.usage, self.model.price)
+            if spent:
+                reply["compression_usage"] = dict(spent)
+                compression = summed(compression, spent)
+            cost = turn_cost(summed(response.usage, spent), self.model.price)
+            spent.clear()
             if cost is not None:
                 reply["cost"] = cost
             if response.finish_reason not in ("stop", "tool_calls"):
@@ -641,11 +664,11 @@ class AgentChatHandler:
             request_id=request.request_id,
             trace_id=request.trace_id,
             session_id=session.session_id,
-            usage=usage,
+            usage={**usage, "compression": compression} if compression else usage,
             finish_reason=finish,
             model=self.model.name,
             duration_ms=round((time.monotonic() - started) * 1000),
-            cost=turn_cost(usage, self.model.price),
+            cost=turn_cost(summed(usage, compression), self.model.price),
         )
 
     async def _call_model(

@@ -123,9 +123,11 @@ class Compressor:
         deadline: float | None = None,
         *,
         force: bool = False,
+        spent: dict[str, int] | None = None,
     ) -> bool:
         """Compress when the request would pass THRESHOLD of the budget (or ``force``:
-        the server said the request does not fit).
+        the server said the request does not fit). The summarising call's usage
+        is added to ``spent``.
 
         The verbatim tail takes at most KEEP_SHARE and the summary SUMMARY_SHARE
         of the room the system prompt and tools leave, so a compressed request
@@ -147,7 +149,7 @@ class Compressor:
             return False
         older = session.messages[covered:cut]
         summary, method = await self._summarise(
-            state.get("summary"), older, model, int(room * SUMMARY_SHARE), deadline
+            state.get("summary"), older, model, int(room * SUMMARY_SHARE), deadline, spent
         )
         state.update(
             summary=summary,
@@ -167,6 +169,7 @@ class Compressor:
         model: ModelProvider,
         limit: int,
         deadline: float | None,
+        spent: dict[str, int] | None,
     ) -> tuple[str | None, str]:
         parts = []
         if previous:
@@ -183,6 +186,9 @@ class Compressor:
             response = await model.generate(request)
         except (FolikoError, OSError, ValueError, RuntimeError):
             return previous, "truncation"
+        if spent is not None:
+            for key, value in response.usage.items():
+                spent[key] = spent.get(key, 0) + value
         summary = response.text.strip()
         if not summary:
             return previous, "truncation"

@@ -5,6 +5,11 @@ Each assistant message records the ``model`` that wrote it and that call's
 counts, such as cached tokens); some also carry a ``cost``. Every numeric
 usage key is summed, so counters a provider adds later are totalled too. A
 session whose model changed midway is counted per message, never per session.
+
+A reply whose turn first summarised the history carries that call's usage
+as ``compression_usage`` (and its ``cost`` covers both): it is counted in
+the totals and shown apart as ``compression_input_tokens`` and
+``compression_output_tokens``.
 """
 
 from __future__ import annotations
@@ -27,12 +32,32 @@ def message_usage(message: dict[str, Any]) -> dict[str, int | float] | None:
     """The counters one assistant message carries, ``cost`` included; None if none."""
     if message.get("role") != "assistant":
         return None
-    usage = message.get("usage")
-    counters = {k: v for k, v in usage.items() if _number(v)} if isinstance(usage, dict) else {}
+    counters = _numbers(message.get("usage"))
+    compression = _numbers(message.get("compression_usage"))
+    for key in _FIRST_KEYS:
+        if key in compression:
+            counters[key] = counters.get(key, 0) + compression[key]
+            counters[f"compression_{key}"] = compression[key]
     cost = message.get("cost", counters.pop("cost", None))
     if _number(cost):
         counters["cost"] = cost
     return counters or None
+
+
+def _numbers(usage: Any) -> dict[str, int | float]:
+    return {k: v for k, v in usage.items() if _number(v)} if isinstance(usage, dict) else {}
+
+
+def spent_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
+    """A turn's input and output tokens (``TurnResult.usage``), its compression included."""
+    usage = usage or {}
+    compression = usage.get("compression") or {}
+    spent = [0, 0]
+    for index, key in enumerate(_FIRST_KEYS):
+        for counters in (usage, compression):
+            value = counters.get(key, 0)
+            spent[index] += value if _number(value) else 0
+    return spent[0], spent[1]
 
 
 def add(totals: dict[str, Any], counters: dict[str, int | float]) -> None:

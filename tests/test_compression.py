@@ -395,3 +395,50 @@ def test_cold_turns_on_a_compressed_session_read_only_its_recent_part(tmp_path):
     users = [m["content"] for m in whole.messages if m["role"] == "user"]
     assert users == [f"turn {n} " + "words " * 20 for n in range(30)]
     assert [m["role"] for m in whole.messages] == ["user", "assistant"] * 30
+
+
+SUMMARY_USAGE = {"input_tokens": 1000, "output_tokens": 7}
+
+
+class SummaryBilling(RecordingEcho):
+    """Summaries cost SUMMARY_USAGE; replies what the echo model counts."""
+
+    async def generate(self, request: ModelRequest) -> ModelResponse:
+        response = await super().generate(request)
+        if request.purpose == "summary":
+            return response._replace(usage=SUMMARY_USAGE)
+        return response
+
+
+def test_the_summarising_call_is_counted_in_the_turn_that_caused_it(tmp_path: Path):
+    model = SummaryBilling()
+    model.price = {"input": 2.0, "output": 10.0}
+    with facade(model, tmp_path) as foliko:
+        results = [foliko.chat("s", text(turn)) for turn in range(14)]
+        record = foliko.get_session("s")
+    from foliko_cli.usage import usage_totals
+
+    compressed = [r for r in results if "compression" in r.usage]
+    assert len(compressed) == len(model.summaries) >= 1
+    turn = compressed[0]
+    assert turn.usage["compression"] == SUMMARY_USAGE
+    spent_in = turn.usage["input_tokens"] + 1000
+    assert turn.cost == round((spent_in * 2.0 + (turn.usage["output_tokens"] + 7) * 10.0) / 1e6, 8)
+
+    replies = [m for m in record.messages if m["role"] == "assistant"]
+    billed = [m for m in replies if "compression_usage" in m]
+    assert [m["compression_usage"] for m in billed] == [SUMMARY_USAGE] * len(compressed)
+    totals = usage_totals(record.messages)
+    replied_in = sum(m["usage"]["input_tokens"] for m in replies)
+    assert totals["input_tokens"] == replied_in + 1000 * len(compressed)
+    assert totals["compression_input_tokens"] == 1000 * len(compressed)
+    assert totals["compression_output_tokens"] == 7 * len(compressed)
+    assert totals["cost"] == round(sum(r.cost for r in results), 10)
+
+
+def test_a_turn_without_compression_has_no_compression_usage(tmp_path: Path):
+    with facade(SummaryBilling(), tmp_path) as foliko:
+        result = foliko.chat("s", "hi")
+        record = foliko.get_session("s")
+    assert "compression" not in result.usage
+    assert "compression_usage" not in record.messages[-1]

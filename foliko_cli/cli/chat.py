@@ -366,10 +366,15 @@ def chat(
 def usage_line(result) -> str:
     """``N input, M output tokens, T s`` (and the cost when the model has prices)."""
     usage = result.usage
-    line = (
-        f"{usage.get('input_tokens', 0):,} input, {usage.get('output_tokens', 0):,} output "
-        f"tokens, {result.duration_ms / 1000:.1f} s"
-    )
+    given, made = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
+    line = f"{given:,} input, {made:,} output tokens"
+    compression = usage.get("compression")
+    if compression:
+        line += (
+            f" (and {compression.get('input_tokens', 0):,} input, "
+            f"{compression.get('output_tokens', 0):,} output to compress the history)"
+        )
+    line += f", {result.duration_ms / 1000:.1f} s"
     return f"{line}, ${result.cost:.6f}" if result.cost is not None else line
 
 

@@ -3,8 +3,11 @@
 httpx2 is imported here only, and this module only when a remote model runs.
 A provider keeps one ``AsyncClient`` (made on first use, on the running event
 loop) for every step of every turn, so connections are reused; ``aclose()``
-ends it. 429 and 5xx answers and connection failures are retried with
-exponential backoff and full jitter, honouring ``Retry-After``, never past the
+ends it. POSTs to a plain-HTTP server with no proxy in the way (a local
+model server, where the client's own CPU is most of a turn's) go through
+``http1``'s lighter client instead, with the same retries and errors.
+429 and 5xx answers and connection failures are retried with exponential
+backoff and full jitter, honouring ``Retry-After``, never past the
 turn's deadline. Other 4xx answers fail at once with a message naming the
 provider and the fix; a prompt the model's window cannot hold raises
 ``ContextOverflowError``. The API key never appears in a message.
@@ -31,8 +34,11 @@ from foliko_cli.errors import (
     ModelRejectedError,
     UsageError,
 )
+from foliko_cli.models import http1
 from foliko_cli.redaction import redact_url
 
+Answer = httpx2.Response | http1.Response
+READ_ERRORS = (httpx2.HTTPError, http1.TransportError)
 NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
 _IMAGES_REFUSED = re.compile(r"image.{0,40}(support|mmproj)|(support|vision).{0,40}image", re.I)
@@ -56,7 +62,7 @@ _WINDOW_PATTERNS = (
 )
 
 
-def retry_after(response: httpx2.Response) -> float | None:
+def retry_after(response: Answer) -> float | None:
     """Seconds the server asked us to wait, from ``Retry-After`` (seconds or a date)."""
     value = response.headers.get("retry-after")
     if not value:
@@ -135,6 +141,9 @@ class HttpModelClient:
         self._client: httpx2.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._urls: dict[str, httpx2.URL] = {}
+        self._endpoints: dict[str, http1.Endpoint | None] = {}
+        self._pool: http1.Pool | None = None
+        self._pool_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def for_spec(
@@ -165,6 +174,20 @@ class HttpModelClient:
             self._loop = loop
         return self._client
 
+    def _endpoint(self, path: str) -> http1.Endpoint | None:
+        """Where ``http1`` sends POSTs to ``path``; None when they go through httpx2."""
+        if path not in self._endpoints:
+            plain = self._transport is None and self._auth is None
+            url = self.base_url + path
+            self._endpoints[path] = http1.endpoint(url, self.headers) if plain else None
+        return self._endpoints[path]
+
+    def _http1(self) -> http1.Pool:
+        loop = asyncio.get_running_loop()
+        if self._pool is None or self._pool_loop is not loop:
+            self._pool, self._pool_loop = http1.Pool(), loop
+        return self._pool
+
     def _url(self, path: str) -> httpx2.URL:
         """``base_url + path``, parsed once (a turn's every model call posts to it)."""
         url = self._urls.get(path)
@@ -173,6 +196,9 @@ class HttpModelClient:
         return url
 
     async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None and self._pool_loop is asyncio.get_running_loop():
+            pool.close()
         client, self._client = self._client, None
         if client is not None and self._loop is asyncio.get_running_loop():
             await client.aclose()
@@ -187,7 +213,7 @@ class HttpModelClient:
             text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
         return text[:300]
 
-    def _status_error(self, response: httpx2.Response, body: bytes) -> ModelError:
+    def _status_error(self, response: Answer, body: bytes) -> ModelError:
         detail = self.redact(_error_detail(body))
         status = response.status_code
         where = self.where
@@ -231,27 +257,20 @@ class HttpModelClient:
     @contextlib.asynccontextmanager
     async def _response(
         self, path: str, body: dict[str, Any], deadline: float
-    ) -> AsyncIterator[httpx2.Response]:
+    ) -> AsyncIterator[Answer]:
         """The answer to a POST, retried as the module says; closed on leaving,
         which drops the connection mid-stream so the server stops generating."""
-        url = self._url(path)
         payload = orjson.dumps(body)
-        client = self.client()
+        endpoint = self._endpoint(path)
         attempt = 0
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ModelError(f"{self.where} did not answer in time; raise the turn's timeout")
-            request = client.build_request(
-                "POST",
-                url,
-                content=payload,
-                timeout=httpx2.Timeout(remaining),
-            )
             delay = None
             try:
-                response = await client.send(request, stream=True)
-            except httpx2.TransportError as exc:
+                response = await self._post(path, endpoint, payload, remaining)
+            except (httpx2.TransportError, http1.TransportError) as exc:
                 failure = ModelError(
                     f"cannot reach {self.where} "
                     f"({type(exc).__name__}: {self.redact(str(exc)) or 'no detail'}); "
@@ -267,7 +286,7 @@ class HttpModelClient:
                     return
                 try:
                     body_bytes = await response.aread()
-                except httpx2.HTTPError:
+                except READ_ERRORS:
                     body_bytes = b""
                 finally:
                     await response.aclose()
@@ -280,11 +299,23 @@ class HttpModelClient:
                 raise failure
             await asyncio.sleep(delay)
 
+    async def _post(
+        self, path: str, endpoint: http1.Endpoint | None, payload: bytes, timeout: float
+    ) -> Answer:
+        """One attempt: the answer once its headers are in, its body still to read."""
+        if endpoint is not None:
+            return await self._http1().post(endpoint, payload, timeout)
+        client = self.client()
+        request = client.build_request(
+            "POST", self._url(path), content=payload, timeout=httpx2.Timeout(timeout)
+        )
+        return await client.send(request, stream=True)
+
     async def post_json(self, path: str, body: dict[str, Any], deadline: float) -> Any:
         async with self._response(path, body, deadline) as response:
             try:
                 data = await response.aread()
-            except httpx2.HTTPError:
+            except READ_ERRORS:
                 raise self.cut_off() from None
         try:
             return orjson.loads(data)
@@ -320,7 +351,7 @@ class HttpModelClient:
             async for item in self._parse_events(response):
                 yield item
 
-    async def _parse_events(self, response: httpx2.Response) -> AsyncIterator[tuple[str, Any]]:
+    async def _parse_events(self, response: Answer) -> AsyncIterator[tuple[str, Any]]:
         event, data_lines = "message", []
         lines = response.aiter_lines()
         while True:
@@ -328,7 +359,7 @@ class HttpModelClient:
                 line = await anext(lines)
             except StopAsyncIteration:
                 return
-            except httpx2.HTTPError:
+            except READ_ERRORS:
                 raise self.cut_off() from None
             if line.startswith(":"):
                 continue

@@ -125,14 +125,15 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route("/healthz", healthz, methods=["GET"]),
-            Route("/openapi.json", openapi, methods=["GET"]),
-            *page.routes,
+            # the turns first: each request tries the routes in order
+            *completions.routes,
             *compaction.routes,
             *responses.routes,
             *websocket.routes,
+            Route("/healthz", healthz, methods=["GET"]),
+            Route("/openapi.json", openapi, methods=["GET"]),
+            *page.routes,
             *conversations.routes,
-            *completions.routes,
             *stored_completions.routes,
             *sessions.routes,
             Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never

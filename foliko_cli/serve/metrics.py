@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from foliko_cli.serve.access_log import route_template
+from foliko_cli.usage import spent_tokens
 
 if TYPE_CHECKING:
     from foliko_cli.chat import TurnResult
@@ -59,10 +60,9 @@ class Metrics:
 
     def turn(self, api: str, result: TurnResult) -> None:
         self.turns[api].observe(result.duration_ms / 1000)
-        usage = result.usage
-        tokens = self.tokens
-        tokens["input"] += usage.get("input_tokens", 0)
-        tokens["output"] += usage.get("output_tokens", 0)
+        spent_in, spent_out = spent_tokens(result.usage)
+        self.tokens["input"] += spent_in
+        self.tokens["output"] += spent_out
 
     def render(self, user_services: int) -> str:
         lines = [

@@ -45,6 +45,7 @@ from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
 from foliko_cli.storage.record import SessionState, new_metadata
+from foliko_cli.usage import spent_tokens
 
 QUOTA_PREFIX = INTERNAL_PREFIX + "quota/"
 LIMIT_NAMES = ("max_turns_per_minute", "max_tokens_per_day")
@@ -214,5 +215,4 @@ async def _written(storage, user: str, record, counters: dict[str, Any]) -> bool
 
 
 def turn_tokens(usage: dict[str, Any] | None) -> int:
-    usage = usage or {}
-    return int(usage.get("input_tokens", 0) or 0) + int(usage.get("output_tokens", 0) or 0)
+    return sum(spent_tokens(usage))

@@ -64,7 +64,17 @@ def test_a_streamed_turn_writes_the_reply_as_it_comes(foliko, stored):
 
 
 def test_a_json_turn_reports_finish_reason_and_usage(foliko):
-    result = foliko("chat", "-s", "json", "--json", "-o", "max_tokens=5", "Count to twenty.")
+    result = foliko(
+        "chat",
+        "-s",
+        "json",
+        "--json",
+        "-o",
+        "max_tokens=5",
+        "-o",
+        "temperature=0",
+        "Count to twenty.",
+    )
 
     assert result.returncode == 0, result.stderr
     data = orjson.loads(result.stdout)

@@ -389,3 +389,22 @@ def test_options_foliko_does_not_know_pass_as_they_are(foliko_home: Path):
 
     body = script.bodies(CHAT)[0]
     assert (body["logit_bias"], body["top_p"]) == ({"50256": -100}, 1)
+
+
+def test_the_call_that_compresses_the_history_is_in_the_usage(run_foliko, fake_server, openai_env):
+    env = {**openai_env, "FOLIKO_CONTEXT_WINDOW": "300"}
+    fake_server.queue(openai_stream(["fine"], usage=(100, 5)))
+    fake_server.queue(openai_message("they talked", usage=(400, 9)))
+    fake_server.queue(openai_stream(["again"], usage=(50, 6)))
+
+    first = run_foliko("chat", "-s", "c", "-u", "lorem ipsum dolor " * 40, env=env)
+    second = run_foliko("chat", "-s", "c", "-u", "and now?", env=env)
+
+    assert first.returncode == 0 and second.returncode == 0, second.stderr
+    assert len(fake_server.requests) == 3
+    line = second.stderr.decode().strip().splitlines()[-1]
+    assert line.startswith("50 input, 6 output tokens (and 400 input, 9 output to compress")
+    totals = orjson.loads(run_foliko("usage", "--json", env=env).stdout)["total"]
+    assert totals["input_tokens"] == 550
+    assert totals["output_tokens"] == 20
+    assert totals["compression_input_tokens"] == 400
