@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import stat
 import time
@@ -35,6 +36,16 @@ LOCK_SUFFIX = ".lock"
 HOLDER_BYTES = 200
 _FIRST_DELAY = 0.001
 _MAX_DELAY = 0.05
+
+
+@functools.cache
+def _holder_of(pid: int) -> str:
+    return f"pid {pid} on {os.uname().nodename}"
+
+
+def _holder() -> str:
+    """Who this process is, as a lock file names its holder."""
+    return _holder_of(os.getpid())
 
 
 def lock_name(session_id: str) -> str:
@@ -60,9 +71,13 @@ class SessionFileLocks:
         """A descriptor of the lock file at ``path``; None when absent and not ``create``."""
         flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         try:
-            if create:
-                make_private_dirs(self.directory)
-            fd = os.open(path, flags, 0o600)
+            try:
+                fd = os.open(path, flags, 0o600)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                make_private_dirs(self.directory)  # the first lock here, or it was removed
+                fd = os.open(path, flags, 0o600)
         except OSError as exc:
             if exc.errno == errno.ENOENT and not create:
                 return None
@@ -114,7 +129,7 @@ class SessionFileLocks:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
         try:
-            self._write(fd, f"pid {os.getpid()} on {os.uname().nodename}")
+            self._write(fd, _holder())
             try:
                 yield
             finally:

@@ -3,6 +3,7 @@ and the lifetime of ``--workers N`` workers, on real ``foliko serve`` processes.
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import os
@@ -14,6 +15,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+
+from foliko_cli.serve.connections import CoalescedWrites
 
 from .servers import wait_until
 
@@ -211,3 +214,84 @@ def test_a_worker_whose_parent_is_gone_sends_itself_sigterm():
     )
     done = subprocess.run([sys.executable, "-c", code], timeout=30)
     assert done.returncode == -signal.SIGTERM
+
+
+class RecordingTransport:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.calls: list[str] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.calls.append("close")
+        self.closing = True
+
+    def write_eof(self) -> None:
+        self.calls.append("write_eof")
+
+    def abort(self) -> None:
+        self.calls.append("abort")
+        self.closing = True
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def get_extra_info(self, name: str):
+        return ("127.0.0.1", 1) if name == "peername" else None
+
+
+def coalesced(scenario):
+    async def run():
+        transport = RecordingTransport()
+        wrapper = CoalescedWrites(transport, asyncio.get_running_loop())
+        await scenario(wrapper)
+        await asyncio.sleep(0)  # the loop iteration in which a pending flush runs
+        return transport
+
+    return asyncio.run(run())
+
+
+def test_the_writes_of_one_loop_iteration_go_out_as_one():
+    async def scenario(wrapper):
+        wrapper.write(b"HTTP/1.1 200 OK\r\n\r\n")
+        wrapper.write(b"")
+        wrapper.write(b"body")
+        assert wrapper.get_write_buffer_size() == len(b"HTTP/1.1 200 OK\r\n\r\nbody")
+        await asyncio.sleep(0)
+        wrapper.writelines([b"next", b" one"])
+        assert wrapper.get_extra_info("peername") == ("127.0.0.1", 1)
+
+    transport = coalesced(scenario)
+    assert transport.writes == [b"HTTP/1.1 200 OK\r\n\r\nbody", b"next one"]
+
+
+@pytest.mark.parametrize(
+    ("ending", "writes", "calls"),
+    [
+        ("close", [b"last"], ["close"]),
+        ("write_eof", [b"last"], ["write_eof"]),
+        ("abort", [], ["abort"]),
+    ],
+)
+def test_closing_sends_what_is_pending_first_and_abort_drops_it(ending, writes, calls):
+    async def scenario(wrapper):
+        wrapper.write(b"last")
+        getattr(wrapper, ending)()
+
+    transport = coalesced(scenario)
+    assert transport.writes == writes
+    assert transport.calls == calls
+
+
+def test_nothing_is_written_to_a_transport_already_closing():
+    async def scenario(wrapper):
+        wrapper.write(b"late")
+        wrapper._transport.closing = True
+
+    assert coalesced(scenario).writes == []
