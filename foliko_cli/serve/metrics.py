@@ -53,7 +53,7 @@ class Metrics:
         self.streams = 0
 
     def request(self, scope: dict, status: int | None) -> None:
-        method = scope["method"]
+        method = scope.get("method", "GET")  # a WebSocket session's handshake
         key = (route_template(scope)[0], method if method in _METHODS else "other", status)
         requests = self.requests
         requests[key] = requests.get(key, 0) + 1
