@@ -136,17 +136,6 @@ class ImportReport:
         }
 
 
-INTERNAL_PREFIX = ".foliko/"
-
-
-def is_internal(session_id: str) -> bool:
-    """Whether a session is one foliko keeps for itself (``.foliko/...``, also
-    under a user's scope ``~alice~/.foliko/...``): never listed."""
-    if session_id.startswith("~"):
-        session_id = session_id.partition("~/")[2]
-    return session_id.startswith(INTERNAL_PREFIX)
-
-
 SORT_KEYS: dict[str, tuple[Callable[[SessionSummary], Any], bool]] = {
     "updated": (lambda s: (s.updated_at, s.session_id), True),
     "created": (lambda s: (s.created_at, s.session_id), True),

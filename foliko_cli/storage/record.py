@@ -135,6 +135,18 @@ def check_session_id(session_id: Any) -> str:
     return session_id
 
 
+INTERNAL_PREFIX = ".foliko/"
+
+
+def is_internal(session_id: str) -> bool:
+    """Whether a session is one foliko keeps for itself (``.foliko/...``, also
+    under a user's scope ``~alice~/.foliko/...``): the trash, quotas, background
+    journals. Never listed, searched, counted in usage or pruned; migrated."""
+    if session_id.startswith("~"):
+        session_id = session_id.partition("~/")[2]
+    return session_id.startswith(INTERNAL_PREFIX)
+
+
 def next_revision(current: int | None) -> int:
     """The revision after ``current``; a new session starts at a fresh, clock-based one.
 
