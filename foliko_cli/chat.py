@@ -60,7 +60,7 @@ class TurnResult(NamedTuple):
     duration_ms: int = 0
     cost: float | None = None
     trashed: str | None = None
-    """The trash entry that keeps the history this turn replaced (``--new``)."""
+    """The trash entry that keeps the session this turn started over."""
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()

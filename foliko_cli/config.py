@@ -88,7 +88,7 @@ FIELDS: dict[str, Field] = {
     "trash_keep": Field(
         parse_keep,
         30 * 86_400_000,
-        "how long the trash keeps what delete, prune, clear, rewind and --new removed (0: off)",
+        "how long the trash keeps deleted, pruned, cleared, rewound or reset sessions (0: off)",
     ),
 }
 TABLES = ("models", "agents", "mcp_servers")

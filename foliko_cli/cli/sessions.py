@@ -29,7 +29,7 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
-from foliko_cli.cli.trash import note_removed, note_reset, restore, trash
+from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
 from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
@@ -218,7 +218,6 @@ def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
     else:
         for session_id in deleted:
             click.echo(session_id)
-    note_removed(facade, len(deleted))
     for session_id in missing:
         error(f"session {session_id!r} not found")
     if missing:
@@ -524,9 +523,9 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> 
             f"session {session_id!r} is unreadable and was not deleted; see 'foliko storage check'"
         )
     verb = "would delete" if dry_run else "deleted"
-    note(f"{verb} {len(report.deleted)} session(s)")
-    if not dry_run:
-        note_removed(facade, len(report.deleted))
+    kept = trash_kept(facade)
+    where = f"; the trash keeps them for {kept}" if kept and report.deleted and not dry_run else ""
+    note(f"{verb} {len(report.deleted)} session(s){where}")
     if report.unreadable:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 

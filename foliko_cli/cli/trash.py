@@ -1,5 +1,5 @@
 """``foliko sessions trash list|empty`` and ``foliko sessions restore``, and the
-lines that tell what a delete, prune, clear, rewind or ``--new`` did."""
+line that tells what a clear, rewind or ``--new`` did and how to undo it."""
 
 from __future__ import annotations
 
@@ -18,13 +18,6 @@ RESTORE_AS = "foliko sessions restore {name} --as NEW"
 def trash_kept(facade) -> str | None:
     """How long the trash keeps things (``30d``), or None when it is off."""
     return format_duration(facade.trash_keep) if facade.trash_keep else None
-
-
-def note_removed(facade, count: int) -> None:
-    """After a delete or prune: where what went, and how to get it back."""
-    kept = trash_kept(facade)
-    if count and kept:
-        note(f"the trash keeps what was deleted for {kept}: foliko sessions restore ID")
 
 
 def note_reset(facade, session_id: str, did: str) -> None:
