@@ -6,7 +6,7 @@ An entry is an ordinary session record under a reserved id,
 (``record.is_internal``), which listings, search, usage and prune leave out
 and a migration copies like any session. The id says everything a listing
 needs (what the session was called, why and when it went, ``TOKEN`` being
-the removal time in base 36 and a random tail), so the trash is listed
+the removal time in microseconds, base 36, and a random tail), so the trash is listed
 without reading a record; the record itself is the session exactly as it
 was (messages, variables, metadata, ``saved_at``).
 
@@ -25,9 +25,9 @@ can hold it or write it while it is made.
 from __future__ import annotations
 
 import secrets
+import time
 from typing import NamedTuple
 
-from foliko_cli.clock import now_ms
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.storage.record import INTERNAL_PREFIX, SessionRecord, SessionSummary
@@ -35,7 +35,7 @@ from foliko_cli.storage.record import INTERNAL_PREFIX, SessionRecord, SessionSum
 TRASH_PREFIX = INTERNAL_PREFIX + "trash/"
 REASONS = ("delete", "prune", "clear", "rewind", "new", "import")
 _DIGITS = "0123456789abcdefghijklmnopqrstuvwxyz"
-_TAIL = 6
+_TAIL = 4
 
 
 class TrashEntry(NamedTuple):
@@ -63,8 +63,12 @@ def _base36(number: int) -> str:
             return digits
 
 
-def new_token(removed_at: int) -> str:
-    return _base36(removed_at) + "".join(secrets.choice(_DIGITS) for _ in range(_TAIL))
+def new_token(removed_us: int) -> str:
+    return _base36(removed_us) + "".join(secrets.choice(_DIGITS) for _ in range(_TAIL))
+
+
+def _removed_us(entry: TrashEntry) -> int:
+    return int(entry.entry_id[:-_TAIL], 36)
 
 
 def stored_id(reason: str, token: str, session_id: str) -> str:
@@ -81,10 +85,10 @@ def parse(stored: str) -> TrashEntry | None:
     if reason not in REASONS or len(token) <= _TAIL or not session_id:
         return None
     try:
-        removed_at = int(token[:-_TAIL], 36)
+        removed_us = int(token[:-_TAIL], 36)
     except ValueError:
         return None
-    return TrashEntry(token, session_id, reason, removed_at, stored)
+    return TrashEntry(token, session_id, reason, removed_us // 1000, stored)
 
 
 def _from_summary(summary: SessionSummary) -> TrashEntry | None:
@@ -103,7 +107,7 @@ async def entries(storage: SessionStorageAdapter, *, counted: bool = False) -> l
         found = [parse(stored) for stored in await storage.list()]
     return sorted(
         (entry for entry in found if entry is not None),
-        key=lambda e: (e.removed_at, e.stored_id),
+        key=lambda e: (_removed_us(e), e.stored_id),
         reverse=True,
     )
 
@@ -138,9 +142,10 @@ async def keep_copy(
 def _new_entry(session_id: str, reason: str, now: int | None) -> TrashEntry:
     if reason not in REASONS:
         raise ValueError(f"unknown trash reason {reason!r}")
-    removed_at = now_ms() if now is None else now
-    token = new_token(removed_at)
-    return TrashEntry(token, session_id, reason, removed_at, stored_id(reason, token, session_id))
+    removed_us = time.time_ns() // 1000 if now is None else now * 1000
+    token = new_token(removed_us)
+    stored = stored_id(reason, token, session_id)
+    return TrashEntry(token, session_id, reason, removed_us // 1000, stored)
 
 
 async def restore(storage: SessionStorageAdapter, entry: TrashEntry, target_id: str) -> None:
