@@ -1,9 +1,16 @@
 """The trash through the service (AsyncFoliko) on every backend: what delete,
 prune, clear, rewind, ``chat --new`` and a replacing import keep, what nobody
-else sees, restore, expiry, and a failed rewrite that keeps nothing."""
+else sees, restore, expiry, a failed rewrite that keeps nothing, and a
+migration that carries it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
 import pytest
 
 from foliko_cli.clock import now_ms
@@ -15,9 +22,11 @@ from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.memory import MemoryStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
 
+from .core_only import CoreOnlyStorage
 from .test_conformance import make_record
 
 DAY = 86_400_000
+FOLIKO = Path(sys.executable).with_name("foliko")
 
 
 @pytest.fixture
@@ -220,3 +229,59 @@ def test_each_user_has_a_trash_of_their_own(tmp_path, run):
     run(alice.restore_session("s"))
     assert contents(run(alice.get_session("s"))) == ["alice's", "alice's"]
     run(shared.close())
+
+
+# across a migration (racing writers: test_multiprocess.py)
+
+
+def test_a_migration_carries_the_trash(storage, tmp_path, run):
+    from foliko_cli.storage.migrate import migrate
+
+    source = CoreOnlyStorage() if storage.name == "memory" else MemoryStorage()
+    before = AsyncFoliko(source, "echo", home=tmp_path)
+    run(two_turns(before, "gone"))
+    run(two_turns(before, "wiped"))
+    run(before.delete_sessions(["gone"]))
+    run(before.clear_session("wiped"))
+    report = run(migrate(source, storage))
+    assert report.ok and report.total == 3
+    after = AsyncFoliko(storage, "echo", home=tmp_path)
+    assert [s.session_id for s in run(after.list_sessions())] == ["wiped"]
+    entries = run(after.list_trash())
+    assert entries == run(before.list_trash())
+    run(after.restore_session("gone"))
+    run(after.restore_session("wiped", as_id="wiped-before"))
+    for name in ("gone", "wiped-before"):
+        assert len(run(after.get_session(name)).messages) == 4
+
+
+def foliko_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(FOLIKO), *args], env=env, capture_output=True, timeout=300, stdin=subprocess.DEVNULL
+    )
+
+
+@pytest.fixture
+def env(tmp_path) -> dict[str, str]:
+    return {**os.environ, "FOLIKO_MODEL": "echo", "FOLIKO_HOME": str(tmp_path / "home")}
+
+
+def test_foliko_storage_migrate_carries_the_trash(storage_url, env):
+    for name in ("gone", "wiped"):
+        assert foliko_cli("chat", "-s", name, f"{name} words", env=env).returncode == 0
+    assert foliko_cli("sessions", "delete", "gone", env=env).returncode == 0
+    assert foliko_cli("sessions", "clear", "wiped", env=env).returncode == 0
+    migrated = foliko_cli("storage", "migrate", "sqlite", storage_url, "--json", env=env)
+    assert migrated.returncode == 0, migrated.stderr.decode()
+    assert orjson.loads(migrated.stdout)["copied"] == 3
+    target = ("--storage", storage_url)
+    listed = foliko_cli(*target, "sessions", "list", "--json", env=env)
+    assert [row["session_id"] for row in orjson.loads(listed.stdout)] == ["wiped"]
+    rows = orjson.loads(foliko_cli(*target, "sessions", "trash", "list", "--json", env=env).stdout)
+    assert sorted((r["session_id"], r["reason"]) for r in rows) == [
+        ("gone", "delete"),
+        ("wiped", "clear"),
+    ]
+    assert foliko_cli(*target, "sessions", "restore", "gone", env=env).returncode == 0
+    shown = orjson.loads(foliko_cli(*target, "sessions", "show", "gone", "--json", env=env).stdout)
+    assert [m["content"] for m in shown["messages"]] == ["gone words", "gone words"]
