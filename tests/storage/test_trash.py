@@ -76,17 +76,18 @@ def test_every_removal_keeps_the_session_as_it_was(service, run):
 def test_what_the_trash_holds_is_seen_by_nothing_else(service, run):
     async def scenario():
         await two_turns(service, "gone")
-        await service.chat("kept", "kept one")
+        await service.storage.save(make_record("kept", saved_at=now_ms() - DAY))
+        counted = await service.usage()
         await service.delete_sessions(["gone"])
-        before = await service.usage()
-        report = await service.prune(0)
-        return before, report
+        return counted, await service.usage(), await service.prune(3_600_000)
 
-    usage, report = run(scenario())
+    counted, usage, report = run(scenario())
+    assert [row["session"] for row in counted["rows"]] == ["gone"]
+    assert usage["rows"] == []
     assert [s.session_id for s in run(service.list_sessions())] == []  # kept was pruned
     assert run(service.session_ids()) == []
     assert run(service.search("one")) == []
-    assert [row["session"] for row in usage["rows"]] == ["kept"]
+    assert run(service.search("Zürich")) == []
     assert report.deleted == ["kept"]
     assert sorted(e.session_id for e in run(service.list_trash())) == ["gone", "kept"]
 
