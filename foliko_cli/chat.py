@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.clock import now_ms
 from foliko_cli.completion import run_to_completion
@@ -35,10 +35,12 @@ from foliko_cli.models.base import (
     forced_tool,
 )
 from foliko_cli.prompts import turn_system_prompt
-from foliko_cli.storage import trash
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.tools import ToolResult
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
 
@@ -389,10 +391,12 @@ class AgentChatHandler:
 
     async def _replaced(
         self, record: SessionRecord, expected: int, trash_reason: str | None
-    ) -> tuple[int, trash.TrashEntry | None]:
+    ) -> tuple[int, TrashEntry | None]:
         """Write ``record`` over the stored session (revision ``expected``); with
         ``trash_reason``, the stored one is copied to the trash first, and the copy
         is dropped again when the write fails."""
+        from foliko_cli.storage import trash
+
         storage = self.framework.session_storage
         entry = None
         if trash_reason is not None and expected:

@@ -11,7 +11,7 @@ a server deleting often does not list the store each time).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
@@ -20,14 +20,16 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     UsageError,
 )
-from foliko_cli.storage import capabilities, trash
+from foliko_cli.storage import capabilities
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     check_session_id,
     is_internal,
 )
-from foliko_cli.storage.trash import TrashEntry
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
 
@@ -49,6 +51,8 @@ class TrashMixin:
         is deleted outright: there is no record to keep."""
         if not self._keeps_trash(session_id):
             return await self.storage.delete(session_id)
+        from foliko_cli.storage import trash
+
         try:
             await trash.move(self.storage, session_id, reason)
         except SessionNotFoundError:
@@ -63,6 +67,8 @@ class TrashMixin:
         """Under the session's lock: copy ``record`` (as loaded) to the trash, then
         run ``write``, a compare-and-set on ``record.revision``; a failed write
         drops the copy again."""
+        from foliko_cli.storage import trash
+
         entry = None
         if self._keeps_trash(record.session_id):
             entry = await trash.keep_copy(self.storage, record, reason)
@@ -75,6 +81,8 @@ class TrashMixin:
 
     async def list_trash(self) -> list[TrashEntry]:
         """What the trash holds, newest first (expired entries are purged first)."""
+        from foliko_cli.storage import trash
+
         await self._purge_trash(force=True)
         return await trash.entries(self.storage, counted=True)
 
@@ -82,6 +90,8 @@ class TrashMixin:
         """Move a session back out of the trash, as ``as_id`` or its own name:
         ``name`` is a session id (its latest removal) or an entry id. A name that
         is taken is SessionExistsError; restoring is a use (``saved_at`` now)."""
+        from foliko_cli.storage import trash
+
         check_session_id(name)
         if as_id is not None:
             check_session_id(as_id)
@@ -119,6 +129,8 @@ class TrashMixin:
     async def empty_trash(self, *, older_than_ms: int | None = None) -> list[TrashEntry]:
         """Remove for good every entry (with ``older_than_ms``, those removed at least
         that long ago), and any past the undo window; return what went."""
+        from foliko_cli.storage import trash
+
         purged = await self._purge_trash(force=True)
         cutoff = None if older_than_ms is None else now_ms() - older_than_ms
         chosen = [
@@ -133,10 +145,14 @@ class TrashMixin:
         if not force and now - self._trash_purged_at < PURGE_EVERY_MS:
             return []
         self._trash_purged_at = now
+        from foliko_cli.storage import trash
+
         entries = await trash.entries(self.storage)
         return await self._discard([e for e in entries if e.expires_at(self.trash_keep) <= now])
 
     async def _discard(self, entries: list[TrashEntry]) -> list[TrashEntry]:
+        from foliko_cli.storage import trash
+
         gone = []
         for entry in entries:
             if await self._held(entry.stored_id, lambda e=entry: trash.discard(self.storage, e)):

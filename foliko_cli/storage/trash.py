@@ -24,7 +24,7 @@ can hold it or write it while it is made.
 
 from __future__ import annotations
 
-import secrets
+import os
 import time
 from typing import NamedTuple
 
@@ -64,7 +64,8 @@ def _base36(number: int) -> str:
 
 
 def new_token(removed_us: int) -> str:
-    return _base36(removed_us) + "".join(secrets.choice(_DIGITS) for _ in range(_TAIL))
+    tail = int.from_bytes(os.urandom(4)) % 36**_TAIL
+    return _base36(removed_us) + _base36(tail).rjust(_TAIL, "0")
 
 
 def _removed_us(entry: TrashEntry) -> int:
