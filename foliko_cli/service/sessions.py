@@ -357,10 +357,9 @@ class SessionsMixin:
             return "gone"
         if state.saved_at >= cutoff:
             return "active"
-        if not self._keeps_trash(session_id):
-            await self.storage.delete(session_id, expected_revision=state.revision)
-        elif not await self._remove(session_id, "prune"):
-            return "gone"
+        if self._keeps_trash(session_id):
+            return "deleted" if await self._remove(session_id, "prune") else "gone"
+        await self.storage.delete(session_id, expected_revision=state.revision)
         return "deleted"
 
     async def create_session(
