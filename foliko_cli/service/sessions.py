@@ -19,6 +19,7 @@ from foliko_cli.storage.record import (
     content_hash,
     is_internal,
     new_metadata,
+    relabelled,
 )
 from foliko_cli.turns import cut_compression, drop_turns
 
@@ -216,16 +217,7 @@ class SessionsMixin:
             record = await self.storage.load(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
-            cleared = clear_record(
-                SessionRecord(
-                    session_id,
-                    messages=record.messages,
-                    variables=record.variables,
-                    metadata=record.metadata,
-                    compression_state=record.compression_state,
-                ),
-                variables=variables,
-            )
+            cleared = clear_record(relabelled(record, session_id), variables=variables)
 
             async def write() -> int:
                 return await self.storage.save(cleared, expected_revision=record.revision)
@@ -289,13 +281,7 @@ class SessionsMixin:
             return "unchanged"
         if existing is not None and on_conflict != "replace":
             return "skipped" if on_conflict == "skip" else "conflicts"
-        imported = SessionRecord(
-            record.session_id,
-            messages=record.messages,
-            variables=record.variables,
-            metadata=record.metadata,
-            compression_state=record.compression_state,
-        )
+        imported = relabelled(record, record.session_id)  # saved_at 0: now
 
         async def write() -> int:
             return await self.storage.save(

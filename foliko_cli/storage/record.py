@@ -356,6 +356,20 @@ def preview_of(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+def relabelled(record: SessionRecord, session_id: str, *, saved_at: int = 0) -> SessionRecord:
+    """A new record of ``record``'s messages, variables, metadata and compression
+    state (shared, not copied) as ``session_id``, with no revision: what a
+    create-only or compare-and-set ``save`` of the same content elsewhere takes."""
+    return SessionRecord(
+        session_id,
+        messages=record.messages,
+        variables=record.variables,
+        metadata=record.metadata,
+        compression_state=record.compression_state,
+        saved_at=saved_at,
+    )
+
+
 def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRecord:
     """``record`` with its history (and summary) dropped; with ``variables``, those too."""
     record.messages = []

@@ -30,7 +30,12 @@ from typing import NamedTuple
 
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.storage.record import INTERNAL_PREFIX, SessionRecord, SessionSummary
+from foliko_cli.storage.record import (
+    INTERNAL_PREFIX,
+    SessionRecord,
+    SessionSummary,
+    relabelled,
+)
 
 TRASH_PREFIX = INTERNAL_PREFIX + "trash/"
 REASONS = ("delete", "prune", "clear", "rewind", "new", "import")
@@ -128,14 +133,7 @@ async def keep_copy(
     """A copy of ``record`` (the whole session as loaded) in the trash, created
     only if absent; the caller then rewrites the session from ``record.revision``."""
     entry = _new_entry(record.session_id, reason, now)
-    copy = SessionRecord(
-        entry.stored_id,
-        messages=record.messages,
-        variables=record.variables,
-        metadata=record.metadata,
-        compression_state=record.compression_state,
-        saved_at=record.saved_at,
-    )
+    copy = relabelled(record, entry.stored_id, saved_at=record.saved_at)
     await storage.save(copy, expected_revision=0)
     return entry._replace(message_count=len(record.messages), last_used=record.saved_at)
 
