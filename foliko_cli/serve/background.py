@@ -39,7 +39,7 @@ SCOPE's session. A turn that fell back to a fork (its previous response
 stopped being the latest before it ran) is in another session: its journal
 is kept, without its events, as the pointer.
 
-Journals are foliko's own sessions (``storage.record.is_internal``):
+Journals are foliko's own sessions (``service.common.is_internal``):
 ``sessions list`` and ``chat --continue`` leave them out.
 
 ``FOLIKO_SERVE_BACKGROUND_LEASE`` (seconds, default 15) and
@@ -68,10 +68,11 @@ from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.response_stream import DONE, response_events, sse
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.poll import poll
-from foliko_cli.storage.record import INTERNAL_PREFIX, SessionState, new_metadata
+from foliko_cli.storage.record import SessionState, new_metadata
 
 JOURNAL_PREFIX = INTERNAL_PREFIX + "background/"
 FLUSH_S = 0.1

@@ -41,9 +41,10 @@ from starlette.responses import Response
 
 from foliko_cli.errors import UsageError
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
-from foliko_cli.storage.record import INTERNAL_PREFIX, SessionState, new_metadata
+from foliko_cli.storage.record import SessionState, new_metadata
 
 QUOTA_PREFIX = INTERNAL_PREFIX + "quota/"
 LIMIT_NAMES = ("max_turns_per_minute", "max_tokens_per_day")

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import UsageError
+from foliko_cli.storage.record import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionSummary,
 )
+from foliko_cli.storage.record import is_internal as is_internal
 from foliko_cli.turns import cut_compression, keep_turns
 
 if TYPE_CHECKING:
