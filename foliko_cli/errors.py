@@ -30,6 +30,7 @@ class Hint:
     RESUME = "resume"
     VARIABLE = "variable"
     VALIDATE = "validate"
+    TRASH = "trash"
 
 
 class FolikoError(Exception):
@@ -68,6 +69,15 @@ class SessionNotFoundError(UsageError):
             fix="list the sessions that exist",
             hint=Hint.SESSIONS,
         )
+
+
+class NotInTrashError(UsageError):
+    def __init__(self, name: str, *, gone: bool = False):
+        self.name = name
+        what = "is no longer in the trash (restored or emptied meanwhile)"
+        if not gone:
+            what = "is not in the trash"
+        super().__init__(f"{name!r} {what}", fix="list what the trash holds", hint=Hint.TRASH)
 
 
 class ImagesRefusedError(UsageError):

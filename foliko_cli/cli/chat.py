@@ -189,7 +189,11 @@ def emit_json_quietly(value: dict) -> None:
     "goes in as a fenced block under its name, a png, jpeg, webp or gif image as an "
     "image for models that take them.",
 )
-@click.option("--new", is_flag=True, help="Start the session over (history and variables).")
+@click.option(
+    "--new",
+    is_flag=True,
+    help="Start the session over (history and variables); the old one goes to the trash.",
+)
 @click.option(
     "--from",
     "fork_from",
@@ -349,7 +353,13 @@ def chat(
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
 
-        interactive(facade, session_id, options, history=settings_for(ctx).home / "history")
+        interactive(
+            facade,
+            session_id,
+            options,
+            history=settings_for(ctx).home / "history",
+            latest=continue_latest,
+        )
         return
     if dry_run:
         emit_json(facade.dry_run(session_id, text, **options), pretty=True)
@@ -359,6 +369,10 @@ def chat(
     result = run_turn(
         facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
     )
+    if new:
+        from foliko_cli.cli.trash import note_started_over
+
+        note_started_over(facade, session_id, result, latest=continue_latest)
     if show_usage:
         click.echo(usage_line(result), err=True)
 

@@ -103,8 +103,11 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
             return line
 
 
-def interactive(facade, session_id: str, options: dict, *, history: Path) -> None:
-    """Read a message, run a turn, print the reply, until /exit or end of input."""
+def interactive(
+    facade, session_id: str, options: dict, *, history: Path, latest: bool = False
+) -> None:
+    """Read a message, run a turn, print the reply, until /exit or end of input
+    (``latest``: the session is the one ``-c`` picked)."""
     from foliko_cli.cli.reply import ReplyWriter
 
     readline = _load_readline(history)
@@ -126,10 +129,11 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
         attached.clear()
         try:
             if options.get("schema") is None:
-                facade.chat(session_id, text, on_event=writer.on_event, **options)
+                result = facade.chat(session_id, text, on_event=writer.on_event, **options)
                 writer.end_line()
             else:
-                click.echo(facade.chat(session_id, text, **options).message)
+                result = facade.chat(session_id, text, **options)
+                click.echo(result.message)
         except (KeyboardInterrupt, Interrupted):
             writer.end_line()
             note("turn cancelled; nothing saved")
@@ -138,4 +142,8 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
             writer.end_line()
             note(f"{paint('error:', 'red', err=True)} {render(exc)}")
             continue
+        if options.get("new"):
+            from foliko_cli.cli.trash import note_started_over
+
+            note_started_over(facade, session_id, result, latest=latest)
         options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}

@@ -1,4 +1,5 @@
-"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars."""
+"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars
+(search, trash and restore have modules of their own)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
+from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
 from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
@@ -200,13 +202,17 @@ def show(
 def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
     """Delete sessions (no prompt); prints their ids. Unknown ids are reported and exit 2.
 
+    They go to the trash (foliko sessions trash list) for the undo window:
+    foliko sessions restore ID brings one back.
+
     \b
     Example:
       foliko sessions delete scratch old-1 old-2
     """
     if not session_ids:
         raise UsageError("name the sessions to delete: foliko sessions delete ID...")
-    deleted, missing = open_facade(ctx).delete_sessions(session_ids)
+    facade = open_facade(ctx)
+    deleted, missing = facade.delete_sessions(session_ids)
     if as_json:
         emit_json({"deleted": deleted, "missing": missing})
     else:
@@ -247,14 +253,18 @@ def rename(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
 def clear(ctx: click.Context, session_ids: list[str], everything: bool, as_json: bool) -> None:
     """Drop a session's history, keeping its variables (unless --all).
 
+    The session as it was goes to the trash (foliko sessions restore).
+
     \b
     Example:
       foliko sessions clear s1
     """
     session_id = one_session(session_ids, "clear ID")
-    open_facade(ctx).clear_session(session_id, variables=everything)
+    facade = open_facade(ctx)
+    facade.clear_session(session_id, variables=everything)
     if as_json:
         emit_json({"cleared": session_id, "variables_cleared": everything})
+    note_reset(facade, session_id, "was cleared")
 
 
 @sessions.command()
@@ -274,18 +284,19 @@ def rewind(ctx: click.Context, session_ids: list[str], turns: int, as_json: bool
     """Remove a session's last N turns (a user message and its replies each).
 
     The rest of the history, the variables and the metadata stay; a summary
-    that stood for removed messages is dropped.
+    that stood for removed messages is dropped. The session as it was goes
+    to the trash (foliko sessions restore).
 
     \b
     Example:
       foliko sessions rewind s1 --turns 2
     """
     session_id = one_session(session_ids, "rewind ID")
-    record = open_facade(ctx).rewind_session(session_id, turns=turns)
+    facade = open_facade(ctx)
+    record = facade.rewind_session(session_id, turns=turns)
     if as_json:
         emit_json({"rewound": session_id, "turns": turns, "messages": len(record.messages)})
-    else:
-        note(f"session {session_id!r} now has {len(record.messages)} message(s)")
+    note_reset(facade, session_id, f"now has {len(record.messages)} message(s)")
 
 
 def _write_output(path: Path | None, lines) -> None:
@@ -474,23 +485,26 @@ def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json
     type=Duration(),
     required=True,
     metavar="DURATION",
-    help="Delete sessions not updated for this long (e.g. 30d).",
+    help="Delete sessions not used for this long (e.g. 30d).",
 )
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @json_flag("Print {deleted|would_delete: [...]} as JSON instead of one id a line.")
 @storage_option
 @click.pass_context
 def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> None:
-    """Delete sessions not updated for a while; prints their ids.
+    """Delete sessions not used for a while; prints their ids.
+
+    A session is used when foliko writes it: a turn, an import, a restore
+    (never the dates of the messages inside). Pruned sessions go to the
+    trash (foliko sessions restore).
 
     \b
     Example:
       foliko sessions prune --older-than 30d --dry-run
     """
+    facade = open_facade(ctx)
     with deferred_progress("pruning") as (start, advance):
-        report = open_facade(ctx).prune(
-            older_than, dry_run=dry_run, progress=advance, on_total=start
-        )
+        report = facade.prune(older_than, dry_run=dry_run, progress=advance, on_total=start)
     if as_json:
         emit_json(
             {
@@ -509,7 +523,9 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> 
             f"session {session_id!r} is unreadable and was not deleted; see 'foliko storage check'"
         )
     verb = "would delete" if dry_run else "deleted"
-    note(f"{verb} {len(report.deleted)} session(s)")
+    kept = trash_kept(facade)
+    where = f"; the trash keeps them for {kept}" if kept and report.deleted and not dry_run else ""
+    note(f"{verb} {len(report.deleted)} session(s){where}")
     if report.unreadable:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
@@ -590,3 +606,5 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
 from foliko_cli.cli.history import search  # noqa: E402
 
 sessions.add_command(search)
+sessions.add_command(trash)
+sessions.add_command(restore)

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import UsageError
+from foliko_cli.storage.record import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionSummary,
 )
+from foliko_cli.storage.record import is_internal as is_internal
 from foliko_cli.turns import cut_compression, keep_turns
 
 if TYPE_CHECKING:
@@ -134,17 +136,6 @@ class ImportReport:
             "skipped": self.skipped,
             "conflicts": self.conflicts,
         }
-
-
-INTERNAL_PREFIX = ".foliko/"
-
-
-def is_internal(session_id: str) -> bool:
-    """Whether a session is one foliko keeps for itself (``.foliko/...``, also
-    under a user's scope ``~alice~/.foliko/...``): never listed."""
-    if session_id.startswith("~"):
-        session_id = session_id.partition("~/")[2]
-    return session_id.startswith(INTERNAL_PREFIX)
 
 
 SORT_KEYS: dict[str, tuple[Callable[[SessionSummary], Any], bool]] = {

@@ -12,11 +12,12 @@ from foliko_cli.storage.record import (
     ROLES,
     SessionRecord,
     check_session_id,
+    is_internal,
 )
 
 if TYPE_CHECKING:
     from foliko_cli.storage.migrate import MigrationReport
-    from foliko_cli.storage.search import SearchHit
+    from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.service.common import (
     _no_progress,
 )
@@ -40,8 +41,10 @@ class MaintenanceMixin:
 
         ``since`` keeps messages written at or after that ms time. Backends with
         a full-text index (SQLite, PostgreSQL) search it; the others are scanned.
+        foliko's own sessions (``is_internal``: the trash) are left out unless
+        ``session_id`` names one.
         """
-        from foliko_cli.storage.search import Searchable, SearchQuery, parse_query, scan_search
+        from foliko_cli.storage.search import SearchQuery, parse_query
 
         if session_id is not None:
             check_session_id(session_id)
@@ -50,9 +53,22 @@ class MaintenanceMixin:
         if limit < 1:
             raise UsageError(f"the limit must be at least 1, not {limit}", fix="give 1 or more")
         search_query = SearchQuery(query, parse_query(query), session_id, role, since, limit)
+        if session_id is not None:
+            return await self._search(search_query)
+        asked = limit
+        while True:  # ask for more while foliko's own sessions crowd the page out
+            hits = await self._search(search_query._replace(limit=asked))
+            shown = [hit for hit in hits if not is_internal(hit.session_id)]
+            if len(shown) >= limit or len(hits) < asked:
+                return shown[:limit]
+            asked *= 4
+
+    async def _search(self, query: SearchQuery) -> list[SearchHit]:
+        from foliko_cli.storage.search import Searchable, scan_search
+
         if isinstance(self.storage, Searchable):
-            return await self.storage.search(search_query)
-        return await scan_search(self.storage, search_query)
+            return await self.storage.search(query)
+        return await scan_search(self.storage, query)
 
     async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
         """Token and cost totals of the assistant messages written at or after
@@ -65,7 +81,9 @@ class MaintenanceMixin:
         ids = sorted(
             s.session_id
             for s in summaries
-            if s.error is None and (since is None or s.updated_at >= since)
+            if s.error is None
+            and not is_internal(s.session_id)
+            and (since is None or s.updated_at >= since)
         )
 
         async def records() -> AsyncIterator[SessionRecord]:

@@ -135,6 +135,18 @@ def check_session_id(session_id: Any) -> str:
     return session_id
 
 
+INTERNAL_PREFIX = ".foliko/"
+
+
+def is_internal(session_id: str) -> bool:
+    """Whether a session is one foliko keeps for itself (``.foliko/...``, also
+    under a user's scope ``~alice~/.foliko/...``): the trash, quotas, background
+    journals. Never listed, searched, counted in usage or pruned; migrated."""
+    if session_id.startswith("~"):
+        session_id = session_id.partition("~/")[2]
+    return session_id.startswith(INTERNAL_PREFIX)
+
+
 def next_revision(current: int | None) -> int:
     """The revision after ``current``; a new session starts at a fresh, clock-based one.
 
@@ -342,6 +354,20 @@ def preview_of(messages: list[dict[str, Any]]) -> str:
             text = " ".join(str(message.get("content", "")).split())
             return text if len(text) <= PREVIEW_LENGTH else text[: PREVIEW_LENGTH - 1] + "…"
     return ""
+
+
+def relabelled(record: SessionRecord, session_id: str, *, saved_at: int = 0) -> SessionRecord:
+    """A new record of ``record``'s messages, variables, metadata and compression
+    state (shared, not copied) as ``session_id``, with no revision: what a
+    create-only or compare-and-set ``save`` of the same content elsewhere takes."""
+    return SessionRecord(
+        session_id,
+        messages=record.messages,
+        variables=record.variables,
+        metadata=record.metadata,
+        compression_state=record.compression_state,
+        saved_at=saved_at,
+    )
 
 
 def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRecord:

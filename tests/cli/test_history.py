@@ -441,6 +441,40 @@ def test_imported_chatgpt_sessions_are_searchable(invoke, export_file):
     ]
 
 
+def shifted_times(value, by: float):
+    """``value`` (a ChatGPT export) with every create/update time moved ``by`` s."""
+    if isinstance(value, dict):
+        return {
+            k: v + by if k in ("create_time", "update_time") and v else shifted_times(v, by)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [shifted_times(v, by) for v in value]
+    return value
+
+
+def test_prune_keeps_a_chatgpt_import_whose_dates_are_old(invoke, tmp_path, foliko_home):
+    from foliko_cli.clock import now_ms
+
+    from .test_sessions_manage import DAY, store
+
+    june_2024 = 1_717_200_000 - 1_700_000_000
+    path = tmp_path / "conversations.json"
+    path.write_bytes(orjson.dumps(shifted_times(chatgpt_export(), june_2024)))
+    assert invoke("sessions", "import", "--format", "chatgpt", str(path)).exit_code == 0
+    store(foliko_home, "unused", updated_at=now_ms() - 40 * DAY)
+    result = invoke("sessions", "prune", "--older-than", "30d")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "unused\n"
+    listed = orjson.loads(invoke("sessions", "list", "--json").stdout)
+    assert sorted(row["session_id"] for row in listed) == [
+        "6f1c2d3e-0000-4000-8000-000000000001",
+        "conv-2",
+    ]
+    second = orjson.loads(invoke("sessions", "show", "conv-2", "--json").stdout)
+    assert second["messages"][0]["created_at"] == 1_700_000_100_500 + june_2024 * 1000
+
+
 def broken_exports() -> list[tuple[object, str]]:
     cycle = copy.deepcopy(chatgpt_export()[1])
     cycle["mapping"]["r"]["parent"] = "a"

@@ -13,7 +13,7 @@ import pytest
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, SessionBusyError, SessionNotFoundError
-from foliko_cli.storage import capabilities
+from foliko_cli.storage import capabilities, trash
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import (
     InvalidRecordError,
@@ -459,6 +459,83 @@ def test_rename_refuses_an_existing_target_and_an_unknown_source(storage, run):
         run(capabilities.rename(storage, "missing", "fresh"))
     assert run(storage.load("fresh")) is None
     assert sorted(run(storage.list())) == ["old", "taken"]
+
+
+# the trash (storage.trash: one generic implementation over the core)
+
+
+def test_a_moved_session_is_kept_whole_in_the_trash_and_restored(storage, run):
+    original = make_record("s1", saved_at=T0 + 99)
+    run(storage.save(original))
+    entry = run(trash.move(storage, "s1", "delete", now=T0 + 1000))
+    assert run(storage.load("s1")) is None
+    assert (entry.session_id, entry.reason, entry.removed_at) == ("s1", "delete", T0 + 1000)
+    listed = run(trash.entries(storage, counted=True))
+    assert [e.entry_id for e in listed] == [entry.entry_id]
+    assert (listed[0].message_count, listed[0].last_used) == (len(RICH_MESSAGES), T0 + 99)
+    kept = run(storage.load(entry.stored_id))
+    assert content_hash(kept) == content_hash(original)
+    run(trash.restore(storage, entry, "s1"))
+    back = run(storage.load("s1"))
+    assert content_hash(back) == content_hash(original)
+    assert (back.metadata["created_at"], back.saved_at) == (T0, T0 + 99)
+    assert back.compression_state == original.compression_state
+    assert run(trash.entries(storage)) == []
+    assert run(storage.list()) == ["s1"]
+
+
+def test_a_copy_keeps_the_session_as_it_was_before_it_is_rewritten(storage, run):
+    run(storage.save(make_record("s1")))
+    stored = run(storage.load("s1"))
+    entry = run(trash.keep_copy(storage, stored, "clear"))
+    run(storage.save(make_record("s1", messages=[]), expected_revision=stored.revision))
+    assert run(storage.load("s1")).messages == []
+    run(trash.restore(storage, entry, "s1-before"))
+    assert run(storage.load("s1-before")).messages == RICH_MESSAGES
+    assert run(storage.load("s1")).messages == []
+
+
+def test_restoring_into_a_taken_name_changes_nothing(storage, run):
+    run(storage.save(make_record("s1")))
+    entry = run(trash.move(storage, "s1", "delete"))
+    run(storage.save(make_record("s1", messages=turn("new life"))))
+    with pytest.raises(SessionExistsError):
+        run(trash.restore(storage, entry, "s1"))
+    assert run(storage.load("s1")).messages == turn("new life")
+    assert run(storage.load(entry.stored_id)).messages == RICH_MESSAGES
+
+
+def test_an_entry_emptied_or_restored_is_gone_and_a_missing_session_cannot_move(storage, run):
+    run(storage.save(make_record("s1")))
+    entry = run(trash.move(storage, "s1", "prune"))
+    assert run(trash.discard(storage, entry)) is True
+    assert run(trash.discard(storage, entry)) is False
+    with pytest.raises(SessionNotFoundError):
+        run(trash.restore(storage, entry, "s1"))
+    with pytest.raises(SessionNotFoundError):
+        run(trash.move(storage, "s1", "delete"))
+    assert run(storage.list()) == []
+
+
+def test_the_trash_keeps_any_session_id_under_its_own_name(storage, run):
+    for i, session_id in enumerate(ODD_IDS):
+        run(storage.save(make_record(session_id, messages=turn(f"q{i}"))))
+        run(trash.move(storage, session_id, "delete", now=T0 + i))
+    entries = run(trash.entries(storage, counted=True))
+    assert [e.session_id for e in entries] == ODD_IDS[::-1]  # newest first
+    assert all(e.message_count == 2 for e in entries)
+    for entry in entries:
+        run(trash.restore(storage, entry, entry.session_id))
+    assert sorted(run(storage.list())) == sorted(ODD_IDS)
+
+
+def test_the_same_session_trashed_twice_is_two_entries(storage, run):
+    run(storage.save(make_record("s1", messages=turn("first"))))
+    first = run(trash.keep_copy(storage, run(storage.load("s1")), "rewind", now=T0))
+    second = run(trash.move(storage, "s1", "delete", now=T0 + 1))
+    assert first.entry_id != second.entry_id
+    entries = run(trash.entries(storage))
+    assert [(e.reason, e.removed_at) for e in entries] == [("delete", T0 + 1), ("rewind", T0)]
 
 
 # health, check, info
