@@ -309,7 +309,8 @@ def test_repair_leaves_alone_a_session_that_reads_fine_by_then():
 
     with Foliko(storage=memory_with(check=reported, quarantine=refuse), model="echo") as foliko:
         foliko.chat("s", "x")
-        assert foliko.check(repair=True) == [(StoredProblem("s", "memory", "was unreadable"), None)]
+        (repair,) = foliko.check(repair=True)
+        assert repair == (StoredProblem("s", "memory", "was unreadable"), None, None)
         assert len(foliko.get_session("s").messages) == 2
 
 

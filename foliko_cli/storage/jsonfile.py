@@ -61,6 +61,7 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
@@ -158,16 +159,17 @@ class JsonStorage(SessionStorageAdapter):
             hint=Hint.STORAGE,
         )
 
-    def _read_bytes(self, path: str | Path) -> bytes | None:
+    def _read_bytes(self, path: str | Path, session_id: str = "") -> bytes | None:
+        """The file's bytes; None when it does not exist. A symbolic link is never
+        followed: the session is damaged (CorruptSessionError)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise StorageError(
-                    f"refusing the session file {path}: it is a symbolic link; "
-                    "replace it by the file it points to"
+                raise CorruptSessionError(
+                    session_id, str(path), "the file is a symbolic link, which is never followed"
                 ) from None
             raise self._storage_error("read", path, exc) from None
         try:
@@ -187,13 +189,13 @@ class JsonStorage(SessionStorageAdapter):
         seed's. The path is a str: pathlib costs a migration of 100,000 files ~0.3 s."""
         name = file_name(session_id)
         path = os.path.join(self.directory, name)
-        data = self._read_bytes(path)
+        data = self._read_bytes(path, session_id)
         if data is not None:
             return path, data
         seed_name = seed_file_name(session_id)
         if seed_name and seed_name != name:
             seed_path = os.path.join(self.directory, seed_name)
-            data = self._read_bytes(seed_path)
+            data = self._read_bytes(seed_path, session_id)
             if data is not None:
                 return seed_path, data
         return None
@@ -241,6 +243,10 @@ class JsonStorage(SessionStorageAdapter):
                 raise ValueError("compressionState must be an object")
         except (ValueError, TypeError, AttributeError) as exc:
             raise CorruptSessionError(session_id, str(path), _one_line(str(exc))) from None
+        if "revision" in document:  # written by foliko, which counts what it writes
+            metadata = document.get("metadata")
+            counted = metadata.get("messageCount") if isinstance(metadata, dict) else None
+            check_count(session_id, str(path), count=counted, found=len(record.messages))
         record.revision = max(record.revision, 1)
         return record
 
@@ -344,7 +350,7 @@ class JsonStorage(SessionStorageAdapter):
         path = self.directory / name
         guess = self._id_from_name(name)
         try:
-            data = self._read_bytes(path)
+            data = self._read_bytes(path, guess or name)
             if data is None:
                 return None
             summary = self._summary(name, guess, data, summarise=summarise)

@@ -372,6 +372,21 @@ def record_to_dict(record: SessionRecord) -> dict[str, Any]:
     }
 
 
+def summary_to_dict(summary: SessionSummary) -> dict[str, Any]:
+    """The public JSON form of a summary (``sessions list --json``, the HTTP list).
+    A damaged session is marked, never left out: ``damaged`` true, ``error`` why."""
+    row: dict[str, Any] = {
+        "session_id": summary.session_id,
+        "message_count": summary.message_count,
+        "created_at": summary.created_at,
+        "updated_at": summary.updated_at,
+        "preview": summary.preview,
+    }
+    if summary.error:
+        row.update(preview=f"DAMAGED: {summary.error}", damaged=True, error=summary.error)
+    return row
+
+
 def content_hash(record: SessionRecord) -> str:
     """A digest of what must survive any move between backends."""
     return _digest(record.messages, record.variables)

@@ -17,7 +17,7 @@ import functools
 import sqlite3
 from typing import TYPE_CHECKING
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import CorruptSessionError, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery, Term
@@ -143,8 +143,9 @@ def fts5_expression(terms: tuple[Term, ...]) -> str:
     return " AND ".join(parts)
 
 
-def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None:
-    """The best ``query.limit`` hits by bm25, or None when there is no index.
+def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[SearchHit] | None:
+    """The best ``query.limit`` hits by bm25, or None when there is no index;
+    ``where`` names the database in a damaged message's report.
 
     The query language is imported here: every write loads this module, few search.
     """
@@ -187,6 +188,9 @@ def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None
         raise
     hits = []
     for session_id, seq, role, created_at, score, marked in rows:
+        if marked is None:  # the indexed message is gone or has no text: damaged
+            query.unreadable(CorruptSessionError(session_id, where, f"message {seq} has no text"))
+            continue
         snippet, spans = unmark(marked)
         hits.append(SearchHit(session_id, seq, role, created_at, snippet, spans, -score))
     return hits

@@ -20,12 +20,13 @@ from typing import Any
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import SessionNotFoundError
+from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
 from foliko_cli.storage.base import (
     ConflictError,
     SessionExistsError,
     check_expected,
 )
+from foliko_cli.storage.integrity import SESSION_ROW, orphaned
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -52,6 +53,8 @@ _UPDATE_TURN = """UPDATE {sessions} SET updated_at = ?, message_count = ?, revis
     preview = ?, variables = ?, metadata = ?, compression_state = ? WHERE session_id = ?"""
 _REVISION = "SELECT revision FROM {sessions} WHERE session_id = ?"
 _TURN_BASE = "SELECT revision, message_count, preview FROM {sessions} WHERE session_id = ?{lock}"
+_LAST_SEQ = "SELECT MAX(seq) FROM {messages} WHERE session_id = ?"
+_COUNT_MESSAGES = "SELECT COUNT(*) FROM {messages} WHERE session_id = ?"
 _SUMMARY_COLUMNS = "session_id, created_at, updated_at, message_count, preview"
 _NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC, session_id"
 _OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
@@ -230,11 +233,24 @@ def append_messages(
     messages: list[dict[str, Any]],
     state: SessionState,
     expected_revision: int,
+    *,
+    where: str,
 ) -> int:
     """Add ``messages`` after the stored ones and replace the session's state, if
-    its revision is still ``expected_revision`` (0: it does not exist yet)."""
+    its revision is still ``expected_revision`` (0: it does not exist yet).
+
+    The last stored position must be the count's (one index probe), so a session
+    whose count or last messages were changed behind foliko's back is refused
+    (CorruptSessionError, ``where`` naming the store) rather than written to."""
     row = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
     found, count, preview = row if row else (0, 0, "")
+    (last,) = db.execute(dialect.sql(_LAST_SEQ), (session_id,)).fetchone()
+    if (-1 if last is None else last) != count - 1:
+        if row is None:
+            orphans = db.execute(dialect.sql(_COUNT_MESSAGES), (session_id,)).fetchone()[0]
+            raise orphaned(session_id, where, orphans, SESSION_ROW)
+        stored = "none is stored" if last is None else f"the last is at seq {last}"
+        raise CorruptSessionError(session_id, where, f"it counts {count} messages but {stored}")
     if found != expected_revision:
         raise ConflictError(session_id, expected_revision, found)
     now = now_ms()
