@@ -40,16 +40,23 @@ def check_sequence(
 
 
 def check_span(
-    session_id: str, where: str, *, count: int, found: int, first: int | None, last: int | None
+    session_id: str,
+    where: str,
+    *,
+    count: int,
+    found: int,
+    first: int | None,
+    last: int | None,
+    start: int = 0,
 ) -> None:
-    """The same as ``check_sequence`` from an aggregate of the positions (how many,
-    the lowest, the highest), so a check need not read every row."""
-    if found == count and (not found or (first == 0 and last == count - 1)):
+    """The same as ``check_sequence`` from an aggregate of the positions from
+    ``start`` on (how many, the lowest, the highest): no row need be read."""
+    if found == count - start and (not found or (first == start and last == count - 1)):
         return
-    stored = f" (seq {first}-{last})" if found else ""
-    raise CorruptSessionError(
-        session_id, where, f"it counts {count} messages but {found} are stored{stored}"
-    )
+    stored = f"{found} are stored" + (f" from seq {start} on" if start else "")
+    if found:
+        stored += f" (seq {first}-{last})"
+    raise CorruptSessionError(session_id, where, f"it counts {count} messages but {stored}")
 
 
 def check_count(session_id: str, where: str, *, count: object, found: int) -> None:

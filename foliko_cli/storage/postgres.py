@@ -424,7 +424,10 @@ class PostgresStorage(SessionStorageAdapter):
             self._check_id(record.session_id)
             checked_for_write(record)
         return await self._run(
-            self._write, lambda cur: writes.replace_records(cur, self._dialect, records, expected)
+            self._write,
+            lambda cur: writes.replace_records(
+                cur, self._dialect, records, expected, where=self.location
+            ),
         )
 
     async def append(
@@ -566,7 +569,7 @@ class PostgresStorage(SessionStorageAdapter):
         with self._guard():
             try:
                 with self.db.transaction(), self.db.cursor() as cur:
-                    writes.rename_session(cur, self._dialect, old_id, new_id)
+                    writes.rename_session(cur, self._dialect, old_id, new_id, where=self.location)
             except self._pg.errors.UniqueViolation:
                 raise SessionExistsError(new_id) from None  # created while we renamed
 

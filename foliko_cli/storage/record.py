@@ -356,7 +356,12 @@ def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRe
 
 def covered_messages(record: SessionRecord, total: int) -> int:
     """How many of the first messages the session's compression summary stands for."""
-    covered = record.compression_state.get("covered", 0)
+    return covered_by(record.compression_state, total)
+
+
+def covered_by(compression_state: dict[str, Any], total: int) -> int:
+    """``covered_messages`` of a session with this compression state and ``total`` messages."""
+    covered = compression_state.get("covered", 0)
     return covered if isinstance(covered, int) and 0 <= covered <= total else 0
 
 

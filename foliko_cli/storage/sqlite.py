@@ -362,7 +362,7 @@ class SQLiteStorage(SessionStorageAdapter):
         for record in records:
             checked_for_write(record)
         with self._guard(), self._write() as db:
-            return writes.replace_records(db, SQLITE, records, expected)
+            return writes.replace_records(db, SQLITE, records, expected, where=self.path)
 
     async def append(
         self,
@@ -510,7 +510,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def rename(self, old_id: str, new_id: str) -> None:
         with self._guard(), self._write() as db:
-            writes.rename_session(db, SQLITE, old_id, new_id)
+            writes.rename_session(db, SQLITE, old_id, new_id, where=self.path)
             self._drop_seed_row(db, old_id)
         self._remove_lock_file(old_id)
 

@@ -729,7 +729,7 @@ def test_list_reports_an_unreadable_session_and_lists_the_rest(invoke, corrupt):
     assert "invalid JSON" in rows["bad"]["error"]
     assert "error" not in rows["good"]
     assert rows["bad"]["damaged"] is True and "damaged" not in rows["good"]
-    assert "session 'bad' is damaged (invalid JSON" in result.stderr
+    assert "session 'bad' is damaged (" in result.stderr and "invalid JSON" in result.stderr
     assert "foliko storage check --repair moves it aside" in result.stderr
 
 

@@ -20,17 +20,18 @@ from typing import Any
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
+from foliko_cli.errors import SessionNotFoundError
 from foliko_cli.storage.base import (
     ConflictError,
     SessionExistsError,
     check_expected,
 )
-from foliko_cli.storage.integrity import SESSION_ROW, orphaned
+from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    covered_by,
     encode_message,
     new_metadata,
     next_revision,
@@ -53,8 +54,7 @@ _UPDATE_TURN = """UPDATE {sessions} SET updated_at = ?, message_count = ?, revis
     preview = ?, variables = ?, metadata = ?, compression_state = ? WHERE session_id = ?"""
 _REVISION = "SELECT revision FROM {sessions} WHERE session_id = ?"
 _TURN_BASE = "SELECT revision, message_count, preview FROM {sessions} WHERE session_id = ?{lock}"
-_LAST_SEQ = "SELECT MAX(seq) FROM {messages} WHERE session_id = ?"
-_COUNT_MESSAGES = "SELECT COUNT(*) FROM {messages} WHERE session_id = ?"
+_SPAN_FROM = "SELECT COUNT(*), MIN(seq), MAX(seq) FROM {messages} WHERE session_id = ? AND seq >= ?"
 _SUMMARY_COLUMNS = "session_id, created_at, updated_at, message_count, preview"
 _NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC, session_id"
 _OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
@@ -173,31 +173,75 @@ def remove_sessions(db: Any, dialect: Dialect, session_ids: list[str]) -> None:
 
 
 def replace_records(
-    db: Any, dialect: Dialect, records: list[SessionRecord], expected: list[int | None]
+    db: Any,
+    dialect: Dialect,
+    records: list[SessionRecord],
+    expected: list[int | None],
+    *,
+    where: str,
 ) -> list[int]:
-    """Replace each of ``records`` after checking its expected revision; the new
-    revisions, in the order of ``records``. Distinct sessions are written with
-    one statement per kind of row (a migration batch); a session given twice,
-    one record at a time, in order, so the last one stays."""
+    """Replace each of ``records`` after checking its expected revision and that
+    what is stored of it is whole (``check_whole``, ``where`` naming the store);
+    the new revisions, in the order of ``records``. Distinct sessions are
+    written with one statement per kind of row (a migration batch); a session
+    given twice, one record at a time, in order, so the last one stays."""
     order = sorted(range(len(records)), key=lambda i: records[i].session_id)
     revisions = [0] * len(records)
     if len({record.session_id for record in records}) < len(records):
         for i in order:
-            revisions[i] = _replace_distinct(db, dialect, [records[i]], [expected[i]])[0]
+            revisions[i] = _replace_distinct(db, dialect, [records[i]], [expected[i]], where)[0]
         return revisions
     written = _replace_distinct(
-        db, dialect, [records[i] for i in order], [expected[i] for i in order]
+        db, dialect, [records[i] for i in order], [expected[i] for i in order], where
     )
     for i, revision in zip(order, written, strict=True):
         revisions[i] = revision
     return revisions
 
 
+def check_whole(db: Any, dialect: Dialect, session_ids: list[str], where: str) -> None:
+    """CorruptSessionError for the first of ``session_ids`` whose message rows are
+    not exactly positions 0 .. count - 1, or that has message rows but no session
+    row: a write that replaces or moves a session first makes sure it is whole."""
+    for chunk, marks in in_chunks(session_ids):
+        counts = dict(
+            db.execute(
+                dialect.sql(
+                    f"SELECT session_id, message_count FROM {{sessions}} "
+                    f"WHERE session_id IN ({marks})"
+                ),
+                chunk,
+            ).fetchall()
+        )
+        spans = {
+            session_id: span
+            for session_id, *span in db.execute(
+                dialect.sql(
+                    f"SELECT session_id, COUNT(*), MIN(seq), MAX(seq) FROM {{messages}} "
+                    f"WHERE session_id IN ({marks}) GROUP BY session_id"
+                ),
+                chunk,
+            ).fetchall()
+        }
+        for session_id in sorted({*counts, *spans}):
+            stored, first, last = spans.get(session_id, (0, None, None))
+            if session_id not in counts:
+                raise orphaned(session_id, where, stored, SESSION_ROW)
+            check_span(
+                session_id, where, count=counts[session_id], found=stored, first=first, last=last
+            )
+
+
 def _replace_distinct(
-    db: Any, dialect: Dialect, records: list[SessionRecord], expected: list[int | None]
+    db: Any,
+    dialect: Dialect,
+    records: list[SessionRecord],
+    expected: list[int | None],
+    where: str,
 ) -> list[int]:
     ids = [record.session_id for record in records]
     current = stored_revisions(db, dialect, ids)
+    check_whole(db, dialect, ids, where)
     for session_id, revision in zip(ids, expected, strict=True):
         check_expected(session_id, revision, current.get(session_id, 0))
     revisions = [next_revision(current.get(session_id)) for session_id in ids]
@@ -239,18 +283,18 @@ def append_messages(
     """Add ``messages`` after the stored ones and replace the session's state, if
     its revision is still ``expected_revision`` (0: it does not exist yet).
 
-    The last stored position must be the count's (one index probe), so a session
-    whose count or last messages were changed behind foliko's back is refused
-    (CorruptSessionError, ``where`` naming the store) rather than written to."""
+    The stored messages from the compression point on must be the count's (an
+    aggregate over the primary key: bounded, like the turn's read, by what the
+    summary does not cover), so a session damaged behind foliko's back, even
+    one a long-lived process holds in memory, is refused (CorruptSessionError,
+    ``where`` naming the store), never written to."""
     row = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
     found, count, preview = row if row else (0, 0, "")
-    (last,) = db.execute(dialect.sql(_LAST_SEQ), (session_id,)).fetchone()
-    if (-1 if last is None else last) != count - 1:
-        if row is None:
-            orphans = db.execute(dialect.sql(_COUNT_MESSAGES), (session_id,)).fetchone()[0]
-            raise orphaned(session_id, where, orphans, SESSION_ROW)
-        stored = "none is stored" if last is None else f"the last is at seq {last}"
-        raise CorruptSessionError(session_id, where, f"it counts {count} messages but {stored}")
+    start = covered_by(state.compression_state, count)
+    stored, first, last = db.execute(dialect.sql(_SPAN_FROM), (session_id, start)).fetchone()
+    if row is None and stored:
+        raise orphaned(session_id, where, stored, SESSION_ROW)
+    check_span(session_id, where, count=count, found=stored, first=first, last=last, start=start)
     if found != expected_revision:
         raise ConflictError(session_id, expected_revision, found)
     now = now_ms()
@@ -284,12 +328,13 @@ def delete_session(
     return found is not None
 
 
-def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str) -> None:
+def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str, *, where: str) -> None:
     """Move ``old_id`` with its messages to ``new_id``, under a new revision (a
-    cached copy of either is stale)."""
+    cached copy of either is stale); neither may be damaged (``check_whole``)."""
     if stored_revision(db, dialect, new_id) is not None:
         raise SessionExistsError(new_id)
     found = stored_revision(db, dialect, old_id, lock=True)
+    check_whole(db, dialect, [old_id, new_id], where)
     if found is None:
         raise SessionNotFoundError(old_id)
     db.execute(
