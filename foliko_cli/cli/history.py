@@ -72,7 +72,7 @@ def search(
     def left_out(damage: CorruptSessionError) -> None:
         if damage.session_id not in reported:
             reported.add(damage.session_id)
-            note(damaged(damage.session_id, damage.reason, "not searched"))
+            note(damaged(damage.session_id, damage.reason, "left out of the search"))
 
     hits = open_facade(ctx).search(
         query, session_id=session_id, role=role, since=cutoff, limit=limit, on_unreadable=left_out

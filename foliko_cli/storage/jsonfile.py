@@ -270,12 +270,17 @@ class JsonStorage(SessionStorageAdapter):
                 hint=Hint.STORAGE,
             )
 
+    def _stored_path(self, session_id: str) -> Path | None:
+        """The file (or whatever is there, a link too) that holds ``session_id``,
+        found by its name alone: our name first, then the seed's."""
+        for name in (file_name(session_id), seed_file_name(session_id)):
+            if name and os.path.lexists(self.directory / name):
+                return self.directory / name
+        return None
+
     def _gone(self, session_id: str) -> bool:
         """No file holds ``session_id`` (its lock files may go)."""
-        seed_name = seed_file_name(session_id)
-        return not os.path.lexists(self.directory / file_name(session_id)) and not (
-            seed_name and os.path.lexists(self.directory / seed_name)
-        )
+        return self._stored_path(session_id) is None
 
     def _sync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -533,13 +538,12 @@ class JsonStorage(SessionStorageAdapter):
             check_expected(session_id, expected_revision, 0)
             return False
         async with self._writing(session_id):
-            located = self._locate(session_id)
+            path = self._stored_path(session_id)
             if expected_revision is not None:
-                found = 0 if located is None else (await self.revision(session_id) or 0)
+                found = 0 if path is None else (await self.revision(session_id) or 0)
                 check_expected(session_id, expected_revision, found)
-            if located is None:
+            if path is None:
                 return False
-            path = located[0]
             try:
                 os.unlink(path)
                 self._sync_directory()

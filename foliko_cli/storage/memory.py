@@ -12,6 +12,7 @@ from foliko_cli.queues import SessionQueues
 from foliko_cli.storage.base import (
     ConflictError,
     SessionStorageAdapter,
+    StoredProblem,
     check_expected,
     expected_list,
 )
@@ -36,6 +37,8 @@ class MemoryStorage(SessionStorageAdapter):
 
     def __init__(self) -> None:
         self._records: dict[str, SessionRecord] = {}
+        self.quarantined: dict[str, list[SessionRecord]] = {}
+        """What ``quarantine`` moved aside, by session id."""
         self._mutex = threading.RLock()
         self._queues = SessionQueues()
 
@@ -146,6 +149,14 @@ class MemoryStorage(SessionStorageAdapter):
         except CorruptSessionError as exc:
             return summary._replace(preview="", error=exc.reason)
         return summary
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        """Move the damaged record to ``quarantined`` (never deleted)."""
+        with self._mutex:
+            record = self._records.pop(problem.session_id, None)
+            if record is not None:
+                self.quarantined.setdefault(problem.session_id, []).append(record)
+        return "memory (quarantined)"
 
     async def revision(self, session_id: str) -> int | None:
         record = self._records.get(session_id)

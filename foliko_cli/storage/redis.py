@@ -99,8 +99,11 @@ local function next_revision(current, fresh)
   if current and current ~= 0 then return string.format('%d', current + 1) end
   return fresh
 end
--- A session whose meta hash is gone while its messages remain, or whose count is
--- not its list's length, is damaged: {-2, count (-1: no meta), length}, never written.
+"""
+
+# A session whose meta hash is gone while its messages remain, or whose count is
+# not its list's length, is damaged: {-2, count (-1: no meta), length}, never written.
+_DAMAGE = """
 local function damage(meta, msgs)
   local length = redis.call('LLEN', msgs)
   if redis.call('EXISTS', meta) == 0 then
@@ -121,6 +124,7 @@ end
 # the damage.
 _SAVE = (
     _PUSH
+    + _DAMAGE
     + """
 local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
 local damaged = damage(meta, msgs)
@@ -151,6 +155,7 @@ return {1, revision}
 # Returns {1, revision}, {0, found} (a stale revision) or the damage.
 _APPEND = (
     _PUSH
+    + _DAMAGE
     + """
 local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
 local damaged = damage(meta, msgs)
@@ -194,11 +199,14 @@ return {existed, shown}
 
 # KEYS: old meta, old msgs, new meta, new msgs, index. ARGV: old id, new id, a fresh
 # clock-based revision (the renamed session gets a revision no cache can hold).
-# Returns 1, -1 (the new id exists), -2 (the old one does not) or -3 (messages of
-# the new id remain without their meta hash: damaged, left as they are).
-_RENAME = """
+# Returns 1, -1 (the new id exists), -2 (the old one does not), -3 (the new id's
+# messages remain without their meta hash) or -4 (the old one is damaged).
+_RENAME = (
+    _DAMAGE
+    + """
 if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
-if redis.call('EXISTS', KEYS[4]) == 1 then return -3 end
+if damage(KEYS[3], KEYS[4]) then return -3 end
+if damage(KEYS[1], KEYS[2]) then return -4 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 local score = redis.call('ZSCORE', KEYS[5], ARGV[1]) or redis.call('HGET', KEYS[1], 'updated_at')
 local current = tonumber(redis.call('HGET', KEYS[1], 'revision')) or 0
@@ -210,6 +218,7 @@ redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZADD', KEYS[5], score, ARGV[2])
 return 1
 """
+)
 
 # KEYS: meta, msgs, index, quarantined meta, quarantined msgs, quarantine hash.
 # ARGV: id, quarantine entry name, entry (JSON).
@@ -328,6 +337,7 @@ class RedisStorage(SessionStorageAdapter):
         self._append_script = register(_APPEND)
         self._delete_script = register(_DELETE)
         self._rename_script = register(_RENAME)
+        self._damage_script = register(_DAMAGE + "return damage(KEYS[1], KEYS[2]) or {0}")
         self._quarantine_script = register(_QUARANTINE)
         self._renew_script = register(_RENEW)
         self._release_script = register(_RELEASE)
@@ -492,9 +502,11 @@ class RedisStorage(SessionStorageAdapter):
     ) -> list[int]:
         """One MULTI of save scripts: applied together, no reader sees half a batch.
 
-        Each script checks its own expected revision; without any (migration)
-        the whole batch is written. With some, the batch is first checked
-        under WATCH, so one stale revision writes none of them."""
+        Each script checks its own expected revision and damage; first the
+        whole batch is checked for damage (one round trip), so a damaged
+        session writes none of them. Without expected revisions (migration) the
+        batch is then written; with some, it is first checked under WATCH, so
+        one stale revision writes none of them."""
         if not records:
             return []
         expected = expected_list(records, expected_revisions)
@@ -502,6 +514,14 @@ class RedisStorage(SessionStorageAdapter):
             (r.session_id, self._session_keys(r.session_id), self._save_args(r, e))
             for r, e in zip(records, expected, strict=True)
         ]
+        with self._guard():
+            async with self._client().pipeline(transaction=False) as pipe:
+                for _, keys, _ in batches:
+                    await self._damage_script(keys[:2], [], client=pipe)
+                found = await pipe.execute()
+        for (session_id, _, _), result in zip(batches, found, strict=True):
+            if int(result[0]) == -2:
+                raise self._damaged(session_id, int(result[1]), int(result[2]))
         if all(e is None for e in expected):
             with self._guard():
                 async with self._client().pipeline(transaction=True) as pipe:
@@ -682,10 +702,14 @@ class RedisStorage(SessionStorageAdapter):
             result = int(await self._rename_script(keys, args, client=self._client()))
         if result == -1:
             raise SessionExistsError(new_id)
-        if result == -3:
+        if result in (-3, -4):
+            damaged = new_id if result == -3 else old_id
             with self._guard():
-                length = await self._client().llen(self.key(new_id, "msgs"))
-            raise self._damaged(new_id, -1, length)
+                async with self._client().pipeline(transaction=True) as pipe:
+                    pipe.hget(self.key(damaged, "meta"), "message_count")
+                    pipe.llen(self.key(damaged, "msgs"))
+                    count, length = await pipe.execute()
+            raise self._damaged(damaged, -1 if count is None else int(count), length)
         if result == -2:
             raise SessionNotFoundError(old_id)
 

@@ -172,7 +172,10 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
                     WHERE messages_fts MATCH ?{where}
                     ORDER BY score, s.created_at DESC LIMIT ?)
                 SELECT s.session_id, s.seq, s.role, s.created_at, top.score,
-                    snippet(messages_fts, 0, '{MARK_START}', '{MARK_END}', '…', {SNIPPET_WORDS})
+                    CASE WHEN EXISTS (SELECT 1 FROM messages m
+                                      WHERE m.session_id = s.session_id AND m.seq = s.seq)
+                    THEN snippet(messages_fts, 0, '{MARK_START}', '{MARK_END}', '…',
+                                 {SNIPPET_WORDS}) END
                 FROM top JOIN messages_fts ON messages_fts.rowid = top.id
                 JOIN message_search s ON s.id = top.id
                 WHERE messages_fts MATCH ?
@@ -186,11 +189,13 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
                 fix="search for plain words",
             ) from None
         raise
-    hits = []
+    hits, damaged = [], set()
     for session_id, seq, role, created_at, score, marked in rows:
         if marked is None:  # the indexed message is gone or has no text: damaged
-            query.unreadable(CorruptSessionError(session_id, where, f"message {seq} has no text"))
+            damage = f"the message at seq {seq} is gone or has no text"
+            query.unreadable(CorruptSessionError(session_id, where, damage))
+            damaged.add(session_id)
             continue
         snippet, spans = unmark(marked)
         hits.append(SearchHit(session_id, seq, role, created_at, snippet, spans, -score))
-    return hits
+    return [hit for hit in hits if hit.session_id not in damaged]

@@ -321,11 +321,14 @@ def delete_session(
     db: Any, dialect: Dialect, session_id: str, expected_revision: int | None
 ) -> bool:
     """Remove the session if its revision is still the expected one; False when
-    there was none."""
+    there was none (messages left without their session row count as one)."""
     found = stored_revision(db, dialect, session_id, lock=True)
     check_expected(session_id, expected_revision, found or 0)
+    orphans = 0
+    if found is None:
+        orphans = db.execute(dialect.sql(_SPAN_FROM), (session_id, 0)).fetchone()[0]
     remove_sessions(db, dialect, [session_id])
-    return found is not None
+    return found is not None or orphans > 0
 
 
 def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str, *, where: str) -> None:
