@@ -12,8 +12,8 @@ The holes (``KINDS``):
 * ``symlink``: the session file replaced by a symbolic link to a copy (JSON);
 * ``no-content``: a stored message's ``content`` removed.
 
-``HOLES[backend]`` are the kinds each backend can hold; ``IMPOSSIBLE`` says
-why the others cannot happen there.
+``HOLES[backend]`` are the kinds each backend can hold; ``why_impossible``
+says why the others cannot happen there.
 """
 
 from __future__ import annotations
@@ -43,9 +43,16 @@ HOLES = {
 IMPOSSIBLE = {
     "metadata-gone": "a foreign key deletes the messages with their session row",
     "symlink": "only a backend of files has paths to link",
-    "no-content": "the store holds objects, not text (memory), or reads a message "
-    "without content as an empty one, as the original foliko wrote them (json)",
+    "no-content": "it holds message objects, never text without a content",
 }
+"""Why a backend cannot hold a hole that is not in its HOLES."""
+IMPOSSIBLE_IN_JSON = "a message without content reads as an empty one (the original foliko's)"
+
+
+def why_impossible(backend: str, kind: str) -> str:
+    if backend == "json" and kind == "no-content":
+        return IMPOSSIBLE_IN_JSON
+    return IMPOSSIBLE[kind]
 
 
 def damage(storage: Any, session_id: str, kind: str) -> None:

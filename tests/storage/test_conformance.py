@@ -834,7 +834,9 @@ STRUCTURAL = frozenset({"message-lost", "count-changed", "metadata-gone", "symli
 @pytest.fixture(params=damage.KINDS)
 def hole(request, backend) -> str:
     if request.param not in damage.HOLES[backend.name]:
-        pytest.skip(f"{backend.name} cannot hold it: {damage.IMPOSSIBLE[request.param]}")
+        pytest.skip(
+            f"{backend.name} cannot hold it: {damage.why_impossible(backend.name, request.param)}"
+        )
     return request.param
 
 
