@@ -87,7 +87,8 @@ class SessionsMixin:
 
     async def rename_session(self, old_id: str, new_id: str) -> None:
         """Rename ``old_id``; both are held, in one global order, so no two renames
-        deadlock, and read under their locks first, so neither is moved while damaged."""
+        deadlock, and read under their locks first (``old_id`` whole), so neither is
+        moved while damaged."""
         check_session_id(old_id)
         check_session_id(new_id)
         if old_id == new_id:
@@ -96,8 +97,8 @@ class SessionsMixin:
 
         async def work():
             async with self.framework.hold_session(second, self.timeout):
-                for session_id in (old_id, new_id):
-                    await capabilities.load_state(self.storage, session_id)
+                await self.storage.load(old_id)
+                await capabilities.load_state(self.storage, new_id)
                 await capabilities.rename(self.storage, old_id, new_id)
 
         await self._held(first, work)

@@ -983,12 +983,12 @@ def test_no_operation_of_the_service_writes_to_a_damaged_session(
         "import": lambda: service.import_sessions(
             [make_record("victim", turn("lost"))], on_conflict="replace"
         ),
+        "rename": lambda: service.rename_session("victim", "renamed"),
     }
     if hole in STRUCTURAL:  # these read the state alone, which parses no message
         operations |= {
             "vars set": lambda: service.update_variables("victim", {"k": 2}),
             "append": lambda: service.append_messages("victim", [message("user", "lost")]),
-            "rename": lambda: service.rename_session("victim", "renamed"),
         }
     for name, operation in operations.items():
         with pytest.raises(CorruptSessionError) as raised:
