@@ -27,8 +27,10 @@ Writes go to a temporary file in the same directory, are fsynced and moved
 over the old file with ``os.replace``; then the directory is fsynced. A short
 per-session write lock makes read-check-write atomic even for a caller that
 does not hold the turn lock. A file that cannot be parsed is reported
-(CorruptSessionError, or a summary with ``error`` set) and never overwritten.
-A session path that is a symbolic link is refused, never followed.
+(CorruptSessionError, or a summary with ``error`` set) and never overwritten;
+so is a file written by foliko whose ``messageCount`` is not the number of
+its messages (storage/integrity.py). A session path that is a symbolic link
+is never followed: the session is damaged.
 
 ``save`` and ``delete`` compare the stored revision under that write lock.
 ``check`` also reports stray files (orphan lock files, temporary files of

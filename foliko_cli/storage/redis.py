@@ -13,7 +13,10 @@ Key layout, all under a prefix (``foliko`` unless told otherwise)::
 braces form a hash tag and one session's keys share one cluster slot. Every
 write (save, append, delete, rename, quarantine) is one Lua script: atomic,
 one round trip, the index updated with the session, and the expected
-revision of ``save``/``delete`` compared inside it. ``save_many`` runs its
+revision of ``save``/``delete`` compared inside it. A session whose meta
+hash is gone while its messages remain, or whose ``message_count`` is not
+its list's length, is damaged: every read raises CorruptSessionError and
+every write script refuses it (storage/integrity.py). ``save_many`` runs its
 scripts in one MULTI. Listing reads the index, never ``SCAN`` (``check``
 scans for message lists whose meta hash is gone).
 

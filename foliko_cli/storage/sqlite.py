@@ -12,8 +12,10 @@ removed with its session.
 
 A database file with more than one hard link is refused: SQLite finds its
 ``-wal`` and ``-shm`` files by the path, so two paths to one database would
-each get their own and corrupt it. ``check`` runs ``PRAGMA quick_check`` and
-reports orphan lock files; ``health_check`` opens the file read-only and
+each get their own and corrupt it. Every read checks the messages' positions
+against the session's count (storage/integrity.py). ``check`` runs ``PRAGMA
+quick_check`` and reports damaged sessions, messages left without their
+session row and orphan lock files; ``health_check`` opens the file read-only and
 creates nothing. Sessions in the original foliko's single-table layout are
 imported once, and the rows that cannot be are reported, never skipped.
 """

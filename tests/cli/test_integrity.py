@@ -6,7 +6,6 @@ storage URL is exit 2 naming it."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sqlite3
 from collections.abc import Iterator
@@ -15,8 +14,6 @@ from pathlib import Path
 import orjson
 import pytest
 from storage import damage, services
-
-from foliko_cli.storage import open_storage
 
 BACKENDS = ("json", "sqlite", "postgres", "redis")
 LISTED_MARKED = {"json", "redis"}  # a SQL listing reads no message (SPEC §5, P3)
@@ -36,31 +33,6 @@ def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
         url = services.require_redis()
         with services.fresh_prefix(url) as prefix:
             yield f"{url}?prefix={prefix}"
-
-
-def hurt(url: str, home: Path, session_id: str, hole: str) -> object:
-    """Make ``hole`` in ``session_id``; return the raw snapshot it leaves."""
-
-    async def go() -> object:
-        storage = open_storage(url, home)
-        try:
-            damage.damage(storage, session_id, hole)
-            return damage.snapshot(storage, session_id)
-        finally:
-            await storage.close()
-
-    return asyncio.run(go())
-
-
-def snapshot(url: str, home: Path, session_id: str) -> object:
-    async def go() -> object:
-        storage = open_storage(url, home)
-        try:
-            return damage.snapshot(storage, session_id)
-        finally:
-            await storage.close()
-
-    return asyncio.run(go())
 
 
 def one_line_naming_the_damage(stderr: str) -> str:
@@ -91,7 +63,7 @@ def test_a_damaged_session_is_reported_everywhere_and_never_written_over(
         for text in ("alpha one", "alpha two", "alpha three"):
             assert foliko("chat", "-s", "victim", text).exit_code == 0
         assert foliko("chat", "-s", "intact", "alpha intact").exit_code == 0
-        left = hurt(url, foliko_home, "victim", hole)
+        left = damage.damage_at(url, foliko_home, "victim", hole)
 
         shown = foliko("sessions", "show", "victim")
         assert shown.exit_code == 3 and shown.stdout == ""
@@ -106,7 +78,7 @@ def test_a_damaged_session_is_reported_everywhere_and_never_written_over(
             ["sessions", "clear", "victim"],
         ):
             assert foliko(*write).exit_code == 3, write
-        assert snapshot(url, foliko_home, "victim") == left
+        assert damage.snapshot_at(url, foliko_home, "victim") == left
 
         listed = foliko("sessions", "list", "--json")
         assert listed.exit_code == 0
@@ -132,7 +104,7 @@ def test_a_damaged_session_can_be_deleted(invoke, tmp_path, foliko_home):
     url = f"sqlite:///{tmp_path}/sessions.db"
     invoke("--storage", url, "chat", "-s", "victim", "one")
     invoke("--storage", url, "chat", "-s", "victim", "two")
-    hurt(url, foliko_home, "victim", "metadata-gone")
+    damage.damage_at(url, foliko_home, "victim", "metadata-gone")
     deleted = invoke("--storage", url, "sessions", "delete", "victim")
     assert (deleted.exit_code, deleted.stdout) == (0, "victim\n")
     assert invoke("--storage", url, "storage", "check").exit_code == 0
@@ -230,7 +202,7 @@ def test_search_of_sqlite_with_a_bad_row_names_it_and_finds_the_rest(invoke, fol
     for sid in ("victim", "intact"):
         assert invoke("chat", "-s", sid, "alpha one").exit_code == 0
         assert invoke("chat", "-s", sid, "alpha two").exit_code == 0
-    hurt("sqlite", foliko_home, "victim", hole)
+    damage.damage_at("sqlite", foliko_home, "victim", hole)
     found = invoke("sessions", "search", "alpha", "--json")
     assert found.exit_code == 0, found.stderr
     assert {hit["session_id"] for hit in orjson.loads(found.stdout)} == {"intact"}

@@ -18,11 +18,13 @@ says why the others cannot happen there.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import os
 import sqlite3
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -63,6 +65,30 @@ def damage(storage: Any, session_id: str, kind: str) -> None:
 def snapshot(storage: Any, session_id: str) -> Any:
     """Everything stored of ``session_id``, raw (equal snapshots: nothing changed)."""
     return _backend(storage).snapshot(session_id)
+
+
+def damage_at(url: str, home: Path, session_id: str, kind: str) -> Any:
+    """``damage`` in the store ``url`` names; the snapshot it leaves."""
+    return asyncio.run(_at(url, home, lambda storage: _damaged(storage, session_id, kind)))
+
+
+def snapshot_at(url: str, home: Path, session_id: str) -> Any:
+    return asyncio.run(_at(url, home, lambda storage: snapshot(storage, session_id)))
+
+
+def _damaged(storage: Any, session_id: str, kind: str) -> Any:
+    damage(storage, session_id, kind)
+    return snapshot(storage, session_id)
+
+
+async def _at(url: str, home: Path, work: Any) -> Any:
+    from foliko_cli.storage import open_storage
+
+    storage = open_storage(url, home)
+    try:
+        return work(storage)
+    finally:
+        await storage.close()
 
 
 def _backend(storage: Any) -> Any:
