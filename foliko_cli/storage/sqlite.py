@@ -250,18 +250,23 @@ class SQLiteStorage(SessionStorageAdapter):
         return self._load_from(session_id, self._covered)
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
-        """The session row alone, however long the history: the messages' positions
-        are checked from an aggregate over the primary key, none is read."""
+        """The session row alone: the positions of the messages a turn would read
+        (after the compression summary) are checked from an aggregate over the
+        primary key, and no message is read."""
         with self._guard():
             row = self._session_row(session_id)
             if row is None:
                 return None
             *columns, count = row
+            start = self._covered(session_id, columns, count)
             found, first, last = self.db.execute(
-                "SELECT COUNT(*), MIN(seq), MAX(seq) FROM messages WHERE session_id = ?",
-                (session_id,),
+                "SELECT COUNT(*), MIN(seq), MAX(seq) FROM messages "
+                "WHERE session_id = ? AND seq >= ?",
+                (session_id, start),
             ).fetchone()
-        check_span(session_id, self.path, count=count, found=found, first=first, last=last)
+        check_span(
+            session_id, self.path, count=count, found=found, first=first, last=last, start=start
+        )
         return self._record(session_id, columns, [], first_seq=count)
 
     def _session_row(self, session_id: str) -> tuple | None:
