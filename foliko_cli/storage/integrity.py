@@ -80,16 +80,9 @@ def orphaned(session_id: str, where: str, found: int, metadata: str) -> CorruptS
     return CorruptSessionError(session_id, where, orphan_reason(found, metadata))
 
 
-def damaged_summary(session_id: str, reason: str, **known: int) -> SessionSummary:
+def damaged_summary(session_id: str, reason: str) -> SessionSummary:
     """A ``sessions list`` row for a damaged session (marked, never left out)."""
-    return SessionSummary(
-        session_id,
-        known.get("created_at", 0),
-        known.get("updated_at", 0),
-        known.get("message_count", 0),
-        "",
-        error=reason,
-    )
+    return SessionSummary(session_id, 0, 0, 0, "", error=reason)
 
 
 def _sequence_damage(seqs: Sequence[int], start: int, count: int) -> str:

@@ -708,11 +708,10 @@ class RedisStorage(SessionStorageAdapter):
         if result in (-3, -4):
             damaged = new_id if result == -3 else old_id
             with self._guard():
-                async with self._client().pipeline(transaction=True) as pipe:
-                    pipe.hget(self.key(damaged, "meta"), "message_count")
-                    pipe.llen(self.key(damaged, "msgs"))
-                    count, length = await pipe.execute()
-            raise self._damaged(damaged, -1 if count is None else int(count), length)
+                found = await self._damage_script(
+                    self._session_keys(damaged)[:2], [], client=self._client()
+                )
+            raise self._damaged(damaged, int(found[1]), int(found[2]))
         if result == -2:
             raise SessionNotFoundError(old_id)
 

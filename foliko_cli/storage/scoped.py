@@ -66,28 +66,31 @@ class UserScopedStorage(SessionStorageAdapter):
         return copy
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return self._seen(await self.inner.load(self._stored(session_id)))
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return self._seen(await capabilities.load_recent(self.inner, self._stored(session_id)))
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return self._seen(await capabilities.load_state(self.inner, self._stored(session_id)))
 
     async def exists(self) -> bool:
         return await self.inner.exists()
 
     @contextlib.contextmanager
-    def _own_name(self, session_id: str | None = None):
+    def _own_name(self):
         """A damaged session is named as the user knows it."""
         try:
             yield
         except CorruptSessionError as exc:
-            own = session_id or self._own(exc.session_id) or exc.session_id
-            raise CorruptSessionError(own, exc.where, exc.reason) from None
+            raise self._owned(exc) from None
+
+    def _owned(self, exc: CorruptSessionError) -> CorruptSessionError:
+        own = self._own(exc.session_id) or exc.session_id
+        return CorruptSessionError(own, exc.where, exc.reason)
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         with self._own_name():
@@ -152,7 +155,7 @@ class UserScopedStorage(SessionStorageAdapter):
         ]
 
     async def revision(self, session_id: str) -> int | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return await self.inner.revision(self._stored(session_id))
 
     @contextlib.asynccontextmanager
@@ -193,8 +196,7 @@ class UserScopedStorage(SessionStorageAdapter):
         except ConflictError as exc:
             raise ConflictError(source_id, exc.expected, exc.found) from None
         except CorruptSessionError as exc:
-            own = self._own(exc.session_id) or exc.session_id
-            raise CorruptSessionError(own, exc.where, exc.reason) from None
+            raise self._owned(exc) from None
 
     async def check(self) -> list[StoredProblem]:
         return [

@@ -259,11 +259,7 @@ class SQLiteStorage(SessionStorageAdapter):
                 return None
             *columns, count = row
             start = self._covered(session_id, columns, count)
-            found, first, last = self.db.execute(
-                "SELECT COUNT(*), MIN(seq), MAX(seq) FROM messages "
-                "WHERE session_id = ? AND seq >= ?",
-                (session_id, start),
-            ).fetchone()
+            found, first, last = writes.message_span(self.db, SQLITE, session_id, start)
         check_span(
             session_id, self.path, count=count, found=found, first=first, last=last, start=start
         )
@@ -454,9 +450,7 @@ class SQLiteStorage(SessionStorageAdapter):
         the seed's table or message rows of it remain (orphans: damaged)."""
         if self._unreadable_seed_rows(session_id):
             raise CorruptSessionError(session_id, self.path + SEED_WHERE, UNREADABLE_SEED)
-        (orphans,) = self.db.execute(
-            "SELECT COUNT(*) FROM messages WHERE session_id = ?", (session_id,)
-        ).fetchone()
+        orphans = writes.message_span(self.db, SQLITE, session_id)[0]
         if orphans:
             raise orphaned(session_id, self.path, orphans, SESSION_ROW)
 

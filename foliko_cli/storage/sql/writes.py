@@ -199,6 +199,14 @@ def replace_records(
     return revisions
 
 
+def message_span(
+    db: Any, dialect: Dialect, session_id: str, start: int = 0
+) -> tuple[int, int | None, int | None]:
+    """How many message rows the session has from position ``start`` on, and the
+    lowest and highest position among them (``integrity.check_span``)."""
+    return db.execute(dialect.sql(_SPAN_FROM), (session_id, start)).fetchone()
+
+
 def check_whole(db: Any, dialect: Dialect, session_ids: list[str], where: str) -> None:
     """CorruptSessionError for the first of ``session_ids`` whose message rows are
     not exactly positions 0 .. count - 1, or that has message rows but no session
@@ -291,7 +299,7 @@ def append_messages(
     row = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
     found, count, preview = row if row else (0, 0, "")
     start = covered_by(state.compression_state, count)
-    stored, first, last = db.execute(dialect.sql(_SPAN_FROM), (session_id, start)).fetchone()
+    stored, first, last = message_span(db, dialect, session_id, start)
     if row is None and stored:
         raise orphaned(session_id, where, stored, SESSION_ROW)
     check_span(session_id, where, count=count, found=stored, first=first, last=last, start=start)
@@ -326,7 +334,7 @@ def delete_session(
     check_expected(session_id, expected_revision, found or 0)
     orphans = 0
     if found is None:
-        orphans = db.execute(dialect.sql(_SPAN_FROM), (session_id, 0)).fetchone()[0]
+        orphans = message_span(db, dialect, session_id)[0]
     remove_sessions(db, dialect, [session_id])
     return found is not None or orphans > 0
 
