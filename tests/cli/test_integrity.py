@@ -6,9 +6,7 @@ storage URL is exit 2 naming it."""
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -17,22 +15,6 @@ from storage import damage, services
 
 BACKENDS = ("json", "sqlite", "postgres", "redis")
 LISTED_MARKED = {"json", "redis"}  # a SQL listing reads no message (SPEC §5, P3)
-
-
-@contextlib.contextmanager
-def store_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "json":
-        yield f"json:///{tmp_path}/sessions"
-    elif backend == "sqlite":
-        yield f"sqlite:///{tmp_path}/sessions.db"
-    elif backend == "postgres":
-        url = services.require_postgres()
-        with services.fresh_schema(url) as schema:
-            yield f"{url}?schema={schema}"
-    else:
-        url = services.require_redis()
-        with services.fresh_prefix(url) as prefix:
-            yield f"{url}?prefix={prefix}"
 
 
 def one_line_naming_the_damage(stderr: str) -> str:
@@ -55,7 +37,7 @@ CASES = [
 def test_a_damaged_session_is_reported_everywhere_and_never_written_over(
     invoke, tmp_path, foliko_home, backend, hole
 ):
-    with store_url(backend, tmp_path) as url:
+    with services.backend_url(backend, tmp_path) as url:
 
         def foliko(*args: str, input: str | None = None):
             return invoke("--storage", url, *args, input=input)

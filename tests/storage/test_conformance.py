@@ -857,6 +857,15 @@ def assert_names_the_victim(error: CorruptSessionError) -> None:
     assert "storage check" not in str(error)  # the core speaks no CLI
 
 
+def assert_refused(run, storage, writes: dict, before: object) -> None:
+    """Each of ``writes`` raises the victim's damage and leaves it as it was."""
+    for name, write in writes.items():
+        with pytest.raises(CorruptSessionError) as raised:
+            run(write())
+        assert raised.value.session_id == "victim", name
+        assert damage.snapshot(storage, "victim") == before, name
+
+
 def test_every_read_of_a_damaged_session_raises_a_typed_error(storage, run, hole, damaged):
     reads = {
         "load": storage.load,
@@ -902,11 +911,7 @@ def test_no_write_touches_a_damaged_session(storage, run, hole, damaged):
         "copy": lambda: capabilities.copy(storage, "victim", "copied"),
         "rename": lambda: capabilities.rename(storage, "victim", "renamed"),
     }
-    for name, write in refused.items():
-        with pytest.raises(CorruptSessionError) as raised:
-            run(write())
-        assert raised.value.session_id == "victim", name
-        assert damage.snapshot(storage, "victim") == before, name
+    assert_refused(run, storage, refused, before)
     with pytest.raises((CorruptSessionError, SessionExistsError)):
         run(capabilities.rename(storage, "intact", "victim"))
     assert damage.snapshot(storage, "victim") == before
@@ -990,11 +995,7 @@ def test_no_operation_of_the_service_writes_to_a_damaged_session(
             "vars set": lambda: service.update_variables("victim", {"k": 2}),
             "append": lambda: service.append_messages("victim", [message("user", "lost")]),
         }
-    for name, operation in operations.items():
-        with pytest.raises(CorruptSessionError) as raised:
-            run(operation())
-        assert raised.value.session_id == "victim", name
-        assert damage.snapshot(storage, "victim") == before, name
+    assert_refused(run, storage, operations, before)
     with pytest.raises((CorruptSessionError, SessionExistsError)):
         run(service.rename_session("intact", "victim"))
     assert damage.snapshot(storage, "victim") == before
