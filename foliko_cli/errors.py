@@ -31,6 +31,7 @@ class Hint:
     VARIABLE = "variable"
     VALIDATE = "validate"
     TRASH = "trash"
+    REPAIR = "repair"
 
 
 class FolikoError(Exception):
@@ -93,15 +94,18 @@ class StorageError(FolikoError):
 
 
 class CorruptSessionError(StorageError):
-    """A stored session that cannot be parsed; it is reported, never overwritten."""
+    """A stored session that is damaged: it cannot be parsed, or what is stored does
+    not add up (storage/integrity.py). Every read raises it and nothing writes to
+    the session until a repair moves it aside or it is deleted."""
 
     def __init__(self, session_id: str, where: str, reason: str):
         self.session_id = session_id
         self.where = where
         self.reason = reason
         super().__init__(
-            f"session {session_id!r} is corrupt ({reason}) in {where}; it was left untouched",
-            fix="restore it from a backup or delete it",
+            f"session {session_id!r} is damaged ({reason}) in {where}; nothing was written to it",
+            fix="move it aside with a storage repair (which deletes nothing) or delete it",
+            hint=Hint.REPAIR,
         )
 
 

@@ -11,6 +11,7 @@ import orjson
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import (
+    damaged,
     deferred_progress,
     emit_json,
     emit_rows,
@@ -32,7 +33,12 @@ from foliko_cli.cli.params import (
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
-from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
+from foliko_cli.storage.record import (
+    SessionRecord,
+    record_from_dict,
+    record_to_dict,
+    summary_to_dict,
+)
 from foliko_cli.usage import with_usage
 
 
@@ -89,21 +95,10 @@ def list_sessions(
     """
     cutoff = now_ms() - since if since is not None else None
     summaries = open_facade(ctx).list_sessions(sort=sort, limit=limit, since=cutoff)
-    rows = [
-        {
-            "session_id": s.session_id,
-            "message_count": s.message_count,
-            "created_at": s.created_at,
-            "updated_at": s.updated_at,
-            "preview": s.preview,
-            **({"error": s.error} if s.error else {}),
-        }
-        for s in summaries
-    ]
+    rows = [summary_to_dict(s) for s in summaries]
     for row in rows:
-        if row.get("error"):
-            row["preview"] = f"UNREADABLE: {row['error']}"
-            note(f"session {row['session_id']!r} is unreadable: {row['error']}")
+        if row.get("damaged"):
+            note(damaged(row["session_id"], row["error"]))
     emit_rows(
         rows,
         {

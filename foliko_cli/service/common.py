@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import UsageError
+from foliko_cli.storage.base import StoredProblem
 from foliko_cli.storage.record import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.storage.record import (
     SessionRecord,
@@ -118,6 +119,15 @@ class PruneReport:
             "gone": self.gone,
             "unreadable": self.unreadable,
         }
+
+
+class Repair(NamedTuple):
+    """A problem ``check`` found and, with a repair, what became of it: where it
+    was moved (``moved_to``; None when left as it is) or why that failed."""
+
+    problem: StoredProblem
+    moved_to: str | None = None
+    failure: str | None = None
 
 
 class ImportReport:

@@ -93,7 +93,9 @@ class SessionsMixin:
         return sorted(deleted, key=order.get), sorted(missing, key=order.get)
 
     async def rename_session(self, old_id: str, new_id: str) -> None:
-        """Rename ``old_id``; both are held, in one global order, so no two renames deadlock."""
+        """Rename ``old_id``; both are held, in one global order, so no two renames
+        deadlock, and read under their locks first (``old_id`` whole), so neither is
+        moved while damaged."""
         check_session_id(old_id)
         check_session_id(new_id)
         if old_id == new_id:
@@ -102,6 +104,8 @@ class SessionsMixin:
 
         async def work():
             async with self.framework.hold_session(second, self.timeout):
+                await self.storage.load(old_id)
+                await capabilities.load_state(self.storage, new_id)
                 await capabilities.rename(self.storage, old_id, new_id)
 
         await self._held(first, work)

@@ -382,7 +382,12 @@ def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRe
 
 def covered_messages(record: SessionRecord, total: int) -> int:
     """How many of the first messages the session's compression summary stands for."""
-    covered = record.compression_state.get("covered", 0)
+    return covered_by(record.compression_state, total)
+
+
+def covered_by(compression_state: dict[str, Any], total: int) -> int:
+    """``covered_messages`` of a session with this compression state and ``total`` messages."""
+    covered = compression_state.get("covered", 0)
     return covered if isinstance(covered, int) and 0 <= covered <= total else 0
 
 
@@ -396,6 +401,21 @@ def record_to_dict(record: SessionRecord) -> dict[str, Any]:
         "compression_state": record.compression_state,
         "saved_at": record.saved_at,
     }
+
+
+def summary_to_dict(summary: SessionSummary) -> dict[str, Any]:
+    """The public JSON form of a summary (``sessions list --json``, the HTTP list).
+    A damaged session is marked, never left out: ``damaged`` true, ``error`` why."""
+    row: dict[str, Any] = {
+        "session_id": summary.session_id,
+        "message_count": summary.message_count,
+        "created_at": summary.created_at,
+        "updated_at": summary.updated_at,
+        "preview": summary.preview,
+    }
+    if summary.error:
+        row.update(preview=f"DAMAGED: {summary.error}", damaged=True, error=summary.error)
+    return row
 
 
 def content_hash(record: SessionRecord) -> str:

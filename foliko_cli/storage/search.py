@@ -12,10 +12,10 @@ through), the others run ``scan_search`` over their records.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import CorruptSessionError, UsageError
 
 WORD = re.compile(r"[^\W_]+")
 SNIPPET_WORDS = 16
@@ -33,12 +33,23 @@ class Term(NamedTuple):
 
 
 class SearchQuery(NamedTuple):
+    """What to search for; ``on_unreadable`` is given each damaged session (or
+    message) a search leaves out (without it, the damage is raised)."""
+
     text: str
     terms: tuple[Term, ...]
     session_id: str | None = None
     role: str | None = None
     since: int | None = None
     limit: int = 20
+    on_unreadable: Callable[[CorruptSessionError], None] | None = None
+
+    def unreadable(self, damage: CorruptSessionError) -> None:
+        """Leave ``damage`` out and report it, or raise it when the search is of
+        that session alone or there is no one to report it to."""
+        if self.on_unreadable is None or self.session_id is not None:
+            raise damage
+        self.on_unreadable(damage)
 
 
 class SearchHit(NamedTuple):
@@ -265,7 +276,11 @@ async def scan_search(storage: Any, query: SearchQuery) -> list[SearchHit]:
         ids = await storage.list()
     hits: list[SearchHit] = []
     for session_id in sorted(ids):
-        record = await storage.load(session_id)
+        try:
+            record = await storage.load(session_id)
+        except CorruptSessionError as damage:
+            query.unreadable(damage)
+            continue
         if record is None:
             continue
         for seq, message in enumerate(record.messages, start=record.first_seq):

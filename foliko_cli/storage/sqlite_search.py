@@ -17,7 +17,7 @@ import functools
 import sqlite3
 from typing import TYPE_CHECKING
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import CorruptSessionError, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery, Term
@@ -143,8 +143,9 @@ def fts5_expression(terms: tuple[Term, ...]) -> str:
     return " AND ".join(parts)
 
 
-def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None:
-    """The best ``query.limit`` hits by bm25, or None when there is no index.
+def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[SearchHit] | None:
+    """The best ``query.limit`` hits by bm25, or None when there is no index;
+    ``where`` names the database in a damaged message's report.
 
     The query language is imported here: every write loads this module, few search.
     """
@@ -171,7 +172,10 @@ def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None
                     WHERE messages_fts MATCH ?{where}
                     ORDER BY score, s.created_at DESC LIMIT ?)
                 SELECT s.session_id, s.seq, s.role, s.created_at, top.score,
-                    snippet(messages_fts, 0, '{MARK_START}', '{MARK_END}', '…', {SNIPPET_WORDS})
+                    CASE WHEN EXISTS (SELECT 1 FROM messages m
+                                      WHERE m.session_id = s.session_id AND m.seq = s.seq)
+                    THEN snippet(messages_fts, 0, '{MARK_START}', '{MARK_END}', '…',
+                                 {SNIPPET_WORDS}) END
                 FROM top JOIN messages_fts ON messages_fts.rowid = top.id
                 JOIN message_search s ON s.id = top.id
                 WHERE messages_fts MATCH ?
@@ -185,8 +189,13 @@ def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None
                 fix="search for plain words",
             ) from None
         raise
-    hits = []
+    hits, damaged = [], set()
     for session_id, seq, role, created_at, score, marked in rows:
+        if marked is None:  # the indexed message is gone or has no text: damaged
+            damage = f"the message at seq {seq} is gone or has no text"
+            query.unreadable(CorruptSessionError(session_id, where, damage))
+            damaged.add(session_id)
+            continue
         snippet, spans = unmark(marked)
         hits.append(SearchHit(session_id, seq, role, created_at, snippet, spans, -score))
-    return hits
+    return [hit for hit in hits if hit.session_id not in damaged]

@@ -746,7 +746,9 @@ def test_list_reports_an_unreadable_session_and_lists_the_rest(invoke, corrupt):
     assert set(rows) == {"good", "bad"}
     assert "invalid JSON" in rows["bad"]["error"]
     assert "error" not in rows["good"]
-    assert "session 'bad' is unreadable" in result.stderr
+    assert rows["bad"]["damaged"] is True and "damaged" not in rows["good"]
+    assert "session 'bad' is damaged (" in result.stderr and "invalid JSON" in result.stderr
+    assert "foliko storage check --repair moves it aside" in result.stderr
 
 
 def test_a_corrupt_session_fails_show_and_export_with_3_and_is_left_alone(invoke, corrupt):
@@ -754,7 +756,7 @@ def test_a_corrupt_session_fails_show_and_export_with_3_and_is_left_alone(invoke
         result = invoke("--storage", "json", "sessions", *args)
         assert result.exit_code == 3, args
         assert result.stdout == ""
-        assert "corrupt" in result.stderr
+        assert "session 'bad' is damaged" in result.stderr
     assert corrupt.read_bytes() == b'{"sessionId": "bad", "messages": [tru'
 
 
@@ -1077,7 +1079,7 @@ def test_check_healthy_store(invoke, chat):
     result = invoke("storage", "check")
     assert result.exit_code == 0
     assert result.stdout == ""
-    assert "0 unreadable session(s)" in result.stderr
+    assert "0 damaged session(s)" in result.stderr
     assert invoke("storage", "check", "--json").stdout == "[]\n"
     assert invoke("--storage", "json", "storage", "check").exit_code == 0
 
@@ -1141,9 +1143,9 @@ def test_info(invoke, chat, foliko_home):
 
 
 def test_migrate_names_a_corrupt_session_once(invoke, corrupt):
-    """Was: "session 'bad': session 'bad' is corrupt ..."."""
+    """Was: "session 'bad': session 'bad' is damaged ..."."""
     result = invoke("storage", "migrate", "json", "sqlite")
     assert result.exit_code == 3
     [line] = [line for line in result.stderr.splitlines() if "'bad'" in line]
     assert line.count("'bad'") == 1, line
-    assert line.startswith("foliko: error: session 'bad' is corrupt")
+    assert line.startswith("foliko: error: session 'bad' is damaged")
