@@ -38,6 +38,7 @@ FILES = ("rollout-*.jsonl",)
 _TYPES = {"session_meta", "response_item", "event_msg", "turn_context", "compacted"}
 _CALLS = {"function_call", "custom_tool_call", "local_shell_call", "web_search_call"}
 _OUTPUTS = {"function_call_output", "custom_tool_call_output"}
+MAX_FORK_DEPTH = 64
 _HARNESS = ("<environment_context>", "<user_instructions>", "# AGENTS.md", "<turn_aborted>")
 
 
@@ -56,20 +57,60 @@ def sniff(source: Source) -> bool:
 
 
 def read(source: Source, imported: Imported) -> None:
-    entries = []
-    for _number, value in source.lines():
-        if isinstance(value, Unreadable):
-            imported.problem(source.name, str(value))
-        elif _is_line(value):
-            entries.append(value)
-    if not any(entry["type"] == "session_meta" for entry in entries):
-        raise UsageError(f"{source.name} is not a Codex rollout file (no session_meta line)")
-    meta = next(entry["payload"] for entry in entries if entry["type"] == "session_meta")
+    meta, entries = _entries(source, imported)
     if isinstance(meta.get("source"), dict) and "subagent" in meta["source"]:
         imported.leave_out(LEFT_OUT_SUBAGENT)
         return
     with imported.reading(source.name):
-        imported.add(_Rollout(entries, imported).conversation(meta), source.name)
+        history = _forked_history(source, meta) + entries
+        imported.add(_Rollout(history, imported).conversation(meta), source.name)
+
+
+def _entries(source: Source, imported: Imported | None) -> tuple[dict[str, Any], list[Any]]:
+    """The session_meta payload and the lines of a rollout file."""
+    entries = []
+    for _number, value in source.lines():
+        if isinstance(value, Unreadable):
+            if imported is None:
+                raise value
+            imported.problem(source.name, str(value))
+        elif _is_line(value):
+            entries.append(value)
+    meta = next((e["payload"] for e in entries if e["type"] == "session_meta"), None)
+    if meta is None:
+        raise UsageError(f"{source.name} is not a Codex rollout file (no session_meta line)")
+    return meta, entries
+
+
+def _forked_history(source: Source, meta: dict[str, Any], depth: int = 0) -> list[Any]:
+    """The lines a fork takes from the session it forked: a rollout ``codex fork``
+    wrote holds only what came after the fork, and names the rollout (its
+    ``forked_from_id``) and the line (``forked_from_ordinal_exclusive``) it
+    continues. That rollout is looked for where Codex keeps it, beside this one
+    under ``sessions/``."""
+    parent, cut = meta.get("forked_from_id"), meta.get("forked_from_ordinal_exclusive")
+    if not isinstance(parent, str) or not isinstance(cut, int) or source.path is None:
+        return []
+    if depth > MAX_FORK_DEPTH:
+        raise Unreadable(f"it is forked from more than {MAX_FORK_DEPTH} sessions in a row")
+    root = next((p for p in source.path.parents if p.name == "sessions"), source.path.parent)
+    found = sorted(root.rglob(f"rollout-*{parent}.jsonl"))
+    if not found:
+        raise Unreadable(
+            f"it is a fork of session {parent}, whose rollout (which holds the history "
+            f"before the fork) is not under {root}"
+        )
+    origin = Source(str(found[0]), found[0])
+    try:
+        parent_meta, parent_entries = _entries(origin, None)
+    except (UsageError, Unreadable) as exc:
+        raise Unreadable(f"the rollout it was forked from cannot be read: {exc}") from None
+    history = _forked_history(origin, parent_meta, depth + 1) + parent_entries
+    return [
+        e
+        for e in history
+        if e["type"] != "session_meta" and isinstance(e.get("ordinal"), int) and e["ordinal"] < cut
+    ]
 
 
 def _typed_texts(entries: list[dict[str, Any]]) -> set[str]:

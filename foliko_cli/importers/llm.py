@@ -18,6 +18,7 @@ keeps its own id and records ``forked_from``.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -91,10 +92,11 @@ def read(source: Source, imported: Imported) -> None:
         store = _Store(db, tables)
         legacy = _Legacy(store) if tables >= _OLD else None
         threads = store.threads() if tables >= _NEW else []
+        reader = _Threads(store, legacy, imported) if threads else None
         for row in threads:
             where = f"{source.name}: thread {row['id']}"
             with imported.reading(where):
-                imported.add(_thread(store, row, legacy, imported), where)
+                imported.add(reader.conversation(row), where)
         if legacy is not None:
             done = {row["id"] for row in threads}
             for conversation_id in legacy.conversations():
@@ -153,54 +155,34 @@ def _attachment_part(row: sqlite3.Row) -> dict[str, Any]:
 # llm 0.36: threads, turns, messages, parts
 
 
-def _thread(
-    store: _Store, thread: sqlite3.Row, legacy: _Legacy | None, imported: Imported
-) -> Conversation:
-    tree = _Tree(store)
-    turns = store.rows(
-        "SELECT * FROM turns WHERE thread_id = ? ORDER BY datetime_utc, id", thread["id"]
-    )
-    main_tip = thread["tip_message_hash"]
-    main = tree.chain(main_tip) if main_tip else []
-    stamps = _stamps(tree, turns)
-    fallback = ms(thread["datetime_utc"])
-    on_main = set(main)
-    leaves = [t["tip_message_hash"] for t in turns if t["tip_message_hash"] not in on_main]
-    branch_chains = [tree.chain(tip) for tip in dict.fromkeys(leaves)]
-    inner = {h for chain in branch_chains for h in chain[:-1]}
-    branch_chains = [chain for chain in branch_chains if chain[-1] not in inner]
-    old = legacy.messages(thread["id"]) if legacy is not None else []
-    messages = tree.messages(main, stamps, fallback, old, imported)
-    branches = [tree.messages(chain, stamps, fallback, old, imported) for chain in branch_chains]
-    models = [turn["resolved_model"] or turn["model"] for turn in turns]
-    return Conversation(
-        thread["id"],
-        messages,
-        branches=branches,
-        title=thread["name"],
-        model=next((m for m in reversed(models) if m), None),
-        forked_from=thread["forked_from"],
-    )
+class _Stamps:
+    """What turns say about the messages they touched: when each was written
+    (with, on the last message a turn wrote, its model, tokens and duration)
+    and when each was first sent."""
 
+    def __init__(self, tree: _Tree, turns: list[sqlite3.Row]):
+        self.written: dict[str, dict[str, Any]] = {}
+        self.sent: dict[str, int] = {}
+        for turn in turns:
+            with contextlib.suppress(Unreadable):  # its thread reports what is missing
+                self._add(tree, turn)
 
-def _stamps(tree: _Tree, turns: list[sqlite3.Row]) -> dict[str, dict[str, Any]]:
-    """What each message's turns say about it: when it was sent or written, and
-    for the last message a turn wrote, its model, tokens and duration."""
-    stamps: dict[str, dict[str, Any]] = {}
-    for turn in turns:
+    def _add(self, tree: _Tree, turn: sqlite3.Row) -> None:
         at = ms(turn["datetime_utc"])
         parent, tip = turn["parent_message_hash"], turn["tip_message_hash"]
-        for hash_ in tree.up(parent, stop=lambda h: h in stamps):
-            stamps[hash_] = {"created_at": at}
-        written = tree.up(tip, stop=lambda h, parent=parent: h == parent)
+        for hash_ in tree.up(parent, stop=lambda h: h in self.sent or h in self.written):
+            self.sent[hash_] = at
+        written = tree.up(tip, stop=lambda h: h == parent or h in self.written)
         duration = turn["duration_ms"] if isinstance(turn["duration_ms"], int) else None
         for hash_ in written:
-            stamps.setdefault(hash_, {"created_at": at + (duration or 0)})
-        if written:
-            reply = stamps[written[0]]
-            reply["model"] = turn["resolved_model"] or turn["model"] or "unknown"
-            details = orjson.loads(turn["token_details"]) if turn["token_details"] else {}
-            counts = usage(
+            self.written[hash_] = {"created_at": at + (duration or 0)}
+        if not written:
+            return
+        reply = self.written[written[0]]
+        reply["model"] = turn["resolved_model"] or turn["model"] or "unknown"
+        details = orjson.loads(turn["token_details"]) if turn["token_details"] else {}
+        if turn["input_tokens"] is not None or turn["output_tokens"] is not None:
+            reply["usage"] = usage(
                 {
                     "input": turn["input_tokens"],
                     "output": turn["output_tokens"],
@@ -214,15 +196,78 @@ def _stamps(tree: _Tree, turns: list[sqlite3.Row]) -> dict[str, dict[str, Any]]:
                 cached_key="cached",
                 reasoning_key="reasoning",
             )
-            if turn["input_tokens"] is not None or turn["output_tokens"] is not None:
-                reply["usage"] = counts
-            if duration is not None:
-                reply["duration_ms"] = duration
-    return stamps
+        if duration is not None:
+            reply["duration_ms"] = duration
+
+    def apply(self, message: dict[str, Any], hash_: str, *, written_only: bool = False) -> None:
+        found = self.written.get(hash_)
+        if found is not None:
+            message.update(found if message["role"] == "assistant" else _when(found))
+        elif not written_only and hash_ in self.sent:
+            message["created_at"] = self.sent[hash_]
+
+
+def _when(stamp: dict[str, Any]) -> dict[str, Any]:
+    return {"created_at": stamp["created_at"]}
+
+
+class _Threads:
+    """The threads of a database, each read as a conversation."""
+
+    def __init__(self, store: _Store, legacy: _Legacy | None, imported: Imported):
+        self.store = store
+        self.legacy = legacy
+        self.imported = imported
+        self.tree = _Tree(store)
+        everyone = store.rows("SELECT * FROM turns ORDER BY datetime_utc, id")
+        self.everyone = _Stamps(self.tree, everyone)
+        self.turns: dict[str, list[sqlite3.Row]] = {}
+        for turn in everyone:
+            self.turns.setdefault(turn["thread_id"], []).append(turn)
+
+    def conversation(self, thread: sqlite3.Row) -> Conversation:
+        turns = self.turns.get(thread["id"], [])
+        own = _Stamps(self.tree, turns)
+        main = self.tree.chain(thread["tip_message_hash"]) if thread["tip_message_hash"] else []
+        on_main = set(main)
+        tips = dict.fromkeys(t["tip_message_hash"] for t in turns if t["tip_message_hash"])
+        chains = [self.tree.chain(tip) for tip in tips if tip not in on_main]
+        inner = {h for chain in chains for h in chain[:-1]}
+        old = self.legacy.messages(thread["id"], rebuilt=True) if self.legacy else []
+        at = ms(thread["datetime_utc"])
+        models = [turn["resolved_model"] or turn["model"] for turn in turns]
+        return Conversation(
+            thread["id"],
+            self._messages(main, own, old, at),
+            branches=[self._messages(c, own, old, at) for c in chains if c[-1] not in inner],
+            title=thread["name"],
+            model=next((m for m in reversed(models) if m), None),
+            forked_from=thread["forked_from"],
+        )
+
+    def _messages(
+        self, chain: list[str], own: _Stamps, old: list[dict[str, Any]], at: int
+    ) -> list[dict[str, Any]]:
+        """The chain's messages, dated by what its own turns wrote, then by the
+        conversation llm kept before 0.36, then by what its own turns sent, then
+        by any turn (a fork shares the messages of the thread it came from)."""
+        placed: list[tuple[dict[str, Any], str]] = []
+        for hash_ in chain:
+            for message in _converted(self.store, hash_, self.tree.role(hash_), self.imported):
+                own.apply(message, hash_, written_only=True)
+                placed.append((message, hash_))
+        _date_from_legacy([message for message, _ in placed], old)
+        for message, hash_ in placed:
+            if "created_at" not in message:
+                own.apply(message, hash_)
+            if "created_at" not in message:
+                self.everyone.apply(message, hash_)
+            message.setdefault("created_at", at)
+        return [message for message, _ in placed]
 
 
 class _Tree:
-    """The messages table, read as parent links and parts."""
+    """The messages table, read as parent links."""
 
     def __init__(self, store: _Store):
         self.store = store
@@ -235,6 +280,9 @@ class _Tree:
             raise Unreadable(f"message {hash_} is missing")
         self._parents[hash_] = found[0]["parent_hash"]
         self._roles[hash_] = found[0]["role"]
+
+    def role(self, hash_: str) -> str:
+        return self._roles[hash_]
 
     def chain(self, tip: str) -> list[str]:
         """The hashes from the root to ``tip``."""
@@ -253,41 +301,25 @@ class _Tree:
             found.append(hash_)
         return found
 
-    def messages(
-        self,
-        chain: list[str],
-        stamps: dict[str, dict[str, Any]],
-        fallback: int,
-        old: list[dict[str, Any]],
-        imported: Imported,
-    ) -> list[dict[str, Any]]:
-        messages = []
-        for hash_ in chain:
-            stamp = stamps.get(hash_)
-            for message in _converted(self.store, hash_, self._roles[hash_], imported):
-                if stamp is not None:
-                    message.update(stamp if message["role"] == "assistant" else _when(stamp))
-                messages.append(message)
-        _date_from_legacy(messages, old, fallback)
-        return messages
 
-
-def _when(stamp: dict[str, Any]) -> dict[str, Any]:
-    return {"created_at": stamp["created_at"]}
-
-
-def _date_from_legacy(messages: list[dict[str, Any]], old: list[dict[str, Any]], at: int) -> None:
-    """Times (and models) for the messages no turn recorded: those a thread took
-    over from the conversation llm kept before 0.36, matched in order."""
-    for index, message in enumerate(messages):
-        if "created_at" in message:
+def _date_from_legacy(messages: list[dict[str, Any]], old: list[dict[str, Any]]) -> None:
+    """Times, models and attachments for the messages a thread took over from the
+    conversation llm kept before 0.36: llm rebuilt them from the old rows, in
+    order, so they are matched in order."""
+    found = iter(old)
+    match = next(found, None)
+    for message in messages:
+        if match is None:
+            return
+        if "created_at" in message or (match["role"], match["content"]) != (
+            message["role"],
+            message["content"],
+        ):
             continue
-        match = old[index] if index < len(old) else None
-        if match and (match["role"], match["content"]) == (message["role"], message["content"]):
-            for key in ("created_at", "model", "usage", "duration_ms"):
-                if key in match:
-                    message[key] = match[key]
-        message.setdefault("created_at", at)
+        for key in ("created_at", "model", "usage", "duration_ms", "attachments"):
+            if key in match:
+                message.setdefault(key, match[key])
+        match = next(found, None)
 
 
 def _parts(store: _Store, hash_: str) -> list[dict[str, Any]]:
@@ -384,11 +416,14 @@ class _Legacy:
                 self._grouped.setdefault(row["conversation_id"] or row["id"], []).append(row)
         return self._grouped
 
-    def messages(self, conversation_id: str) -> list[dict[str, Any]]:
+    def messages(self, conversation_id: str, *, rebuilt: bool = False) -> list[dict[str, Any]]:
+        """The conversation's messages, its system prompt where it changes (or,
+        ``rebuilt``, before each prompt that had one, as llm 0.36 rebuilds an
+        old conversation it continues)."""
         messages: list[dict[str, Any]] = []
         system = None
         for row in self.conversations().get(conversation_id, ()):
-            messages += self._response(row, system)
+            messages += self._response(row, None if rebuilt else system)
             system = self._system(row) or system
         return messages
 

@@ -42,8 +42,18 @@ def _sniff(source: Source, names: tuple[str, ...] = SNIFFED) -> str | None:
     return next((name for name in names if format_module(name).sniff(source)), None)
 
 
+def _told(source: Source) -> str:
+    """The format of a file no ``--format`` names: a SQLite database can only be
+    llm's; a file no other format claims is read as foliko's own export."""
+    from foliko_cli.importers.llm import SQLITE_HEADER
+
+    if source.head().startswith(SQLITE_HEADER):
+        return "llm"
+    return _sniff(source) or "foliko"
+
+
 def _read_file(source: Source, fmt: str | None, main_only: bool) -> Imported:
-    told = fmt or _sniff(source) or "foliko"
+    told = fmt or _told(source)
     imported = Imported(told, main_only=main_only)
     try:
         format_module(told).read(source, imported)
