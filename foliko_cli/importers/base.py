@@ -20,6 +20,7 @@ import binascii
 import collections
 import contextlib
 import hashlib
+import mimetypes
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -322,7 +323,9 @@ def attachment(
     """An attachment part (see foliko_cli.attachments): an image when foliko can
     send it, else a ``file`` kept for the record; an image's bytes inline when
     the source held them. ``where`` adds a ``path`` or ``url`` when known."""
-    media_type = media_type if isinstance(media_type, str) and media_type else None
+    media_type = media_type if isinstance(media_type, str) and "/" in media_type else None
+    if media_type is None and isinstance(name, str):
+        media_type = mimetypes.guess_type(name, strict=False)[0]
     if data is not None:
         media_type = image_type(data) or media_type
     kind = "image" if media_type in IMAGE_TYPES else "file"
