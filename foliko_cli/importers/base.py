@@ -33,6 +33,7 @@ from foliko_cli.errors import UsageError
 from foliko_cli.storage.record import SessionRecord, check_session_id, content_hash, new_metadata
 
 HEAD_BYTES = 256 * 1024
+SNIFFED = 8  # the items of a JSON export sniffing looks at
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/webp", "image/gif"})
 BRANCH_SUFFIX = ".branch-"
 LEFT_OUT_BRANCH = "branch(es) and fork(s) (--main-only)"

@@ -16,6 +16,7 @@ from typing import Any
 from foliko_cli.errors import UsageError
 from foliko_cli.importers.base import (
     LEFT_OUT_PART,
+    SNIFFED,
     Conversation,
     Imported,
     Source,
@@ -37,8 +38,8 @@ def _items(document: Any) -> list[Any]:
 
 
 def sniff(source: Source) -> bool:
-    items = _items(source.document())
-    return bool(items) and isinstance(items[0], dict) and isinstance(items[0].get("mapping"), dict)
+    items = _items(source.document())[:SNIFFED]
+    return any(isinstance(item, dict) and isinstance(item.get("mapping"), dict) for item in items)
 
 
 def read(source: Source, imported: Imported) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from foliko_cli.errors import UsageError
 from foliko_cli.importers.base import (
     LEFT_OUT_PART,
+    SNIFFED,
     Conversation,
     Imported,
     Replies,
@@ -45,8 +46,7 @@ def _is_conversation(item: Any) -> bool:
 
 
 def sniff(source: Source) -> bool:
-    items = _items(source.document())
-    return bool(items) and _is_conversation(items[0]) and "uuid" in items[0]
+    return any(_is_conversation(item) for item in _items(source.document())[:SNIFFED])
 
 
 def read(source: Source, imported: Imported) -> None:

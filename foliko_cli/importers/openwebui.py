@@ -22,6 +22,7 @@ import orjson
 from foliko_cli.errors import UsageError
 from foliko_cli.importers.base import (
     LEFT_OUT_PART,
+    SNIFFED,
     Conversation,
     Imported,
     Replies,
@@ -66,8 +67,7 @@ def _chat(item: Any) -> dict[str, Any] | None:
 
 
 def sniff(source: Source) -> bool:
-    items = _items(source.document())
-    return bool(items) and _chat(items[0]) is not None
+    return any(_chat(item) is not None for item in _items(source.document())[:SNIFFED])
 
 
 def read(source: Source, imported: Imported) -> None:
