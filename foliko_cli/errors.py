@@ -30,6 +30,7 @@ class Hint:
     RESUME = "resume"
     VARIABLE = "variable"
     VALIDATE = "validate"
+    FORMAT = "format"
 
 
 class FolikoError(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from foliko_cli.importers.base import Imported
+from foliko_cli.importers.base import LEFT_OUT_BRANCH, Imported
 from foliko_cli.importers.reading import read
 
 
@@ -17,5 +17,8 @@ def left_out(imported: Imported) -> str:
     """What the summary adds: what was left out on purpose, when anything was."""
     if not imported.left_out:
         return ""
-    counts = ", ".join(f"{count} {what}" for what, count in sorted(imported.left_out.items()))
+    counts = ", ".join(
+        f"{count} {what}" + (" (--main-only)" if what == LEFT_OUT_BRANCH else "")
+        for what, count in sorted(imported.left_out.items())
+    )
     return f"; left out {counts}"

@@ -47,6 +47,7 @@ FLAGS = {
     Hint.RESUME: "--resume",
     Hint.VARIABLE: "--var NAME=VALUE",
     Hint.VALIDATE: "foliko workflow validate",
+    Hint.FORMAT: "--format",
 }
 
 

@@ -89,8 +89,13 @@ def _forked_history(source: Source, meta: dict[str, Any], depth: int = 0) -> lis
     continues. That rollout is looked for where Codex keeps it, beside this one
     under ``sessions/``."""
     parent, cut = meta.get("forked_from_id"), meta.get("forked_from_ordinal_exclusive")
-    if not isinstance(parent, str) or not isinstance(cut, int) or source.path is None:
+    if not isinstance(parent, str) or not isinstance(cut, int):
         return []
+    if source.path is None:
+        raise Unreadable(
+            f"it is a fork of session {parent}, whose rollout holds the history before the "
+            "fork; give the file's path, so that it can be looked for beside it"
+        )
     if depth > MAX_FORK_DEPTH:
         raise Unreadable(f"it is forked from more than {MAX_FORK_DEPTH} sessions in a row")
     root = next((p for p in source.path.parents if p.name == "sessions"), source.path.parent)

@@ -6,7 +6,7 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import Hint, UsageError
 from foliko_cli.importers import FORMATS
 from foliko_cli.importers.base import Imported, Source
 
@@ -17,7 +17,11 @@ LEFT_OUT_UNKNOWN = "file(s) in no format foliko knows"
 
 def format_module(name: str) -> ModuleType:
     if name not in FORMATS:
-        raise UsageError(f"unknown import format {name!r}", fix=f"use one of {', '.join(FORMATS)}")
+        raise UsageError(
+            f"unknown import format {name!r}",
+            fix=f"use one of {', '.join(FORMATS)}",
+            hint=Hint.FORMAT,
+        )
     return importlib.import_module(f"foliko_cli.importers.{name.replace('-', '_')}")
 
 
@@ -63,8 +67,9 @@ def _read_file(source: Source, fmt: str | None, main_only: bool) -> Imported:
         others = ", ".join(name for name in FORMATS if name != "foliko")
         raise UsageError(
             exc.problem,
-            fix=f"{exc.fix or 'export it again'}; if it comes from another tool, name its "
-            f"format with --format ({others})",
+            fix=f"{exc.fix or 'export it again'}, or if another tool wrote it, name its "
+            f"format, one of {others}",
+            hint=Hint.FORMAT,
         ) from None
     return imported
 
@@ -91,12 +96,14 @@ def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Import
         if not by_format:
             raise UsageError(
                 f"{directory} holds no file in a format foliko can tell",
-                fix=f"name the format with --format ({', '.join(FORMATS[1:])})",
+                fix=f"name the format, one of {', '.join(FORMATS[1:])}",
+                hint=Hint.FORMAT,
             )
         if len(by_format) > 1:
             raise UsageError(
                 f"{directory} holds files of several formats ({', '.join(sorted(by_format))})",
-                fix="import each with --format NAME, or a directory holding one kind",
+                fix="import each kind on its own, naming its format",
+                hint=Hint.FORMAT,
             )
         ((fmt, sources),) = by_format.items()
     else:
@@ -105,7 +112,8 @@ def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Import
         if not sources:
             raise UsageError(
                 f"{directory} holds no file of {module.LABEL} ({', '.join(module.FILES)})",
-                fix="check the directory and the --format",
+                fix="check the directory and the format",
+                hint=Hint.FORMAT,
             )
     module = format_module(fmt)
     imported = Imported(fmt, main_only=main_only)

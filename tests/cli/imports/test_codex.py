@@ -191,4 +191,6 @@ def test_a_fork_without_the_rollout_it_came_from(invoke, session_ids, rollouts, 
     result = invoke("sessions", "import", str(alone))
 
     assert_exit(result, 3, f"it is a fork of session {threads['hi']}", "is not under")
+    piped = invoke("sessions", "import", "-", input=fork.read_bytes())
+    assert_exit(piped, 3, f"it is a fork of session {threads['hi']}", "give the file's path")
     assert session_ids() == []
