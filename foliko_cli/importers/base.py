@@ -96,8 +96,11 @@ class Source:
 
     def head_objects(self, limit: int = 8) -> list[dict[str, Any]]:
         """The first JSON-object lines that fit in the head (for sniffing JSONL)."""
+        head = self.head()
+        if b"\n" not in head and len(head) == HEAD_BYTES:
+            head = self.data()  # a first line longer than the head: it is read whole anyway
         found = []
-        for line in self.head().split(b"\n")[:-1]:
+        for line in head.split(b"\n")[:-1]:
             if line.strip():
                 try:
                     value = orjson.loads(line)

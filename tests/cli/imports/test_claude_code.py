@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 
+import orjson
+
 from .conftest import DATA, assert_exit, assert_usage_error, turns
 
 PROJECTS = DATA / "claude-code" / "projects"
@@ -105,3 +107,15 @@ def test_a_file_of_another_format_exits_2(invoke):
         invoke("sessions", "import", "--format", "claude-code", str(rollout)),
         "is not a Claude Code session file",
     )
+
+
+def test_a_first_record_longer_than_what_is_sniffed(invoke, show, tmp_path):
+    source = (PROJECTS / "-home-ada-notes" / f"{NOTES}.jsonl").read_text().splitlines()
+    first = orjson.loads(source[1])
+    first["message"]["content"] = "x" * 400_000
+    folder = tmp_path / "projects" / "-home-ada-notes"
+    folder.mkdir(parents=True)
+    (folder / f"{NOTES}.jsonl").write_text("\n".join([orjson.dumps(first).decode(), *source[2:]]))
+
+    assert_exit(invoke("sessions", "import", str(tmp_path / "projects")), 0, "imported 1,")
+    assert len(show(NOTES)["messages"][0]["content"]) == 400_000
