@@ -21,6 +21,8 @@ from foliko_cli.importers.base import (
     Imported,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
     attachment,
     ms,
 )

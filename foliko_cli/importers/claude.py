@@ -20,9 +20,11 @@ from foliko_cli.importers.base import (
     SNIFFED,
     Conversation,
     Imported,
-    Replies,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
+    Replies,
     attachment,
     ms,
     result_text,

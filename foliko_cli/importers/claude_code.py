@@ -27,6 +27,8 @@ from foliko_cli.importers.base import (
     Imported,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
     arguments,
     attachment,
     decoded,

@@ -24,6 +24,8 @@ from foliko_cli.importers.base import (
     Imported,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
     arguments,
     data_url,
     ms,

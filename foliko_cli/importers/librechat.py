@@ -19,9 +19,11 @@ from foliko_cli.importers.base import (
     LEFT_OUT_PART,
     Conversation,
     Imported,
-    Replies,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
+    Replies,
     attachment,
     data_url,
     ms,

@@ -32,6 +32,8 @@ from foliko_cli.importers.base import (
     Imported,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
     arguments,
     attachment,
     ms,
@@ -219,6 +221,7 @@ class _Threads:
         self.legacy = legacy
         self.imported = imported
         self.tree = _Tree(store)
+        self._converted: dict[str, list[dict[str, Any]]] = {}
         everyone = store.rows("SELECT * FROM turns ORDER BY datetime_utc, id")
         self.everyone = _Stamps(self.tree, everyone)
         self.turns: dict[str, list[sqlite3.Row]] = {}
@@ -253,7 +256,11 @@ class _Threads:
         by any turn (a fork shares the messages of the thread it came from)."""
         placed: list[tuple[dict[str, Any], str]] = []
         for hash_ in chain:
-            for message in _converted(self.store, hash_, self.tree.role(hash_), self.imported):
+            if hash_ not in self._converted:
+                role = self.tree.role(hash_)
+                self._converted[hash_] = _converted(self.store, hash_, role, self.imported)
+            for converted in self._converted[hash_]:
+                message = dict(converted)
                 own.apply(message, hash_, written_only=True)
                 placed.append((message, hash_))
         _date_from_legacy([message for message, _ in placed], old)
@@ -293,12 +300,17 @@ class _Tree:
         return path_to(self._parents, tip)
 
     def up(self, start: Any, stop) -> list[str]:
-        """The hashes from ``start`` towards the root, until ``stop`` holds."""
-        found = []
-        for hash_ in reversed(self.chain(start)) if start else ():
-            if stop(hash_):
-                break
-            found.append(hash_)
+        """The hashes from ``start`` towards the root, until ``stop`` holds (a turn
+        stops at the messages of the turns before it: the walk is short)."""
+        found: list[str] = []
+        node = start
+        while node is not None and not stop(node):
+            if node not in self._parents:
+                self._load(node)
+            if len(found) > len(self._parents):
+                raise Unreadable("its message tree has a cycle")
+            found.append(node)
+            node = self._parents[node]
         return found
 
 

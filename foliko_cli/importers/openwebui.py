@@ -25,9 +25,11 @@ from foliko_cli.importers.base import (
     SNIFFED,
     Conversation,
     Imported,
-    Replies,
     Source,
     Unreadable,
+)
+from foliko_cli.importers.convert import (
+    Replies,
     attachment,
     data_url,
     ms,

@@ -82,39 +82,10 @@ def _files(directory: Path, patterns: tuple[str, ...]) -> list[Path]:
 def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Imported:
     if fmt == "foliko":
         raise UsageError(f"{directory} is a directory", fix="give the file sessions export wrote")
-    unknown = 0
     if fmt is None:
-        patterns = tuple({p for name in SNIFFED for p in format_module(name).FILES})
-        by_format: dict[str, list[Source]] = {}
-        for path in _files(directory, patterns):
-            source = Source(str(path), path)
-            told = _sniff(source, tuple(n for n in SNIFFED if _matches(path, n)))
-            if told is None:
-                unknown += 1
-            else:
-                by_format.setdefault(told, []).append(source)
-        if not by_format:
-            raise UsageError(
-                f"{directory} holds no file in a format foliko can tell",
-                fix=f"name the format, one of {', '.join(FORMATS[1:])}",
-                hint=Hint.FORMAT,
-            )
-        if len(by_format) > 1:
-            raise UsageError(
-                f"{directory} holds files of several formats ({', '.join(sorted(by_format))})",
-                fix="import each kind on its own, naming its format",
-                hint=Hint.FORMAT,
-            )
-        ((fmt, sources),) = by_format.items()
+        fmt, sources, unknown = _tell_directory(directory)
     else:
-        module = format_module(fmt)
-        sources = [Source(str(path), path) for path in _files(directory, module.FILES)]
-        if not sources:
-            raise UsageError(
-                f"{directory} holds no file of {module.LABEL} ({', '.join(module.FILES)})",
-                fix="check the directory and the format",
-                hint=Hint.FORMAT,
-            )
+        sources, unknown = _files_of(directory, fmt), 0
     module = format_module(fmt)
     imported = Imported(fmt, main_only=main_only)
     imported.leave_out(LEFT_OUT_UNKNOWN, unknown)
@@ -129,6 +100,47 @@ def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Import
         except UsageError as exc:
             imported.problem(source.name, exc.problem)
     return imported
+
+
+def _files_of(directory: Path, fmt: str) -> list[Source]:
+    module = format_module(fmt)
+    sources = [Source(str(path), path) for path in _files(directory, module.FILES)]
+    if not sources:
+        raise UsageError(
+            f"{directory} holds no file of {module.LABEL} ({', '.join(module.FILES)})",
+            fix="check the directory and the format",
+            hint=Hint.FORMAT,
+        )
+    return sources
+
+
+def _tell_directory(directory: Path) -> tuple[str, list[Source], int]:
+    """The one format of the files under ``directory``, those files, and how many
+    other files no format claims."""
+    patterns = tuple({p for name in SNIFFED for p in format_module(name).FILES})
+    by_format: dict[str, list[Source]] = {}
+    unknown = 0
+    for path in _files(directory, patterns):
+        source = Source(str(path), path)
+        told = _sniff(source, tuple(n for n in SNIFFED if _matches(path, n)))
+        if told is None:
+            unknown += 1
+        else:
+            by_format.setdefault(told, []).append(source)
+    if not by_format:
+        raise UsageError(
+            f"{directory} holds no file in a format foliko can tell",
+            fix=f"name the format, one of {', '.join(FORMATS[1:])}",
+            hint=Hint.FORMAT,
+        )
+    if len(by_format) > 1:
+        raise UsageError(
+            f"{directory} holds files of several formats ({', '.join(sorted(by_format))})",
+            fix="import each kind on its own, naming its format",
+            hint=Hint.FORMAT,
+        )
+    ((fmt, sources),) = by_format.items()
+    return fmt, sources, unknown
 
 
 def _matches(path: Path, name: str) -> bool:
