@@ -11,6 +11,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 from serve.node_clients import NodeClients, node_clients, run_codex, trapped_network
 from serve.servers import ServeProcess, foliko_env
@@ -193,4 +194,41 @@ def test_a_fork_without_the_rollout_it_came_from(invoke, session_ids, rollouts, 
     assert_exit(result, 3, f"it is a fork of session {threads['hi']}", "is not under")
     piped = invoke("sessions", "import", "-", input=fork.read_bytes())
     assert_exit(piped, 3, f"it is a fork of session {threads['hi']}", "give the file's path")
+    assert session_ids() == []
+
+
+def test_a_subagent_rollout_is_left_out(invoke, session_ids, copied):
+    path = next(copied("codex/sessions").rglob("rollout-*.jsonl"))
+    lines = path.read_text().splitlines()
+    meta = orjson.loads(lines[0])
+    meta["payload"]["source"] = {
+        "subagent": {"thread_spawn": {"parent_thread_id": "p", "depth": 1}}
+    }
+    path.write_text("\n".join([orjson.dumps(meta).decode(), *lines[1:]]) + "\n")
+
+    result = invoke("sessions", "import", str(path))
+
+    assert_exit(result, 0, "imported 0,", "left out 1 subagent transcript(s)")
+    assert session_ids() == []
+
+
+def test_a_fork_of_a_rollout_that_cannot_be_read(invoke, session_ids, copied):
+    parent = next(copied("codex/sessions").rglob("rollout-*.jsonl"))
+    fork = parent.with_name(
+        "rollout-2025-10-02T15-00-00-0199a7e2-0000-7000-8000-000000000001.jsonl"
+    )
+    meta = {
+        "id": "0199a7e2-0000-7000-8000-000000000001",
+        "forked_from_id": OLD,
+        "forked_from_ordinal_exclusive": 5,
+        "timestamp": "2025-10-02T15:00:00.000Z",
+        "cwd": "/home/ada/proj",
+    }
+    line = {"timestamp": meta["timestamp"], "ordinal": 5, "type": "session_meta", "payload": meta}
+    fork.write_bytes(orjson.dumps(line) + b"\n")
+    parent.write_text("{broken\n")
+
+    result = invoke("sessions", "import", str(fork))
+
+    assert_exit(result, 3, "the rollout it was forked from cannot be read: line 1 is not JSON")
     assert session_ids() == []

@@ -153,3 +153,56 @@ def test_help_names_the_formats(invoke):
     shown = invoke("sessions", "import", "--help").stdout
     for name in ("chatgpt", "claude-code", "codex", "llm", "openwebui", "librechat", "--main-only"):
         assert name in shown
+
+
+def test_a_file_that_cannot_be_read_exits_2(invoke, monkeypatch, tmp_path):
+    path = tmp_path / "conversations.json"
+    path.write_text("[]")
+
+    def refuse(self):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(type(path), "read_bytes", refuse)
+
+    assert_usage_error(
+        invoke("sessions", "import", "--format", "claude", str(path)),
+        f"cannot read {path}: Permission denied",
+    )
+
+
+@pytest.mark.parametrize("fmt", ["chatgpt", "claude", "openwebui", "librechat"])
+def test_a_json_format_given_a_file_that_is_not_json_exits_2(invoke, tmp_path, fmt):
+    path = tmp_path / "export.json"
+    path.write_text("{not json")
+
+    assert_exit(invoke("sessions", "import", "--format", fmt, str(path)), 2, str(path))
+
+
+def test_a_corrupt_sqlite_file_exits_2(invoke, tmp_path):
+    path = tmp_path / "logs.db"
+    path.write_bytes(b"SQLite format 3\x00" + b"\x07" * 4000)
+
+    assert_usage_error(invoke("sessions", "import", str(path)), f"cannot read {path}")
+
+
+def test_data_of_an_unexpected_shape_is_reported_not_a_traceback(invoke, session_ids, tmp_path):
+    path = tmp_path / "conversations.json"
+    conversation = {"id": "odd", "mapping": {"a": {"parent": ["not", "an", "id"], "children": []}}}
+    path.write_bytes(orjson.dumps([conversation]))
+
+    result = invoke("sessions", "import", str(path))
+
+    assert_exit(result, 3, "conversation #1: unexpected data (TypeError: ")
+    assert session_ids() == []
+
+
+def test_a_branch_whose_id_would_be_too_long(invoke, session_ids, copied):
+    path = copied("librechat/long-story.json")
+    export = orjson.loads(path.read_bytes())
+    export["conversationId"] = "c" * 250
+    path.write_bytes(orjson.dumps(export))
+
+    result = invoke("sessions", "import", str(path))
+
+    assert_exit(result, 3, ", branch 1: invalid session id: longer than 256 characters")
+    assert session_ids() == ["c" * 250]
