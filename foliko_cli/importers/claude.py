@@ -109,13 +109,12 @@ def _blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _messages(message: dict[str, Any], key: str, imported: Imported) -> list[dict[str, Any]]:
     at = ms(message.get("created_at"))
-    last_call = None
     if message.get("sender") == "human":
-        return [_asked(message, at, imported)]
+        return [_asked(message, at)]
     if message.get("sender") != "assistant":
         imported.leave_out(LEFT_OUT_PART)
         return []
-    replies = Replies(at)
+    replies, last_call = Replies(at), None
     for number, block in enumerate(_blocks(message)):
         kind = block.get("type")
         if kind == "text":
@@ -135,7 +134,7 @@ def _messages(message: dict[str, Any], key: str, imported: Imported) -> list[dic
     return replies.done()
 
 
-def _asked(message: dict[str, Any], at: int, imported: Imported) -> dict[str, Any]:
+def _asked(message: dict[str, Any], at: int) -> dict[str, Any]:
     texts = [text_of(b.get("text")) for b in _blocks(message) if b.get("type") == "text"]
     asked: dict[str, Any] = {"role": "user", "content": "\n\n".join(t for t in texts if t)}
     asked["created_at"] = at
