@@ -32,6 +32,7 @@ class Hint:
     VALIDATE = "validate"
     TRASH = "trash"
     REPAIR = "repair"
+    FORMAT = "format"
 
 
 class FolikoError(Exception):

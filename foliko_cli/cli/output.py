@@ -49,6 +49,7 @@ FLAGS = {
     Hint.VALIDATE: "foliko workflow validate",
     Hint.TRASH: "foliko sessions trash list",
     Hint.REPAIR: "foliko storage check --repair",
+    Hint.FORMAT: "--format",
 }
 
 

@@ -33,12 +33,8 @@ from foliko_cli.cli.params import (
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
-from foliko_cli.storage.record import (
-    SessionRecord,
-    record_from_dict,
-    record_to_dict,
-    summary_to_dict,
-)
+from foliko_cli.importers import FORMATS
+from foliko_cli.storage.record import record_to_dict, summary_to_dict
 from foliko_cli.usage import with_usage
 
 
@@ -362,50 +358,8 @@ def export(
     _write_output(output, lines)
 
 
-def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
-    """A JSON array, one JSON object (pretty-printed or not), or NDJSON."""
-    text = data.decode("utf-8", errors="strict") if data else ""
-    if not text.strip():
-        return []
-    try:
-        document = orjson.loads(text)
-        items = document if isinstance(document, list) else [document]
-    except orjson.JSONDecodeError:
-        try:
-            items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-        except orjson.JSONDecodeError as exc:
-            raise UsageError(f"{source} is not JSON or NDJSON ({exc}); export it again") from None
-    from foliko_cli.storage.migrate import same_content
-
-    records: dict[str, SessionRecord] = {}
-    for number, item in enumerate(items, start=1):
-        try:
-            record = record_from_dict(item)
-        except ValueError as exc:
-            raise UsageError(f"{source}: session #{number} is invalid: {exc}") from None
-        earlier = records.get(record.session_id)
-        if earlier is not None and not same_content(earlier, record):
-            raise UsageError(
-                f"{source} holds session {record.session_id!r} twice with different content; "
-                "nothing imported: keep one copy"
-            )
-        records[record.session_id] = record
-    return list(records.values())
-
-
-def _read_export(source: str) -> list[SessionRecord]:
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
-    try:
-        return _parse_import(data, "stdin" if source == "-" else source)
-    except UnicodeDecodeError:
-        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
-
-
 @sessions.command("import")
-@click.argument("source", metavar="FILE|-")
+@click.argument("source", metavar="FILE|DIR|-")
 @click.option(
     "--on-conflict",
     type=click.Choice(["skip", "replace", "fail"]),
@@ -417,36 +371,55 @@ def _read_export(source: str) -> list[SessionRecord]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["foliko", "chatgpt", "llm"]),
-    default="foliko",
-    show_default=True,
-    help="foliko's export, a ChatGPT conversations.json, or an llm logs.db.",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="The tool that wrote SOURCE; told from the data when left out.",
 )
-@json_flag("Print {imported: [...], unchanged: [...], skipped: [...]} on stdout.")
+@click.option(
+    "--main-only",
+    is_flag=True,
+    help="Only the branch each conversation showed: leave out its other branches and forks.",
+)
+@json_flag(
+    "Print {imported: [...], unchanged: [...], skipped: [...], unreadable: [...]} on stdout."
+)
 @storage_option
 @click.pass_context
-def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json: bool) -> None:
-    """Import sessions from a file (or - for stdin) written by export.
+def import_(
+    ctx: click.Context,
+    source: str,
+    on_conflict: str,
+    fmt: str | None,
+    main_only: bool,
+    as_json: bool,
+) -> None:
+    """Import sessions from foliko's export or from another tool's history.
+
+    SOURCE is a file, a directory (every file of the format under it) or - for
+    stdin. Its format is told from the data unless --format names it: foliko
+    (sessions export), chatgpt (conversations.json of a ChatGPT data export),
+    claude (conversations.json of a Claude.ai data export), claude-code
+    (~/.claude/projects/), codex (~/.codex/sessions/), llm (its logs.db),
+    openwebui (a chat export) or librechat (a conversation's JSON export).
+    A conversation becomes a session named by its id; each other branch of it
+    becomes a session ID.branch-N forked from it (left out with --main-only).
 
     Idempotent: sessions already stored with the same content are left alone.
-    The summary goes to stderr (to stdout as JSON with --json).
-    --format chatgpt reads the conversations.json of a ChatGPT data export:
-    one session per conversation, named by its id, titled by its title,
-    holding the branch last shown (other branches are dropped and counted).
-    --format llm reads llm's logs.db: one session per conversation.
+    The summary goes to stderr (to stdout as JSON with --json). A conversation
+    that cannot be read is reported, the others are imported, and the exit
+    status is 3.
 
     \b
     Examples:
       foliko sessions import backup.json --on-conflict replace
-      foliko sessions import --format chatgpt conversations.json
+      foliko sessions import conversations.json
+      foliko sessions import ~/.claude/projects/
       foliko sessions import --format llm "$(llm logs path)"
     """
-    if fmt != "foliko":
-        from foliko_cli.cli.imports import read_foreign
+    from foliko_cli.cli.imports import left_out, read_source
 
-        records, extra = read_foreign(fmt, source)
-    else:
-        records, extra = _read_export(source), ""
+    imported = read_source(source, fmt, main_only)
+    records = imported.records
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(
             records, on_conflict=on_conflict, progress=advance
@@ -459,18 +432,24 @@ def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json
         )
     for session_id in report.skipped:
         note(f"skipped {session_id!r}: exists with other content")
+    for where, reason in imported.unreadable:
+        error(f"could not read {where}: {reason}")
     if as_json:
         emit_json(
             {
                 "imported": list(report.imported),
                 "unchanged": list(report.unchanged),
                 "skipped": list(report.skipped),
+                "unreadable": [{"source": w, "reason": r} for w, r in imported.unreadable],
             }
         )
+    unreadable = f", could not read {len(imported.unreadable)}" if imported.unreadable else ""
     note(
         f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
-        f"skipped {len(report.skipped)}{extra}"
+        f"skipped {len(report.skipped)}{unreadable}{left_out(imported)}"
     )
+    if imported.unreadable:
+        raise click.exceptions.Exit(ExitCode.STORAGE)
 
 
 @sessions.command()
