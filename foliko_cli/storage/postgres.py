@@ -115,10 +115,18 @@ def create_search_index(db: Any, dialect: PostgresDialect) -> None:
     create_index(db, dialect.quoted)
 
 
+def bound_search_text(db: Any, dialect: PostgresDialect) -> None:
+    """The index takes a bounded prefix of each message (postgres_search.py)."""
+    from foliko_cli.storage.postgres_search import bound_indexed_text
+
+    bound_indexed_text(db, dialect.quoted)
+
+
 MIGRATIONS: list[Step] = [
     schema.create_sessions_and_messages,
     schema.create_quarantine,
     create_search_index,
+    bound_search_text,
 ]
 
 

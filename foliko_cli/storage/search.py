@@ -18,6 +18,12 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 from foliko_cli.errors import CorruptSessionError, UsageError
 
 WORD = re.compile(r"[^\W_]+")
+INDEXED_CHARS = 250_000
+"""How much of a message's text the full-text indexes take: a message of any
+size is stored whole and found by the words in its first INDEXED_CHARS
+characters (at 4 bytes a character at most, under PostgreSQL's 1 MB a tsvector)."""
+SNIPPET_SCAN_CHARS = 20_000
+"""How much of a long text around its first match a snippet is cut from."""
 SNIPPET_WORDS = 16
 MARK_START = "\x02"
 MARK_END = "\x03"
@@ -196,6 +202,39 @@ def snippet_around(text: str, spans: list[tuple[int, int]]) -> tuple[str, tuple]
     begin = 0 if begin_word == 0 else words[begin_word][0]
     end = len(text) if end_word == len(words) else words[end_word - 1][1]
     return _one_line(text, begin, end, [s for s in spans if s[0] >= begin and s[1] <= end])
+
+
+def snippet_for(text: str, terms: tuple[Term, ...]) -> tuple[str, tuple]:
+    """The snippet of a text an index matched, its work bounded whatever the
+    text's size: a long one is cut to SNIPPET_SCAN_CHARS around the first
+    place one of the terms' words begins. Without a match of every term in
+    that part (a phrase across its edge), the snippet starts there, unmarked."""
+    begin = 0
+    if len(text) > SNIPPET_SCAN_CHARS:
+        begin = max(0, _first_word_at(text, terms) - SNIPPET_SCAN_CHARS // 4)
+        while begin > 0 and not text[begin - 1].isspace():
+            begin -= 1
+    part = text[begin : begin + SNIPPET_SCAN_CHARS]
+    spans = find_matches(part, terms)
+    if not spans:
+        words = list(WORD.finditer(part))
+        end = words[SNIPPET_WORDS - 1].end() if len(words) > SNIPPET_WORDS else len(part)
+        line, _ = _one_line(part, 0, end, [])
+        return (ELLIPSIS + line if begin else line), ()
+    line, marks = snippet_around(part, spans)
+    if begin and not line.startswith(ELLIPSIS):
+        line = ELLIPSIS + line
+        marks = tuple((s + len(ELLIPSIS), e + len(ELLIPSIS)) for s, e in marks)
+    return line, marks
+
+
+def _first_word_at(text: str, terms: tuple[Term, ...]) -> int:
+    found = [
+        match.start()
+        for term in terms
+        if (match := re.search(rf"(?<![^\W_]){re.escape(term.tokens[0])}", text, re.I))
+    ]
+    return min(found, default=0)
 
 
 def _one_line(text: str, begin: int, end: int, spans: list[tuple[int, int]]):

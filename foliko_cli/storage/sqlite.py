@@ -65,7 +65,7 @@ from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
-from foliko_cli.storage.sqlite_search import create_index
+from foliko_cli.storage.sqlite_search import bound_indexed_text, create_index
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 if TYPE_CHECKING:
@@ -113,11 +113,17 @@ def create_search_index(db: sqlite3.Connection, dialect: Dialect) -> None:
     create_index(db)
 
 
+def bound_search_text(db: sqlite3.Connection, dialect: Dialect) -> None:
+    """The index takes a bounded prefix of each message (sqlite_search.py)."""
+    bound_indexed_text(db)
+
+
 MIGRATIONS: list[Step] = [
     create_sessions_and_messages,
     import_seed_sessions,
     schema.create_quarantine,
     create_search_index,
+    bound_search_text,
 ]
 
 
