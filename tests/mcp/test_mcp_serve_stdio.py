@@ -1,0 +1,157 @@
+"""``foliko mcp serve``: foliko's sessions as an MCP server over stdio, a real
+subprocess driven by the official ``mcp`` client in each protocol era."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+from pathlib import Path
+
+import orjson
+import pytest
+from mcp_serve_support import (
+    FOLIKO_BIN,
+    MODES,
+    call,
+    configure,
+    exercise,
+    exercise_errors,
+    seed,
+    server_env,
+    stdio_client,
+)
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_every_tool_resource_and_prompt(mode: str, tmp_path: Path, foliko_home: Path):
+    configure(tmp_path)
+    seed(foliko_home)
+
+    async def main() -> None:
+        async with stdio_client(mode) as client:
+            await exercise(client, mode)
+
+    asyncio.run(main())
+
+
+def test_unknown_sessions_and_bad_arguments_are_tool_errors(tmp_path: Path, foliko_home: Path):
+    configure(tmp_path)
+    seed(foliko_home)
+
+    async def main() -> None:
+        async with stdio_client("auto") as client:
+            await exercise_errors(client)
+
+    asyncio.run(main())
+
+
+def test_with_user_it_serves_that_users_sessions(foliko_home: Path):
+    seed(foliko_home, user="alice", prefix="alice-")
+    seed(foliko_home, prefix="shared-")
+
+    async def main() -> tuple[list[str], str]:
+        async with stdio_client("auto", "--user", "alice") as client:
+            listed = await call(client, "list_sessions")
+            await call(client, "chat", {"session_id": "alice-groceries", "message": "and milk"})
+            missing = await client.call_tool("read_session", {"session_id": "shared-groceries"})
+        return [row["session_id"] for row in listed["sessions"]], missing.content[0].text
+
+    names, missing = asyncio.run(main())
+    assert names == ["alice-groceries", "alice-deploy-notes"]
+    assert missing.startswith("session 'shared-groceries' not found")
+    from foliko_cli.facade import Foliko
+
+    with Foliko(home=foliko_home, user="alice") as alice:
+        assert alice.get_session("alice-groceries").messages[-1]["content"] == "and milk"
+
+
+def _rpc(number: int, method: str, params: dict) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params})
+
+
+def test_stdout_carries_protocol_messages_only(tmp_path: Path, foliko_home: Path):
+    """A tool that prints, to sys.stdout and to descriptor 1, and foliko's own
+    notice about the offline model: all of it goes to stderr."""
+    (tmp_path / "noisy.py").write_text(
+        "import os\n\n"
+        "def shout(text: str) -> str:\n"
+        '    """Print, then answer."""\n'
+        '    print("noise from print")\n'
+        '    os.write(1, b"noise on descriptor 1\\n")\n'
+        '    return "shouted " + text\n'
+    )
+    (tmp_path / "foliko.toml").write_text('tools = ["noisy:shout"]\n')
+    initialize = {
+        "protocolVersion": MODES["legacy"],
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    }
+    message = '/tool shout {"text": "hi"}'
+    lines = [
+        _rpc(1, "initialize", initialize),
+        orjson.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        _rpc(
+            2, "tools/call", {"name": "chat", "arguments": {"session_id": "s", "message": message}}
+        ),
+    ]
+    environment = server_env()
+    del environment["FOLIKO_MODEL"]  # foliko notes the offline model it uses instead
+    server = subprocess.Popen(
+        [str(FOLIKO_BIN), "mcp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    watchdog = threading.Timer(120, server.kill)  # a server that never answers fails the test
+    watchdog.start()
+    try:
+        server.stdin.write(b"\n".join(lines) + b"\n")
+        server.stdin.flush()
+        answers = [orjson.loads(server.stdout.readline()) for _ in range(2)]
+        server.stdin.close()  # the end of its input ends it
+        rest, stderr = server.stdout.read(), server.stderr.read()
+        assert server.wait(60) == 0, stderr
+    finally:
+        watchdog.cancel()
+        server.kill()
+    assert rest == b""
+    assert [answer["id"] for answer in answers] == [1, 2]
+    assert answers[0]["result"]["serverInfo"]["name"] == "foliko"
+    result = answers[1]["result"]
+    assert result["isError"] is False
+    assert result["content"] == [{"type": "text", "text": "shout returned: shouted hi"}]
+    stderr = stderr.decode()
+    assert "noise from print" in stderr and "noise on descriptor 1" in stderr
+    assert "using the offline 'echo' model" in stderr
+
+
+def test_it_ends_with_its_input(foliko_home: Path):
+    done = subprocess.run(
+        [str(FOLIKO_BIN), "mcp", "serve"],
+        input=b"",
+        capture_output=True,
+        env=server_env(),
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+def test_without_the_mcp_package_it_exits_2_saying_what_to_install(tmp_path: Path):
+    """An ``mcp`` package that cannot be imported stands in for one not installed."""
+    shadow = tmp_path / "shadow" / "mcp"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'mcp'\")\n")
+    done = subprocess.run(
+        [str(FOLIKO_BIN), "mcp", "serve"],
+        input=b"",
+        capture_output=True,
+        env=server_env(PYTHONPATH=str(shadow.parent)),
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stdout == b""
+    assert done.stderr.decode().splitlines() == [
+        "foliko: error: foliko mcp serve needs the mcp package; pip install 'foliko-cli[mcp]'"
+    ]
