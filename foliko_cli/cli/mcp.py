@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from foliko_cli.cli.app import check_home, open_facade, settings_for
+from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_rows, format_option, note
 from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import MCPServerError, UsageError
@@ -119,9 +119,10 @@ def serve_sessions(ctx: click.Context) -> None:
 
     Tools list_sessions, search_sessions and read_session (read only) and
     chat (one turn); each session as the resource foliko://sessions/ID;
-    each agent of the config as a prompt. It serves until stdin ends or
-    SIGINT/SIGTERM; diagnostics go to stderr, stdout carries protocol
-    messages only. With --user NAME, NAME's sessions (as foliko serve
+    each agent of the config as a prompt. It serves until stdin ends (exit
+    0; requests still running are cancelled, a chat turn then not saved) or
+    SIGINT/SIGTERM (exit 130/143); diagnostics go to stderr, stdout carries
+    protocol messages only. With --user NAME, NAME's sessions (as foliko serve
     --api-keys keeps them). foliko serve offers the same at /mcp.
 
     \b
@@ -134,17 +135,7 @@ def serve_sessions(ctx: click.Context) -> None:
         raise UsageError(
             "foliko mcp serve needs the mcp package", fix="pip install 'foliko-cli[mcp]'"
         ) from None
-    import asyncio
-
     from foliko_cli.mcp_server.stdio import serve_stdio
-    from foliko_cli.service import AsyncFoliko
 
-    settings = settings_for(ctx)
-    check_home(settings)
-    user = (ctx.find_root().obj or {}).get("user")
-
-    async def run() -> None:
-        async with AsyncFoliko.from_settings(settings, notify=note, user=user) as service:
-            await serve_stdio(service)
-
-    asyncio.run(run())
+    facade = open_facade(ctx)
+    facade.run(serve_stdio(facade.service))

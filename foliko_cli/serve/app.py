@@ -142,7 +142,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *conversations.routes,
             *stored_completions.routes,
             *sessions.routes,
-            Route("/mcp", mcp),  # every method: the MCP transport answers each
+            Route("/mcp", mcp, methods=["POST"]),  # stateless: no GET stream, no DELETE
             Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never
         ],
         exception_handlers={

@@ -4,12 +4,14 @@ subprocess driven by the official ``mcp`` client in each protocol era."""
 from __future__ import annotations
 
 import asyncio
+import signal
 import subprocess
 import threading
 from pathlib import Path
 
 import orjson
 import pytest
+from cli.children import default_sigint
 from mcp_serve_support import (
     FOLIKO_BIN,
     MODES,
@@ -136,6 +138,30 @@ def test_it_ends_with_its_input(foliko_home: Path):
         timeout=60,
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+@pytest.mark.parametrize(("signal_number", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_stops_it_with_the_documented_code(signal_number: int, code: int):
+    """At once, though its client keeps stdin open."""
+    server = subprocess.Popen(
+        [str(FOLIKO_BIN), "mcp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=server_env(),
+        preexec_fn=default_sigint,
+    )
+    try:
+        server.stdin.write(_rpc(1, "ping", {}) + b"\n")
+        server.stdin.flush()
+        assert orjson.loads(server.stdout.readline())["id"] == 1  # it is serving
+        server.send_signal(signal_number)
+        assert server.wait(60) == code
+        assert server.stderr.read().decode().splitlines() == [
+            "foliko: error: interrupted before the operation finished"
+        ]
+    finally:
+        server.kill()
 
 
 def test_without_the_mcp_package_it_exits_2_saying_what_to_install(tmp_path: Path):
