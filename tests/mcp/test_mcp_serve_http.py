@@ -83,6 +83,8 @@ def test_every_tool_resource_and_prompt(mode: str, start, tmp_path: Path, foliko
             await exercise(client, mode)
 
     asyncio.run(main())
+    assert server.stop() == 0  # its MCP session manager stops with it
+    assert "Traceback" not in server.stderr
 
 
 def test_unknown_sessions_and_bad_arguments_are_tool_errors(
