@@ -30,7 +30,7 @@ from foliko_cli.mcp_server.resources import (
     session_id_of,
     transcript_text,
 )
-from foliko_cli.mcp_server.tools import TOOLS, Call
+from foliko_cli.mcp_server.tools import TOOLS, Call, ToolSpec
 
 if TYPE_CHECKING:
     from foliko_cli.chat import TurnResult
@@ -72,7 +72,7 @@ def _error_result(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
 
-def _tool(spec) -> types.Tool:
+def _tool(spec: ToolSpec) -> types.Tool:
     return types.Tool(
         name=spec.name,
         title=spec.title,

@@ -14,13 +14,15 @@ import asyncio
 import contextlib
 import os
 import stat
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
+from foliko_cli.errors import UsageError
 from foliko_cli.mcp_server.server import build_server
 from foliko_cli.service import AsyncFoliko
 
-MAX_LINE = 64 * 1024 * 1024
+MAX_LINE = 16 * 1024 * 1024  # as foliko serve's largest request body
 
 
 class LocalBackend:
@@ -48,7 +50,7 @@ class _Lines:
     async def __anext__(self) -> str:
         try:
             line = await self._reader.readline()
-        except ValueError:  # longer than MAX_LINE: dropped, the SDK answers nothing for it
+        except ValueError:  # longer than MAX_LINE: dropped, as the SDK drops a line not JSON
             return "\n"
         if not line:
             raise StopAsyncIteration
@@ -59,22 +61,29 @@ class _Lines:
 async def _stdin_lines() -> AsyncIterator[_Lines | None]:
     """stdin's lines read on the event loop, descriptor 0 pointed at the null
     device meanwhile; None when stdin is a regular file (the SDK reads it)."""
+    if sys.stdin is None:  # descriptor 0 was closed when Python started: another file has it now
+        raise UsageError(
+            "standard input is closed; the MCP server reads its requests from it",
+            fix="start it with its client's pipe as standard input",
+        )
     if stat.S_ISREG(os.fstat(0).st_mode):
         yield None
         return
-    saved, wire = os.dup(0), os.dup(0)  # the transport closes ``wire`` (at the end of input)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    reader = asyncio.StreamReader(limit=MAX_LINE)
-    loop = asyncio.get_running_loop()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire, "rb", buffering=0)
-    )
+    saved = os.dup(0)
     try:
-        yield _Lines(reader)
+        wire = os.dup(0)  # the transport closes it (at the end of input too)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        reader = asyncio.StreamReader(limit=MAX_LINE)
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire, "rb", buffering=0)
+        )
+        try:
+            yield _Lines(reader)
+        finally:
+            transport.close()
     finally:
-        transport.close()
         os.dup2(saved, 0)
         os.close(saved)
 

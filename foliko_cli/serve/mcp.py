@@ -18,6 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from foliko_cli.mcp_server.arguments import ToolFailure
 from foliko_cli.serve.common import request_context
 from foliko_cli.serve.errors import ApiError, error_response
 from foliko_cli.serve.turns import Turn
@@ -41,8 +42,6 @@ class ServeBackend:
             lease.release()
 
     async def turn(self, request: Any, service: AsyncFoliko, session_id: str, message: str):
-        from foliko_cli.mcp_server.arguments import ToolFailure
-
         try:
             context = request_context(request, service)
             turn = Turn(service, session_id, message, api="mcp", request=context)

@@ -4,9 +4,12 @@ subprocess driven by the official ``mcp`` client in each protocol era."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -72,6 +75,35 @@ def _rpc(number: int, method: str, params: dict) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": number, "method": method, "params": params})
 
 
+@contextlib.contextmanager
+def _served(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
+    """``foliko mcp serve`` on pipes, killed at the end (or when it hangs)."""
+    server = subprocess.Popen(
+        [str(FOLIKO_BIN), "mcp", "serve"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env or server_env(),
+        preexec_fn=default_sigint,
+    )
+    watchdog = threading.Timer(120, server.kill)  # a server that never answers fails the test
+    watchdog.start()
+    try:
+        yield server
+    finally:
+        watchdog.cancel()
+        server.kill()
+        server.wait()
+
+
+def _answers(server: subprocess.Popen, lines: list[bytes], count: int) -> list[dict]:
+    """Send ``lines``, read ``count`` answers, keeping stdin open until then
+    (the end of its input cancels what is still running)."""
+    server.stdin.write(b"".join(line + b"\n" for line in lines))
+    server.stdin.flush()
+    return [orjson.loads(server.stdout.readline()) for _ in range(count)]
+
+
 def test_stdout_carries_protocol_messages_only(tmp_path: Path, foliko_home: Path):
     """A tool that prints, to sys.stdout and to descriptor 1, and foliko's own
     notice about the offline model: all of it goes to stderr."""
@@ -99,25 +131,11 @@ def test_stdout_carries_protocol_messages_only(tmp_path: Path, foliko_home: Path
     ]
     environment = server_env()
     del environment["FOLIKO_MODEL"]  # foliko notes the offline model it uses instead
-    server = subprocess.Popen(
-        [str(FOLIKO_BIN), "mcp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=environment,
-    )
-    watchdog = threading.Timer(120, server.kill)  # a server that never answers fails the test
-    watchdog.start()
-    try:
-        server.stdin.write(b"\n".join(lines) + b"\n")
-        server.stdin.flush()
-        answers = [orjson.loads(server.stdout.readline()) for _ in range(2)]
+    with _served(environment) as server:
+        answers = _answers(server, lines, 2)
         server.stdin.close()  # the end of its input ends it
         rest, stderr = server.stdout.read(), server.stderr.read()
         assert server.wait(60) == 0, stderr
-    finally:
-        watchdog.cancel()
-        server.kill()
     assert rest == b""
     assert [answer["id"] for answer in answers] == [1, 2]
     assert answers[0]["result"]["serverInfo"]["name"] == "foliko"
@@ -143,25 +161,37 @@ def test_it_ends_with_its_input(foliko_home: Path):
 @pytest.mark.parametrize(("signal_number", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_stops_it_with_the_documented_code(signal_number: int, code: int):
     """At once, though its client keeps stdin open."""
-    server = subprocess.Popen(
-        [str(FOLIKO_BIN), "mcp", "serve"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=server_env(),
-        preexec_fn=default_sigint,
-    )
-    try:
-        server.stdin.write(_rpc(1, "ping", {}) + b"\n")
-        server.stdin.flush()
-        assert orjson.loads(server.stdout.readline())["id"] == 1  # it is serving
+    with _served() as server:
+        assert _answers(server, [_rpc(1, "ping", {})], 1)[0]["id"] == 1  # it is serving
         server.send_signal(signal_number)
         assert server.wait(60) == code
         assert server.stderr.read().decode().splitlines() == [
             "foliko: error: interrupted before the operation finished"
         ]
-    finally:
-        server.kill()
+
+
+def test_a_line_too_long_is_dropped_and_the_next_answered(foliko_home: Path):
+    from foliko_cli.mcp_server.stdio import MAX_LINE
+
+    huge = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": "' + b"y" * MAX_LINE
+    with _served() as server:
+        (answer,) = _answers(server, [huge + b'"}}', _rpc(2, "ping", {})], 1)
+    assert answer == {"jsonrpc": "2.0", "id": 2, "result": {}}
+
+
+def test_a_closed_stdin_exits_2_naming_it(foliko_home: Path):
+    done = subprocess.run(
+        [str(FOLIKO_BIN), "mcp", "serve"],
+        capture_output=True,
+        env=server_env(),
+        timeout=60,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert (done.returncode, done.stdout) == (2, b"")
+    assert done.stderr.decode().splitlines() == [
+        "foliko: error: standard input is closed; the MCP server reads its requests from it; "
+        "start it with its client's pipe as standard input"
+    ]
 
 
 def test_without_the_mcp_package_it_exits_2_saying_what_to_install(tmp_path: Path):
