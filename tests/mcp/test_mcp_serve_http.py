@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx2
+import orjson
 import pytest
 from mcp_serve_support import (
     MODES,
@@ -22,6 +23,7 @@ from mcp_serve_support import (
     http_client,
     seed,
 )
+from mcp_support import write_config
 from serve.servers import ServeProcess, foliko_env
 
 from foliko_cli.facade import Foliko
@@ -217,6 +219,31 @@ def test_a_chat_counts_in_the_users_quota_and_the_metrics(start):
     assert second.endswith(" tokens today, the quota is 1 a day; try again after 00:00 UTC")
     metrics = httpx2.get(server.url + "/metrics", headers={"Authorization": "Bearer key-carol"})
     assert 'foliko_turn_duration_seconds_count{api="mcp"} 1' in metrics.text.splitlines()
+
+
+def test_foliko_uses_another_foliko_as_an_mcp_server(
+    start, tmp_path: Path, foliko_home, run_foliko
+):
+    seed(foliko_home, user="alice")
+    server = start()
+    remote = {"url": server.url + "/mcp", "headers": {"Authorization": "Bearer ${ALICE_KEY}"}}
+    write_config(tmp_path / "foliko.toml", {"remote": remote})
+    env = {"ALICE_KEY": "key-alice", "FOLIKO_MODEL": "echo"}
+    listed = run_foliko("mcp", "tools", "remote", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert [row["name"] for row in orjson.loads(listed.stdout)] == [
+        "remote__list_sessions",
+        "remote__search_sessions",
+        "remote__read_session",
+        "remote__chat",
+    ]
+    asked = run_foliko(
+        "chat", "-s", "local", '/tool remote__read_session {"session_id": "groceries"}', env=env
+    )
+    assert asked.returncode == 0, asked.stderr
+    reply = asked.stdout.decode()
+    assert reply.startswith("remote__read_session returned: # Session groceries")
+    assert "buy apples and pears" in reply
 
 
 def test_without_the_mcp_package_it_answers_501(start, tmp_path: Path):
