@@ -47,6 +47,15 @@ INITIALIZE = {
     },
 }
 ACCEPT = {"Accept": "application/json, text/event-stream"}
+TIMEOUT = 60  # the first request to /mcp loads the SDK, slow on a loaded machine
+
+
+def post(url: str, **options) -> httpx2.Response:
+    return httpx2.post(url, timeout=TIMEOUT, **options)
+
+
+def get(url: str, **options) -> httpx2.Response:
+    return httpx2.get(url, timeout=TIMEOUT, **options)
 
 
 @pytest.fixture
@@ -164,27 +173,25 @@ def test_a_missing_or_wrong_key_is_refused(start, foliko_home: Path):
         ({}, "no API key: send Authorization: Bearer KEY"),
         ({"Authorization": "Bearer key-mallory"}, "the API key is wrong"),
     ):
-        answer = httpx2.post(url, json=INITIALIZE, headers={**ACCEPT, **headers})
+        answer = post(url, json=INITIALIZE, headers={**ACCEPT, **headers})
         assert answer.status_code == 401
         assert answer.headers["www-authenticate"] == "Bearer"
         assert answer.json()["error"]["message"] == message
-        assert httpx2.get(url, headers=headers).status_code == 401
+        assert get(url, headers=headers).status_code == 401
 
 
 def test_the_guard_keeps_other_sites_out(start):
     server = start()
     url = server.url + "/mcp"
     key = {"Authorization": "Bearer key-alice", **ACCEPT}
-    foreign = httpx2.post(url, json=INITIALIZE, headers={**key, "Origin": "http://evil.example"})
+    foreign = post(url, json=INITIALIZE, headers={**key, "Origin": "http://evil.example"})
     assert foreign.status_code == 403
     assert foreign.json()["error"]["code"] == "cross_origin_refused"
-    rebound = httpx2.post(url, json=INITIALIZE, headers={**key, "Host": "evil.example"})
+    rebound = post(url, json=INITIALIZE, headers={**key, "Host": "evil.example"})
     assert rebound.status_code == 421
-    form = httpx2.post(
-        url, content=b"{}", headers={**key, "Content-Type": "text/plain;charset=UTF-8"}
-    )
+    form = post(url, content=b"{}", headers={**key, "Content-Type": "text/plain;charset=UTF-8"})
     assert form.status_code == 415
-    allowed = httpx2.post(url, json=INITIALIZE, headers=key)
+    allowed = post(url, json=INITIALIZE, headers=key)
     assert allowed.status_code == 200
     assert allowed.json()["result"]["serverInfo"]["name"] == "foliko"
 
@@ -217,7 +224,7 @@ def test_a_chat_counts_in_the_users_quota_and_the_metrics(start):
     assert first == "count these"
     assert second.startswith("carol has used ")
     assert second.endswith(" tokens today, the quota is 1 a day; try again after 00:00 UTC")
-    metrics = httpx2.get(server.url + "/metrics", headers={"Authorization": "Bearer key-carol"})
+    metrics = get(server.url + "/metrics", headers={"Authorization": "Bearer key-carol"})
     assert 'foliko_turn_duration_seconds_count{api="mcp"} 1' in metrics.text.splitlines()
 
 
@@ -226,7 +233,11 @@ def test_foliko_uses_another_foliko_as_an_mcp_server(
 ):
     seed(foliko_home, user="alice")
     server = start()
-    remote = {"url": server.url + "/mcp", "headers": {"Authorization": "Bearer ${ALICE_KEY}"}}
+    remote = {
+        "url": server.url + "/mcp",
+        "headers": {"Authorization": "Bearer ${ALICE_KEY}"},
+        "startup_timeout": 60,  # a loaded machine
+    }
     write_config(tmp_path / "foliko.toml", {"remote": remote})
     env = {"ALICE_KEY": "key-alice", "FOLIKO_MODEL": "echo"}
     listed = run_foliko("mcp", "tools", "remote", "--json", env=env)
@@ -253,9 +264,9 @@ def test_without_the_mcp_package_it_answers_501(start, tmp_path: Path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'mcp'\")\n")
     server = start(keyed=False, env={"PYTHONPATH": str(shadow.parent)})
-    answer = httpx2.post(server.url + "/mcp", json=INITIALIZE, headers=ACCEPT)
+    answer = post(server.url + "/mcp", json=INITIALIZE, headers=ACCEPT)
     assert answer.status_code == 501
     assert answer.json()["error"]["message"] == (
         "the MCP endpoint needs the mcp package: pip install 'foliko-cli[mcp]'"
     )
-    assert httpx2.get(server.url + "/healthz").json() == {"status": "ok"}
+    assert get(server.url + "/healthz").json() == {"status": "ok"}
