@@ -203,6 +203,12 @@ class Foliko:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of one's own over ``self.service`` on the facade's
+        event loop, as its methods run: SIGINT or SIGTERM cancels it
+        (``Interrupted``)."""
+        return self._loop.run(coroutine, INTERRUPTED)
+
     def close(self) -> None:
         try:
             self._loop.read(self.service.aclose, INTERRUPTED)
