@@ -110,7 +110,7 @@ def test_a_corrupt_session_is_listed_as_unreadable_and_reads_as_an_error(tmp_pat
 
     (row,), read, resource, refused = asyncio.run(main())
     assert row["session_id"] == "broken" and "corrupt" in row["error"]
-    assert read.startswith("session 'broken' is corrupt (") and "left untouched" in read
+    assert read.startswith("session 'broken' is damaged (") and "nothing was written" in read
     assert resource.description == f"UNREADABLE: {row['error']}"
     assert (refused.code, refused.message) == (INTERNAL_ERROR, read)
 
