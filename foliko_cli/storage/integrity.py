@@ -53,10 +53,10 @@ def check_span(
     ``start`` on (how many, the lowest, the highest): no row need be read."""
     if found == count - start and (not found or (first == start and last == count - 1)):
         return
-    stored = f"{found} are stored" + (f" from seq {start} on" if start else "")
+    stored = _stored(found) + (f" from seq {start} on" if start else "")
     if found:
         stored += f" (seq {first}-{last})"
-    raise CorruptSessionError(session_id, where, f"it counts {count} messages but {stored}")
+    raise CorruptSessionError(session_id, where, f"it counts {_messages(count)} but {stored}")
 
 
 def check_count(session_id: str, where: str, *, count: object, found: int) -> None:
@@ -64,9 +64,9 @@ def check_count(session_id: str, where: str, *, count: object, found: int) -> No
     if type(count) is int and count == found:
         return
     if type(count) is not int:
-        reason = f"its metadata does not say how many messages it holds ({found} are stored)"
+        reason = f"its metadata does not say how many messages it holds ({_stored(found)})"
     else:
-        reason = f"it counts {count} messages but {found} are stored"
+        reason = f"it counts {_messages(count)} but {_stored(found)}"
     raise CorruptSessionError(session_id, where, reason)
 
 
@@ -105,7 +105,15 @@ def _sequence_damage(seqs: Sequence[int], start: int, count: int) -> str:
         parts.append(
             f"seq {_ranges(runs)} {'is' if len(beyond) == 1 else 'are'} stored beyond them"
         )
-    return f"it counts {count} messages but {' and '.join(parts)}"
+    return f"it counts {_messages(count)} but {' and '.join(parts)}"
+
+
+def _messages(count: int) -> str:
+    return "1 message" if count == 1 else f"{count} messages"
+
+
+def _stored(found: int) -> str:
+    return "1 is stored" if found == 1 else f"{found} are stored"
 
 
 def _runs(seqs: list[int]) -> list[tuple[int, int]]:

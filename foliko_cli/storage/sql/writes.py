@@ -210,34 +210,27 @@ def message_span(
 def check_whole(db: Any, dialect: Dialect, session_ids: list[str], where: str) -> None:
     """CorruptSessionError for the first of ``session_ids`` whose message rows are
     not exactly positions 0 .. count - 1, or that has message rows but no session
-    row: a write that replaces or moves a session first makes sure it is whole."""
+    row: a write that replaces or moves a session first makes sure it is whole.
+    One statement per chunk, so one snapshot: a session another writer creates
+    meanwhile is seen whole or not at all."""
     for chunk, marks in in_chunks(session_ids):
-        counts = dict(
-            db.execute(
-                dialect.sql(
-                    f"SELECT session_id, message_count FROM {{sessions}} "
-                    f"WHERE session_id IN ({marks})"
-                ),
-                chunk,
-            ).fetchall()
-        )
-        spans = {
-            session_id: span
-            for session_id, *span in db.execute(
-                dialect.sql(
-                    f"SELECT session_id, COUNT(*), MIN(seq), MAX(seq) FROM {{messages}} "
-                    f"WHERE session_id IN ({marks}) GROUP BY session_id"
-                ),
-                chunk,
-            ).fetchall()
-        }
-        for session_id in sorted({*counts, *spans}):
-            stored, first, last = spans.get(session_id, (0, None, None))
-            if session_id not in counts:
+        rows = db.execute(
+            dialect.sql(
+                f"""SELECT session_id, MAX(counted), MAX(stored), MAX(first), MAX(last)
+                FROM (SELECT session_id, message_count AS counted, NULL AS stored,
+                             NULL AS first, NULL AS last
+                      FROM {{sessions}} WHERE session_id IN ({marks})
+                      UNION ALL
+                      SELECT session_id, NULL, COUNT(*), MIN(seq), MAX(seq)
+                      FROM {{messages}} WHERE session_id IN ({marks}) GROUP BY session_id) parts
+                GROUP BY session_id ORDER BY session_id"""
+            ),
+            [*chunk, *chunk],
+        ).fetchall()
+        for session_id, counted, stored, first, last in rows:
+            if counted is None:
                 raise orphaned(session_id, where, stored, SESSION_ROW)
-            check_span(
-                session_id, where, count=counts[session_id], found=stored, first=first, last=last
-            )
+            check_span(session_id, where, count=counted, found=stored or 0, first=first, last=last)
 
 
 def _replace_distinct(
@@ -301,7 +294,10 @@ def append_messages(
     start = covered_by(state.compression_state, count)
     stored, first, last = message_span(db, dialect, session_id, start)
     if row is None and stored:
-        raise orphaned(session_id, where, stored, SESSION_ROW)
+        created = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
+        if created is None:
+            raise orphaned(session_id, where, stored, SESSION_ROW)
+        raise ConflictError(session_id, expected_revision, created[0])  # by another writer
     check_span(session_id, where, count=count, found=stored, first=first, last=last, start=start)
     if found != expected_revision:
         raise ConflictError(session_id, expected_revision, found)
