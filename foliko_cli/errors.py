@@ -82,6 +82,12 @@ class StorageError(FolikoError):
     exit_code = ExitCode.STORAGE
 
 
+class ServeStartError(FolikoError):
+    """``foliko serve`` cannot listen where it was asked to (a port in use)."""
+
+    exit_code = ExitCode.STORAGE
+
+
 class CorruptSessionError(StorageError):
     """A stored session that cannot be parsed; it is reported, never overwritten."""
 
