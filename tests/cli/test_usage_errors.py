@@ -1,9 +1,12 @@
 """One error style: every bad option value, missing argument, missing option value
-and unknown option or command is one ``foliko: error:`` line with the fix, exit 2.
+and unknown option or command is one ``foliko: error:`` line with the fix, exit 2
+(a port ``foliko serve`` cannot listen on too, exit 3).
 Click's usage block is for ``--help`` only. The command tree is walked, so a new
 command is checked without being listed here."""
 
 from __future__ import annotations
+
+import socket
 
 import click
 import pytest
@@ -119,4 +122,19 @@ def test_the_real_process_prints_one_line_too(run_foliko):
     assert result.stderr.decode().splitlines() == [
         "foliko: error: invalid value for '--timeout': 'abc' is not a number of seconds; "
         "write e.g. 30 or 2.5"
+    ]
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_on_a_port_in_use_is_one_line_naming_it(run_foliko, workers):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_foliko("serve", "--port", str(port), "--workers", workers)
+
+    assert result.returncode == 3
+    assert result.stderr.decode().splitlines() == [
+        f"foliko: error: port {port} on 127.0.0.1 is already in use; "
+        "choose another with --port N (or stop what listens there)"
     ]
