@@ -351,11 +351,11 @@ def chat(
 
         interactive(facade, session_id, options, history=settings_for(ctx).home / "history")
         return
-    if dry_run:
-        emit_json(facade.dry_run(session_id, text, **options), pretty=True)
-        return
     if stream is None or reply_schema is not None:
         stream = sys.stdout.isatty() and not as_json and reply_schema is None
+    if dry_run:
+        emit_json(facade.dry_run(session_id, text, stream=stream, **options), pretty=True)
+        return
     result = run_turn(
         facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
     )

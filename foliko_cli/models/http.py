@@ -35,6 +35,7 @@ from foliko_cli.errors import (
     UsageError,
 )
 from foliko_cli.models import http1
+from foliko_cli.models.base import WIRE, RequestWired
 from foliko_cli.redaction import redact_url
 
 Answer = httpx2.Response | http1.Response
@@ -261,6 +262,10 @@ class HttpModelClient:
         """The answer to a POST, retried as the module says; closed on leaving,
         which drops the connection mid-stream so the server stops generating."""
         payload = orjson.dumps(body)
+        wired = WIRE.get()
+        if wired is not None:
+            wired.append(self.shown_request(path, payload))
+            raise RequestWired
         endpoint = self._endpoint(path)
         attempt = 0
         while True:
@@ -298,6 +303,18 @@ class HttpModelClient:
             if delay is None or attempt >= MAX_ATTEMPTS or time.monotonic() + delay >= deadline:
                 raise failure
             await asyncio.sleep(delay)
+
+    def shown_request(self, path: str, payload: bytes) -> dict[str, Any]:
+        """A POST of ``payload`` to ``path`` as the server gets it, secrets as ***."""
+        headers = {name: self.redact(value) for name, value in self.headers.items()}
+        if self._auth is not None:
+            headers["authorization"] = "Basic ***"
+        return {
+            "method": "POST",
+            "url": redact_url(self.base_url + path),
+            "headers": headers,
+            "body": orjson.loads(payload),
+        }
 
     async def _post(
         self, path: str, endpoint: http1.Endpoint | None, payload: bytes, timeout: float
