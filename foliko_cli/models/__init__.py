@@ -206,20 +206,22 @@ def api_key(spec: ModelSpec, env: Mapping[str, str]) -> str | None:
     return (env.get(spec.key_env) if spec.key_env else None) or spec.api_key
 
 
-def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
-    """Why the model cannot be used now, or None when it can.
+def key_needed(spec: ModelSpec) -> bool:
+    """A key is needed for the provider's own service, and whenever the config
+    names the variable that holds it (``api_key_env``); other servers (local
+    ones, Ollama) may go without."""
+    if spec.provider == "echo":
+        return False
+    if spec.key_required:
+        return True
+    default_base = _PROVIDER_DEFAULTS.get(spec.provider, (None, None, None))[1]
+    return default_base is not None and spec.base_url == default_base
 
-    A key is needed for the provider's own service, and whenever the config
-    names the variable that holds it (``api_key_env``); other servers
-    (local ones, Ollama) may go without.
-    """
+
+def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the model cannot be used now (a key it needs is missing), or None."""
     env = os.environ if env is None else env
-    if spec.provider == "echo" or api_key(spec, env):
-        return None
-    if spec.provider not in _PROVIDER_DEFAULTS and not spec.key_required:
-        return None
-    default_base = _PROVIDER_DEFAULTS.get(spec.provider, (None, None))[1]
-    if spec.base_url != default_base and not spec.key_required:
+    if not key_needed(spec) or api_key(spec, env):
         return None
     return f"{spec.key_env or 'an API key'} is not set"
 
