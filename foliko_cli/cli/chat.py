@@ -19,7 +19,7 @@ from foliko_cli.cli.params import (
     timeout_option,
     var_options,
 )
-from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter
+from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter, turn_notes
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
 from foliko_cli.errors import ExitCode, FolikoError, UsageError
 
@@ -359,6 +359,8 @@ def chat(
     result = run_turn(
         facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
     )
+    for line in turn_notes(result, terminal=sys.stderr.isatty()):
+        note(line)
     if show_usage:
         click.echo(usage_line(result), err=True)
 

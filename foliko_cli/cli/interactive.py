@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -105,7 +106,7 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
 
 def interactive(facade, session_id: str, options: dict, *, history: Path) -> None:
     """Read a message, run a turn, print the reply, until /exit or end of input."""
-    from foliko_cli.cli.reply import ReplyWriter
+    from foliko_cli.cli.reply import ReplyWriter, turn_notes
 
     readline = _load_readline(history)
     note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
@@ -126,10 +127,11 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
         attached.clear()
         try:
             if options.get("schema") is None:
-                facade.chat(session_id, text, on_event=writer.on_event, **options)
+                result = facade.chat(session_id, text, on_event=writer.on_event, **options)
                 writer.end_line()
             else:
-                click.echo(facade.chat(session_id, text, **options).message)
+                result = facade.chat(session_id, text, **options)
+                click.echo(result.message)
         except (KeyboardInterrupt, Interrupted):
             writer.end_line()
             note("turn cancelled; nothing saved")
@@ -138,4 +140,6 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
             writer.end_line()
             note(f"{paint('error:', 'red', err=True)} {render(exc)}")
             continue
+        for line in turn_notes(result, terminal=sys.stderr.isatty()):
+            note(line)
         options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}
