@@ -73,8 +73,53 @@ FIELDS: dict[str, Field] = {
         _names, (), "the server's own tools foliko serve offers on HTTP turns (default: none)"
     ),
 }
-TABLES = ("models", "agents", "mcp_servers")
+MODEL_KEYS = (
+    "model",
+    "base_url",
+    "api_key_env",
+    "api_key",
+    "context_window",
+    "max_tokens",
+    "options",
+    "price",
+)
+AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description", "mcp_servers")
+MCP_STDIO_KEYS = ("command", "args", "env", "cwd")
+MCP_HTTP_KEYS = ("url", "headers")
+MCP_COMMON_KEYS = ("tools", "exclude", "startup_timeout", "call_timeout", "enabled", "per_user")
+TABLE_KEYS = {
+    "models": MODEL_KEYS,
+    "agents": AGENT_KEYS,
+    "mcp_servers": (*MCP_STDIO_KEYS, *MCP_HTTP_KEYS, *MCP_COMMON_KEYS),
+}
+"""The keys each ``[TABLE.NAME]`` entry may hold."""
+TABLES = tuple(TABLE_KEYS)
 SECRET = re.compile(r"key|token|secret|password|authorization|cookie", re.IGNORECASE)
+
+
+def unknown_key(key: str, where: str, known: tuple[str, ...]) -> str:
+    """The one line for a key the config does not know: the key, where it is,
+    and the closest known key (or all of them)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    return f"unknown key {key!r} in {where} ({hint}); fix or remove it"
+
+
+def entry_problem(table: str, name: str, entry: Mapping[str, Any]) -> str | None:
+    """The first key of the ``[TABLE.NAME]`` entry that the table does not know."""
+    known = TABLE_KEYS[table]
+    unknown = sorted(set(entry) - set(known))
+    return unknown_key(unknown[0], f"[{table}.{name}]", known) if unknown else None
+
+
+class ConfigProblem(NamedTuple):
+    """An unknown key in a ``[TABLE.NAME]`` entry of ``path``; ``message`` says it."""
+
+    table: str
+    path: Path
+    message: str
 
 
 def env_name(key: str) -> str:
@@ -168,10 +213,8 @@ def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
         raise UsageError(f"config file {path} is not valid TOML ({exc}); fix the file") from None
     unknown = sorted(set(table) - set(FIELDS) - set(TABLES))
     if unknown:
-        raise UsageError(
-            f"config file {path}: unknown setting {unknown[0]!r}; "
-            f"known: {', '.join([*FIELDS, *TABLES])}"
-        )
+        message = unknown_key(unknown[0], "the top level", (*FIELDS, *TABLES))
+        raise UsageError(f"config file {path}: {message.replace('key', 'setting', 1)}")
     for name in TABLES:
         entries = table.get(name, {})
         if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
@@ -196,6 +239,9 @@ class Settings(NamedTuple):
     mcp_servers: dict[str, dict[str, Any]]
     sources: dict[str, str]
     files: dict[str, Path]
+    problems: tuple[ConfigProblem, ...] = ()
+    """Unknown keys in the tables' entries: each command decides whether the
+    ones in the tables it uses stop it (see ``cli.app``)."""
 
     def shown(self) -> list[tuple[str, Any, str]]:
         """(key, value with secrets redacted, source) for ``config show``.
@@ -270,6 +316,13 @@ def load_settings(
                 sources[f"{table}.{name}"] = origin
     raw_home = values.pop("home")
     home = Path(raw_home).expanduser() if raw_home else default_home(env)
+    problems = tuple(
+        ConfigProblem(table, path, f"config file {path}: {message}")
+        for path, layer in ((project_path, project), (user_path, user))
+        for table in TABLES
+        for name, entry in layer.get(table, {}).items()
+        if (message := entry_problem(table, name, entry))
+    )
     return Settings(
         home=home,
         **values,
@@ -278,4 +331,5 @@ def load_settings(
         mcp_servers={**user.get("mcp_servers", {}), **project.get("mcp_servers", {})},
         sources=sources,
         files={"user": user_path, "project": project_path},
+        problems=problems,
     )

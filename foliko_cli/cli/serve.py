@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from foliko_cli.cli.app import settings_for
 from foliko_cli.cli.output import note
 from foliko_cli.errors import FolikoError, ServeStartError, UsageError
 
@@ -133,6 +134,7 @@ def serve(
         raise UsageError(
             "foliko serve needs Starlette and uvicorn", fix="pip install 'foliko-cli[serve]'"
         ) from None
+    settings_for(ctx)  # an unknown key in the config's tables exits 2 here
     root = ctx.find_root().obj or {}
     if root.get("user") is not None:
         raise UsageError(

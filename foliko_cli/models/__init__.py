@@ -55,6 +55,7 @@ KNOWN_CONTEXT_WINDOWS = {
     "deepseek": 65_536,
 }
 
+EXAMPLE = 'model = "openai:MODEL" (or echo, ollama:MODEL, anthropic:MODEL)'
 _PROVIDER_DEFAULTS = {
     "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1", "OPENAI_API_KEY"),
     "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
@@ -155,10 +156,20 @@ def model_spec(
     configured: Mapping[str, Mapping[str, Any]] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ModelSpec:
+    """The spec of ``name``: a ``[models.NAME]`` alias of ``configured`` (a problem
+    names the alias and the key), else ``provider:model``."""
     env = os.environ if env is None else env
     configured = configured or {}
     entry: Mapping[str, Any] = configured.get(name, {})
-    target = str(entry.get("model", name)) if entry else name
+    alias = name in configured
+    target = name
+    if alias:
+        from foliko_cli.config import entry_problem
+
+        problem = entry_problem("models", name, entry)
+        if problem:
+            raise UsageError(problem)
+        target = str(entry.get("model", name))
     provider, sep, model = target.partition(":")
     window = entry.get("context_window")
     extras = {
@@ -172,6 +183,16 @@ def model_spec(
             name, "echo", "echo", None, None, None, int(window or FALLBACK_CONTEXT_WINDOW), **extras
         )
     known = provider in BUILTIN_PROVIDERS or (sep and model and provider in plugin_providers())
+    if (not known or not sep or not model) and alias:
+        if "model" not in entry:
+            raise UnknownModelError(
+                f"model {name!r} ([models.{name}]) has no model key", fix=f"add one: {EXAMPLE}"
+            )
+        raise UnknownModelError(
+            f"model {name!r} ([models.{name}]): its model {target!r} is not provider:model "
+            "with a provider foliko has",
+            fix=f"write e.g. {EXAMPLE}",
+        )
     if not known or not sep or not model:
         aliases = f"; configured: {', '.join(configured)}" if configured else ""
         raise UnknownModelError(
