@@ -86,9 +86,8 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
         if command == "/help":
             click.echo(HELP, err=True)
             continue
-        if command.startswith("/attach ") and attached is not None:
-            attached.append(command.removeprefix("/attach ").strip())
-            note(f"{attached[-1]} goes with the next message")
+        if (command == "/attach" or command.startswith("/attach ")) and attached is not None:
+            attach(command.removeprefix("/attach").strip(), attached)
             continue
         if command in ("/multi", BLOCK):
             text = read_block("/end" if command == "/multi" else BLOCK)
@@ -102,6 +101,25 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
             continue
         if command:
             return line
+
+
+def attach(source: str, attached: list[str]) -> None:
+    """Add a file (checked now: it must be one foliko can attach) or an http(s) URL
+    (fetched when the message is sent) to the next message; a problem is one
+    line, and nothing is attached."""
+    from foliko_cli.attachments import AttachmentError, is_url, read_file
+
+    if not source:
+        note("/attach needs a file or an http(s) URL: /attach PATH")
+        return
+    if not is_url(source):
+        try:
+            read_file(source)
+        except AttachmentError as exc:
+            note(f"{paint('error:', 'red', err=True)} {render(exc)}; nothing was attached")
+            return
+    attached.append(source)
+    note(f"{source} goes with the next message")
 
 
 def interactive(facade, session_id: str, options: dict, *, history: Path) -> None:
