@@ -38,6 +38,11 @@ class OneLineUsageError(click.ClickException):
 def usage_line(exc: click.UsageError) -> str:
     """A bad option value, a missing argument, an unknown option or command, with the fix:
     the usage for what is missing, else the command's ``--help``."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and exc.ctx is not None:
+        group = exc.ctx.command
+        names = group.list_commands(exc.ctx) if isinstance(group, click.Group) else []
+        where = exc.ctx.command_path
+        return f"missing command: {where} COMMAND ({', '.join(names)}); see '{where} --help'"
     possible = getattr(exc, "possibilities", None)
     if isinstance(exc, click.exceptions.NoSuchCommand) and not possible and exc.ctx is not None:
         import difflib
@@ -71,8 +76,6 @@ class FolikoGroup(click.Group):
     def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
-        except click.exceptions.NoArgsIsHelpError:
-            raise
         except click.UsageError as exc:
             raise OneLineUsageError(exc) from None
 
@@ -80,8 +83,6 @@ class FolikoGroup(click.Group):
         try:
             try:
                 return super().invoke(ctx)
-            except click.exceptions.NoArgsIsHelpError:
-                raise
             except click.UsageError as exc:
                 raise OneLineUsageError(exc) from None
             except OSError as exc:

@@ -11,6 +11,7 @@ import socket
 import click
 import pytest
 
+from foliko_cli.cli.main import cli
 from foliko_cli.cli.params import Duration, KeyValue, Timeout
 
 from .commands import LEAF_IDS, LEAVES, value_options
@@ -138,3 +139,19 @@ def test_serve_on_a_port_in_use_is_one_line_naming_it(run_foliko, workers):
         f"foliko: error: port {port} on 127.0.0.1 is already in use; "
         "choose another with --port N (or stop what listens there)"
     ]
+
+
+def groups(group: click.Group = cli, path: tuple[str, ...] = ()):
+    yield path
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if isinstance(command, click.Group):
+            yield from groups(command, (*path, name))
+
+
+@pytest.mark.parametrize("path", list(groups()), ids=lambda p: " ".join(("foliko", *p)))
+def test_a_group_without_its_command_lists_them_in_one_line(invoke, path):
+    where = " ".join(("foliko", *path))
+    line = one_error_line(invoke(*path), f"missing command: {where} COMMAND (", f"'{where} --help'")
+    assert "chat" in line if not path else True
