@@ -156,7 +156,16 @@ def _window(
     return spec.context_window, "known" if known else "default"
 
 
-def _row(name: str, spec: Any, env: Mapping[str, str], **fields: Any) -> dict[str, Any]:
+def _row(
+    name: str,
+    spec: Any,
+    env: Mapping[str, str],
+    *,
+    window: tuple[int | None, str | None],
+    problem: str | None,
+    default: str,
+    served: bool,
+) -> dict[str, Any]:
     from foliko_cli.models import api_key, key_needed
 
     needed, present = key_needed(spec), bool(api_key(spec, env))
@@ -170,7 +179,12 @@ def _row(name: str, spec: Any, env: Mapping[str, str], **fields: Any) -> dict[st
         "key_needed": needed,
         "key_present": present,
         "key": (f"{held} set" if present else f"{held} missing") if needed else "not needed",
-        **fields,
+        "context_window": window[0],
+        "window_source": window[1],
+        "usable": problem is None,
+        "problem": problem,
+        "default": name == default,
+        "served": served,
     }
 
 
@@ -199,19 +213,17 @@ def model_rows(
         served = _claims(spec, report) if name in aliases else None
         if served is not None:
             claimed.add((*server_of(spec), served[0]))
-        window, source = (None, None)
+        window: tuple[int | None, str | None] = (None, None)  # a NAME:MODEL template has none
         if name in aliases or spec.provider == "echo":
-            window, source = _window(spec, served and served[1], window_setting, cache_dir)
+            window = _window(spec, served and served[1], window_setting, cache_dir)
         rows.append(
             _row(
                 name,
                 spec,
                 env,
-                context_window=window,
-                window_source=source,
-                usable=problem is None,
+                window=window,
                 problem=problem,
-                default=name == default,
+                default=default,
                 served=served is not None,
             )
         )
@@ -234,18 +246,8 @@ def model_rows(
                     api_key=via.api_key,
                     key_required=via.key_required,
                 )
-            window, source = _window(spec, served_window, window_setting, cache_dir)
+            window = _window(spec, served_window, window_setting, cache_dir)
             rows.append(
-                _row(
-                    name,
-                    spec,
-                    env,
-                    context_window=window,
-                    window_source=source,
-                    usable=problem is None,
-                    problem=problem,
-                    default=name == default,
-                    served=True,
-                )
+                _row(name, spec, env, window=window, problem=problem, default=default, served=True)
             )
     return rows
