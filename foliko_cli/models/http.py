@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import errno
 import random
 import re
 import socket
@@ -322,10 +323,12 @@ class HttpModelClient:
         """Why no retry within the turn can mend this connection failure, with the
         fix, or None: the host name does not resolve, or a server on this machine
         refuses the connection (nothing listens there)."""
-        while exc is not None:
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
             if isinstance(exc, socket.gaierror) and exc.errno in _UNKNOWN_NAME:
                 return f"its host name does not resolve ({self.redact(str(exc))}); fix the base URL"
-            if isinstance(exc, ConnectionRefusedError) and is_loopback(self.base_url):
+            if _refused(exc) and is_loopback(self.base_url):
                 return (
                     "the connection was refused, nothing listens there; "
                     "start the server or fix the base URL"
@@ -438,6 +441,15 @@ class HttpModelClient:
             f"the stream from {self.where} ended before the "
             "reply was complete; the turn was not saved: try again"
         )
+
+
+def _refused(exc: BaseException) -> bool:
+    """A refused connection; asyncio reports every address of a name refusing
+    (``localhost``: ::1 and 127.0.0.1) as one OSError holding their messages."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    codes = re.findall(r"\[Errno (-?\d+)\]", str(exc)) if type(exc) is OSError else []
+    return bool(codes) and all(int(code) == errno.ECONNREFUSED for code in codes)
 
 
 def is_loopback(url: str) -> bool:

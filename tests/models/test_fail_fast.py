@@ -6,6 +6,7 @@ http1 for plain-HTTP POSTs) are covered."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import time
 
@@ -131,3 +132,19 @@ def test_the_cli_says_the_host_name_does_not_resolve(run_foliko):
     (line,) = result.stderr.decode().splitlines()
     assert line.startswith("foliko: error: cannot reach openai at http://no-such-host.invalid/v1")
     assert "its host name does not resolve" in line
+
+
+def test_every_address_of_a_loopback_name_refusing_is_refused_too():
+    refused = f"[Errno {errno.ECONNREFUSED}] Connect call failed"
+    both = OSError(f"Multiple exceptions: {refused} ('::1', 9, 0, 0), {refused} ('127.0.0.1', 9)")
+    count, message = attempts_through_httpx2("http://localhost:9/v1", both)
+    assert count == 2 and "nothing listens there" in message
+
+
+def test_addresses_failing_in_different_ways_keep_the_backoff():
+    mixed = OSError(
+        f"Multiple exceptions: [Errno {errno.ECONNREFUSED}] Connect call failed ('::1', 9), "
+        f"[Errno {errno.ENETUNREACH}] Network is unreachable"
+    )
+    count, _message = attempts_through_httpx2("http://localhost:9/v1", mixed)
+    assert count == MAX_ATTEMPTS
