@@ -252,7 +252,8 @@ def emit_json_quietly(value: dict) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print what would be sent to the model as JSON; call nothing, save nothing.",
+    help="Print, as JSON, what the model would be sent (the HTTP request itself "
+    "included); send nothing, save nothing.",
 )
 @storage_option
 @click.pass_context
