@@ -6,12 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from foliko_cli.config import entry_problem
 from foliko_cli.context.agent import AgentContext
 from foliko_cli.errors import UsageError
 from foliko_cli.plugins import load_tool
 from foliko_cli.skills import SkillSet, load_skill_tool
-
-AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description", "mcp_servers")
 
 
 @dataclass(frozen=True)
@@ -40,11 +39,9 @@ def agent_config(name: str, table: Mapping[str, Mapping[str, Any]]) -> AgentConf
             f"unknown agent {name!r} (known: {known}); define it as [agents.{name}] in foliko.toml"
         )
     entry = table[name]
-    unknown = sorted(set(entry) - set(AGENT_KEYS))
-    if unknown:
-        raise UsageError(
-            f"agent {name!r}: unknown key {unknown[0]!r}; known: {', '.join(AGENT_KEYS)}"
-        )
+    problem = entry_problem("agents", name, entry)
+    if problem:
+        raise UsageError(problem)
     for key in ("system_prompt", "model", "description"):
         if key in entry and not isinstance(entry[key], str):
             raise UsageError(f"agent {name!r}: '{key}' must be a string; fix the config")

@@ -65,6 +65,11 @@ class TurnResult(NamedTuple):
     cost: float | None = None
     trashed: str | None = None
     """The trash entry that keeps the session this turn started over."""
+    max_tokens: int | None = None
+    """The bound the last model call was given for its reply."""
+    compressed: Mapping[str, Any] | None = None
+    """When the turn compressed the history: its ``method`` (``summary`` or
+    ``truncation``), the messages it ``covered`` and the ``window`` it fit."""
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -455,11 +460,7 @@ class AgentChatHandler:
         with a bounded reply unless the config or the turn says how long."""
         turn = turn or TurnOptions()
         system, messages = self.compressor.view(session, session.system_prompt)
-        options = {
-            "max_tokens": self.model.max_tokens or default_max_tokens(self.compressor.budget),
-            **self.model.options,
-            **turn.options,
-        }
+        options = {"max_tokens": self.reply_bound(), **self.model.options, **turn.options}
         return ModelRequest(
             messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
             system=system,
@@ -468,6 +469,12 @@ class AgentChatHandler:
             options=options,
             schema=turn.schema,
         )
+
+    def reply_bound(self, turn: TurnOptions | None = None) -> int:
+        """A reply's ``max_tokens``: the turn's option, the model's, else the alias's
+        ``max_tokens``, else a share of the window (``default_max_tokens``)."""
+        asked = {**self.model.options, **(turn.options if turn else {})}.get("max_tokens")
+        return asked or self.model.max_tokens or default_max_tokens(self.compressor.budget)
 
     async def learn_context_window(self) -> None:
         """Ask the server for the model's window, once per handler (see __init__)."""
@@ -583,6 +590,7 @@ class AgentChatHandler:
         started = time.monotonic()
         await self.learn_context_window()
         first = len(session.messages)
+        compressed_before = session.compression_state.get("last_compressed_at")
         if setup.on_start is not None:
             setup.on_start(session.message_offset + first)
 
@@ -698,6 +706,14 @@ class AgentChatHandler:
             finish = "tool_calls"
         else:
             finish = "max_steps" if response.tool_calls else response.finish_reason
+        state = session.compression_state
+        compressed = None
+        if state.get("last_compressed_at") != compressed_before:
+            compressed = {
+                "method": state.get("method"),
+                "covered": state.get("covered"),
+                "window": self.compressor.budget,
+            }
         return TurnResult(
             success=True,
             message=response.text,
@@ -710,6 +726,8 @@ class AgentChatHandler:
             model=self.model.name,
             duration_ms=round((time.monotonic() - started) * 1000),
             cost=turn_cost(summed(usage, compression), self.model.price),
+            max_tokens=self.reply_bound(turn),
+            compressed=compressed,
         )
 
     async def _call_model(

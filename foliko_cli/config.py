@@ -91,12 +91,57 @@ FIELDS: dict[str, Field] = {
         "how long the trash keeps deleted, pruned, cleared, rewound or reset sessions (0: off)",
     ),
 }
-TABLES = ("models", "agents", "mcp_servers")
+MODEL_KEYS = (
+    "model",
+    "base_url",
+    "api_key_env",
+    "api_key",
+    "context_window",
+    "max_tokens",
+    "options",
+    "price",
+)
+AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description", "mcp_servers")
+MCP_STDIO_KEYS = ("command", "args", "env", "cwd")
+MCP_HTTP_KEYS = ("url", "headers")
+MCP_COMMON_KEYS = ("tools", "exclude", "startup_timeout", "call_timeout", "enabled", "per_user")
+TABLE_KEYS = {
+    "models": MODEL_KEYS,
+    "agents": AGENT_KEYS,
+    "mcp_servers": (*MCP_STDIO_KEYS, *MCP_HTTP_KEYS, *MCP_COMMON_KEYS),
+}
+"""The keys each ``[TABLE.NAME]`` entry may hold."""
+TABLES = tuple(TABLE_KEYS)
 SECTIONS = {"trash": {"keep": "trash_keep"}}
 """Settings written in a table of their own (``[trash] keep = "30d"``): the
 setting's name is the table's and the key's (``trash_keep``, FOLIKO_TRASH_KEEP)."""
 _IN_SECTIONS = {name for keys in SECTIONS.values() for name in keys.values()}
 SECRET = re.compile(r"key|token|secret|password|authorization|cookie", re.IGNORECASE)
+
+
+def unknown_key(key: str, where: str, known: tuple[str, ...]) -> str:
+    """The one line for a key the config does not know: the key, where it is,
+    and the closest known key (or all of them)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(known)}"
+    return f"unknown key {key!r} in {where} ({hint}); fix or remove it"
+
+
+def entry_problem(table: str, name: str, entry: Mapping[str, Any]) -> str | None:
+    """The first key of the ``[TABLE.NAME]`` entry that the table does not know."""
+    known = TABLE_KEYS[table]
+    unknown = sorted(set(entry) - set(known))
+    return unknown_key(unknown[0], f"[{table}.{name}]", known) if unknown else None
+
+
+class ConfigProblem(NamedTuple):
+    """An unknown key in a ``[TABLE.NAME]`` entry of ``path``; ``message`` says it."""
+
+    table: str
+    path: Path
+    message: str
 
 
 def env_name(key: str) -> str:
@@ -191,9 +236,8 @@ def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
     known = [*(k for k in FIELDS if k not in _IN_SECTIONS), *TABLES, *SECTIONS]
     unknown = sorted(set(table) - set(known))
     if unknown:
-        raise UsageError(
-            f"config file {path}: unknown setting {unknown[0]!r}; known: {', '.join(known)}"
-        )
+        message = unknown_key(unknown[0], "the top level", tuple(known))
+        raise UsageError(f"config file {path}: {message.replace('key', 'setting', 1)}")
     for section, keys in SECTIONS.items():
         entries = table.pop(section, {})
         if not isinstance(entries, dict):
@@ -234,6 +278,9 @@ class Settings(NamedTuple):
     mcp_servers: dict[str, dict[str, Any]]
     sources: dict[str, str]
     files: dict[str, Path]
+    problems: tuple[ConfigProblem, ...] = ()
+    """Unknown keys in the tables' entries: each command decides whether the
+    ones in the tables it uses stop it (see ``cli.app``)."""
 
     def shown(self) -> list[tuple[str, Any, str]]:
         """(key, value with secrets redacted, source) for ``config show``.
@@ -326,6 +373,13 @@ def load_settings(
                 sources[f"{table}.{name}"] = origin
     raw_home = values.pop("home")
     home = Path(raw_home).expanduser() if raw_home else default_home(env)
+    problems = tuple(
+        ConfigProblem(table, path, f"config file {path}: {message}")
+        for path, layer in ((project_path, project), (user_path, user))
+        for table in TABLES
+        for name, entry in layer.get(table, {}).items()
+        if (message := entry_problem(table, name, entry))
+    )
     return Settings(
         home=home,
         **values,
@@ -334,4 +388,5 @@ def load_settings(
         mcp_servers={**user.get("mcp_servers", {}), **project.get("mcp_servers", {})},
         sources=sources,
         files={"user": user_path, "project": project_path},
+        problems=problems,
     )

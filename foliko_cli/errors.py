@@ -94,6 +94,12 @@ class StorageError(FolikoError):
     exit_code = ExitCode.STORAGE
 
 
+class ServeStartError(FolikoError):
+    """``foliko serve`` cannot listen where it was asked to (a port in use)."""
+
+    exit_code = ExitCode.STORAGE
+
+
 class CorruptSessionError(StorageError):
     """A stored session that is damaged: it cannot be parsed, or what is stored does
     not add up (storage/integrity.py). Every read raises it and nothing writes to

@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.output import note
-from foliko_cli.config import Settings, load_settings
-from foliko_cli.errors import StorageError
+from foliko_cli.config import TABLES, Settings, load_settings
+from foliko_cli.errors import StorageError, UsageError
 from foliko_cli.facade import Foliko
 
 LOCAL_BACKENDS = ("json", "sqlite")
@@ -26,9 +26,33 @@ def check_home(settings: Settings) -> None:
         )
 
 
+TABLES_USED = {
+    "chat": TABLES,
+    "workflow": TABLES,
+    "serve": TABLES,
+    "models": ("models",),
+    "agents": ("agents",),
+    "tools": ("agents", "mcp_servers"),
+    "mcp": ("mcp_servers",),
+}
+"""The config tables each command reads; an unknown key in another is a warning."""
+_warned: set[str] = set()
+
+
 def settings_for(ctx: click.Context, **flags) -> Settings:
-    root = ctx.find_root().obj or {}
-    return load_settings(**{"storage": root.get("storage"), **flags})
+    """The settings for this command; an unknown key in a table it reads stops it
+    (exit 2), one in another table is a warning, once."""
+    root = ctx.find_root()
+    settings = load_settings(**{"storage": (root.obj or {}).get("storage"), **flags})
+    used = TABLES_USED.get(root.invoked_subcommand or "", ())
+    stopping = [problem for problem in settings.problems if problem.table in used]
+    if stopping:
+        raise UsageError(stopping[0].message)
+    for problem in settings.problems:
+        if problem.message not in _warned:
+            _warned.add(problem.message)
+            note(f"warning: {problem.message}")
+    return settings
 
 
 def open_facade(ctx: click.Context, **flags) -> Foliko:

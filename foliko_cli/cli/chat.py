@@ -19,7 +19,7 @@ from foliko_cli.cli.params import (
     timeout_option,
     var_options,
 )
-from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter
+from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter, turn_notes
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
 from foliko_cli.errors import ExitCode, FolikoError, UsageError
 
@@ -256,7 +256,8 @@ def emit_json_quietly(value: dict) -> None:
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print what would be sent to the model as JSON; call nothing, save nothing.",
+    help="Print, as JSON, what the model would be sent (the HTTP request itself "
+    "included); send nothing, save nothing.",
 )
 @storage_option
 @click.pass_context
@@ -361,11 +362,11 @@ def chat(
             latest=continue_latest,
         )
         return
-    if dry_run:
-        emit_json(facade.dry_run(session_id, text, **options), pretty=True)
-        return
     if stream is None or reply_schema is not None:
         stream = sys.stdout.isatty() and not as_json and reply_schema is None
+    if dry_run:
+        emit_json(facade.dry_run(session_id, text, stream=stream, **options), pretty=True)
+        return
     result = run_turn(
         facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
     )
@@ -373,6 +374,8 @@ def chat(
         from foliko_cli.cli.trash import note_started_over
 
         note_started_over(facade, session_id, result, latest=continue_latest)
+    for line in turn_notes(result, terminal=sys.stderr.isatty()):
+        note(line)
     if show_usage:
         click.echo(usage_line(result), err=True)
 

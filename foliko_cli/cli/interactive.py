@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -85,9 +86,8 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
         if command == "/help":
             click.echo(HELP, err=True)
             continue
-        if command.startswith("/attach ") and attached is not None:
-            attached.append(command.removeprefix("/attach ").strip())
-            note(f"{attached[-1]} goes with the next message")
+        if (command == "/attach" or command.startswith("/attach ")) and attached is not None:
+            attach(command.removeprefix("/attach").strip(), attached)
             continue
         if command in ("/multi", BLOCK):
             text = read_block("/end" if command == "/multi" else BLOCK)
@@ -103,12 +103,31 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
             return line
 
 
+def attach(source: str, attached: list[str]) -> None:
+    """Add a file (checked now: it must be one foliko can attach) or an http(s) URL
+    (fetched when the message is sent) to the next message; a problem is one
+    line, and nothing is attached."""
+    from foliko_cli.attachments import AttachmentError, is_url, read_file
+
+    if not source:
+        note("/attach needs a file or an http(s) URL: /attach PATH")
+        return
+    if not is_url(source):
+        try:
+            read_file(source)
+        except AttachmentError as exc:
+            note(f"{paint('error:', 'red', err=True)} {render(exc)}; nothing was attached")
+            return
+    attached.append(source)
+    note(f"{source} goes with the next message")
+
+
 def interactive(
     facade, session_id: str, options: dict, *, history: Path, latest: bool = False
 ) -> None:
     """Read a message, run a turn, print the reply, until /exit or end of input
     (``latest``: the session is the one ``-c`` picked)."""
-    from foliko_cli.cli.reply import ReplyWriter
+    from foliko_cli.cli.reply import ReplyWriter, turn_notes
 
     readline = _load_readline(history)
     note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
@@ -146,4 +165,6 @@ def interactive(
             from foliko_cli.cli.trash import note_started_over
 
             note_started_over(facade, session_id, result, latest=latest)
+        for line in turn_notes(result, terminal=sys.stderr.isatty()):
+            note(line)
         options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}

@@ -11,6 +11,7 @@ import click
 
 from foliko_cli import __version__
 from foliko_cli.cli.output import error, render
+from foliko_cli.cli.params import GLOBAL_OPTIONS, CommandContext, adopt
 from foliko_cli.cli.stdout import (
     ClosedPipe,
     OutputError,
@@ -22,13 +23,68 @@ from foliko_cli.cli.stdout import (
 from foliko_cli.errors import ExitCode, FolikoError
 
 
+class OneLineUsageError(click.ClickException):
+    """A click usage error shown as foliko's one line (exit 2), never click's usage block."""
+
+    exit_code = ExitCode.USAGE
+
+    def __init__(self, cause: click.UsageError):
+        super().__init__(usage_line(cause))
+
+    def show(self, file=None) -> None:
+        error(self.message)
+
+
+def usage_line(exc: click.UsageError) -> str:
+    """A bad option value, a missing argument, an unknown option or command, with the fix:
+    the usage for what is missing, else the command's ``--help``."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError) and exc.ctx is not None:
+        group = exc.ctx.command
+        names = group.list_commands(exc.ctx) if isinstance(group, click.Group) else []
+        where = exc.ctx.command_path
+        return f"missing command: {where} COMMAND ({', '.join(names)}); see '{where} --help'"
+    possible = getattr(exc, "possibilities", None)
+    if isinstance(exc, click.exceptions.NoSuchCommand) and not possible and exc.ctx is not None:
+        import difflib
+
+        group = exc.ctx.command
+        names = group.list_commands(exc.ctx) if isinstance(group, click.Group) else []
+        for option, value in exc.ctx.params.items():
+            if value in names:
+                return (
+                    f"--{option} took {value!r} as its value; give it one: "
+                    f"{exc.ctx.command_path} --{option} {GLOBAL_OPTIONS[option][0]} {value} ..."
+                )
+        possible = difflib.get_close_matches(exc.command_name, names)
+    message = " ".join((exc.message if possible else exc.format_message()).split()).rstrip(".")
+    message = message[:1].lower() + message[1:]
+    if possible:
+        message += f" (did you mean {' or '.join(repr(p) for p in possible)}?)"
+    where = exc.ctx.command_path if exc.ctx is not None else "foliko"
+    if isinstance(exc, click.MissingParameter) and exc.ctx is not None:
+        usage = exc.ctx.get_usage().removeprefix("Usage: ")
+        return f"{message}; usage: {' '.join(usage.split())} (see '{where} --help')"
+    if "; " in message:
+        return message
+    return f"{message}; see '{where} --help'"
+
+
 class FolikoGroup(click.Group):
-    """Maps every foliko error to its one-line message and exit code (SPEC §4)."""
+    """Maps every foliko error to its one-line message and exit code (SPEC §4);
+    click's usage errors too (its usage block is for ``--help`` only)."""
+
+    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as exc:
+            raise OneLineUsageError(exc) from None
 
     def invoke(self, ctx: click.Context):
         try:
             try:
                 return super().invoke(ctx)
+            except click.UsageError as exc:
+                raise OneLineUsageError(exc) from None
             except OSError as exc:
                 if not stdout_failed(exc):
                     raise
@@ -46,6 +102,8 @@ class FolikoGroup(click.Group):
 class LazyGroup(FolikoGroup):
     """Imports a subcommand's module only when that subcommand runs (start-up, P1)."""
 
+    context_class = CommandContext
+
     def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs):
         super().__init__(*args, **kwargs)
         self.lazy = lazy
@@ -58,11 +116,12 @@ class LazyGroup(FolikoGroup):
             import importlib
 
             module, attribute = self.lazy[name]
-            return getattr(importlib.import_module(module), attribute)
+            return adopt(getattr(importlib.import_module(module), attribute))
         return super().get_command(ctx, name)
 
 
 @click.group(
+    "foliko",
     cls=LazyGroup,
     lazy={
         "chat": ("foliko_cli.cli.chat", "chat"),

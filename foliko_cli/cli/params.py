@@ -1,11 +1,12 @@
 """Click parameters shared by commands: durations, timeouts, KEY=VALUE pairs,
-session ids (positional or ``-s``), and ``--storage`` after the subcommand."""
+session ids (positional or ``-s``), and the global options after the subcommand."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
@@ -170,23 +171,65 @@ def timeout_option(help: str):
     return click.option("--timeout", type=Timeout(), metavar="SECONDS", help=help)
 
 
-def _set_storage(ctx: click.Context, param, value: str | None) -> None:
+GLOBAL_OPTIONS = {
+    "storage": ("NAME|URL", "Session storage (as 'foliko --storage'); env: FOLIKO_STORAGE."),
+    "user": ("NAME", "Act on this user's sessions (as 'foliko --user')."),
+}
+
+
+def _set_global(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value is not None:
-        root = ctx.find_root()
-        root.obj = {**(root.obj or {}), "storage": value}
-        ctx.obj = root.obj
+        ctx.find_root().ensure_object(dict)[param.name] = value
+
+
+def _global_settings(name: str) -> dict[str, Any]:
+    metavar, help = GLOBAL_OPTIONS[name]
+    return {
+        "metavar": metavar,
+        "expose_value": False,
+        "is_eager": True,
+        "callback": _set_global,
+        "help": help,
+    }
+
+
+def global_option(name: str) -> click.Option:
+    """``--storage`` or ``--user`` after a subcommand, as good as before it."""
+    return click.Option([f"--{name}"], **_global_settings(name))
+
+
+class CommandContext(click.Context):
+    """A context that names itself in the usage errors raised while it parses
+    (click leaves some without one), so the error can name the command's --help."""
+
+    @contextlib.contextmanager
+    def scope(self, cleanup: bool = True) -> Iterator[click.Context]:
+        try:
+            with super().scope(cleanup) as ctx:
+                yield ctx
+        except click.UsageError as exc:
+            if exc.ctx is None:
+                exc.ctx = self
+            raise
+
+
+def adopt(command: click.Command) -> click.Command:
+    """``command`` and every command under it taking the global options (README:
+    they work before the subcommand or after it), with contexts that name their
+    command in usage errors; idempotent."""
+    present = {param.name for param in command.params}
+    command.params.extend(global_option(n) for n in GLOBAL_OPTIONS if n not in present)
+    command.context_class = CommandContext
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            adopt(sub)
+    return command
 
 
 def storage_option(command: Callable) -> Callable:
-    """``--storage`` after the subcommand too (``foliko sessions list --storage json``)."""
-    return click.option(
-        "--storage",
-        metavar="NAME|URL",
-        expose_value=False,
-        is_eager=True,
-        callback=_set_storage,
-        help="Session storage (as 'foliko --storage'); env: FOLIKO_STORAGE.",
-    )(command)
+    """``--storage`` among the command's own options (every command gets it
+    anyway, after its own, from ``adopt``)."""
+    return click.option("--storage", **_global_settings("storage"))(command)
 
 
 def sessions_argument(*, many: bool = False):

@@ -42,3 +42,42 @@ class ReplyWriter:
     def check(self) -> None:
         if self.failure is not None:
             raise output_failure(self.failure, after=SAVED_NOT_WRITTEN) from None
+
+
+CUT_BY_LIMIT = ("length", "max_tokens")
+FILTERED = ("content_filter", "refusal")
+
+
+def turn_notes(result, *, terminal: bool) -> list[str]:
+    """What the turn did that the reply does not show, one line each: a reply cut
+    at its token limit or stopped by a content filter, a turn stopped at the step
+    limit and (on a ``terminal``) a history compressed to fit the window."""
+    notes = []
+    reason = result.finish_reason
+    if reason in CUT_BY_LIMIT:
+        limit = result.max_tokens
+        said = f"its limit of {limit:,} tokens" if limit else "its token limit"
+        more = f"-o max_tokens={limit * 2}" if limit else "-o max_tokens=N"
+        notes.append(
+            f"the reply was cut at {said} (max_tokens, finish reason {reason}); raise it "
+            f"with {more}, or with max_tokens in the model's [models.NAME] alias"
+        )
+    elif reason in FILTERED:
+        notes.append(
+            f"the provider's content filter stopped the reply (finish reason {reason}); "
+            "what came before it is kept: rephrase the message or use another model"
+        )
+    elif reason == "max_steps":
+        notes.append(
+            f"the turn stopped after {result.step_count} model calls with the model still "
+            "calling tools (the step limit); raise max_steps (FOLIKO_MAX_STEPS) for more"
+        )
+    compressed = result.compressed
+    if compressed and terminal:
+        done = "summarised" if compressed.get("method") == "summary" else "left out"
+        notes.append(
+            f"the history was compressed to fit the {compressed['window']:,}-token window: "
+            f"its first {compressed['covered']:,} messages are {done} for the model "
+            "(the stored history is whole)"
+        )
+    return notes

@@ -7,8 +7,9 @@ import sys
 
 import click
 
+from foliko_cli.cli.app import settings_for
 from foliko_cli.cli.output import note
-from foliko_cli.errors import FolikoError, UsageError
+from foliko_cli.errors import FolikoError, ServeStartError, UsageError
 
 DEFAULT_GRACE = 10.0
 
@@ -133,6 +134,13 @@ def serve(
         raise UsageError(
             "foliko serve needs Starlette and uvicorn", fix="pip install 'foliko-cli[serve]'"
         ) from None
+    settings_for(ctx)  # an unknown key in the config's tables exits 2 here
+    root = ctx.find_root().obj or {}
+    if root.get("user") is not None:
+        raise UsageError(
+            "foliko serve serves every user of its --api-keys file, not one --user",
+            fix="leave out --user",
+        )
     if api_keys is None and not is_loopback(host):
         raise UsageError(
             f"refusing to serve on {host} without --api-keys",
@@ -147,7 +155,6 @@ def serve(
         origins = tuple(normalize_origin(origin) for origin in allow_origins)
     except ValueError as exc:
         raise UsageError(f"--allow-origin {exc}") from None
-    root = ctx.find_root().obj or {}
     options = ServeOptions(
         storage=root.get("storage"),
         api_keys=api_keys,
@@ -165,11 +172,31 @@ def serve(
 
     limits_from_env()  # a bad FOLIKO_SERVE_USER_CACHE / _IDLE exits 2 here, before any worker
     limits = Limits(header_timeout, keep_alive, max_connections, max_header_bytes)
-    if not run(
-        options, host=host, port=port, workers=workers, grace=grace, ready=_ready, limits=limits
-    ):
+    try:
+        started = run(
+            options, host=host, port=port, workers=workers, grace=grace, ready=_ready, limits=limits
+        )
+    except OSError as exc:
+        raise bind_error(exc, host, port) from None
+    if not started:
         raise FolikoError("the server did not start (see the error above)")
     sys.exit(0)
+
+
+def bind_error(exc: OSError, host: str, port: int) -> FolikoError:
+    """The one line for an address that cannot be listened on (exit 3)."""
+    import errno
+
+    if exc.errno == errno.EADDRINUSE:
+        problem = f"port {port} on {host} is already in use"
+        fix = "choose another with --port N (or stop what listens there)"
+    elif exc.errno == errno.EACCES:
+        problem = f"port {port} on {host} needs privileges foliko does not have"
+        fix = "choose a port above 1023 with --port N"
+    else:
+        problem = f"cannot listen on {host} port {port} ({exc.strerror or exc})"
+        fix = "check --host, or choose another port with --port N"
+    return ServeStartError(problem, fix=fix)
 
 
 def _ready(url: str) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from foliko_cli.config import MCP_HTTP_KEYS, MCP_STDIO_KEYS, entry_problem
 from foliko_cli.errors import UsageError
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -19,11 +20,6 @@ REFERENCE = re.compile(r"\$\{([^}]*)\}")
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_STARTUP_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 60.0
-
-STDIO_KEYS = ("command", "args", "env", "cwd")
-HTTP_KEYS = ("url", "headers")
-COMMON_KEYS = ("tools", "exclude", "startup_timeout", "call_timeout", "enabled", "per_user")
-SERVER_KEYS = (*STDIO_KEYS, *HTTP_KEYS, *COMMON_KEYS)
 
 
 class UnsetVariableError(Exception):
@@ -115,18 +111,16 @@ def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
             f"[mcp_servers.{name}]: a server name may hold only letters, digits, '_' and '-' "
             "(and starts with a letter or digit); rename the table"
         )
-    unknown = sorted(set(entry) - set(SERVER_KEYS))
-    if unknown:
-        raise UsageError(
-            f"[mcp_servers.{name}] unknown key {unknown[0]!r}; known: {', '.join(SERVER_KEYS)}"
-        )
+    problem = entry_problem("mcp_servers", name, entry)
+    if problem:
+        raise UsageError(problem)
     if ("command" in entry) == ("url" in entry):
         which = "has both 'command' and 'url'" if "command" in entry else "has neither"
         raise UsageError(
             f"[mcp_servers.{name}] {which}: set 'command' (a local server over stdio) "
             "or 'url' (a Streamable HTTP server)"
         )
-    other = HTTP_KEYS if "command" in entry else STDIO_KEYS
+    other = MCP_HTTP_KEYS if "command" in entry else MCP_STDIO_KEYS
     misplaced = [key for key in other if key in entry]
     if misplaced:
         raise _problem(name, misplaced[0], f"applies only to a server with '{other[0]}'")

@@ -55,6 +55,7 @@ KNOWN_CONTEXT_WINDOWS = {
     "deepseek": 65_536,
 }
 
+EXAMPLE = 'model = "openai:MODEL" (or echo, ollama:MODEL, anthropic:MODEL)'
 _PROVIDER_DEFAULTS = {
     "openai": ("OPENAI_BASE_URL", "https://api.openai.com/v1", "OPENAI_API_KEY"),
     "anthropic": ("ANTHROPIC_BASE_URL", "https://api.anthropic.com", "ANTHROPIC_API_KEY"),
@@ -155,10 +156,20 @@ def model_spec(
     configured: Mapping[str, Mapping[str, Any]] | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ModelSpec:
+    """The spec of ``name``: a ``[models.NAME]`` alias of ``configured`` (a problem
+    names the alias and the key), else ``provider:model``."""
     env = os.environ if env is None else env
     configured = configured or {}
     entry: Mapping[str, Any] = configured.get(name, {})
-    target = str(entry.get("model", name)) if entry else name
+    alias = name in configured
+    target = name
+    if alias:
+        from foliko_cli.config import entry_problem
+
+        problem = entry_problem("models", name, entry)
+        if problem:
+            raise UsageError(problem)
+        target = str(entry.get("model", name))
     provider, sep, model = target.partition(":")
     window = entry.get("context_window")
     extras = {
@@ -172,6 +183,16 @@ def model_spec(
             name, "echo", "echo", None, None, None, int(window or FALLBACK_CONTEXT_WINDOW), **extras
         )
     known = provider in BUILTIN_PROVIDERS or (sep and model and provider in plugin_providers())
+    if (not known or not sep or not model) and alias:
+        if "model" not in entry:
+            raise UnknownModelError(
+                f"model {name!r} ([models.{name}]) has no model key", fix=f"add one: {EXAMPLE}"
+            )
+        raise UnknownModelError(
+            f"model {name!r} ([models.{name}]): its model {target!r} is not provider:model "
+            "with a provider foliko has",
+            fix=f"write e.g. {EXAMPLE}",
+        )
     if not known or not sep or not model:
         aliases = f"; configured: {', '.join(configured)}" if configured else ""
         raise UnknownModelError(
@@ -206,20 +227,22 @@ def api_key(spec: ModelSpec, env: Mapping[str, str]) -> str | None:
     return (env.get(spec.key_env) if spec.key_env else None) or spec.api_key
 
 
-def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
-    """Why the model cannot be used now, or None when it can.
+def key_needed(spec: ModelSpec) -> bool:
+    """A key is needed for the provider's own service, and whenever the config
+    names the variable that holds it (``api_key_env``); other servers (local
+    ones, Ollama) may go without."""
+    if spec.provider == "echo":
+        return False
+    if spec.key_required:
+        return True
+    default_base = _PROVIDER_DEFAULTS.get(spec.provider, (None, None, None))[1]
+    return default_base is not None and spec.base_url == default_base
 
-    A key is needed for the provider's own service, and whenever the config
-    names the variable that holds it (``api_key_env``); other servers
-    (local ones, Ollama) may go without.
-    """
+
+def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
+    """Why the model cannot be used now (a key it needs is missing), or None."""
     env = os.environ if env is None else env
-    if spec.provider == "echo" or api_key(spec, env):
-        return None
-    if spec.provider not in _PROVIDER_DEFAULTS and not spec.key_required:
-        return None
-    default_base = _PROVIDER_DEFAULTS.get(spec.provider, (None, None))[1]
-    if spec.base_url != default_base and not spec.key_required:
+    if not key_needed(spec) or api_key(spec, env):
         return None
     return f"{spec.key_env or 'an API key'} is not set"
 

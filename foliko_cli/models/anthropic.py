@@ -123,6 +123,7 @@ def schema_tool(schema: Mapping[str, Any]) -> dict[str, Any]:
 
 class AnthropicModel(ModelProvider):
     accepts_images = True
+    sends_http = True
 
     def __init__(
         self,

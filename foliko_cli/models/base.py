@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextvars import ContextVar
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -109,6 +110,15 @@ class StreamEvent(NamedTuple):
     response: ModelResponse | None = None
 
 
+WIRE: ContextVar[list[dict[str, Any]] | None] = ContextVar("foliko_wire", default=None)
+"""While set (``ModelProvider.wire_request``), ``models.http`` puts each request it
+would send in this list and raises ``RequestWired`` in place of sending it."""
+
+
+class RequestWired(Exception):
+    """A request was captured where it would have been sent (see ``WIRE``)."""
+
+
 class ModelProvider(ABC):
     """``context_window`` is the best known window; ``window_configured`` says it was
     set for this model in the config (and beats every other source).
@@ -128,9 +138,35 @@ class ModelProvider(ABC):
     options: Mapping[str, Any] = NO_USAGE
     price: Mapping[str, float] = NO_USAGE
     max_tokens: int | None = None
+    sends_http: bool = False
+    """Its requests go through ``models.http``, so ``wire_request`` can show them."""
 
     @abstractmethod
     async def generate(self, request: ModelRequest) -> ModelResponse: ...
+
+    async def wire_request(
+        self, request: ModelRequest, *, stream: bool = False
+    ) -> dict[str, Any] | None:
+        """The HTTP request ``generate`` (with ``stream``: ``stream``) would send for
+        ``request``, caught by ``models.http`` where it would go out, so it is what
+        the server receives: ``method``, ``url``, ``headers`` (secrets as ***) and
+        ``body``. Nothing is sent. None for a provider that sends nothing through
+        ``models.http`` (echo, a plugin with its own client)."""
+        if not self.sends_http:
+            return None
+        sink: list[dict[str, Any]] = []
+        token = WIRE.set(sink)
+        try:
+            if stream:
+                async for _ in self.stream(request):
+                    pass
+            else:
+                await self.generate(request)
+        except RequestWired:
+            pass
+        finally:
+            WIRE.reset(token)
+        return sink[0] if sink else None
 
     async def discover_context_window(self, cache_dir: Any = None) -> int | None:
         """The window the server reports for this model, or None; never raises."""

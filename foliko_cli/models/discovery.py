@@ -77,6 +77,12 @@ async def _ask_openai_compatible(client: Any, model: str) -> int | None:
         entry = entries[0]  # llama.cpp serves one model, whatever name it is asked for
     if entry is None:
         return None
+    return await entry_window(client, entry)
+
+
+async def entry_window(client: Any, entry: dict[str, Any]) -> int | None:
+    """The window of a model listed by ``GET /v1/models``: llama.cpp's (``/props``,
+    else ``meta.n_ctx``), vLLM's ``max_model_len`` or a ``context_length``."""
     if isinstance(entry.get("meta"), dict):
         with contextlib.suppress(Exception):
             props = await client.get_json(
@@ -87,6 +93,14 @@ async def _ask_openai_compatible(client: Any, model: str) -> int | None:
                 return window
         return _positive(entry["meta"].get("n_ctx"))
     return _positive(entry.get("max_model_len")) or _positive(entry.get("context_length"))
+
+
+async def ollama_window(client: Any, model: str) -> int | None:
+    """What Ollama's ``/api/show`` says of ``model``'s window, or None; never raises."""
+    try:
+        return await _ask_ollama(client, model)
+    except Exception:
+        return None
 
 
 async def _ask_ollama(client: Any, model: str) -> int | None:

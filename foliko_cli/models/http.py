@@ -8,8 +8,10 @@ model server, where the client's own CPU is most of a turn's) go through
 ``http1``'s lighter client instead, with the same retries and errors.
 429 and 5xx answers and connection failures are retried with exponential
 backoff and full jitter, honouring ``Retry-After``, never past the
-turn's deadline. Other 4xx answers fail at once with a message naming the
-provider and the fix; a prompt the model's window cannot hold raises
+turn's deadline; a failure no wait can mend (a host name that does not
+resolve, a refused connection to this machine) is tried once more, then
+fails. Other 4xx answers fail at once with a message naming the provider and
+the fix; a prompt the model's window cannot hold raises
 ``ContextOverflowError``. The API key never appears in a message.
 """
 
@@ -18,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import errno
 import random
 import re
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,6 +39,7 @@ from foliko_cli.errors import (
     UsageError,
 )
 from foliko_cli.models import http1
+from foliko_cli.models.base import WIRE, RequestWired
 from foliko_cli.redaction import redact_url
 
 Answer = httpx2.Response | http1.Response
@@ -44,6 +49,12 @@ MAX_ATTEMPTS = 6
 _IMAGES_REFUSED = re.compile(r"image.{0,40}(support|mmproj)|(support|vision).{0,40}image", re.I)
 BASE_DELAY = 0.5
 MAX_DELAY = 20.0
+HOPELESS_RETRY_DELAY = 0.2
+"""A refused loopback connection or an unknown host name is tried once more after
+this (a server may be just starting), then fails: no backoff can mend it."""
+_UNKNOWN_NAME = frozenset(
+    code for code in (getattr(socket, n, None) for n in ("EAI_NONAME", "EAI_NODATA")) if code
+)
 
 # How each server says the prompt is too long: llama.cpp ("exceeds the available
 # context size (1024 tokens)"), OpenAI and vLLM ("maximum context length is 8192
@@ -261,6 +272,10 @@ class HttpModelClient:
         """The answer to a POST, retried as the module says; closed on leaving,
         which drops the connection mid-stream so the server stops generating."""
         payload = orjson.dumps(body)
+        wired = WIRE.get()
+        if wired is not None:
+            wired.append(self.shown_request(path, payload))
+            raise RequestWired
         endpoint = self._endpoint(path)
         attempt = 0
         while True:
@@ -271,12 +286,17 @@ class HttpModelClient:
             try:
                 response = await self._post(path, endpoint, payload, remaining)
             except (httpx2.TransportError, http1.TransportError) as exc:
-                failure = ModelError(
-                    f"cannot reach {self.where} "
-                    f"({type(exc).__name__}: {self.redact(str(exc)) or 'no detail'}); "
-                    "is the server running and the base URL right?"
-                )
-                delay = backoff(attempt)
+                hopeless = self._hopeless(exc)
+                if hopeless is None:
+                    failure = ModelError(
+                        f"cannot reach {self.where} "
+                        f"({type(exc).__name__}: {self.redact(str(exc)) or 'no detail'}); "
+                        "is the server running and the base URL right?"
+                    )
+                    delay = backoff(attempt)
+                else:
+                    failure = ModelError(f"cannot reach {self.where}: {hopeless}")
+                    delay = HOPELESS_RETRY_DELAY if attempt == 0 else None
             else:
                 if response.status_code < 400:
                     try:
@@ -298,6 +318,35 @@ class HttpModelClient:
             if delay is None or attempt >= MAX_ATTEMPTS or time.monotonic() + delay >= deadline:
                 raise failure
             await asyncio.sleep(delay)
+
+    def _hopeless(self, exc: BaseException) -> str | None:
+        """Why no retry within the turn can mend this connection failure, with the
+        fix, or None: the host name does not resolve, or a server on this machine
+        refuses the connection (nothing listens there)."""
+        seen: set[int] = set()
+        while exc is not None and id(exc) not in seen:
+            seen.add(id(exc))
+            if isinstance(exc, socket.gaierror) and exc.errno in _UNKNOWN_NAME:
+                return f"its host name does not resolve ({self.redact(str(exc))}); fix the base URL"
+            if _refused(exc) and is_loopback(self.base_url):
+                return (
+                    "the connection was refused, nothing listens there; "
+                    "start the server or fix the base URL"
+                )
+            exc = exc.__cause__ or exc.__context__
+        return None
+
+    def shown_request(self, path: str, payload: bytes) -> dict[str, Any]:
+        """A POST of ``payload`` to ``path`` as the server gets it, secrets as ***."""
+        headers = {name: self.redact(value) for name, value in self.headers.items()}
+        if self._auth is not None:
+            headers["authorization"] = "Basic ***"
+        return {
+            "method": "POST",
+            "url": redact_url(self.base_url + path),
+            "headers": headers,
+            "body": orjson.loads(payload),
+        }
 
     async def _post(
         self, path: str, endpoint: http1.Endpoint | None, payload: bytes, timeout: float
@@ -392,6 +441,29 @@ class HttpModelClient:
             f"the stream from {self.where} ended before the "
             "reply was complete; the turn was not saved: try again"
         )
+
+
+def _refused(exc: BaseException) -> bool:
+    """A refused connection; asyncio reports every address of a name refusing
+    (``localhost``: ::1 and 127.0.0.1) as one OSError holding their messages."""
+    if isinstance(exc, ConnectionRefusedError):
+        return True
+    codes = re.findall(r"\[Errno (-?\d+)\]", str(exc)) if type(exc) is OSError else []
+    return bool(codes) and all(int(code) == errno.ECONNREFUSED for code in codes)
+
+
+def is_loopback(url: str) -> bool:
+    """Whether ``url``'s host is this machine (localhost, 127.0.0.0/8, ::1)."""
+    import ipaddress
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).hostname or ""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _split_credentials(url: str) -> tuple[str, tuple[str, str] | None]:

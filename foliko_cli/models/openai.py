@@ -125,6 +125,7 @@ class OpenAIChatModel(ModelProvider):
     """``hosted`` is OpenAI's own service: it takes ``max_completion_tokens``."""
 
     accepts_images = True
+    sends_http = True
 
     def __init__(
         self,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator
 
@@ -60,6 +61,20 @@ class GracefulServer(uvicorn.Server):
         return f"http://{self.config.host}:{self.config.port}"
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound as uvicorn binds it; OSError when it cannot be
+    (uvicorn would log the error and exit by itself)."""
+    sock = socket.socket(family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
 def _config(app, *, host, port, workers, grace, limits: Limits, factory=False) -> ServeConfig:
     return ServeConfig(
         app,
@@ -86,12 +101,14 @@ def run(
     ready: Callable[[str], None],
     limits: Limits = DEFAULT_LIMITS,
 ) -> bool:
-    """Serve until a signal; False when the server could not start."""
+    """Serve until a signal; False when the server could not start. An address
+    that cannot be bound (a port in use) raises OSError before anything starts."""
     if workers == 1:
         app = create_app(options)
         config = _config(app, host=host, port=port, workers=1, grace=grace, limits=limits)
+        sock = listening_socket(host, port)
         server = GracefulServer(config, ready)
-        server.run()
+        server.run(sockets=[sock])
         return server.started
     from uvicorn.supervisors import Multiprocess
 
@@ -105,7 +122,7 @@ def run(
         limits=limits,
         factory=True,
     )
-    sock = config.bind_socket()
+    sock = listening_socket(host, port)
     sock.listen(config.backlog)  # connections queue until a worker accepts them
     bound_host, bound_port = sock.getsockname()[:2]
     ready(f"http://{bound_host}:{bound_port}")

@@ -293,13 +293,18 @@ class TurnsMixin:
         agent: str | None = None,
         options: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
+        stream: bool = False,
         **setup: Any,
     ) -> dict[str, Any]:
-        """Exactly what the model would be sent for this turn; nothing is called or
-        saved. ``setup`` as for ``chat`` (``new``, ``fork_from``, ``messages``, ...)."""
-        target, request = await self._captured(
-            session_id, message, model, agent, options, schema, setup
+        """Exactly what the model would be sent for this turn (``stream``: as a
+        streamed turn sends it); nothing is called or saved, though the server may
+        be asked for its context window, as a turn asks it. ``request`` is the HTTP
+        request itself, as the provider builds it (absent for a provider that sends
+        none). ``setup`` as for ``chat`` (``new``, ``fork_from``, ``messages``, ...)."""
+        target, captured = await self._captured(
+            session_id, message, model, agent, options, schema, setup, stream=stream
         )
+        request = captured.request
         try:
             shown = {
                 "model": target.name,
@@ -310,6 +315,8 @@ class TurnsMixin:
             }
             if request.schema is not None:
                 shown["schema"] = request.schema
+            if captured.wire is not None:
+                shown["request"] = captured.wire
             return shown
         finally:
             if target is not self.model_name(model, agent):
@@ -331,7 +338,10 @@ class TurnsMixin:
         from foliko_cli.compression import message_tokens
         from foliko_cli.tokens import estimate_tokens
 
-        target, request = await self._captured(session_id, message, model, agent, None, None, setup)
+        target, captured = await self._captured(
+            session_id, message, model, agent, None, None, setup
+        )
+        request = captured.request
         try:
             counted = await target.count_tokens(request)
         finally:
@@ -345,8 +355,10 @@ class TurnsMixin:
             estimate += estimate_tokens(orjson.dumps(list(request.tools)).decode())
         return estimate, False
 
-    async def _captured(self, session_id, message, model, agent, options, schema, setup):
-        """The provider a turn would call, and the request it would send it."""
+    async def _captured(
+        self, session_id, message, model, agent, options, schema, setup, *, stream=False
+    ):
+        """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.chat import TurnOptions
         from foliko_cli.dryrun import CaptureModel, RequestCaptured
         from foliko_cli.models import resolve_model
@@ -362,16 +374,20 @@ class TurnsMixin:
         )
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = await self._make_handler(CaptureModel(target), agent)
+        call = {
+            "session_id": session_id,
+            "request": self.request(),
+            "setup": prepared,
+            "options": TurnOptions(options or {}, schema),
+        }
         try:
-            await handler.chat(
-                message,
-                session_id=session_id,
-                request=self.request(),
-                setup=prepared,
-                options=TurnOptions(options or {}, schema),
-            )
+            if stream:
+                async for _event in handler.chat_stream(message, **call):
+                    pass
+            else:
+                await handler.chat(message, **call)
         except RequestCaptured as captured:
-            return target, captured.request
+            return target, captured
         except BaseException:
             if target is not self.model_name(model, agent):
                 await target.aclose()

@@ -217,6 +217,51 @@ def test_attach_goes_with_the_next_message_only(spawn, show, tmp_path):
     assert users[1] == {**users[1], "content": "thanks"} and "attachments" not in users[1]
 
 
+@pytest.mark.parametrize(
+    ("make", "fragment"),
+    [
+        (lambda path: None, "no such file"),
+        (lambda path: path.mkdir(), "not a file"),
+        (lambda path: path.write_bytes(b"\x00\x01binary"), "neither UTF-8 text nor"),
+        (lambda path: (path.write_text("secret"), path.chmod(0)), "Permission denied"),
+    ],
+    ids=["missing", "directory", "binary", "unreadable"],
+)
+def test_attach_checks_the_file_when_it_is_given(spawn, show, tmp_path, make, fragment):
+    target = tmp_path / "notes.txt"
+    make(target)
+    if fragment == "Permission denied" and os.access(target, os.R_OK):
+        pytest.skip("this user reads every file (root)")
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    lines = turn(child, f"/attach {target}").splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"foliko: error: cannot attach {target}: ")
+    assert fragment in lines[0] and lines[0].endswith("; nothing was attached")
+    assert turn(child, "and now?").splitlines() == ["and now?"], "the next message goes on"
+    assert finish(child) == 0
+    users = [m for m in show("live")["messages"] if m["role"] == "user"]
+    assert users == [{**users[0], "content": "and now?"}] and "attachments" not in users[0]
+
+
+def test_attach_without_a_path_says_how(spawn):
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    assert turn(child, "/attach").splitlines() == [
+        "foliko: /attach needs a file or an http(s) URL: /attach PATH"
+    ]
+    assert finish(child) == 0
+
+
+def test_the_loop_says_when_a_turn_stopped_short(spawn, monkeypatch):
+    monkeypatch.setenv("FOLIKO_MAX_STEPS", "1")
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    said = turn(child, "/tool get_session_info")
+    assert "the turn stopped after 1 model calls" in said and "FOLIKO_MAX_STEPS" in said
+    assert finish(child) == 0
+
+
 def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
     for text in ("old 1", "old 2"):
         assert invoke("chat", "-s", "live", text, env={"FOLIKO_MODEL": "echo"}).exit_code == 0

@@ -270,7 +270,7 @@ def test_exit_1_turn_timeout(env, silent_server):
         (["chat", "-s", "s", "hi", "-m", "nosuch:model"], "unknown model"),
         (["--storage", "bogus", "sessions", "list"], "unknown storage"),
         (["sessions", "export"], "--all"),
-        (["nosuchcommand"], "No such command"),
+        (["nosuchcommand"], "foliko: error: no such command 'nosuchcommand'"),
     ],
 )
 def test_exit_2_usage(env, args, fragment):

@@ -219,3 +219,34 @@ def test_an_image_for_a_text_only_model_fails_in_one_line_and_saves_nothing(foli
     assert "does not take images (500: image input is not supported" in line, line
     assert "use a vision model" in line and "nothing was saved" in line
     assert foliko("sessions", "show", "image").returncode == 2
+
+
+def test_an_alias_to_the_server_is_listed_once_with_the_server_s_window(foliko, llama, tmp_path):
+    (tmp_path / "foliko.toml").write_text(
+        f'[models.smol]\nmodel = "openai:smol"\nbase_url = "{llama.url}/v1"\n'
+    )
+    nothing_else = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": "", "FOLIKO_MODEL": "smol"}
+
+    listed = foliko("models", "list", "--json", env=nothing_else)
+    dry = foliko("chat", "-s", "d", "--dry-run", "hi", env=nothing_else)
+
+    assert listed.returncode == 0, listed.stderr
+    rows = orjson.loads(listed.stdout)
+    (smol,) = [row for row in rows if row["base_url"] == f"{llama.url}/v1"]
+    assert smol["name"] == "smol" and smol["served"] is True
+    assert (smol["context_window"], smol["window_source"]) == (CONTEXT, "server")
+    assert (smol["key_needed"], smol["usable"]) == (False, True)
+    assert not any(row["served"] and "api.openai.com" in (row["base_url"] or "") for row in rows)
+    assert dry.returncode == 0, dry.stderr
+    body = orjson.loads(dry.stdout)["request"]["body"]
+    assert body["max_tokens"] == CONTEXT // 4, "the bound the discovered window gives"
+
+
+def test_a_reply_cut_by_its_limit_says_so(foliko):
+    result = foliko("chat", "-s", "cut", "-o", "max_tokens=3", "Tell a long story about owls.")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.decode().splitlines()[-1] == (
+        "foliko: the reply was cut at its limit of 3 tokens (max_tokens, finish reason length); "
+        "raise it with -o max_tokens=6, or with max_tokens in the model's [models.NAME] alias"
+    )

@@ -23,7 +23,7 @@ def invoke(*args: str):
 @pytest.mark.parametrize(
     ("table", "message"),
     [
-        ({"command": "x", "comand": "y"}, "[mcp_servers.bad] unknown key 'comand'"),
+        ({"command": "x", "comand": "y"}, "unknown key 'comand' in [mcp_servers.bad]"),
         ({"command": "x", "url": "http://h/mcp"}, "has both 'command' and 'url'"),
         ({"args": ["x"]}, "has neither"),
         ({"command": ["npx"]}, "'command' must be a non-empty string"),

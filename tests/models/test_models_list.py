@@ -41,7 +41,9 @@ def test_the_models_a_server_serves_are_listed_with_their_window(run_foliko, fak
     assert rows["openai:MODEL"]["usable"] is True
     assert rows["ollama:MODEL"]["usable"] is False
     assert "unreachable" in rows["ollama:MODEL"]["problem"]
-    assert [p.path for p in fake_server.probes] == ["/v1/models"]
+    assert [p.path for p in fake_server.probes] == ["/v1/models", "/props"], (
+        "llama.cpp's window is asked as a turn asks it (/props, a 404 here: then meta.n_ctx)"
+    )
 
 
 def test_ollama_lists_its_tags(run_foliko, fake_server):
@@ -51,7 +53,100 @@ def test_ollama_lists_its_tags(run_foliko, fake_server):
 
     assert rows["ollama:llama3.2:latest"]["served"] is True
     assert rows["ollama:llama3.2:latest"]["context_window"] == 131_072
+    assert rows["ollama:llama3.2:latest"]["window_source"] == "known"
     assert rows["ollama:MODEL"]["usable"] is True
+
+
+def test_ollama_windows_come_from_api_show(run_foliko, fake_server):
+    fake_server.metadata["/api/tags"] = {"models": [{"name": "llama3.2:latest"}]}
+    fake_server.metadata["/api/show"] = {"model_info": {"llama.context_length": 4096}}
+
+    rows = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{fake_server.port}"})
+
+    assert rows["ollama:llama3.2:latest"]["context_window"] == 4096
+    assert rows["ollama:llama3.2:latest"]["window_source"] == "server"
+
+
+def llama_cpp_alias(fake_server, window: int = 1024) -> None:
+    fake_server.metadata["/v1/models"] = {
+        "data": [{"id": "SmolLM2-135M.gguf", "meta": {"n_ctx": 8192, "n_ctx_train": 8192}}]
+    }
+    fake_server.metadata["/props"] = {"default_generation_settings": {"n_ctx": window}}
+    Path("foliko.toml").write_text(
+        f'[models.smol]\nmodel = "openai:smol"\nbase_url = "{fake_server.url}/v1"\n'
+    )
+
+
+def test_an_alias_to_a_local_server_is_listed_once_where_it_is_reached(run_foliko, fake_server):
+    llama_cpp_alias(fake_server)
+
+    result = run_foliko("models", "list", "--json", env={"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
+
+    assert result.returncode == 0, result.stderr
+    rows = orjson.loads(result.stdout)
+    assert [r["name"] for r in rows] == [
+        "echo",
+        "openai:MODEL",
+        "anthropic:MODEL",
+        "ollama:MODEL",
+        "smol",
+    ], "the model llama.cpp serves is the alias's, listed once"
+    smol = rows[-1]
+    assert smol["base_url"] == f"{fake_server.url}/v1"
+    assert (smol["context_window"], smol["window_source"]) == (1024, "server")
+    assert (smol["key_needed"], smol["key"], smol["usable"]) == (False, "not needed", True)
+    assert smol["served"] is True
+    assert not any("api.openai.com" in (r["base_url"] or "") and r["served"] for r in rows)
+
+
+def test_the_window_listed_is_the_one_a_turn_then_uses(run_foliko, fake_server):
+    llama_cpp_alias(fake_server, window=1024)
+
+    listed = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
+    dry = run_foliko("chat", "-s", "s", "-m", "smol", "--dry-run", "hi")
+
+    assert listed["smol"]["context_window"] == 1024
+    assert orjson.loads(dry.stdout)["options"]["max_tokens"] == 1024 // 4
+
+
+def test_a_configured_window_beats_the_server_and_says_so(run_foliko, fake_server):
+    llama_cpp_alias(fake_server)
+    with Path("foliko.toml").open("a") as config:
+        config.write("context_window = 600\n")
+
+    smol = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})["smol"]
+
+    assert (smol["context_window"], smol["window_source"]) == (600, "config")
+
+
+def test_a_served_model_no_name_reaches_says_how_to_reach_it(run_foliko, fake_server):
+    fake_server.metadata["/v1/models"] = {
+        "data": [{"id": "big", "max_model_len": 32768}, {"id": "other", "max_model_len": 4096}]
+    }
+    Path("foliko.toml").write_text(
+        f'[models.big]\nmodel = "openai:big"\nbase_url = "{fake_server.url}/v1"\n'
+        'api_key_env = "MY_KEY"\n'
+    )
+
+    rows = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}", "MY_KEY": "k1"})
+
+    assert rows["big"]["context_window"] == 32768 and rows["big"]["served"] is True
+    assert (rows["big"]["key_needed"], rows["big"]["key"]) == (True, "MY_KEY set")
+    assert "openai:big" not in rows, "the alias stands for it"
+    other = rows["openai:other"]
+    assert other["base_url"] == f"{fake_server.url}/v1", "where it is, not api.openai.com"
+    assert other["usable"] is False and other["context_window"] == 4096
+    assert "goes to https://api.openai.com/v1" in other["problem"]
+    assert f'base_url = "{fake_server.url}/v1"' in other["problem"]
+    assert (other["key_needed"], other["key_present"]) == (True, True)
+
+
+def test_a_missing_key_is_said_per_model(run_foliko):
+    rows = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
+
+    assert rows["openai:MODEL"]["key"] == "OPENAI_API_KEY missing"
+    assert rows["openai:MODEL"]["key_needed"] is True and rows["openai:MODEL"]["usable"] is False
+    assert rows["echo"]["key"] == "not needed"
 
 
 def test_an_unreachable_alias_server_is_not_usable(run_foliko, tmp_path: Path):

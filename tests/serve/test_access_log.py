@@ -258,8 +258,9 @@ def test_an_unknown_log_format_exits_2(foliko_home):
         timeout=60,
     )
     assert result.returncode == 2
-    errors = [line for line in result.stderr.decode().splitlines() if "Error" in line]
-    assert len(errors) == 1 and "--log-format" in errors[0] and "'xml'" in errors[0], errors
+    errors = result.stderr.decode().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("foliko: error: "), errors
+    assert "--log-format" in errors[0] and "'xml'" in errors[0], errors
     assert "text" in errors[0] and "json" in errors[0]
     assert b"listening on" not in result.stderr and b"Traceback" not in result.stderr
 
