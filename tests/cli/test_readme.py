@@ -88,8 +88,8 @@ RUN: dict[str, Run | str] = {
         setup=seeded(["ops"]) + "foliko chat -s ops 'Größe' > /dev/null\n"
     ),
     "foliko usage ": Run(setup=seeded(["s1"])),
-    "foliko sessions import --format chatgpt": (
-        "needs a ChatGPT export and llm's log database (tests/ covers both importers)"
+    "foliko sessions import conversations.json": (
+        "needs files other tools wrote (tests/cli/imports covers every format)"
     ),
     "foliko storage migrate json sqlite": Run(
         setup="FOLIKO_STORAGE=json foliko chat -s s1 hi > /dev/null\n",
