@@ -7,6 +7,12 @@ realistic numbers of messages. Each query runs through ``AsyncFoliko.search``
 under 100 ms on SQLite (FTS5) and, when the server answers, PostgreSQL (GIN).
 A word found in about a tenth of all messages is reported without a target:
 ranking every match is linear in the matches. Quick mode: 1,000 sessions.
+
+One more session holds a single message of BIG_MESSAGE_BYTES (10 MB, words
+of the same vocabulary: a pasted document), so every query but the rarest
+also matches it; ``word in the 10 MB message`` is a word found in it alone.
+Search time must not grow with a message's size (issue: FTS5's snippet over
+a 10 MB message took minutes).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from common import (
 
 LIMIT_S = 0.1
 MESSAGES = 10
+BIG_MESSAGE_BYTES = 10 * 1024 * 1024
+BIG_SESSION = "big-document"
+BIG_ONLY_WORD = "quuxbigword"
 VOCABULARY = 20_000
 WORDS_PER_MESSAGE = 12
 POSTGRES_URL = (
@@ -71,6 +80,23 @@ def records(sessions: int, words: list[str]):
         yield SessionRecord(
             session_id, messages=messages, metadata=metadata, saved_at=metadata["last_active"]
         )
+    yield big_record(rng, words, weights)
+
+
+def big_record(rng: random.Random, words: list[str], weights: list[float]):
+    """A session whose one message is BIG_MESSAGE_BYTES of text, BIG_ONLY_WORD
+    among its first words."""
+    from foliko_cli.storage.record import SessionRecord, new_metadata
+
+    parts, size = [BIG_ONLY_WORD], len(BIG_ONLY_WORD)
+    while size < BIG_MESSAGE_BYTES:
+        chunk = " ".join(rng.choices(words, cum_weights=weights, k=1000))
+        parts.append(chunk)
+        size += len(chunk) + 1
+    text = " ".join(parts)[:BIG_MESSAGE_BYTES]
+    created = BASE_MS - 60_000
+    message = {"role": "user", "content": text, "created_at": created}
+    return SessionRecord(BIG_SESSION, messages=[message], metadata=new_metadata(created))
 
 
 def queries(words: list[str]) -> dict[str, tuple[str, dict]]:
@@ -82,6 +108,7 @@ def queries(words: list[str]) -> dict[str, tuple[str, dict]]:
         "two words": (f"{words[500]} {words[700]}", {}),
         "phrase": (f'"{words[300]} {words[301]}"', {}),
         "word, assistant only": (words[3_000], {"role": "assistant"}),
+        "word in the 10 MB message": (BIG_ONLY_WORD, {}),
     }
 
 
@@ -103,6 +130,8 @@ def measure(url: str, home: Path, runs: int, words: list[str]) -> dict[str, list
                 found = await service.search(text, **options)
                 if name.startswith("common") and not found:
                     raise AssertionError(f"{name} {text!r} found nothing")
+                if text == BIG_ONLY_WORD and [h.session_id for h in found] != [BIG_SESSION]:
+                    raise AssertionError(f"{name} {text!r} did not find the one session: {found}")
                 count = runs if not name.startswith("common") else max(1, runs // 3)
                 times[name] = [await timed_search(service, text, options) for _ in range(count)]
         finally:
@@ -142,7 +171,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     home = ws.fresh("search-home")
     try:
         db = ws.dataset(
-            f"search-sqlite-{sessions}",
+            f"search-sqlite-{sessions}-big",
             lambda d: (
                 _build(storage_url("sqlite", d / "sessions.db"), d, sessions, words)
                 or d / "sessions.db"
@@ -164,7 +193,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     url = f"{POSTGRES_URL}?schema={schema}"
     try:
         ws.dataset(
-            f"search-postgres-{sessions}",
+            f"search-postgres-{sessions}-big",
             lambda d: _fresh_postgres(url, schema, d, sessions, words),
         )
         log(f"SEARCH: postgresql, {sessions:,} sessions, {runs} runs per query")

@@ -18,12 +18,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.clock import now_ms
 from foliko_cli.completion import run_to_completion
 from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
+from foliko_cli.context.session import SessionCheckpoint
 from foliko_cli.errors import ContextOverflowError, TurnTimeoutError, UsageError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import (
@@ -37,6 +38,9 @@ from foliko_cli.prompts import turn_system_prompt
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.tools import ToolResult
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
 
@@ -59,6 +63,8 @@ class TurnResult(NamedTuple):
     model: str = ""
     duration_ms: int = 0
     cost: float | None = None
+    trashed: str | None = None
+    """The trash entry that keeps the session this turn started over."""
     max_tokens: int | None = None
     """The bound the last model call was given for its reply."""
     compressed: Mapping[str, Any] | None = None
@@ -91,6 +97,9 @@ class TurnSetup(NamedTuple):
     all of them); a client tool of the same name as a server tool wins.
     ``annotations`` are keys stored on the turn's first message, for the
     caller to find with the turn again (never sent to the model).
+    ``trash`` is the reason (``storage.trash.REASONS``) under which a stored
+    session that ``start_from`` replaces is first copied to the trash; None:
+    it is not kept.
     """
 
     start_from: SessionRecord | None = None
@@ -106,6 +115,7 @@ class TurnSetup(NamedTuple):
     attachments: tuple[dict[str, Any], ...] = ()
     server_tools: frozenset[str] | None = None
     annotations: Mapping[str, Any] = MappingProxyType({})
+    trash: str | None = None
 
     def check(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -319,18 +329,20 @@ class AgentChatHandler:
             replace = setup.apply(session)
             return await self._run_steps(message, session, request, events, options, setup), replace
 
-        return await self._in_session(session_id, request, work)
+        return await self._in_session(session_id, request, work, trash=setup.trash)
 
     async def _in_session(
         self,
         session_id: str,
         request: RequestContext,
         work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
+        *,
+        trash: str | None = None,
     ) -> T:
         """Hold the session, run ``work`` on its fresh state, save whole or not at all.
 
         ``work`` returns its result and whether the session must be replaced
-        (rather than appended to).
+        (rather than appended to); ``trash`` as for ``TurnSetup``.
         """
         committed: list[T] = []
         try:
@@ -340,7 +352,7 @@ class AgentChatHandler:
                 session = self.framework.get_or_create_session_context(session_id)
                 try:
                     async with asyncio.timeout(request.remaining()):
-                        return await self._transaction(session, request, work, committed)
+                        return await self._transaction(session, request, work, committed, trash)
                 except TimeoutError:
                     if committed:
                         return committed[0]
@@ -358,9 +370,9 @@ class AgentChatHandler:
         request: RequestContext,
         work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
         committed: list[T],
+        trash_reason: str | None = None,
     ) -> T:
         """Run ``work`` and write its outcome; once written, ``committed`` holds the result."""
-        storage = self.framework.session_storage
         await self._sync_history(session)
         checkpoint = session.checkpoint()
         try:
@@ -369,20 +381,49 @@ class AgentChatHandler:
             if replace:
                 record = session.to_record()
                 record.saved_at = 0
-                write = storage.save(record, expected_revision=checkpoint.revision)
+                write = self._replaced(record, checkpoint.revision, trash_reason)
             else:
-                write = storage.append(
-                    session.session_id,
-                    session.messages[checkpoint.message_count :],
-                    SessionState(session.variables, session.metadata, session.compression_state),
-                    expected_revision=checkpoint.revision,
-                )
-            session.revision, _ = await run_to_completion(write)
+                write = self._appended(session, checkpoint)
+            (session.revision, entry), _ = await run_to_completion(write)
         except BaseException:
             session.restore(checkpoint)
             raise
+        if entry is not None:
+            result = result._replace(trashed=entry.entry_id)  # type: ignore[attr-defined]
         committed.append(result)
         return result
+
+    async def _appended(
+        self, session: SessionContext, checkpoint: SessionCheckpoint
+    ) -> tuple[int, None]:
+        revision = await self.framework.session_storage.append(
+            session.session_id,
+            session.messages[checkpoint.message_count :],
+            SessionState(session.variables, session.metadata, session.compression_state),
+            expected_revision=checkpoint.revision,
+        )
+        return revision, None
+
+    async def _replaced(
+        self, record: SessionRecord, expected: int, trash_reason: str | None
+    ) -> tuple[int, TrashEntry | None]:
+        """Write ``record`` over the stored session (revision ``expected``); with
+        ``trash_reason``, the stored one is copied to the trash first, and the copy
+        is dropped again when the write fails."""
+        from foliko_cli.storage import trash
+
+        storage = self.framework.session_storage
+        entry = None
+        if trash_reason is not None and expected:
+            stored = await storage.load(record.session_id)
+            if stored is not None and stored.revision == expected:
+                entry = await trash.keep_copy(storage, stored, trash_reason)
+        try:
+            return await storage.save(record, expected_revision=expected), entry
+        except BaseException:
+            if entry is not None:
+                await trash.discard(storage, entry)
+            raise
 
     async def _sync_history(self, session: SessionContext) -> None:
         """Load the history once, and again only when another writer moved it."""

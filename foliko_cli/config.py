@@ -54,6 +54,19 @@ def _text(value: Any) -> str:
     return value
 
 
+def parse_keep(value: Any) -> int:
+    """A retention: a duration (``30d``, ``12h``) in milliseconds, or 0 (none)."""
+    if value == 0 and not isinstance(value, bool):
+        return 0
+    if isinstance(value, str):
+        if value.strip() == "0":
+            return 0
+        from foliko_cli.clock import parse_duration
+
+        return parse_duration(value)
+    raise ValueError("must be a duration such as 30d, or 0")
+
+
 class Field(NamedTuple):
     parse: Callable[[Any], Any]
     default: Any
@@ -71,6 +84,11 @@ FIELDS: dict[str, Field] = {
     "tools": Field(_names, (), "plugin tools to enable: names or package.module:function"),
     "serve_tools": Field(
         _names, (), "the server's own tools foliko serve offers on HTTP turns (default: none)"
+    ),
+    "trash_keep": Field(
+        parse_keep,
+        30 * 86_400_000,
+        "how long the trash keeps deleted, pruned, cleared, rewound or reset sessions (0: off)",
     ),
 }
 MODEL_KEYS = (
@@ -94,6 +112,10 @@ TABLE_KEYS = {
 }
 """The keys each ``[TABLE.NAME]`` entry may hold."""
 TABLES = tuple(TABLE_KEYS)
+SECTIONS = {"trash": {"keep": "trash_keep"}}
+"""Settings written in a table of their own (``[trash] keep = "30d"``): the
+setting's name is the table's and the key's (``trash_keep``, FOLIKO_TRASH_KEEP)."""
+_IN_SECTIONS = {name for keys in SECTIONS.values() for name in keys.values()}
 SECRET = re.compile(r"key|token|secret|password|authorization|cookie", re.IGNORECASE)
 
 
@@ -211,10 +233,26 @@ def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
         table = tomllib.loads(data.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise UsageError(f"config file {path} is not valid TOML ({exc}); fix the file") from None
-    unknown = sorted(set(table) - set(FIELDS) - set(TABLES))
+    known = [*(k for k in FIELDS if k not in _IN_SECTIONS), *TABLES, *SECTIONS]
+    unknown = sorted(set(table) - set(known))
     if unknown:
-        message = unknown_key(unknown[0], "the top level", (*FIELDS, *TABLES))
+        message = unknown_key(unknown[0], "the top level", tuple(known))
         raise UsageError(f"config file {path}: {message.replace('key', 'setting', 1)}")
+    for section, keys in SECTIONS.items():
+        entries = table.pop(section, {})
+        if not isinstance(entries, dict):
+            raise UsageError(
+                f"config file {path}: [{section}] must be a table of "
+                f"{', '.join(keys)}; fix the file"
+            )
+        unknown = sorted(set(entries) - set(keys))
+        if unknown:
+            key = unknown[0]
+            raise UsageError(
+                f"config file {path}: unknown setting '{section}.{key}'; "
+                f"known: {', '.join(f'{section}.{k}' for k in keys)}"
+            )
+        table.update((keys[key], value) for key, value in entries.items())
     for name in TABLES:
         entries = table.get(name, {})
         if not isinstance(entries, dict) or not all(isinstance(v, dict) for v in entries.values()):
@@ -234,6 +272,7 @@ class Settings(NamedTuple):
     context_window: int | None
     tools: tuple[str, ...]
     serve_tools: tuple[str, ...]
+    trash_keep: int
     models: dict[str, dict[str, Any]]
     agents: dict[str, dict[str, Any]]
     mcp_servers: dict[str, dict[str, Any]]
@@ -248,7 +287,7 @@ class Settings(NamedTuple):
 
         The tables follow the settings, one row per entry: ``models.NAME.KEY``.
         """
-        rows = [(key, redact(key, getattr(self, key)), self.sources[key]) for key in FIELDS]
+        rows = [_shown_row(key, getattr(self, key), self.sources[key]) for key in FIELDS]
         for table in TABLES:
             for name, entry in sorted(getattr(self, table).items()):
                 origin = self.sources.get(f"{table}.{name}", "default")
@@ -257,6 +296,23 @@ class Settings(NamedTuple):
                     for key, value in entry.items()
                 )
         return rows
+
+
+def display_name(key: str) -> str:
+    """A setting's name as a config file spells it: ``trash.keep`` for ``trash_keep``."""
+    for section, keys in SECTIONS.items():
+        for name, field in keys.items():
+            if field == key:
+                return f"{section}.{name}"
+    return key
+
+
+def _shown_row(key: str, value: Any, source: str) -> tuple[str, Any, str]:
+    if FIELDS[key].parse is parse_keep:
+        from foliko_cli.clock import format_duration
+
+        value = format_duration(value)
+    return display_name(key), redact(key, value), source
 
 
 def redact(key: str, value: Any) -> Any:
@@ -306,7 +362,8 @@ def load_settings(
                     values[key] = spec.parse(layer[key])
                 except (TypeError, ValueError) as exc:
                     raise UsageError(
-                        f"setting {key!r} from {where}: {exc} (got {layer[key]!r}); fix it"
+                        f"setting {display_name(key)!r} from {where}: {exc} "
+                        f"(got {layer[key]!r}); fix it"
                     ) from None
                 sources[key] = where
                 break

@@ -30,6 +30,9 @@ class Hint:
     RESUME = "resume"
     VARIABLE = "variable"
     VALIDATE = "validate"
+    TRASH = "trash"
+    REPAIR = "repair"
+    FORMAT = "format"
 
 
 class FolikoError(Exception):
@@ -70,6 +73,15 @@ class SessionNotFoundError(UsageError):
         )
 
 
+class NotInTrashError(UsageError):
+    def __init__(self, name: str, *, gone: bool = False):
+        self.name = name
+        what = "is no longer in the trash (restored or emptied meanwhile)"
+        if not gone:
+            what = "is not in the trash"
+        super().__init__(f"{name!r} {what}", fix="list what the trash holds", hint=Hint.TRASH)
+
+
 class ImagesRefusedError(UsageError):
     """A model server that says it cannot take the images attached to a turn."""
 
@@ -89,15 +101,18 @@ class ServeStartError(FolikoError):
 
 
 class CorruptSessionError(StorageError):
-    """A stored session that cannot be parsed; it is reported, never overwritten."""
+    """A stored session that is damaged: it cannot be parsed, or what is stored does
+    not add up (storage/integrity.py). Every read raises it and nothing writes to
+    the session until a repair moves it aside or it is deleted."""
 
     def __init__(self, session_id: str, where: str, reason: str):
         self.session_id = session_id
         self.where = where
         self.reason = reason
         super().__init__(
-            f"session {session_id!r} is corrupt ({reason}) in {where}; it was left untouched",
-            fix="restore it from a backup or delete it",
+            f"session {session_id!r} is damaged ({reason}) in {where}; nothing was written to it",
+            fix="move it aside with a storage repair (which deletes nothing) or delete it",
+            hint=Hint.REPAIR,
         )
 
 

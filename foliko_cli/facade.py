@@ -203,6 +203,12 @@ class Foliko:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of one's own over ``self.service`` on the facade's
+        event loop, as its methods run: SIGINT or SIGTERM cancels it
+        (``Interrupted``)."""
+        return self._loop.run(coroutine, INTERRUPTED)
+
     def close(self) -> None:
         try:
             self._loop.read(self.service.aclose, INTERRUPTED)
@@ -223,6 +229,9 @@ class Foliko:
     clear_session = _blocking("clear_session")
     import_sessions = _blocking("import_sessions")
     prune = _blocking("prune")
+    list_trash = _blocking("list_trash")
+    restore_session = _blocking("restore_session")
+    empty_trash = _blocking("empty_trash")
     get_variables = _blocking("get_variables")
     update_variables = _blocking("update_variables")
     create_session = _blocking("create_session")

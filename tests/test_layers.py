@@ -19,6 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "foliko_cli"
 # Highest first. A module belongs to the first layer with a prefix it matches.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("foliko_cli.cli", "foliko_cli.serve", "foliko_cli.__main__")),
+    ("the MCP server", ("foliko_cli.mcp_server",)),
     ("sync facade", ("foliko_cli.facade",)),
     ("service", ("foliko_cli.service",)),
     (

@@ -309,7 +309,8 @@ def test_repair_leaves_alone_a_session_that_reads_fine_by_then():
 
     with Foliko(storage=memory_with(check=reported, quarantine=refuse), model="echo") as foliko:
         foliko.chat("s", "x")
-        assert foliko.check(repair=True) == [(StoredProblem("s", "memory", "was unreadable"), None)]
+        (repair,) = foliko.check(repair=True)
+        assert repair == (StoredProblem("s", "memory", "was unreadable"), None, None)
         assert len(foliko.get_session("s").messages) == 2
 
 
@@ -364,3 +365,32 @@ def test_metadata_changes_made_from_the_stored_metadata_lose_none(tmp_path):
             assert sorted(marks) == list(range(10))
 
     asyncio.run(main())
+
+
+def test_a_damaged_session_is_a_typed_error_of_the_library_and_is_marked_in_listings(tmp_path):
+    from storage import damage
+
+    url = f"json:///{tmp_path}/sessions"
+    with Foliko(storage=url, model="echo", home=tmp_path) as foliko:
+        foliko.chat("victim", "one")
+        foliko.chat("victim", "two")
+        foliko.chat("intact", "fine")
+        left = damage.damage_at(url, tmp_path, "victim", "count-changed")
+        for call in (
+            lambda: foliko.get_session("victim"),
+            lambda: foliko.chat("victim", "lost"),
+            lambda: foliko.update_variables("victim", {"k": 1}),
+        ):
+            with pytest.raises(foliko_cli.CorruptSessionError) as raised:
+                call()
+            assert raised.value.session_id == "victim"
+            assert "it counts 5 messages but 4 are stored" in raised.value.reason
+        listed = {s.session_id: s for s in foliko.list_sessions()}
+        assert listed["victim"].error and listed["intact"].error is None
+        (repair,) = foliko.check()
+        assert (repair.problem.session_id, repair.moved_to, repair.failure) == (
+            "victim",
+            None,
+            None,
+        )
+    assert damage.snapshot_at(url, tmp_path, "victim") == left

@@ -189,7 +189,11 @@ def emit_json_quietly(value: dict) -> None:
     "goes in as a fenced block under its name, a png, jpeg, webp or gif image as an "
     "image for models that take them.",
 )
-@click.option("--new", is_flag=True, help="Start the session over (history and variables).")
+@click.option(
+    "--new",
+    is_flag=True,
+    help="Start the session over (history and variables); the old one goes to the trash.",
+)
 @click.option(
     "--from",
     "fork_from",
@@ -350,7 +354,13 @@ def chat(
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
 
-        interactive(facade, session_id, options, history=settings_for(ctx).home / "history")
+        interactive(
+            facade,
+            session_id,
+            options,
+            history=settings_for(ctx).home / "history",
+            latest=continue_latest,
+        )
         return
     if stream is None or reply_schema is not None:
         stream = sys.stdout.isatty() and not as_json and reply_schema is None
@@ -360,6 +370,10 @@ def chat(
     result = run_turn(
         facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
     )
+    if new:
+        from foliko_cli.cli.trash import note_started_over
+
+        note_started_over(facade, session_id, result, latest=continue_latest)
     for line in turn_notes(result, terminal=sys.stderr.isatty()):
         note(line)
     if show_usage:

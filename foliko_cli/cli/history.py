@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.app import open_facade
-from foliko_cli.cli.output import emit_json, emit_rows, format_ms, format_option
+from foliko_cli.cli.output import damaged, emit_json, emit_rows, format_ms, format_option, note
 from foliko_cli.cli.params import Duration, complete_session_ids
 from foliko_cli.clock import now_ms
+from foliko_cli.errors import CorruptSessionError
 
 
 @click.command("search")
@@ -56,7 +57,8 @@ def search(
     (Chinese, Japanese) is matched by prefix: 東京* finds 東京都.
 
     SQLite and PostgreSQL search a full-text index (ranked by bm25 and
-    ts_rank); the json, memory and redis backends read every session.
+    ts_rank); the json, memory and redis backends read every session. A
+    damaged session is left out and named on stderr.
 
     \b
     Examples:
@@ -65,8 +67,15 @@ def search(
       foliko sessions search 'kube* timeout' --json | jq '.[0].session_id'
     """
     cutoff = now_ms() - since if since is not None else None
+    reported: set[str] = set()
+
+    def left_out(damage: CorruptSessionError) -> None:
+        if damage.session_id not in reported:
+            reported.add(damage.session_id)
+            note(damaged(damage.session_id, damage.reason, "left out of the search"))
+
     hits = open_facade(ctx).search(
-        query, session_id=session_id, role=role, since=cutoff, limit=limit
+        query, session_id=session_id, role=role, since=cutoff, limit=limit, on_unreadable=left_out
     )
     rows = [hit.to_dict() for hit in hits]
     emit_rows(

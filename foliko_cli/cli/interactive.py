@@ -122,8 +122,11 @@ def attach(source: str, attached: list[str]) -> None:
     note(f"{source} goes with the next message")
 
 
-def interactive(facade, session_id: str, options: dict, *, history: Path) -> None:
-    """Read a message, run a turn, print the reply, until /exit or end of input."""
+def interactive(
+    facade, session_id: str, options: dict, *, history: Path, latest: bool = False
+) -> None:
+    """Read a message, run a turn, print the reply, until /exit or end of input
+    (``latest``: the session is the one ``-c`` picked)."""
     from foliko_cli.cli.reply import ReplyWriter, turn_notes
 
     readline = _load_readline(history)
@@ -158,6 +161,10 @@ def interactive(facade, session_id: str, options: dict, *, history: Path) -> Non
             writer.end_line()
             note(f"{paint('error:', 'red', err=True)} {render(exc)}")
             continue
+        if options.get("new"):
+            from foliko_cli.cli.trash import note_started_over
+
+            note_started_over(facade, session_id, result, latest=latest)
         for line in turn_notes(result, terminal=sys.stderr.isatty()):
             note(line)
         options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}

@@ -1,4 +1,5 @@
-"""``foliko mcp``: the MCP servers in the config, their state and their tools."""
+"""``foliko mcp``: the MCP servers in the config, their state and their tools;
+``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import click
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_rows, format_option, note
-from foliko_cli.errors import MCPServerError
+from foliko_cli.cli.params import storage_option
+from foliko_cli.errors import MCPServerError, UsageError
 
 _NONE_CONFIGURED = "no MCP servers configured; add [mcp_servers.NAME] to foliko.toml"
 
@@ -43,6 +45,7 @@ def mcp() -> None:
     Example:
       foliko mcp list
       foliko mcp tools files --json
+      foliko mcp serve
     """
 
 
@@ -106,3 +109,33 @@ def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
     )
     if not facade.mcp.configs:
         note(_NONE_CONFIGURED)
+
+
+@mcp.command("serve")
+@storage_option
+@click.pass_context
+def serve_sessions(ctx: click.Context) -> None:
+    """Offer the sessions to other MCP hosts, over stdin and stdout.
+
+    Tools list_sessions, search_sessions and read_session (read only) and
+    chat (one turn); each session as the resource foliko://sessions/ID;
+    each agent of the config as a prompt. It serves until stdin ends (exit
+    0; requests still running are cancelled, a chat turn then not saved) or
+    SIGINT/SIGTERM (exit 130/143); diagnostics go to stderr, stdout carries
+    protocol messages only. With --user NAME, NAME's sessions (as foliko serve
+    --api-keys keeps them). foliko serve offers the same at /mcp.
+
+    \b
+    Example (an MCP host's config, e.g. Claude Desktop's):
+      {"mcpServers": {"foliko": {"command": "foliko", "args": ["mcp", "serve"]}}}
+    """
+    try:
+        import mcp.server  # noqa: F401
+    except ImportError:
+        raise UsageError(
+            "foliko mcp serve needs the mcp package", fix="pip install 'foliko-cli[mcp]'"
+        ) from None
+    from foliko_cli.mcp_server.stdio import serve_stdio
+
+    facade = open_facade(ctx)
+    facade.run(serve_stdio(facade.service))

@@ -47,6 +47,9 @@ FLAGS = {
     Hint.RESUME: "--resume",
     Hint.VARIABLE: "--var NAME=VALUE",
     Hint.VALIDATE: "foliko workflow validate",
+    Hint.TRASH: "foliko sessions trash list",
+    Hint.REPAIR: "foliko storage check --repair",
+    Hint.FORMAT: "--format",
 }
 
 
@@ -56,6 +59,13 @@ def render(exc: FolikoError) -> str:
         return str(exc)
     where = FLAGS.get(exc.hint) if exc.hint else None
     return f"{exc.problem}; {exc.fix}" + (f" ({where})" if where else "")
+
+
+def damaged(session_id: str, reason: str, left_out: str = "") -> str:
+    """The line that reports a damaged session a command listed or ``left_out``."""
+    verb = f"was {left_out}: it " if left_out else ""
+    repair = FLAGS[Hint.REPAIR]
+    return f"session {session_id!r} {verb}is damaged ({reason}); {repair} moves it aside"
 
 
 def error(message: str) -> None:

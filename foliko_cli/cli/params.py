@@ -6,15 +6,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import click
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
-_UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-
 
 INT64 = range(-(2**63), 2**63)
 
@@ -80,13 +75,12 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param, ctx) -> int:
         if isinstance(value, int):
             return value
-        text = str(value).strip().lower()
-        parts = _DURATION.findall(text)
-        if not parts or "".join(n + u for n, u in parts) != text:
-            self.fail(
-                f"{value!r} is not a duration; write e.g. 30d, 12h, 15m, 90s or 2w", param, ctx
-            )
-        return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+        from foliko_cli.clock import parse_duration
+
+        try:
+            return parse_duration(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class KeyValue(click.ParamType):

@@ -1,4 +1,5 @@
-"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars."""
+"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars
+(search, trash and restore have modules of their own)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import orjson
 
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import (
+    damaged,
     deferred_progress,
     emit_json,
     emit_rows,
@@ -28,9 +30,11 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
+from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
-from foliko_cli.storage.record import SessionRecord, record_from_dict, record_to_dict
+from foliko_cli.importers import FORMATS
+from foliko_cli.storage.record import record_to_dict, summary_to_dict
 from foliko_cli.usage import with_usage
 
 
@@ -87,21 +91,10 @@ def list_sessions(
     """
     cutoff = now_ms() - since if since is not None else None
     summaries = open_facade(ctx).list_sessions(sort=sort, limit=limit, since=cutoff)
-    rows = [
-        {
-            "session_id": s.session_id,
-            "message_count": s.message_count,
-            "created_at": s.created_at,
-            "updated_at": s.updated_at,
-            "preview": s.preview,
-            **({"error": s.error} if s.error else {}),
-        }
-        for s in summaries
-    ]
+    rows = [summary_to_dict(s) for s in summaries]
     for row in rows:
-        if row.get("error"):
-            row["preview"] = f"UNREADABLE: {row['error']}"
-            note(f"session {row['session_id']!r} is unreadable: {row['error']}")
+        if row.get("damaged"):
+            note(damaged(row["session_id"], row["error"]))
     emit_rows(
         rows,
         {
@@ -200,13 +193,17 @@ def show(
 def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
     """Delete sessions (no prompt); prints their ids. Unknown ids are reported and exit 2.
 
+    They go to the trash (foliko sessions trash list) for the undo window:
+    foliko sessions restore ID brings one back.
+
     \b
     Example:
       foliko sessions delete scratch old-1 old-2
     """
     if not session_ids:
         raise UsageError("name the sessions to delete: foliko sessions delete ID...")
-    deleted, missing = open_facade(ctx).delete_sessions(session_ids)
+    facade = open_facade(ctx)
+    deleted, missing = facade.delete_sessions(session_ids)
     if as_json:
         emit_json({"deleted": deleted, "missing": missing})
     else:
@@ -247,14 +244,18 @@ def rename(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
 def clear(ctx: click.Context, session_ids: list[str], everything: bool, as_json: bool) -> None:
     """Drop a session's history, keeping its variables (unless --all).
 
+    The session as it was goes to the trash (foliko sessions restore).
+
     \b
     Example:
       foliko sessions clear s1
     """
     session_id = one_session(session_ids, "clear ID")
-    open_facade(ctx).clear_session(session_id, variables=everything)
+    facade = open_facade(ctx)
+    facade.clear_session(session_id, variables=everything)
     if as_json:
         emit_json({"cleared": session_id, "variables_cleared": everything})
+    note_reset(facade, session_id, "was cleared")
 
 
 @sessions.command()
@@ -274,18 +275,19 @@ def rewind(ctx: click.Context, session_ids: list[str], turns: int, as_json: bool
     """Remove a session's last N turns (a user message and its replies each).
 
     The rest of the history, the variables and the metadata stay; a summary
-    that stood for removed messages is dropped.
+    that stood for removed messages is dropped. The session as it was goes
+    to the trash (foliko sessions restore).
 
     \b
     Example:
       foliko sessions rewind s1 --turns 2
     """
     session_id = one_session(session_ids, "rewind ID")
-    record = open_facade(ctx).rewind_session(session_id, turns=turns)
+    facade = open_facade(ctx)
+    record = facade.rewind_session(session_id, turns=turns)
     if as_json:
         emit_json({"rewound": session_id, "turns": turns, "messages": len(record.messages)})
-    else:
-        note(f"session {session_id!r} now has {len(record.messages)} message(s)")
+    note_reset(facade, session_id, f"now has {len(record.messages)} message(s)")
 
 
 def _write_output(path: Path | None, lines) -> None:
@@ -356,50 +358,8 @@ def export(
     _write_output(output, lines)
 
 
-def _parse_import(data: bytes, source: str) -> list[SessionRecord]:
-    """A JSON array, one JSON object (pretty-printed or not), or NDJSON."""
-    text = data.decode("utf-8", errors="strict") if data else ""
-    if not text.strip():
-        return []
-    try:
-        document = orjson.loads(text)
-        items = document if isinstance(document, list) else [document]
-    except orjson.JSONDecodeError:
-        try:
-            items = [orjson.loads(line) for line in text.splitlines() if line.strip()]
-        except orjson.JSONDecodeError as exc:
-            raise UsageError(f"{source} is not JSON or NDJSON ({exc}); export it again") from None
-    from foliko_cli.storage.migrate import same_content
-
-    records: dict[str, SessionRecord] = {}
-    for number, item in enumerate(items, start=1):
-        try:
-            record = record_from_dict(item)
-        except ValueError as exc:
-            raise UsageError(f"{source}: session #{number} is invalid: {exc}") from None
-        earlier = records.get(record.session_id)
-        if earlier is not None and not same_content(earlier, record):
-            raise UsageError(
-                f"{source} holds session {record.session_id!r} twice with different content; "
-                "nothing imported: keep one copy"
-            )
-        records[record.session_id] = record
-    return list(records.values())
-
-
-def _read_export(source: str) -> list[SessionRecord]:
-    try:
-        data = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {source}: {exc.strerror}; check the path") from None
-    try:
-        return _parse_import(data, "stdin" if source == "-" else source)
-    except UnicodeDecodeError:
-        raise UsageError(f"{source} is not valid UTF-8; export it again") from None
-
-
 @sessions.command("import")
-@click.argument("source", metavar="FILE|-")
+@click.argument("source", metavar="FILE|DIR|-")
 @click.option(
     "--on-conflict",
     type=click.Choice(["skip", "replace", "fail"]),
@@ -411,36 +371,55 @@ def _read_export(source: str) -> list[SessionRecord]:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["foliko", "chatgpt", "llm"]),
-    default="foliko",
-    show_default=True,
-    help="foliko's export, a ChatGPT conversations.json, or an llm logs.db.",
+    type=click.Choice(FORMATS),
+    default=None,
+    help="The tool that wrote SOURCE; told from the data when left out.",
 )
-@json_flag("Print {imported: [...], unchanged: [...], skipped: [...]} on stdout.")
+@click.option(
+    "--main-only",
+    is_flag=True,
+    help="Only the branch each conversation showed: leave out its other branches and forks.",
+)
+@json_flag(
+    "Print {imported: [...], unchanged: [...], skipped: [...], unreadable: [...]} on stdout."
+)
 @storage_option
 @click.pass_context
-def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json: bool) -> None:
-    """Import sessions from a file (or - for stdin) written by export.
+def import_(
+    ctx: click.Context,
+    source: str,
+    on_conflict: str,
+    fmt: str | None,
+    main_only: bool,
+    as_json: bool,
+) -> None:
+    """Import sessions from foliko's export or from another tool's history.
+
+    SOURCE is a file, a directory (every file of the format under it) or - for
+    stdin. Its format is told from the data unless --format names it: foliko
+    (sessions export), chatgpt (conversations.json of a ChatGPT data export),
+    claude (conversations.json of a Claude.ai data export), claude-code
+    (~/.claude/projects/), codex (~/.codex/sessions/), llm (its logs.db),
+    openwebui (a chat export) or librechat (a conversation's JSON export).
+    A conversation becomes a session named by its id; each other branch of it
+    becomes a session ID.branch-N forked from it (left out with --main-only).
 
     Idempotent: sessions already stored with the same content are left alone.
-    The summary goes to stderr (to stdout as JSON with --json).
-    --format chatgpt reads the conversations.json of a ChatGPT data export:
-    one session per conversation, named by its id, titled by its title,
-    holding the branch last shown (other branches are dropped and counted).
-    --format llm reads llm's logs.db: one session per conversation.
+    The summary goes to stderr (to stdout as JSON with --json). A conversation
+    that cannot be read is reported, the others are imported, and the exit
+    status is 3.
 
     \b
     Examples:
       foliko sessions import backup.json --on-conflict replace
-      foliko sessions import --format chatgpt conversations.json
+      foliko sessions import conversations.json
+      foliko sessions import ~/.claude/projects/
       foliko sessions import --format llm "$(llm logs path)"
     """
-    if fmt != "foliko":
-        from foliko_cli.cli.imports import read_foreign
+    from foliko_cli.cli.imports import left_out, read_source
 
-        records, extra = read_foreign(fmt, source)
-    else:
-        records, extra = _read_export(source), ""
+    imported = read_source(source, fmt, main_only)
+    records = imported.records
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(
             records, on_conflict=on_conflict, progress=advance
@@ -453,18 +432,24 @@ def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json
         )
     for session_id in report.skipped:
         note(f"skipped {session_id!r}: exists with other content")
+    for where, reason in imported.unreadable:
+        error(f"could not read {where}: {reason}")
     if as_json:
         emit_json(
             {
                 "imported": list(report.imported),
                 "unchanged": list(report.unchanged),
                 "skipped": list(report.skipped),
+                "unreadable": [{"source": w, "reason": r} for w, r in imported.unreadable],
             }
         )
+    unreadable = f", could not read {len(imported.unreadable)}" if imported.unreadable else ""
     note(
         f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
-        f"skipped {len(report.skipped)}{extra}"
+        f"skipped {len(report.skipped)}{unreadable}{left_out(imported)}"
     )
+    if imported.unreadable:
+        raise click.exceptions.Exit(ExitCode.STORAGE)
 
 
 @sessions.command()
@@ -474,23 +459,26 @@ def import_(ctx: click.Context, source: str, on_conflict: str, fmt: str, as_json
     type=Duration(),
     required=True,
     metavar="DURATION",
-    help="Delete sessions not updated for this long (e.g. 30d).",
+    help="Delete sessions not used for this long (e.g. 30d).",
 )
 @click.option("--dry-run", is_flag=True, help="List what would be deleted; delete nothing.")
 @json_flag("Print {deleted|would_delete: [...]} as JSON instead of one id a line.")
 @storage_option
 @click.pass_context
 def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> None:
-    """Delete sessions not updated for a while; prints their ids.
+    """Delete sessions not used for a while; prints their ids.
+
+    A session is used when foliko writes it: a turn, an import, a restore
+    (never the dates of the messages inside). Pruned sessions go to the
+    trash (foliko sessions restore).
 
     \b
     Example:
       foliko sessions prune --older-than 30d --dry-run
     """
+    facade = open_facade(ctx)
     with deferred_progress("pruning") as (start, advance):
-        report = open_facade(ctx).prune(
-            older_than, dry_run=dry_run, progress=advance, on_total=start
-        )
+        report = facade.prune(older_than, dry_run=dry_run, progress=advance, on_total=start)
     if as_json:
         emit_json(
             {
@@ -509,7 +497,9 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> 
             f"session {session_id!r} is unreadable and was not deleted; see 'foliko storage check'"
         )
     verb = "would delete" if dry_run else "deleted"
-    note(f"{verb} {len(report.deleted)} session(s)")
+    kept = trash_kept(facade)
+    where = f"; the trash keeps them for {kept}" if kept and report.deleted and not dry_run else ""
+    note(f"{verb} {len(report.deleted)} session(s){where}")
     if report.unreadable:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
@@ -590,3 +580,5 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
 from foliko_cli.cli.history import search  # noqa: E402
 
 sessions.add_command(search)
+sessions.add_command(trash)
+sessions.add_command(restore)

@@ -76,12 +76,19 @@ def migrate(
 
 
 @storage.command()
-@click.option("--repair", is_flag=True, help="Move unreadable records aside (never deletes).")
+@click.option(
+    "--repair", is_flag=True, help="Move unreadable and damaged records aside (never deletes)."
+)
 @data_format_option
 @storage_option
 @click.pass_context
 def check(ctx: click.Context, repair: bool, fmt: str) -> None:
-    """Report corrupt or unreadable sessions; exit 3 if any remain.
+    """Report unreadable or damaged sessions; exit 3 if any remain.
+
+    A session is damaged when what is stored does not add up: a message
+    missing from the middle, a count that is not its messages', metadata
+    gone while messages remain. --repair moves each aside (recoverable),
+    goes on to the end even when one fails, and reports everything it did.
 
     \b
     Example:
@@ -90,7 +97,7 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
     as_json = fmt == "json"
     facade = open_facade(ctx)
     found = facade.check(repair=repair)
-    problems = [problem for problem, _ in found]
+    problems = [item.problem for item in found]
     if as_json:
         emit_json(
             [
@@ -100,14 +107,17 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
                     "where": p.where,
                     "reason": p.reason,
                     **({"moved_to": moved} if repair else {}),
+                    **({"failure": failure} if failure else {}),
                 }
-                for p, moved in found
+                for p, moved, failure in found
             ]
         )
-    for problem, moved in found:
+    for problem, moved, failure in found:
         if not repair:
             if not as_json:
                 click.echo(f"{problem.session_id}\t{problem.where}\t{problem.reason}")
+        elif failure:
+            error(f"could not repair {problem.session_id or problem.where!r}: {failure}")
         elif problem.kind == ProblemKind.STORE:
             error(
                 f"{problem.where}: {problem.reason}; this cannot be repaired in place: "
@@ -120,12 +130,13 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
         else:
             note(f"moved {problem.session_id!r} aside to {moved} ({problem.reason})")
     unreadable = [p for p in problems if not p.stray]
+    failed = [r for r in found if r.failure]
     if not as_json and not repair:
         stray = len(problems) - len(unreadable)
         litter = f"; {stray} stray file(s) that --repair removes" if stray else ""
-        note(f"{len(unreadable)} unreadable session(s) in {facade.storage.location}{litter}")
+        note(f"{len(unreadable)} damaged session(s) in {facade.storage.location}{litter}")
     beyond_repair = [p for p in problems if p.kind == ProblemKind.STORE]
-    if (unreadable and not repair) or beyond_repair:
+    if (unreadable and not repair) or beyond_repair or failed:
         raise click.exceptions.Exit(ExitCode.STORAGE)
 
 

@@ -85,6 +85,9 @@ class AccessLogMiddleware:
         )
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            await self._socket(scope, receive, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -130,12 +133,45 @@ class AccessLogMiddleware:
                 )
                 self.write(self.line(scope, wall_ns, ms, status, outcome))
 
+    async def _socket(self, scope: dict, receive: Any, send: Any) -> None:
+        """A WebSocket session: counted once its handshake is answered (101, or
+        the refusal's status), its line written when it ends."""
+        wall_ns = time.time_ns()
+        began = time.perf_counter()
+        status: int | None = None
+
+        def answered(code: int) -> None:
+            nonlocal status
+            status = code
+            if self.metrics is not None:
+                self.metrics.request(scope, code)
+
+        async def logged_send(message: dict) -> None:
+            if status is None:
+                kind = message["type"]
+                if kind == "websocket.accept":
+                    answered(101)
+                elif kind == "websocket.http.response.start":
+                    answered(message["status"])
+                elif kind == "websocket.close":
+                    answered(403)  # a close before the accept: uvicorn refuses with 403
+            await send(message)
+
+        try:
+            await self.app(scope, receive, logged_send)
+        finally:
+            if status is None:
+                answered(500)
+            if self.line is not None:
+                ms = (time.perf_counter() - began) * 1000
+                self.write(self.line(scope, wall_ns, ms, status, "closed"))
+
     def _text_line(
         self, scope: dict, wall_ns: int, ms: float, status: int | None, outcome: str
     ) -> bytes:
         route, user, request_id, session = _identities(scope)
         line = (
-            f"{self.timestamp(wall_ns)} {scope['method'][:_MAX_METHOD]} {route or '-'}"
+            f"{self.timestamp(wall_ns)} {_method(scope)} {route or '-'}"
             f" {'-' if status is None else status} {ms:.1f}ms user={_text(user)}"
             f" request_id={_text(request_id)} session_id={_text(session)}"
         )
@@ -150,7 +186,7 @@ class AccessLogMiddleware:
         return orjson.dumps(
             {
                 "time": self.timestamp(wall_ns),
-                "method": scope["method"][:_MAX_METHOD],
+                "method": _method(scope),
                 "route": route,
                 "status": status,
                 "duration_ms": round(ms, 3),
@@ -161,6 +197,11 @@ class AccessLogMiddleware:
             },
             option=orjson.OPT_APPEND_NEWLINE,
         )
+
+
+def _method(scope: dict) -> str:
+    """The request's method; a WebSocket session's is its handshake's, GET."""
+    return scope.get("method", "GET")[:_MAX_METHOD]
 
 
 def route_template(scope: dict) -> tuple[str | None, dict]:

@@ -36,6 +36,7 @@ from foliko_cli.serve.access_log import AccessLogMiddleware
 from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.guard import GuardMiddleware
+from foliko_cli.serve.mcp import MCPEndpoint
 from foliko_cli.serve.metrics import METRICS, metrics
 from foliko_cli.serve.middleware import RequestMiddleware
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
@@ -114,6 +115,8 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
 
         keys = load_keys(Path(options.api_keys))
 
+    mcp = MCPEndpoint(max_body=options.max_body)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette):
         app.state.services = _services(options)
@@ -121,7 +124,10 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         try:
             yield
         finally:
-            await app.state.services.aclose()
+            try:
+                await mcp.aclose()
+            finally:
+                await app.state.services.aclose()
 
     app = Starlette(
         routes=[
@@ -136,6 +142,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *conversations.routes,
             *stored_completions.routes,
             *sessions.routes,
+            Route("/mcp", mcp, methods=["POST"]),  # stateless: no GET stream, no DELETE
             Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never
         ],
         exception_handlers={

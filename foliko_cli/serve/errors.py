@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from foliko_cli.errors import (
     ContextOverflowError,
+    CorruptSessionError,
     FolikoError,
     Interrupted,
     InvalidReplyError,
@@ -129,6 +130,8 @@ def status_of(exc: FolikoError) -> Status:
         return Status(502, "model_error")
     if isinstance(exc, ModelError):
         return Status(502, "model_error", retry=True)
+    if isinstance(exc, CorruptSessionError):
+        return Status(500, "session_damaged")  # no retry mends it: a repair or a delete does
     if isinstance(exc, StorageError):
         return Status(503, "storage_error", retry=True)
     if isinstance(exc, Interrupted):

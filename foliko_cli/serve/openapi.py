@@ -369,6 +369,30 @@ METRICS: dict[str, Any] = {
 }
 
 
+MCP: dict[str, Any] = {
+    "summary": "The sessions as an MCP server (Streamable HTTP, stateless, JSON answers)",
+    "description": "One JSON-RPC message of the Model Context Protocol: tools list_sessions, "
+    "search_sessions, read_session and chat, the sessions as resources, the agents as "
+    "prompts. Send Accept: application/json, text/event-stream.",
+    "tags": ["MCP"],
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    },
+    "responses": {
+        "200": {
+            "description": "The JSON-RPC answer",
+            "content": {"application/json": {"schema": OBJECT}},
+        },
+        "202": {"description": "A notification or response, accepted"},
+        "default": {
+            "description": "A JSON-RPC error, or an HTTP error (401, 403, 406, 413, 415, 421, 501)",
+            "content": {"application/json": {"schema": OBJECT}},
+        },
+    },
+}
+
+
 def document() -> dict[str, Any]:
     conv, sess, resp = "Conversations", "Sessions", "Responses"
     conversation_path = "/v1/conversations/{conversation_id}"
@@ -395,6 +419,7 @@ def document() -> dict[str, Any]:
                 }
             },
             "/metrics": {"get": METRICS},
+            "/mcp": {"post": MCP},
             "/v1/models": {"get": _op("The models configured", MODELS, tag="Models")},
             "/v1/models/{model}": {
                 "get": _op("A model a turn may name", OBJECT, params=[MODEL], tag="Models")

@@ -6,34 +6,18 @@ show --json``; ``export`` is one session as ``sessions export`` writes it.
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.routing import Route
 
 from foliko_cli.serve.common import JSON, json_body, query_int, service
 from foliko_cli.serve.errors import ApiError
-from foliko_cli.storage.record import SessionSummary, record_to_dict
+from foliko_cli.storage.record import record_to_dict, summary_to_dict
 from foliko_cli.usage import with_usage
 
 
 def shown(record):
     """As ``sessions show --json`` and ``export`` print it (usage totals included)."""
     return with_usage(record_to_dict(record), record)
-
-
-def summary_row(summary: SessionSummary) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "session_id": summary.session_id,
-        "message_count": summary.message_count,
-        "created_at": summary.created_at,
-        "updated_at": summary.updated_at,
-        "preview": summary.preview,
-    }
-    if summary.error:
-        row["error"] = summary.error
-        row["preview"] = f"UNREADABLE: {summary.error}"
-    return row
 
 
 async def list_sessions(request: Request):
@@ -46,7 +30,7 @@ async def list_sessions(request: Request):
         if after not in ids:
             raise ApiError(400, f"after: no session {after!r} in this list", param="after")
         summaries = summaries[ids.index(after) + 1 :]
-    page = [summary_row(s) for s in summaries[:limit]]
+    page = [summary_to_dict(s) for s in summaries[:limit]]
     return JSON(
         {
             "object": "list",

@@ -22,7 +22,7 @@ class Services:
         self.notify = notify
         self.base = AsyncFoliko.from_settings(settings, notify=notify)
         self.ephemeral = AsyncFoliko.from_settings(
-            settings._replace(storage="memory"), notify=notify
+            settings._replace(storage="memory", trash_keep=0), notify=notify
         )
         capacity, idle = limits_from_env()
         self.users = UserServices(self._build_user, capacity, idle)

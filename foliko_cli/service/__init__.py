@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import DEFAULT_TIMEOUT
+from foliko_cli.errors import UsageError
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.common import (
@@ -33,6 +34,7 @@ from foliko_cli.service.common import (
 from foliko_cli.service.maintenance import MaintenanceMixin
 from foliko_cli.service.sessions import SessionsMixin
 from foliko_cli.service.tooling import ToolsMixin
+from foliko_cli.service.trash import DEFAULT_KEEP_MS, TrashMixin
 from foliko_cli.service.turning import TurnsMixin
 from foliko_cli.storage import open_storage
 from foliko_cli.storage.base import SessionStorageAdapter
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]
 
 
-class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
+class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, TrashMixin, MaintenanceMixin):
     def __init__(
         self,
         storage: Any = None,
@@ -66,6 +68,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         mcp_servers: dict[str, dict[str, Any]] | None = None,
         user: str | None = None,
         mcp_share: AsyncFoliko | None = None,
+        trash_keep: int | str = DEFAULT_KEEP_MS,
     ):
         self.home = Path(home).expanduser() if home is not None else default_home()
         if storage is None:
@@ -97,6 +100,8 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
         self.mcp_servers = mcp_servers or {}
         self._mcp: MCPManager | None = None
         self._mcp_share = mcp_share
+        self.trash_keep = _keep_ms(trash_keep)
+        self._trash_purged_at = 0
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any):
@@ -113,6 +118,7 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
             "tools": settings.tools,
             "skill_dirs": skill_dirs(Path.cwd()),
             "mcp_servers": settings.mcp_servers,
+            "trash_keep": settings.trash_keep,
             **overrides,
         }
         return cls(settings.storage, settings.model, **options)
@@ -147,3 +153,16 @@ class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, MaintenanceMixin):
 
     def _waiting(self, session_id: str, holder: str | None) -> None:
         self.notify(f"waiting for session {session_id!r} (held by {holder or 'another process'})…")
+
+
+def _keep_ms(keep: int | str) -> int:
+    """How long the trash keeps what was removed: milliseconds or a duration
+    (``"30d"``); 0 turns the trash off."""
+    if type(keep) is int and keep >= 0:
+        return keep
+    from foliko_cli.config import parse_keep
+
+    try:
+        return parse_keep(keep)
+    except ValueError as exc:
+        raise UsageError(f"trash_keep: {exc}", fix="give a duration such as 30d, or 0") from None

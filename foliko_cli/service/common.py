@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import UsageError
+from foliko_cli.storage.base import StoredProblem
+from foliko_cli.storage.record import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionSummary,
 )
+from foliko_cli.storage.record import is_internal as is_internal
 from foliko_cli.turns import cut_compression, keep_turns
 
 if TYPE_CHECKING:
@@ -118,6 +121,15 @@ class PruneReport:
         }
 
 
+class Repair(NamedTuple):
+    """A problem ``check`` found and, with a repair, what became of it: where it
+    was moved (``moved_to``; None when left as it is) or why that failed."""
+
+    problem: StoredProblem
+    moved_to: str | None = None
+    failure: str | None = None
+
+
 class ImportReport:
     """Which sessions an import stored, found already there, skipped or refused."""
 
@@ -134,17 +146,6 @@ class ImportReport:
             "skipped": self.skipped,
             "conflicts": self.conflicts,
         }
-
-
-INTERNAL_PREFIX = ".foliko/"
-
-
-def is_internal(session_id: str) -> bool:
-    """Whether a session is one foliko keeps for itself (``.foliko/...``, also
-    under a user's scope ``~alice~/.foliko/...``): never listed."""
-    if session_id.startswith("~"):
-        session_id = session_id.partition("~/")[2]
-    return session_id.startswith(INTERNAL_PREFIX)
 
 
 SORT_KEYS: dict[str, tuple[Callable[[SessionSummary], Any], bool]] = {

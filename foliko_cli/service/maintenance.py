@@ -5,19 +5,21 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.errors import CorruptSessionError, UsageError
+from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
 from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.base import StoredProblem
 from foliko_cli.storage.record import (
     ROLES,
     SessionRecord,
     check_session_id,
+    is_internal,
 )
 
 if TYPE_CHECKING:
     from foliko_cli.storage.migrate import MigrationReport
-    from foliko_cli.storage.search import SearchHit
+    from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.service.common import (
+    Repair,
     _no_progress,
 )
 
@@ -35,13 +37,18 @@ class MaintenanceMixin:
         role: str | None = None,
         since: int | None = None,
         limit: int = 20,
+        on_unreadable: Callable[[CorruptSessionError], None] | None = None,
     ) -> list[SearchHit]:
         """Messages holding every word, "phrase" and prefix* of ``query``, best first.
 
         ``since`` keeps messages written at or after that ms time. Backends with
         a full-text index (SQLite, PostgreSQL) search it; the others are scanned.
+        foliko's own sessions (``is_internal``: the trash) are left out unless
+        ``session_id`` names one. A damaged session (or message) is left out of
+        the hits and given to ``on_unreadable``; without it, it is raised. With
+        ``session_id``, that session's damage is raised in any case.
         """
-        from foliko_cli.storage.search import Searchable, SearchQuery, parse_query, scan_search
+        from foliko_cli.storage.search import SearchQuery, parse_query
 
         if session_id is not None:
             check_session_id(session_id)
@@ -49,10 +56,25 @@ class MaintenanceMixin:
             raise UsageError(f"unknown role {role!r}", fix=f"use one of {', '.join(sorted(ROLES))}")
         if limit < 1:
             raise UsageError(f"the limit must be at least 1, not {limit}", fix="give 1 or more")
-        search_query = SearchQuery(query, parse_query(query), session_id, role, since, limit)
+        search_query = SearchQuery(
+            query, parse_query(query), session_id, role, since, limit, on_unreadable
+        )
+        if session_id is not None:
+            return await self._search(search_query)
+        asked = limit
+        while True:  # ask for more while foliko's own sessions crowd the page out
+            hits = await self._search(search_query._replace(limit=asked))
+            shown = [hit for hit in hits if not is_internal(hit.session_id)]
+            if len(shown) >= limit or len(hits) < asked:
+                return shown[:limit]
+            asked *= 4
+
+    async def _search(self, query: SearchQuery) -> list[SearchHit]:
+        from foliko_cli.storage.search import Searchable, scan_search
+
         if isinstance(self.storage, Searchable):
-            return await self.storage.search(search_query)
-        return await scan_search(self.storage, search_query)
+            return await self.storage.search(query)
+        return await scan_search(self.storage, query)
 
     async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
         """Token and cost totals of the assistant messages written at or after
@@ -65,7 +87,9 @@ class MaintenanceMixin:
         ids = sorted(
             s.session_id
             for s in summaries
-            if s.error is None and (since is None or s.updated_at >= since)
+            if s.error is None
+            and not is_internal(s.session_id)
+            and (since is None or s.updated_at >= since)
         )
 
         async def records() -> AsyncIterator[SessionRecord]:
@@ -103,18 +127,25 @@ class MaintenanceMixin:
             finally:
                 await dst.close()
 
-    async def check(self, *, repair: bool = False) -> list[tuple[StoredProblem, str | None]]:
-        """Every unreadable record, and with ``repair`` where it was moved aside.
+    async def check(self, *, repair: bool = False) -> list[Repair]:
+        """Every unreadable or damaged record, and with ``repair`` what became of it.
 
         A repair re-reads the session under its lock first, so a session that
-        was deleted and created anew meanwhile is left alone (None). Problems
-        that hold no session go straight to the backend: stray files are
-        removed, a store that fails its own check is left as it is.
+        was deleted and created anew meanwhile is left alone (``moved_to``
+        None). Problems that hold no session go straight to the backend: stray
+        files are removed, a store that fails its own check is left as it is.
+        A repair that fails is reported (``failure``) and the others still run.
         """
         problems = await capabilities.check(self.storage)
         if not repair:
-            return [(problem, None) for problem in problems]
-        return [(problem, await self._repair(problem)) for problem in problems]
+            return [Repair(problem) for problem in problems]
+        repairs = []
+        for problem in problems:
+            try:
+                repairs.append(Repair(problem, await self._repair(problem)))
+            except FolikoError as exc:
+                repairs.append(Repair(problem, failure=str(exc)))
+        return repairs
 
     async def _repair(self, problem: StoredProblem) -> str | None:
         async def work() -> str | None:

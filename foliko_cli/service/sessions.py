@@ -17,7 +17,9 @@ from foliko_cli.storage.record import (
     check_session_id,
     clear_record,
     content_hash,
+    is_internal,
     new_metadata,
+    relabelled,
 )
 from foliko_cli.turns import cut_compression, drop_turns
 
@@ -29,7 +31,6 @@ from foliko_cli.service.common import (
     PruneReport,
     _no_progress,
     forked,
-    is_internal,
 )
 
 
@@ -68,25 +69,33 @@ class SessionsMixin:
         return summaries[:limit] if limit is not None else summaries
 
     async def session_ids(self) -> list[str]:
-        return sorted(await self.storage.list())
+        """Every session's id but foliko's own (``is_internal``), sorted."""
+        return sorted(s for s in await self.storage.list() if not is_internal(s))
 
     async def delete_sessions(
         self, session_ids: list[str], *, progress: Callable[[int], None] = _no_progress
     ) -> tuple[list[str], list[str]]:
-        """Delete each session; return (deleted, not found)."""
+        """Delete each session (into the trash, when it is on); return (deleted,
+        not found)."""
         for session_id in session_ids:
             check_session_id(session_id)
         deleted, missing = [], []
         for session_id in sorted(set(session_ids)):
-            existed = await self._held(session_id, lambda sid=session_id: self.storage.delete(sid))
+            existed = await self._held(
+                session_id, lambda sid=session_id: self._remove(sid, "delete")
+            )
             self.framework.destroy_session_context(session_id)
             (deleted if existed else missing).append(session_id)
             progress(1)
+        if deleted:
+            await self._purge_trash()
         order = {sid: i for i, sid in enumerate(dict.fromkeys(session_ids))}
         return sorted(deleted, key=order.get), sorted(missing, key=order.get)
 
     async def rename_session(self, old_id: str, new_id: str) -> None:
-        """Rename ``old_id``; both are held, in one global order, so no two renames deadlock."""
+        """Rename ``old_id``; both are held, in one global order, so no two renames
+        deadlock, and read under their locks first (``old_id`` whole), so neither is
+        moved while damaged."""
         check_session_id(old_id)
         check_session_id(new_id)
         if old_id == new_id:
@@ -95,6 +104,8 @@ class SessionsMixin:
 
         async def work():
             async with self.framework.hold_session(second, self.timeout):
+                await self.storage.load(old_id)
+                await capabilities.load_state(self.storage, new_id)
                 await capabilities.rename(self.storage, old_id, new_id)
 
         await self._held(first, work)
@@ -128,13 +139,14 @@ class SessionsMixin:
         return await self._held(first, work)
 
     async def rewind_session(self, session_id: str, *, turns: int = 1) -> SessionRecord:
-        """Remove the last ``turns`` turns (a locked, explicit rewrite of the history)."""
+        """Remove the last ``turns`` turns (a locked, explicit rewrite of the history);
+        the session as it was goes to the trash."""
 
         def rewind(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
             kept = drop_turns(messages, turns, session_id=session_id)
             return messages[:kept], kept
 
-        return await self._rewritten(session_id, rewind)
+        return await self._rewritten(session_id, rewind, trash_reason="rewind")
 
     async def splice_messages(
         self,
@@ -161,38 +173,61 @@ class SessionsMixin:
         return await self._rewritten(session_id, splice, expected_revision)
 
     async def _rewritten(
-        self, session_id: str, change, expected_revision: int | None = None
+        self,
+        session_id: str,
+        change,
+        expected_revision: int | None = None,
+        *,
+        trash_reason: str | None = None,
     ) -> SessionRecord:
         """Rewrite the history under the session's lock: ``change(messages)`` gives
-        the new messages and the position from which the compression no longer holds."""
+        the new messages and the position from which the compression no longer holds.
+        With ``trash_reason``, the session as it was is kept in the trash."""
         check_session_id(session_id)
 
         async def work():
             record = await self.get_session(session_id)
             if expected_revision is not None and record.revision != expected_revision:
                 raise ConflictError(session_id, expected_revision, record.revision)
-            record.messages, unchanged = change(record.messages)
-            record.compression_state = cut_compression(record.compression_state, unchanged)
-            record.saved_at = now_ms()
-            record.revision = await self.storage.save(record, expected_revision=record.revision)
-            return record
+            before = record.revision
+            rewritten = SessionRecord(
+                session_id,
+                variables=record.variables,
+                metadata=record.metadata,
+                saved_at=now_ms(),
+            )
+            rewritten.messages, unchanged = change(record.messages)
+            rewritten.compression_state = cut_compression(record.compression_state, unchanged)
+
+            async def write() -> int:
+                return await self.storage.save(rewritten, expected_revision=before)
+
+            if trash_reason is None:
+                rewritten.revision = await write()
+            else:
+                rewritten.revision = await self._rewrite(record, trash_reason, write)
+            return rewritten
 
         record = await self._held(session_id, work)
         self.framework.destroy_session_context(session_id)
         return record
 
     async def clear_session(self, session_id: str, *, variables: bool = False) -> SessionRecord:
-        """Drop the history; with ``variables``, the variables too."""
+        """Drop the history; with ``variables``, the variables too. The session as
+        it was goes to the trash."""
         check_session_id(session_id)
 
         async def work():
             record = await self.storage.load(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
-            expected = record.revision
-            record = clear_record(record, variables=variables)
-            record.revision = await self.storage.save(record, expected_revision=expected)
-            return record
+            cleared = clear_record(relabelled(record, session_id), variables=variables)
+
+            async def write() -> int:
+                return await self.storage.save(cleared, expected_revision=record.revision)
+
+            cleared.revision = await self._rewrite(record, "clear", write)
+            return cleared
 
         record = await self._held(session_id, work)
         self.framework.destroy_session_context(session_id)
@@ -242,13 +277,25 @@ class SessionsMixin:
         return report
 
     async def _import_one(self, record: SessionRecord, on_conflict: str) -> str:
-        """Store one record, deciding under its lock on what is stored now."""
+        """Store one record, deciding under its lock on what is stored now. An
+        import is a use: the session's ``saved_at`` (what prune goes by) is now,
+        whatever the dates inside it. A session it replaces goes to the trash."""
         existing = await self.storage.load(record.session_id)
         if existing is not None and content_hash(record) == content_hash(existing):
             return "unchanged"
         if existing is not None and on_conflict != "replace":
             return "skipped" if on_conflict == "skip" else "conflicts"
-        await self.storage.save(record, expected_revision=existing.revision if existing else 0)
+        imported = relabelled(record, record.session_id)  # saved_at 0: now
+
+        async def write() -> int:
+            return await self.storage.save(
+                imported, expected_revision=existing.revision if existing else 0
+            )
+
+        if existing is None:
+            await write()
+        else:
+            await self._rewrite(existing, "import", write)
         return "imported"
 
     async def prune(
@@ -259,15 +306,20 @@ class SessionsMixin:
         progress: Callable[[int], None] = _no_progress,
         on_total: Callable[[int], None] | None = None,
     ) -> PruneReport:
-        """Delete the sessions not updated for ``older_than_ms``.
+        """Delete (into the trash, when it is on) the sessions not used for
+        ``older_than_ms``: not written by foliko (a turn, an import, a restore),
+        whatever the dates of the messages inside.
 
         Each is re-read under its lock first: one that got a turn meanwhile is
-        kept. Unreadable sessions are reported, never deleted.
+        kept. Unreadable sessions are reported, never deleted; foliko's own
+        (``is_internal``: the trash itself) are left alone.
         """
         cutoff = now_ms() - older_than_ms
         report = PruneReport()
         stale = []
         for summary in sorted(await self.storage.list_summaries(), key=lambda s: s.session_id):
+            if is_internal(summary.session_id):
+                continue
             if summary.error:
                 report.unreadable.append(summary.session_id)
             elif summary.updated_at < cutoff:
@@ -282,6 +334,8 @@ class SessionsMixin:
             getattr(report, outcome).append(session_id)
             self.framework.destroy_session_context(session_id)
             progress(1)
+        if report.deleted:
+            await self._purge_trash()
         return report
 
     async def _prune_one(self, session_id: str, cutoff: int) -> str:
@@ -293,6 +347,8 @@ class SessionsMixin:
             return "gone"
         if state.saved_at >= cutoff:
             return "active"
+        if self._keeps_trash(session_id):
+            return "deleted" if await self._remove(session_id, "prune") else "gone"
         await self.storage.delete(session_id, expected_revision=state.revision)
         return "deleted"
 

@@ -67,6 +67,7 @@ class TurnsMixin:
             variables=variables or {},
             system_prompt=system,
             expected_revision=expected,
+            trash="new" if new and self._keeps_trash(session_id) else None,
             **extra,
         )
 
@@ -100,7 +101,8 @@ class TurnsMixin:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         **turn: Any,
     ) -> TurnResult:
-        """One turn; ``new`` starts the session over, ``fork_from`` copies another
+        """One turn; ``new`` starts the session over (the old one goes to the trash:
+        ``TurnResult.trashed``), ``fork_from`` copies another
         first (its first ``turns`` turns, or its first ``upto`` messages, when
         given); ``regenerate`` replaces the
         session's last turn by a new answer to its user message (``message``

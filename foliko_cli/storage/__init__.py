@@ -55,6 +55,15 @@ def _from_url(spec: str) -> SessionStorageAdapter:
                 f"malformed storage URL {shown(spec)!r}: a {scheme} URL has no host; "
                 f"write {scheme}:///relative/path or {scheme}:////absolute/path"
             )
+        if url.query or url.fragment:
+            from urllib.parse import parse_qsl
+
+            given = [key for key, _ in parse_qsl(url.query, keep_blank_values=True)]
+            option = f"option {given[0]!r}" if given else f"part {url.fragment or url.query!r}"
+            raise StorageConfigError(
+                f"unknown {option} in storage URL {shown(spec)!r}: a {scheme} URL takes no "
+                f"options; remove it: {scheme}:///relative/path or {scheme}:////absolute/path"
+            )
         path = url.path[1:] if url.path.startswith("/") else url.path
         if not path:
             raise StorageConfigError(

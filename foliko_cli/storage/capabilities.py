@@ -28,6 +28,7 @@ from foliko_cli.storage.record import (
     SessionRecord,
     content_hash,
     covered_messages,
+    relabelled,
     stored_content_hash,
 )
 
@@ -207,15 +208,7 @@ async def rename(storage: SessionStorageAdapter, old_id: str, new_id: str) -> No
     source = await storage.load(old_id)
     if source is None:
         raise SessionNotFoundError(old_id)
-    moved = SessionRecord(
-        session_id=new_id,
-        messages=source.messages,
-        variables=source.variables,
-        metadata=source.metadata,
-        compression_state=source.compression_state,
-        saved_at=source.saved_at,
-    )
-    await storage.save(moved, expected_revision=0)
+    await storage.save(relabelled(source, new_id, saved_at=source.saved_at), expected_revision=0)
     await storage.delete(old_id, expected_revision=source.revision)
 
 

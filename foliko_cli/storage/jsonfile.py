@@ -27,8 +27,10 @@ Writes go to a temporary file in the same directory, are fsynced and moved
 over the old file with ``os.replace``; then the directory is fsynced. A short
 per-session write lock makes read-check-write atomic even for a caller that
 does not hold the turn lock. A file that cannot be parsed is reported
-(CorruptSessionError, or a summary with ``error`` set) and never overwritten.
-A session path that is a symbolic link is refused, never followed.
+(CorruptSessionError, or a summary with ``error`` set) and never overwritten;
+so is a file written by foliko whose ``messageCount`` is not the number of
+its messages (storage/integrity.py). A session path that is a symbolic link
+is never followed: the session is damaged.
 
 ``save`` and ``delete`` compare the stored revision under that write lock.
 ``check`` also reports stray files (orphan lock files, temporary files of
@@ -61,6 +63,7 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
@@ -158,16 +161,17 @@ class JsonStorage(SessionStorageAdapter):
             hint=Hint.STORAGE,
         )
 
-    def _read_bytes(self, path: str | Path) -> bytes | None:
+    def _read_bytes(self, path: str | Path, session_id: str = "") -> bytes | None:
+        """The file's bytes; None when it does not exist. A symbolic link is never
+        followed: the session is damaged (CorruptSessionError)."""
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise StorageError(
-                    f"refusing the session file {path}: it is a symbolic link; "
-                    "replace it by the file it points to"
+                raise CorruptSessionError(
+                    session_id, str(path), "the file is a symbolic link, which is never followed"
                 ) from None
             raise self._storage_error("read", path, exc) from None
         try:
@@ -187,13 +191,13 @@ class JsonStorage(SessionStorageAdapter):
         seed's. The path is a str: pathlib costs a migration of 100,000 files ~0.3 s."""
         name = file_name(session_id)
         path = os.path.join(self.directory, name)
-        data = self._read_bytes(path)
+        data = self._read_bytes(path, session_id)
         if data is not None:
             return path, data
         seed_name = seed_file_name(session_id)
         if seed_name and seed_name != name:
             seed_path = os.path.join(self.directory, seed_name)
-            data = self._read_bytes(seed_path)
+            data = self._read_bytes(seed_path, session_id)
             if data is not None:
                 return seed_path, data
         return None
@@ -241,6 +245,10 @@ class JsonStorage(SessionStorageAdapter):
                 raise ValueError("compressionState must be an object")
         except (ValueError, TypeError, AttributeError) as exc:
             raise CorruptSessionError(session_id, str(path), _one_line(str(exc))) from None
+        if "revision" in document:  # written by foliko, which counts what it writes
+            metadata = document.get("metadata")
+            counted = metadata.get("messageCount") if isinstance(metadata, dict) else None
+            check_count(session_id, str(path), count=counted, found=len(record.messages))
         record.revision = max(record.revision, 1)
         return record
 
@@ -264,12 +272,17 @@ class JsonStorage(SessionStorageAdapter):
                 hint=Hint.STORAGE,
             )
 
+    def _stored_path(self, session_id: str) -> Path | None:
+        """The file (or whatever is there, a link too) that holds ``session_id``,
+        found by its name alone: our name first, then the seed's."""
+        for name in (file_name(session_id), seed_file_name(session_id)):
+            if name and os.path.lexists(self.directory / name):
+                return self.directory / name
+        return None
+
     def _gone(self, session_id: str) -> bool:
         """No file holds ``session_id`` (its lock files may go)."""
-        seed_name = seed_file_name(session_id)
-        return not os.path.lexists(self.directory / file_name(session_id)) and not (
-            seed_name and os.path.lexists(self.directory / seed_name)
-        )
+        return self._stored_path(session_id) is None
 
     def _sync_directory(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -344,7 +357,7 @@ class JsonStorage(SessionStorageAdapter):
         path = self.directory / name
         guess = self._id_from_name(name)
         try:
-            data = self._read_bytes(path)
+            data = self._read_bytes(path, guess or name)
             if data is None:
                 return None
             summary = self._summary(name, guess, data, summarise=summarise)
@@ -527,13 +540,12 @@ class JsonStorage(SessionStorageAdapter):
             check_expected(session_id, expected_revision, 0)
             return False
         async with self._writing(session_id):
-            located = self._locate(session_id)
+            path = self._stored_path(session_id)
             if expected_revision is not None:
-                found = 0 if located is None else (await self.revision(session_id) or 0)
+                found = 0 if path is None else (await self.revision(session_id) or 0)
                 check_expected(session_id, expected_revision, found)
-            if located is None:
+            if path is None:
                 return False
-            path = located[0]
             try:
                 os.unlink(path)
                 self._sync_directory()

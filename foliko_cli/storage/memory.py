@@ -7,13 +7,16 @@ import threading
 from typing import Any
 
 from foliko_cli.clock import now_ms
+from foliko_cli.errors import CorruptSessionError
 from foliko_cli.queues import SessionQueues
 from foliko_cli.storage.base import (
     ConflictError,
     SessionStorageAdapter,
+    StoredProblem,
     check_expected,
     expected_list,
 )
+from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -34,6 +37,8 @@ class MemoryStorage(SessionStorageAdapter):
 
     def __init__(self) -> None:
         self._records: dict[str, SessionRecord] = {}
+        self.quarantined: dict[str, list[SessionRecord]] = {}
+        """What ``quarantine`` moved aside, by session id."""
         self._mutex = threading.RLock()
         self._queues = SessionQueues()
 
@@ -43,7 +48,15 @@ class MemoryStorage(SessionStorageAdapter):
 
     async def load(self, session_id: str) -> SessionRecord | None:
         record = self._records.get(session_id)
-        return copy.deepcopy(record) if record is not None else None
+        if record is None:
+            return None
+        self._check(record)
+        return copy.deepcopy(record)
+
+    def _check(self, record: SessionRecord) -> None:
+        """Its count must be its messages' (only a hand-made change breaks that)."""
+        count = record.metadata.get("message_count")
+        check_count(record.session_id, self.name, count=count, found=len(record.messages))
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
@@ -61,6 +74,8 @@ class MemoryStorage(SessionStorageAdapter):
         with self._mutex:
             for record, want in zip(records, expected, strict=True):
                 previous = self._records.get(record.session_id)
+                if previous is not None:
+                    self._check(previous)
                 check_expected(record.session_id, want, previous.revision if previous else 0)
             return [self._put(record) for record in records]
 
@@ -93,6 +108,8 @@ class MemoryStorage(SessionStorageAdapter):
         expected_revision: int,
     ) -> int:
         stored = self._records.get(session_id)
+        if stored is not None:
+            self._check(stored)
         found = stored.revision if stored else 0
         if found != expected_revision:
             raise ConflictError(session_id, expected_revision, found)
@@ -117,16 +134,29 @@ class MemoryStorage(SessionStorageAdapter):
         return list(self._records)
 
     async def list_summaries(self) -> list[SessionSummary]:
-        return [
-            SessionSummary(
-                session_id=r.session_id,
-                created_at=r.metadata.get("created_at", r.saved_at),
-                updated_at=r.saved_at,
-                message_count=len(r.messages),
-                preview=preview_of(r.messages),
-            )
-            for r in self._records.values()
-        ]
+        return [self._summary(record) for record in list(self._records.values())]
+
+    def _summary(self, record: SessionRecord) -> SessionSummary:
+        summary = SessionSummary(
+            session_id=record.session_id,
+            created_at=record.metadata.get("created_at", record.saved_at),
+            updated_at=record.saved_at,
+            message_count=len(record.messages),
+            preview=preview_of(record.messages),
+        )
+        try:
+            self._check(record)
+        except CorruptSessionError as exc:
+            return summary._replace(preview="", error=exc.reason)
+        return summary
+
+    async def quarantine(self, problem: StoredProblem) -> str:
+        """Move the damaged record to ``quarantined`` (never deleted)."""
+        with self._mutex:
+            record = self._records.pop(problem.session_id, None)
+            if record is not None:
+                self.quarantined.setdefault(problem.session_id, []).append(record)
+        return "memory (quarantined)"
 
     async def revision(self, session_id: str) -> int | None:
         record = self._records.get(session_id)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from foliko_cli.errors import FolikoError, UsageError
+from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
 from foliko_cli.storage.record import SessionRecord
@@ -131,13 +131,14 @@ async def _write(
     pending: list[tuple[SessionRecord, int]],
     report: MigrationReport,
 ) -> list[SessionRecord]:
-    """Write the batch in one go; if a session moved meanwhile, one by one (a
-    backend without transactions may have written part of the batch)."""
+    """Write the batch in one go; if a session moved meanwhile or is damaged in
+    the target, one by one (a backend without transactions may have written part
+    of the batch), so each failure is reported with its session."""
     records = [record for record, _ in pending]
     try:
         await capabilities.save_many(target, records, expected_revisions=[e for _, e in pending])
         return records
-    except (ConflictError, SessionExistsError):
+    except (ConflictError, SessionExistsError, CorruptSessionError):
         pass
     written = []
     for record, expected in pending:

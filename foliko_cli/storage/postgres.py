@@ -69,6 +69,7 @@ from foliko_cli.storage.base import (
     StoredProblem,
     expected_list,
 )
+from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (
     SessionRecord,
@@ -114,10 +115,18 @@ def create_search_index(db: Any, dialect: PostgresDialect) -> None:
     create_index(db, dialect.quoted)
 
 
+def bound_search_text(db: Any, dialect: PostgresDialect) -> None:
+    """The index takes a bounded prefix of each message (postgres_search.py)."""
+    from foliko_cli.storage.postgres_search import bound_indexed_text
+
+    bound_indexed_text(db, dialect.quoted)
+
+
 MIGRATIONS: list[Step] = [
     schema.create_sessions_and_messages,
     schema.create_quarantine,
     create_search_index,
+    bound_search_text,
 ]
 
 
@@ -128,6 +137,32 @@ def _reason(exc: BaseException, password: str | None) -> str:
         text = text.rsplit("failed: ", 1)[1]
     text = text.removeprefix("FATAL: ").strip() or type(exc).__name__
     return hide(text, password)
+
+
+_BAD_OPTION = re.compile(
+    r'invalid (?:integer )?value "[^"]*" for connection option "(?P<value>\w+)"'
+    r'|invalid (?P<enum>\w+) value: "'
+    r'|invalid URI query parameter: "(?P<unknown>\w+)"'
+    r'|invalid connection option "(?P<option>\w+)"'
+    r"|bad value for (?P<psycopg>\w+):"
+    r'|invalid value for parameter "(?P<server>\w+)"'
+    r'|unrecognized configuration parameter "(?P<setting>\w+)"'
+)
+"""What libpq, psycopg and the server say of a connection option of the URL
+that is unknown or has a bad value (libpq checks them as it connects)."""
+
+
+def _option_error(exc: BaseException, password: str | None = None) -> StorageConfigError | None:
+    """A usage error naming the URL's bad option, when ``exc`` is about one."""
+    found = _BAD_OPTION.search(str(exc))
+    if found is None:
+        return None
+    name = next(value for value in found.groups() if value)
+    detail = _reason(exc, password).removeprefix("connection is bad: ")
+    return StorageConfigError(
+        f"bad option {name!r} in the PostgreSQL URL: {detail}; "
+        "fix it or leave it out (see libpq's connection parameters)"
+    )
 
 
 def _import_psycopg() -> Any:
@@ -172,6 +207,10 @@ class PostgresStorage(SessionStorageAdapter):
         self._dialect = PostgresDialect(self.schema)
         self._password = parsed.password
         self._conninfo = parsed.driver_url("postgresql")
+        try:
+            self._pg.conninfo.conninfo_to_dict(self._conninfo)
+        except self._pg.Error as exc:
+            raise _option_error(exc) or StorageConfigError(str(exc)) from None
         self._connect_kwargs = self._connection_settings({k for k, _ in parsed.query})
         self.host = parsed.host
         self.port = parsed.port
@@ -261,7 +300,7 @@ class PostgresStorage(SessionStorageAdapter):
                 **self._connect_kwargs,
             )
         except self._pg.Error as exc:
-            raise StorageError(
+            raise _option_error(exc, self._password) or StorageError(
                 f"cannot connect to PostgreSQL at {self._where} (database {self.database}"
                 f"{', user ' + self.user if self.user else ''}): "
                 f"{_reason(exc, self._password)}; is the server running? check the URL"
@@ -351,14 +390,17 @@ class PostgresStorage(SessionStorageAdapter):
 
     def _load_sql(self, *, lock: str = "") -> str:
         return self._dialect.sql(
-            f"""SELECT {RECORD_COLUMNS},
+            f"""SELECT {RECORD_COLUMNS}, s.message_count,
+                   (SELECT array_agg(m.seq ORDER BY m.seq) FROM {{messages}} m
+                    WHERE m.session_id = s.session_id),
                    (SELECT array_agg(m.body ORDER BY m.seq) FROM {{messages}} m
                     WHERE m.session_id = s.session_id)
                FROM {{sessions}} s WHERE s.session_id = %s {lock}"""
         )
 
     def _record(self, session_id: str, row: tuple[Any, ...]) -> SessionRecord:
-        *columns, bodies = row
+        *columns, count, seqs, bodies = row
+        check_sequence(session_id, self.location, seqs or (), count=count)
         return record_from_row(session_id, tuple(columns), bodies or (), self.location)
 
     def _write(self, write: Callable[[Any], T]) -> T:
@@ -390,7 +432,10 @@ class PostgresStorage(SessionStorageAdapter):
             self._check_id(record.session_id)
             checked_for_write(record)
         return await self._run(
-            self._write, lambda cur: writes.replace_records(cur, self._dialect, records, expected)
+            self._write,
+            lambda cur: writes.replace_records(
+                cur, self._dialect, records, expected, where=self.location
+            ),
         )
 
     async def append(
@@ -406,7 +451,13 @@ class PostgresStorage(SessionStorageAdapter):
         return await self._run(
             self._write,
             lambda cur: writes.append_messages(
-                cur, self._dialect, session_id, messages, state, expected_revision
+                cur,
+                self._dialect,
+                session_id,
+                messages,
+                state,
+                expected_revision,
+                where=self.location,
             ),
         )
 
@@ -526,7 +577,7 @@ class PostgresStorage(SessionStorageAdapter):
         with self._guard():
             try:
                 with self.db.transaction(), self.db.cursor() as cur:
-                    writes.rename_session(cur, self._dialect, old_id, new_id)
+                    writes.rename_session(cur, self._dialect, old_id, new_id, where=self.location)
             except self._pg.errors.UniqueViolation:
                 raise SessionExistsError(new_id) from None  # created while we renamed
 

@@ -14,6 +14,10 @@ as no text. So writing a message never fails because of the index.
 
 The query is built as a ``to_tsquery`` expression from the parsed terms,
 each word quoted: ``websearch_to_tsquery`` has no prefix search.
+
+Only a message's first INDEXED_CHARS characters are indexed (a tsvector
+holds at most 1 MB), and snippets are cut in Python from the hits' texts
+(``search.snippet_for``), so neither grows with a message's size.
 """
 
 from __future__ import annotations
@@ -21,36 +25,33 @@ from __future__ import annotations
 from typing import Any
 
 from foliko_cli.storage.search import (
-    MARK_END,
-    MARK_START,
-    SNIPPET_WORDS,
+    INDEXED_CHARS,
     SearchHit,
     SearchQuery,
     Term,
-    unmark,
+    snippet_for,
 )
 
-HEADLINE_OPTIONS = (
-    f'StartSel="{MARK_START}", StopSel="{MARK_END}", '
-    f"MaxWords={SNIPPET_WORDS}, MinWords={SNIPPET_WORDS // 2}, ShortWord=0, MaxFragments=1"
-)
+_CONTENT = "(body::jsonb) ->> 'content'"
+_CONTENT_WITHOUT_NUL = "(replace(body, '\\u0000', '')::jsonb) ->> 'content'"
 
 
-def create_index(db: Any, schema: str) -> None:
-    """The migration step: the text function and the index (built from what is stored)."""
-    db.execute(
-        f"""CREATE OR REPLACE FUNCTION {schema}.message_text(body TEXT) RETURNS TEXT
+def _text_function(schema: str, indexed: str) -> str:
+    """``message_text``: the content out of a JSON body, ``indexed`` applied to it."""
+    return f"""CREATE OR REPLACE FUNCTION {schema}.message_text(body TEXT) RETURNS TEXT
             LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
             BEGIN
-                RETURN (body::jsonb) ->> 'content';
+                RETURN {indexed.format(_CONTENT)};
             EXCEPTION WHEN others THEN
                 BEGIN
-                    RETURN (replace(body, '\\u0000', '')::jsonb) ->> 'content';
+                    RETURN {indexed.format(_CONTENT_WITHOUT_NUL)};
                 EXCEPTION WHEN others THEN
                     RETURN '';
                 END;
             END $$"""
-    )
+
+
+def _add_vector(db: Any, schema: str) -> None:
     db.execute(
         f"""ALTER TABLE {schema}.messages ADD COLUMN IF NOT EXISTS search_vector tsvector
             GENERATED ALWAYS AS (to_tsvector('simple', {schema}.message_text(body))) STORED"""
@@ -59,6 +60,21 @@ def create_index(db: Any, schema: str) -> None:
         f"""CREATE INDEX IF NOT EXISTS messages_text_search ON {schema}.messages
             USING gin (search_vector)"""
     )
+
+
+def create_index(db: Any, schema: str) -> None:
+    """The migration step: the text function and the index (built from what is stored)."""
+    db.execute(_text_function(schema, "{}"))
+    _add_vector(db, schema)
+
+
+def bound_indexed_text(db: Any, schema: str) -> None:
+    """The migration step that indexes only a message's first INDEXED_CHARS
+    characters (a longer text could pass the 1 MB a tsvector may take, and
+    its write failed): the function again, the vectors made again from it."""
+    db.execute(_text_function(schema, f"left({{}}, {INDEXED_CHARS})"))
+    db.execute(f"ALTER TABLE {schema}.messages DROP COLUMN IF EXISTS search_vector")
+    _add_vector(db, schema)
 
 
 def tsquery_expression(terms: tuple[Term, ...]) -> str:
@@ -73,7 +89,7 @@ def tsquery_expression(terms: tuple[Term, ...]) -> str:
 
 
 def search(db: Any, schema: str, query: SearchQuery) -> list[SearchHit]:
-    """The best ``query.limit`` hits by ts_rank, snippets by ts_headline."""
+    """The best ``query.limit`` hits by ts_rank, with their snippets (search.snippet_for)."""
     vector = "m.search_vector"
     filters, params = [], [tsquery_expression(query.terms)]
     if query.session_id is not None:
@@ -94,13 +110,13 @@ def search(db: Any, schema: str, query: SearchQuery) -> list[SearchHit]:
                 FROM {schema}.messages m, q WHERE {vector} @@ q.q{where}
                 ORDER BY score DESC, m.created_at DESC LIMIT %s)
             SELECT top.session_id, top.seq, top.role, top.created_at, top.score,
-                ts_headline('simple', {schema}.message_text(top.body), q.q, %s)
-            FROM top, q
+                {schema}.message_text(top.body)
+            FROM top
             ORDER BY top.score DESC, top.created_at DESC, top.session_id, top.seq""",
-        [*params, query.limit, HEADLINE_OPTIONS],
+        [*params, query.limit],
     ).fetchall()
     hits = []
-    for session_id, seq, role, created_at, score, marked in rows:
-        snippet, spans = unmark(marked)
+    for session_id, seq, role, created_at, score, text in rows:
+        snippet, spans = snippet_for(text or "", query.terms)
         hits.append(SearchHit(session_id, seq, role, created_at, snippet, spans, float(score)))
     return hits

@@ -135,6 +135,18 @@ def check_session_id(session_id: Any) -> str:
     return session_id
 
 
+INTERNAL_PREFIX = ".foliko/"
+
+
+def is_internal(session_id: str) -> bool:
+    """Whether a session is one foliko keeps for itself (``.foliko/...``, also
+    under a user's scope ``~alice~/.foliko/...``): the trash, quotas, background
+    journals. Never listed, searched, counted in usage or pruned; migrated."""
+    if session_id.startswith("~"):
+        session_id = session_id.partition("~/")[2]
+    return session_id.startswith(INTERNAL_PREFIX)
+
+
 def next_revision(current: int | None) -> int:
     """The revision after ``current``; a new session starts at a fresh, clock-based one.
 
@@ -344,6 +356,20 @@ def preview_of(messages: list[dict[str, Any]]) -> str:
     return ""
 
 
+def relabelled(record: SessionRecord, session_id: str, *, saved_at: int = 0) -> SessionRecord:
+    """A new record of ``record``'s messages, variables, metadata and compression
+    state (shared, not copied) as ``session_id``, with no revision: what a
+    create-only or compare-and-set ``save`` of the same content elsewhere takes."""
+    return SessionRecord(
+        session_id,
+        messages=record.messages,
+        variables=record.variables,
+        metadata=record.metadata,
+        compression_state=record.compression_state,
+        saved_at=saved_at,
+    )
+
+
 def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRecord:
     """``record`` with its history (and summary) dropped; with ``variables``, those too."""
     record.messages = []
@@ -356,7 +382,12 @@ def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRe
 
 def covered_messages(record: SessionRecord, total: int) -> int:
     """How many of the first messages the session's compression summary stands for."""
-    covered = record.compression_state.get("covered", 0)
+    return covered_by(record.compression_state, total)
+
+
+def covered_by(compression_state: dict[str, Any], total: int) -> int:
+    """``covered_messages`` of a session with this compression state and ``total`` messages."""
+    covered = compression_state.get("covered", 0)
     return covered if isinstance(covered, int) and 0 <= covered <= total else 0
 
 
@@ -370,6 +401,21 @@ def record_to_dict(record: SessionRecord) -> dict[str, Any]:
         "compression_state": record.compression_state,
         "saved_at": record.saved_at,
     }
+
+
+def summary_to_dict(summary: SessionSummary) -> dict[str, Any]:
+    """The public JSON form of a summary (``sessions list --json``, the HTTP list).
+    A damaged session is marked, never left out: ``damaged`` true, ``error`` why."""
+    row: dict[str, Any] = {
+        "session_id": summary.session_id,
+        "message_count": summary.message_count,
+        "created_at": summary.created_at,
+        "updated_at": summary.updated_at,
+        "preview": summary.preview,
+    }
+    if summary.error:
+        row.update(preview=f"DAMAGED: {summary.error}", damaged=True, error=summary.error)
+    return row
 
 
 def content_hash(record: SessionRecord) -> str:

@@ -13,7 +13,10 @@ Key layout, all under a prefix (``foliko`` unless told otherwise)::
 braces form a hash tag and one session's keys share one cluster slot. Every
 write (save, append, delete, rename, quarantine) is one Lua script: atomic,
 one round trip, the index updated with the session, and the expected
-revision of ``save``/``delete`` compared inside it. ``save_many`` runs its
+revision of ``save``/``delete`` compared inside it. A session whose meta
+hash is gone while its messages remain, or whose ``message_count`` is not
+its list's length, is damaged: every read raises CorruptSessionError and
+every write script refuses it (storage/integrity.py). ``save_many`` runs its
 scripts in one MULTI. Listing reads the index, never ``SCAN`` (``check``
 scans for message lists whose meta hash is gone).
 
@@ -62,6 +65,7 @@ from foliko_cli.storage.base import (
     check_expected,
     expected_list,
 )
+from foliko_cli.storage.integrity import damaged_summary, orphaned
 from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (
     SessionRecord,
@@ -100,14 +104,34 @@ local function next_revision(current, fresh)
 end
 """
 
+# A session whose meta hash is gone while its messages remain, or whose count is
+# not its list's length, is damaged: {-2, count (-1: no meta), length}, never written.
+_DAMAGE = """
+local function damage(meta, msgs)
+  local length = redis.call('LLEN', msgs)
+  if redis.call('EXISTS', meta) == 0 then
+    if length > 0 then return {-2, -1, length} end
+    return nil
+  end
+  if redis.call('TYPE', meta).ok ~= 'hash' then return nil end
+  local count = tonumber(redis.call('HGET', meta, 'message_count'))
+  if count ~= length then return {-2, count or -1, length} end
+  return nil
+end
+"""
+
 # KEYS: meta, msgs, index. ARGV: id, expected revision ('' for none, 0 for create),
 # updated_at, created_at, message_count, preview, variables, metadata,
 # compression_state, first revision, messages...
-# Returns {1, revision}, {0, found} (a stale revision) or {-1, found} (it exists).
+# Returns {1, revision}, {0, found} (a stale revision), {-1, found} (it exists) or
+# the damage.
 _SAVE = (
     _PUSH
+    + _DAMAGE
     + """
 local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
+local damaged = damage(meta, msgs)
+if damaged then return damaged end
 local exists = redis.call('EXISTS', meta) == 1
 local current = nil
 if redis.call('TYPE', meta).ok == 'hash' then
@@ -131,11 +155,14 @@ return {1, revision}
 
 # KEYS: meta, msgs, index. ARGV: id, expected revision, now, created_at, preview,
 # variables, metadata, compression_state, first revision, messages...
-# Returns {ok, revision}.
+# Returns {1, revision}, {0, found} (a stale revision) or the damage.
 _APPEND = (
     _PUSH
+    + _DAMAGE
     + """
 local meta, msgs, index = KEYS[1], KEYS[2], KEYS[3]
+local damaged = damage(meta, msgs)
+if damaged then return damaged end
 local found = 0
 if redis.call('EXISTS', meta) == 1 then
   found = tonumber(redis.call('HGET', meta, 'revision')) or -1
@@ -168,28 +195,33 @@ if ARGV[2] ~= '' then
   if ARGV[2] == '0' then return {0, shown} end
   if found ~= tonumber(ARGV[2]) then return {0, shown} end
 end
-local existed = redis.call('DEL', KEYS[1])
-redis.call('DEL', KEYS[2])
+local existed = math.min(redis.call('DEL', KEYS[1], KEYS[2]), 1)
 redis.call('ZREM', KEYS[3], ARGV[1])
 return {existed, shown}
 """
 
 # KEYS: old meta, old msgs, new meta, new msgs, index. ARGV: old id, new id, a fresh
 # clock-based revision (the renamed session gets a revision no cache can hold).
-_RENAME = """
+# Returns 1, -1 (the new id exists), -2 (the old one does not), -3 (the new id's
+# messages remain without their meta hash) or -4 (the old one is damaged).
+_RENAME = (
+    _DAMAGE
+    + """
 if redis.call('EXISTS', KEYS[3]) == 1 then return -1 end
+if damage(KEYS[3], KEYS[4]) then return -3 end
+if damage(KEYS[1], KEYS[2]) then return -4 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return -2 end
 local score = redis.call('ZSCORE', KEYS[5], ARGV[1]) or redis.call('HGET', KEYS[1], 'updated_at')
 local current = tonumber(redis.call('HGET', KEYS[1], 'revision')) or 0
 local revision = math.max(current + 1, tonumber(ARGV[3]))
 redis.call('HSET', KEYS[1], 'revision', string.format('%d', revision))
 redis.call('RENAME', KEYS[1], KEYS[3])
-redis.call('DEL', KEYS[4])
 if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('RENAME', KEYS[2], KEYS[4]) end
 redis.call('ZREM', KEYS[5], ARGV[1])
 redis.call('ZADD', KEYS[5], score, ARGV[2])
 return 1
 """
+)
 
 # KEYS: meta, msgs, index, quarantined meta, quarantined msgs, quarantine hash.
 # ARGV: id, quarantine entry name, entry (JSON).
@@ -286,12 +318,21 @@ class RedisStorage(SessionStorageAdapter):
         self._driver_url, self._keywords = parsed.driver_url(), keywords
         try:
             # Never connected: it checks the URL now and holds the scripts, which
-            # are called with the running loop's client.
+            # are called with the running loop's client. A connection object is
+            # built (not connected) so that an option redis-py refuses fails here.
             template = self._new_client()
-        except ValueError as exc:
+            pool = template.connection_pool
+            pool.connection_class(**pool.connection_kwargs)
+        except TypeError as exc:
+            unknown = re.search(r"keyword argument '(\w+)'", str(exc))
+            raise StorageConfigError(
+                f"unknown option {unknown[1] if unknown else str(exc)!r} in the Redis URL for "
+                f"{self._where}; remove it (redis-py does not take it for this URL)"
+            ) from None
+        except (ValueError, self._redis.RedisError) as exc:
             raise StorageConfigError(
                 f"malformed Redis URL for {self._where}: {self._reason(exc)}; "
-                "write redis://host:6379/0"
+                "fix the option or leave it out: redis://host:6379/0"
             ) from None
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         register = template.register_script
@@ -299,6 +340,7 @@ class RedisStorage(SessionStorageAdapter):
         self._append_script = register(_APPEND)
         self._delete_script = register(_DELETE)
         self._rename_script = register(_RENAME)
+        self._damage_script = register(_DAMAGE + "return damage(KEYS[1], KEYS[2]) or {0}")
         self._quarantine_script = register(_QUARANTINE)
         self._renew_script = register(_RENEW)
         self._release_script = register(_RELEASE)
@@ -382,14 +424,13 @@ class RedisStorage(SessionStorageAdapter):
                 with self._guard():
                     raise result
         if not meta:
+            if bodies:
+                raise self._damaged(session_id, -1, len(bodies))
             return None
         fields = {k.decode(): v for k, v in meta.items()}
         try:
             if int(fields["message_count"]) != len(bodies):
-                raise ValueError(
-                    f"{meta_key} counts {int(fields['message_count'])} messages but "
-                    f"{msgs_key} holds {len(bodies)} (evicted or edited by hand?)"
-                )
+                raise self._damaged(session_id, int(fields["message_count"]), len(bodies))
             columns = (
                 fields["variables"],
                 fields["metadata"],
@@ -433,14 +474,28 @@ class RedisStorage(SessionStorageAdapter):
             )
         return self._saved(record.session_id, expected_revision, result)
 
-    @staticmethod
-    def _saved(session_id: str, expected: int | None, result: list) -> int:
+    def _saved(self, session_id: str, expected: int | None, result: list) -> int:
         status, value = int(result[0]), int(result[1])
+        if status == -2:
+            raise self._damaged(session_id, value, int(result[2]))
         if status == -1:
             raise SessionExistsError(session_id)
         if status == 0:
             raise ConflictError(session_id, expected or 0, value)
         return value
+
+    def _damaged(self, session_id: str, count: int, length: int) -> CorruptSessionError:
+        """What a script found wrong: no meta hash (``count`` -1), or a count that
+        is not the message list's ``length``."""
+        meta_key, msgs_key, _ = self._session_keys(session_id)
+        if count < 0:
+            return orphaned(session_id, self.location, length, f"meta hash {meta_key}")
+        return CorruptSessionError(
+            session_id,
+            self.location,
+            f"{meta_key} counts {count} messages but {msgs_key} holds {length} "
+            "(evicted or edited by hand?)",
+        )
 
     async def save_many(
         self,
@@ -450,9 +505,11 @@ class RedisStorage(SessionStorageAdapter):
     ) -> list[int]:
         """One MULTI of save scripts: applied together, no reader sees half a batch.
 
-        Each script checks its own expected revision; without any (migration)
-        the whole batch is written. With some, the batch is first checked
-        under WATCH, so one stale revision writes none of them."""
+        Each script checks its own expected revision and damage; first the
+        whole batch is checked for damage (one round trip), so a damaged
+        session writes none of them. Without expected revisions (migration) the
+        batch is then written; with some, it is first checked under WATCH, so
+        one stale revision writes none of them."""
         if not records:
             return []
         expected = expected_list(records, expected_revisions)
@@ -460,6 +517,14 @@ class RedisStorage(SessionStorageAdapter):
             (r.session_id, self._session_keys(r.session_id), self._save_args(r, e))
             for r, e in zip(records, expected, strict=True)
         ]
+        with self._guard():
+            async with self._client().pipeline(transaction=False) as pipe:
+                for _, keys, _ in batches:
+                    await self._damage_script(keys[:2], [], client=pipe)
+                found = await pipe.execute()
+        for (session_id, _, _), result in zip(batches, found, strict=True):
+            if int(result[0]) == -2:
+                raise self._damaged(session_id, int(result[1]), int(result[2]))
         if all(e is None for e in expected):
             with self._guard():
                 async with self._client().pipeline(transaction=True) as pipe:
@@ -517,12 +582,10 @@ class RedisStorage(SessionStorageAdapter):
             *(encode_message(m) for m in messages),
         ]
         with self._guard():
-            ok, revision = await self._append_script(
+            result = await self._append_script(
                 self._session_keys(session_id), args, client=self._client()
             )
-        if not ok:
-            raise ConflictError(session_id, expected_revision, int(revision))
-        return int(revision)
+        return self._saved(session_id, expected_revision, result)
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         mode = "" if expected_revision is None else str(expected_revision)
@@ -548,37 +611,46 @@ class RedisStorage(SessionStorageAdapter):
         for start in range(0, len(ids), PAGE):
             page = ids[start : start + PAGE]
             with self._guard():
-                async with self._client().pipeline(transaction=False) as pipe:
+                async with self._client().pipeline(transaction=True) as pipe:
                     for session_id in page:
                         pipe.hmget(self.key(session_id, "meta"), fields)
+                        pipe.llen(self.key(session_id, "msgs"))
                     results = await pipe.execute(raise_on_error=False)
-            for session_id, values in zip(page, results, strict=True):
-                if isinstance(values, Exception):
-                    summaries.append(SessionSummary(session_id, 0, 0, 0, "", str(values)))
-                    continue
-                if all(value is None for value in values):
-                    continue  # deleted since the index was read
-                created, updated, count, preview = values
-                try:
-                    summaries.append(
-                        SessionSummary(
-                            session_id, int(created), int(updated), int(count), _text(preview)
-                        )
-                    )
-                except (TypeError, ValueError) as exc:
-                    summaries.append(
-                        SessionSummary(session_id, 0, 0, 0, "", f"unreadable summary: {exc}")
-                    )
+            for session_id, values, length in zip(page, results[0::2], results[1::2], strict=True):
+                summaries.extend(self._summary(session_id, values, length))
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
 
+    def _summary(self, session_id: str, values: Any, length: Any) -> list[SessionSummary]:
+        """The session's row of ``list_summaries``, marked when damaged; none when it
+        was deleted since the index was read."""
+        for result in (values, length):
+            if isinstance(result, Exception):
+                return [damaged_summary(session_id, self._reason(result))]
+        if all(value is None for value in values):
+            if not length:
+                return []
+            return [damaged_summary(session_id, self._damaged(session_id, -1, length).reason)]
+        created, updated, count, preview = values
+        try:
+            summary = SessionSummary(
+                session_id, int(created), int(updated), int(count), _text(preview)
+            )
+        except (TypeError, ValueError) as exc:
+            return [damaged_summary(session_id, f"unreadable summary: {exc}")]
+        if summary.message_count != length:
+            reason = self._damaged(session_id, summary.message_count, length).reason
+            return [summary._replace(preview="", error=reason)]
+        return [summary]
+
     async def revision(self, session_id: str) -> int | None:
-        meta_key = self.key(session_id, "meta")
+        meta_key, msgs_key, _ = self._session_keys(session_id)
         with self._guard():
             async with self._client().pipeline(transaction=True) as pipe:
                 pipe.exists(meta_key)
                 pipe.hget(meta_key, "revision")
-                exists, revision = await pipe.execute(raise_on_error=False)
+                pipe.llen(msgs_key)
+                exists, revision, length = await pipe.execute(raise_on_error=False)
         if self._wrong_type(revision):
             raise CorruptSessionError(
                 session_id, self.location, f"key {meta_key} holds the wrong kind of value"
@@ -587,6 +659,8 @@ class RedisStorage(SessionStorageAdapter):
             with self._guard():
                 raise exists if isinstance(exists, Exception) else revision
         if not exists:
+            if isinstance(length, int) and length:
+                raise self._damaged(session_id, -1, length)
             return None
         try:
             return int(revision)
@@ -631,6 +705,13 @@ class RedisStorage(SessionStorageAdapter):
             result = int(await self._rename_script(keys, args, client=self._client()))
         if result == -1:
             raise SessionExistsError(new_id)
+        if result in (-3, -4):
+            damaged = new_id if result == -3 else old_id
+            with self._guard():
+                found = await self._damage_script(
+                    self._session_keys(damaged)[:2], [], client=self._client()
+                )
+            raise self._damaged(damaged, int(found[1]), int(found[2]))
         if result == -2:
             raise SessionNotFoundError(old_id)
 

@@ -66,37 +66,44 @@ class UserScopedStorage(SessionStorageAdapter):
         return copy
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return self._seen(await self.inner.load(self._stored(session_id)))
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return self._seen(await capabilities.load_recent(self.inner, self._stored(session_id)))
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
-        with self._own_name(session_id):
+        with self._own_name():
             return self._seen(await capabilities.load_state(self.inner, self._stored(session_id)))
 
     async def exists(self) -> bool:
         return await self.inner.exists()
 
     @contextlib.contextmanager
-    def _own_name(self, session_id: str):
+    def _own_name(self):
+        """A damaged session is named as the user knows it."""
         try:
             yield
         except CorruptSessionError as exc:
-            raise CorruptSessionError(session_id, exc.where, exc.reason) from None
+            raise self._owned(exc) from None
+
+    def _owned(self, exc: CorruptSessionError) -> CorruptSessionError:
+        own = self._own(exc.session_id) or exc.session_id
+        return CorruptSessionError(own, exc.where, exc.reason)
 
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
-        found = await capabilities.load_many(self.inner, [self._stored(s) for s in session_ids])
+        with self._own_name():
+            found = await capabilities.load_many(self.inner, [self._stored(s) for s in session_ids])
         return {self._own(k) or k: self._seen(v) for k, v in found.items()}  # type: ignore[misc]
 
     async def content_digests(
         self, session_ids: list[str]
     ) -> dict[str, capabilities.ContentDigest]:
-        found = await capabilities.content_digests(
-            self.inner, [self._stored(s) for s in session_ids]
-        )
+        with self._own_name():
+            found = await capabilities.content_digests(
+                self.inner, [self._stored(s) for s in session_ids]
+            )
         return {self._own(k) or k: v for k, v in found.items()}
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
@@ -111,11 +118,12 @@ class UserScopedStorage(SessionStorageAdapter):
         *,
         expected_revisions: list[int | None] | None = None,
     ) -> list[int]:
-        return await capabilities.save_many(
-            self.inner,
-            [self._stored_record(r) for r in records],
-            expected_revisions=expected_revisions,
-        )
+        with self._own_name():
+            return await capabilities.save_many(
+                self.inner,
+                [self._stored_record(r) for r in records],
+                expected_revisions=expected_revisions,
+            )
 
     async def append(
         self,
@@ -147,7 +155,8 @@ class UserScopedStorage(SessionStorageAdapter):
         ]
 
     async def revision(self, session_id: str) -> int | None:
-        return await self.inner.revision(self._stored(session_id))
+        with self._own_name():
+            return await self.inner.revision(self._stored(session_id))
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
@@ -186,6 +195,8 @@ class UserScopedStorage(SessionStorageAdapter):
             raise SessionExistsError(target_id) from None
         except ConflictError as exc:
             raise ConflictError(source_id, exc.expected, exc.found) from None
+        except CorruptSessionError as exc:
+            raise self._owned(exc) from None
 
     async def check(self) -> list[StoredProblem]:
         return [

@@ -12,12 +12,18 @@ through), the others run ``scan_search`` over their records.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import CorruptSessionError, UsageError
 
 WORD = re.compile(r"[^\W_]+")
+INDEXED_CHARS = 250_000
+"""How much of a message's text the full-text indexes take: a message of any
+size is stored whole and found by the words in its first INDEXED_CHARS
+characters (at 4 bytes a character at most, under PostgreSQL's 1 MB a tsvector)."""
+SNIPPET_SCAN_CHARS = 20_000
+"""How much of a long text around its first match a snippet is cut from."""
 SNIPPET_WORDS = 16
 MARK_START = "\x02"
 MARK_END = "\x03"
@@ -33,12 +39,23 @@ class Term(NamedTuple):
 
 
 class SearchQuery(NamedTuple):
+    """What to search for; ``on_unreadable`` is given each damaged session (or
+    message) a search leaves out (without it, the damage is raised)."""
+
     text: str
     terms: tuple[Term, ...]
     session_id: str | None = None
     role: str | None = None
     since: int | None = None
     limit: int = 20
+    on_unreadable: Callable[[CorruptSessionError], None] | None = None
+
+    def unreadable(self, damage: CorruptSessionError) -> None:
+        """Leave ``damage`` out and report it, or raise it when the search is of
+        that session alone or there is no one to report it to."""
+        if self.on_unreadable is None or self.session_id is not None:
+            raise damage
+        self.on_unreadable(damage)
 
 
 class SearchHit(NamedTuple):
@@ -187,6 +204,39 @@ def snippet_around(text: str, spans: list[tuple[int, int]]) -> tuple[str, tuple]
     return _one_line(text, begin, end, [s for s in spans if s[0] >= begin and s[1] <= end])
 
 
+def snippet_for(text: str, terms: tuple[Term, ...]) -> tuple[str, tuple]:
+    """The snippet of a text an index matched, its work bounded whatever the
+    text's size: a long one is cut to SNIPPET_SCAN_CHARS around the first
+    place one of the terms' words begins. Without a match of every term in
+    that part (a phrase across its edge), the snippet starts there, unmarked."""
+    begin = 0
+    if len(text) > SNIPPET_SCAN_CHARS:
+        begin = max(0, _first_word_at(text, terms) - SNIPPET_SCAN_CHARS // 4)
+        while begin > 0 and not text[begin - 1].isspace():
+            begin -= 1
+    part = text[begin : begin + SNIPPET_SCAN_CHARS]
+    spans = find_matches(part, terms)
+    if not spans:
+        words = list(WORD.finditer(part))
+        end = words[SNIPPET_WORDS - 1].end() if len(words) > SNIPPET_WORDS else len(part)
+        line, _ = _one_line(part, 0, end, [])
+        return (ELLIPSIS + line if begin else line), ()
+    line, marks = snippet_around(part, spans)
+    if begin and not line.startswith(ELLIPSIS):
+        line = ELLIPSIS + line
+        marks = tuple((s + len(ELLIPSIS), e + len(ELLIPSIS)) for s, e in marks)
+    return line, marks
+
+
+def _first_word_at(text: str, terms: tuple[Term, ...]) -> int:
+    found = [
+        match.start()
+        for term in terms
+        if (match := re.search(rf"(?<![^\W_]){re.escape(term.tokens[0])}", text, re.I))
+    ]
+    return min(found, default=0)
+
+
 def _one_line(text: str, begin: int, end: int, spans: list[tuple[int, int]]):
     """``text[begin:end]`` with whitespace runs collapsed, ellipses where it was cut."""
     pieces: list[str] = [ELLIPSIS] if begin > 0 else []
@@ -265,7 +315,11 @@ async def scan_search(storage: Any, query: SearchQuery) -> list[SearchHit]:
         ids = await storage.list()
     hits: list[SearchHit] = []
     for session_id in sorted(ids):
-        record = await storage.load(session_id)
+        try:
+            record = await storage.load(session_id)
+        except CorruptSessionError as damage:
+            query.unreadable(damage)
+            continue
         if record is None:
             continue
         for seq, message in enumerate(record.messages, start=record.first_seq):

@@ -12,8 +12,10 @@ removed with its session.
 
 A database file with more than one hard link is refused: SQLite finds its
 ``-wal`` and ``-shm`` files by the path, so two paths to one database would
-each get their own and corrupt it. ``check`` runs ``PRAGMA quick_check`` and
-reports orphan lock files; ``health_check`` opens the file read-only and
+each get their own and corrupt it. Every read checks the messages' positions
+against the session's count (storage/integrity.py). ``check`` runs ``PRAGMA
+quick_check`` and reports damaged sessions, messages left without their
+session row and orphan lock files; ``health_check`` opens the file read-only and
 creates nothing. Sessions in the original foliko's single-table layout are
 imported once, and the rows that cannot be are reported, never skipped.
 """
@@ -40,6 +42,13 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks, os_error
+from foliko_cli.storage.integrity import (
+    SESSION_ROW,
+    check_sequence,
+    check_span,
+    orphan_reason,
+    orphaned,
+)
 from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.storage.record import (
@@ -56,7 +65,7 @@ from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
-from foliko_cli.storage.sqlite_search import create_index
+from foliko_cli.storage.sqlite_search import bound_indexed_text, create_index
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 if TYPE_CHECKING:
@@ -104,11 +113,17 @@ def create_search_index(db: sqlite3.Connection, dialect: Dialect) -> None:
     create_index(db)
 
 
+def bound_search_text(db: sqlite3.Connection, dialect: Dialect) -> None:
+    """The index takes a bounded prefix of each message (sqlite_search.py)."""
+    bound_indexed_text(db)
+
+
 MIGRATIONS: list[Step] = [
     create_sessions_and_messages,
     import_seed_sessions,
     schema.create_quarantine,
     create_search_index,
+    bound_search_text,
 ]
 
 
@@ -234,48 +249,56 @@ class SQLiteStorage(SessionStorageAdapter):
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        if self._absent():
-            return None
-        with self._guard():
-            row = self.db.execute(
-                f"SELECT {RECORD_COLUMNS} FROM sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None:
-                self._raise_if_unreadable_seed(session_id)
-                return None
-            bodies = self.db.execute(
-                "SELECT body FROM messages WHERE session_id = ? ORDER BY seq", (session_id,)
-            ).fetchall()
-        return self._record(session_id, row, [body for (body,) in bodies])
+        return self._load_from(session_id, lambda session_id, columns, count: 0)
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
         """Only the messages after the compression summary: one range read by seq."""
         return self._load_from(session_id, self._covered)
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
-        """The session row alone, however long the history (the range read from
-        message_count on finds nothing)."""
-        return self._load_from(session_id, lambda session_id, columns, count: count)
+        """The session row alone: the positions of the messages a turn would read
+        (after the compression summary) are checked from an aggregate over the
+        primary key, and no message is read."""
+        with self._guard():
+            row = self._session_row(session_id)
+            if row is None:
+                return None
+            *columns, count = row
+            start = self._covered(session_id, columns, count)
+            found, first, last = writes.message_span(self.db, SQLITE, session_id, start)
+        check_span(
+            session_id, self.path, count=count, found=found, first=first, last=last, start=start
+        )
+        return self._record(session_id, columns, [], first_seq=count)
 
-    def _load_from(self, session_id: str, start_of) -> SessionRecord | None:
-        """The session with its messages from ``start_of(id, columns, count)`` on."""
+    def _session_row(self, session_id: str) -> tuple | None:
+        """The state columns and message_count; None when absent (CorruptSessionError
+        when what is stored of it has no session row)."""
         if self._absent():
             return None
+        row = self.db.execute(
+            f"SELECT {RECORD_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+        if row is None:
+            self._raise_if_stored_without_row(session_id)
+        return row
+
+    def _load_from(self, session_id: str, start_of) -> SessionRecord | None:
+        """The session with its messages from ``start_of(id, columns, count)`` on,
+        their positions checked from there to the count."""
         with self._guard():
-            row = self.db.execute(
-                f"SELECT {RECORD_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
+            row = self._session_row(session_id)
             if row is None:
-                self._raise_if_unreadable_seed(session_id)
                 return None
             *columns, count = row
             start = start_of(session_id, columns, count)
-            bodies = self.db.execute(
-                "SELECT body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
+            rows = self.db.execute(
+                "SELECT seq, body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
                 (session_id, start),
             ).fetchall()
-        return self._record(session_id, columns, [body for (body,) in bodies], first_seq=start)
+        check_sequence(session_id, self.path, [seq for seq, _ in rows], count=count, start=start)
+        return self._record(session_id, columns, [body for _, body in rows], first_seq=start)
 
     def _covered(self, session_id: str, columns: list, count: int) -> int:
         """Where the messages after the compression summary start."""
@@ -304,24 +327,30 @@ class SQLiteStorage(SessionStorageAdapter):
     def _rows_with_bodies(
         self, session_ids: list[str], columns: str
     ) -> Iterator[tuple[str, tuple, list]]:
-        """Each existing session's ``columns`` and message bodies in order, two
-        queries per 500 sessions."""
+        """Each existing session's ``columns`` and message bodies in order (their
+        positions checked), two queries per 500 sessions."""
         if self._absent():
             return
         with self._guard():
             for chunk, marks in writes.in_chunks(session_ids):
                 rows = self.db.execute(
-                    f"SELECT session_id, {columns} FROM sessions WHERE session_id IN ({marks})",
+                    f"SELECT session_id, message_count, {columns} FROM sessions "
+                    f"WHERE session_id IN ({marks})",
                     chunk,
                 ).fetchall()
+                seqs: dict[str, list] = {row[0]: [] for row in rows}
                 bodies: dict[str, list] = {row[0]: [] for row in rows}
-                for session_id, body in self.db.execute(
-                    f"SELECT session_id, body FROM messages WHERE session_id IN ({marks}) "
+                for session_id, seq, body in self.db.execute(
+                    f"SELECT session_id, seq, body FROM messages WHERE session_id IN ({marks}) "
                     "ORDER BY session_id, seq",
                     chunk,
                 ):
+                    if session_id not in seqs:
+                        self._raise_if_stored_without_row(session_id)
+                    seqs[session_id].append(seq)
                     bodies[session_id].append(body)
-                for session_id, *row in rows:
+                for session_id, count, *row in rows:
+                    check_sequence(session_id, self.path, seqs[session_id], count=count)
                     yield session_id, tuple(row), bodies[session_id]
 
     def _record(self, session_id: str, row, bodies: list, *, first_seq: int = 0) -> SessionRecord:
@@ -342,7 +371,7 @@ class SQLiteStorage(SessionStorageAdapter):
         for record in records:
             checked_for_write(record)
         with self._guard(), self._write() as db:
-            return writes.replace_records(db, SQLITE, records, expected)
+            return writes.replace_records(db, SQLITE, records, expected, where=self.path)
 
     async def append(
         self,
@@ -355,7 +384,7 @@ class SQLiteStorage(SessionStorageAdapter):
         checked_append(session_id, messages, state)
         with self._guard(), self._write() as db:
             return writes.append_messages(
-                db, SQLITE, session_id, messages, state, expected_revision
+                db, SQLITE, session_id, messages, state, expected_revision, where=self.path
             )
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
@@ -422,9 +451,21 @@ class SQLiteStorage(SessionStorageAdapter):
             return self.db.execute(query).fetchall()
         return self.db.execute(query + " AND session_id = ?", (session_id,)).fetchall()
 
-    def _raise_if_unreadable_seed(self, session_id: str) -> None:
+    def _raise_if_stored_without_row(self, session_id: str) -> None:
+        """A session with no ``sessions`` row is absent, unless an unreadable row of
+        the seed's table or message rows of it remain (orphans: damaged)."""
         if self._unreadable_seed_rows(session_id):
             raise CorruptSessionError(session_id, self.path + SEED_WHERE, UNREADABLE_SEED)
+        orphans = writes.message_span(self.db, SQLITE, session_id)[0]
+        if orphans:
+            raise orphaned(session_id, self.path, orphans, SESSION_ROW)
+
+    def _orphans(self) -> list[StoredProblem]:
+        rows = self.db.execute(
+            """SELECT session_id, COUNT(*) FROM messages
+               WHERE session_id NOT IN (SELECT session_id FROM sessions) GROUP BY session_id"""
+        ).fetchall()
+        return [StoredProblem(sid, self.path, orphan_reason(n, SESSION_ROW)) for sid, n in rows]
 
     async def revision(self, session_id: str) -> int | None:
         if self._absent():
@@ -432,7 +473,7 @@ class SQLiteStorage(SessionStorageAdapter):
         with self._guard():
             revision = writes.stored_revision(self.db, SQLITE, session_id)
             if revision is None:
-                self._raise_if_unreadable_seed(session_id)
+                self._raise_if_stored_without_row(session_id)
         return revision
 
     async def exists(self) -> bool:
@@ -476,7 +517,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def rename(self, old_id: str, new_id: str) -> None:
         with self._guard(), self._write() as db:
-            writes.rename_session(db, SQLITE, old_id, new_id)
+            writes.rename_session(db, SQLITE, old_id, new_id, where=self.path)
             self._drop_seed_row(db, old_id)
         self._remove_lock_file(old_id)
 
@@ -492,6 +533,7 @@ class SQLiteStorage(SessionStorageAdapter):
                     )
                     for sid, _, _ in self._unreadable_seed_rows()
                 )
+                problems.extend(self._orphans())
             failures = self._quick_check()
             if failures:
                 reason = f"PRAGMA quick_check: {'; '.join(failures[:5])}"
@@ -600,7 +642,7 @@ class SQLiteStorage(SessionStorageAdapter):
         from foliko_cli.storage.search import scan_search
 
         with self._guard():
-            hits = sqlite_search(self.db, query)
+            hits = sqlite_search(self.db, query, self.path)
         return hits if hits is not None else await scan_search(self, query)
 
     async def info(self) -> dict[str, Any]:

@@ -17,15 +17,20 @@ import functools
 import sqlite3
 from typing import TYPE_CHECKING
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import CorruptSessionError, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery, Term
 
+_INDEXED_CHARS = 250_000  # search.INDEXED_CHARS, which this module must not import
 _TEXT = (
     "CASE WHEN json_valid(CAST(m.body AS TEXT)) "
-    "THEN CAST(json_extract(CAST(m.body AS TEXT), '$.content') AS TEXT) ELSE '' END"
+    "THEN substr(CAST(json_extract(CAST(m.body AS TEXT), '$.content') AS TEXT), 1, "
+    f"{_INDEXED_CHARS}) ELSE '' END"
 )
+_VIEW = f"""CREATE VIEW IF NOT EXISTS message_texts (id, session_id, seq, text) AS
+    SELECT s.id, s.session_id, s.seq, {_TEXT} FROM message_search s
+    JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
 
 
 @functools.cache
@@ -54,11 +59,7 @@ def create_index(db: sqlite3.Connection) -> None:
             UNIQUE (session_id, seq)
         )"""
     )
-    db.execute(
-        f"""CREATE VIEW IF NOT EXISTS message_texts (id, session_id, seq, text) AS
-            SELECT s.id, s.session_id, s.seq, {_TEXT} FROM message_search s
-            JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
-    )
+    db.execute(_VIEW)
     db.execute(
         """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
             text, content='message_texts', content_rowid='id',
@@ -69,6 +70,17 @@ def create_index(db: sqlite3.Connection) -> None:
         """INSERT INTO message_search (session_id, seq, role, created_at)
            SELECT session_id, seq, role, created_at FROM messages ORDER BY session_id, seq"""
     )
+    db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
+
+def bound_indexed_text(db: sqlite3.Connection) -> None:
+    """The migration step that bounds what is indexed of a message to its
+    first INDEXED_CHARS characters (search time once grew with the square of
+    a message's size): the view again, and the index rebuilt from it."""
+    if not _indexed(db):
+        return
+    db.execute("DROP VIEW IF EXISTS message_texts")
+    db.execute(_VIEW)
     db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
 
 
@@ -109,8 +121,14 @@ def index_records(db: sqlite3.Connection, batches) -> None:
     )
     db.executemany(
         "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
-        ((start + n, m["content"]) for n, (_, _, m) in enumerate(rows)),
+        ((start + n, _indexed_text(m)) for n, (_, _, m) in enumerate(rows)),
     )
+
+
+def _indexed_text(message: dict) -> str | None:
+    """What the view reads for ``message``: the index must hold exactly that."""
+    content = message.get("content")
+    return content[:_INDEXED_CHARS] if isinstance(content, str) else content
 
 
 def unindex(db: sqlite3.Connection, session_ids: list[str]) -> None:
@@ -143,12 +161,13 @@ def fts5_expression(terms: tuple[Term, ...]) -> str:
     return " AND ".join(parts)
 
 
-def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None:
-    """The best ``query.limit`` hits by bm25, or None when there is no index.
+def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[SearchHit] | None:
+    """The best ``query.limit`` hits by bm25, or None when there is no index;
+    ``where`` names the database in a damaged message's report.
 
     The query language is imported here: every write loads this module, few search.
     """
-    from foliko_cli.storage.search import MARK_END, MARK_START, SNIPPET_WORDS, SearchHit, unmark
+    from foliko_cli.storage.search import SearchHit, snippet_for
 
     if not _indexed(db):
         return None
@@ -170,13 +189,11 @@ def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None
                     JOIN message_search s ON s.id = f.rowid
                     WHERE messages_fts MATCH ?{where}
                     ORDER BY score, s.created_at DESC LIMIT ?)
-                SELECT s.session_id, s.seq, s.role, s.created_at, top.score,
-                    snippet(messages_fts, 0, '{MARK_START}', '{MARK_END}', '…', {SNIPPET_WORDS})
-                FROM top JOIN messages_fts ON messages_fts.rowid = top.id
-                JOIN message_search s ON s.id = top.id
-                WHERE messages_fts MATCH ?
+                SELECT s.session_id, s.seq, s.role, s.created_at, top.score, t.text
+                FROM top JOIN message_search s ON s.id = top.id
+                LEFT JOIN message_texts t ON t.id = top.id
                 ORDER BY top.score, s.created_at DESC, s.session_id, s.seq""",
-            [*params, query.limit, params[0]],
+            [*params, query.limit],
         ).fetchall()
     except sqlite3.OperationalError as exc:
         if "fts5" in str(exc) or "syntax" in str(exc):
@@ -185,8 +202,13 @@ def search(db: sqlite3.Connection, query: SearchQuery) -> list[SearchHit] | None
                 fix="search for plain words",
             ) from None
         raise
-    hits = []
-    for session_id, seq, role, created_at, score, marked in rows:
-        snippet, spans = unmark(marked)
+    hits, damaged = [], set()
+    for session_id, seq, role, created_at, score, text in rows:
+        if text is None:  # the indexed message is gone or has no text: damaged
+            damage = f"the message at seq {seq} is gone or has no text"
+            query.unreadable(CorruptSessionError(session_id, where, damage))
+            damaged.add(session_id)
+            continue
+        snippet, spans = snippet_for(text, query.terms)
         hits.append(SearchHit(session_id, seq, role, created_at, snippet, spans, -score))
-    return hits
+    return [hit for hit in hits if hit.session_id not in damaged]

@@ -43,7 +43,8 @@ class ServerURL(NamedTuple):
             netloc += "@"
         host = f"[{self.host}]" if ":" in self.host else self.host
         netloc += f"{host}:{self.port}"
-        return urlunsplit((scheme or self.scheme, netloc, self.path, urlencode(self.query), ""))
+        query = urlencode(self.query, quote_via=quote)  # libpq reads no + as a space
+        return urlunsplit((scheme or self.scheme, netloc, self.path, query, ""))
 
 
 def parse_server_url(

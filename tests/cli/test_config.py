@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.config import FIELDS
+from foliko_cli.config import FIELDS, display_name
 
 from .locks import held
 
@@ -47,16 +47,17 @@ def write_toml(path: Path, **values) -> None:
 
 def test_show_lists_every_key_with_defaults(invoke, places, foliko_home):
     rows = shown(invoke)
-    assert list(rows) == list(FIELDS)  # no [models] or [agents] tables configured
+    assert list(rows) == [display_name(key) for key in FIELDS]  # no [models] or [agents]
     assert rows["home"] == (str(foliko_home), "env FOLIKO_HOME")
     assert rows["storage"] == ("sqlite", "default")
     assert rows["model"] == (None, "default")
     assert rows["timeout"] == (120.0, "default")
     assert rows["max_steps"] == (10, "default")
     assert rows["system_prompt"] == (None, "default")
+    assert rows["trash.keep"] == ("30d", "default")
     for key in FIELDS:
         if key != "home":
-            assert rows[key][1] == "default", key
+            assert rows[display_name(key)][1] == "default", key
 
 
 def test_show_default_home_is_the_platform_data_dir(invoke, places, monkeypatch):
@@ -74,7 +75,7 @@ def test_show_formats(invoke, places):
     assert table[0].split() == ["key", "value", "source"]
     assert any(line.split() == ["storage", "sqlite", "default"] for line in table)
     ndjson = invoke("config", "show", "--ndjson").stdout.splitlines()
-    assert [orjson.loads(line)["key"] for line in ndjson] == list(FIELDS)
+    assert [orjson.loads(line)["key"] for line in ndjson] == [display_name(k) for k in FIELDS]
 
 
 def test_show_sources_from_each_layer(invoke, places, monkeypatch):

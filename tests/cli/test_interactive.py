@@ -118,6 +118,20 @@ def test_two_lines_then_ctrl_d(spawn, invoke):
     ]
 
 
+def test_continue_new_says_once_which_session_it_started_over(spawn, invoke):
+    for name in ("older", "latest"):
+        assert invoke("chat", "-s", name, "before", env={"FOLIKO_MODEL": "echo"}).exit_code == 0
+    child = spawn("chat", "-c", "--new")
+    child.expect_exact(PROMPT)
+    first = turn(child, "after")
+    assert "session 'latest' started over; the old history is in the trash" in first
+    assert "started over" not in turn(child, "and more")
+    assert finish(child) == 0
+    assert [m for _, m in stored(invoke, "latest")] == ["after", "after", "and more", "and more"]
+    trashed = orjson.loads(invoke("sessions", "trash", "list", "--json").stdout)
+    assert [(row["session_id"], row["reason"]) for row in trashed] == [("latest", "new")]
+
+
 def test_each_turn_is_saved_before_the_next_prompt(spawn, invoke):
     child = spawn("chat", "-s", "live")
     child.expect_exact(PROMPT)

@@ -135,6 +135,7 @@ def test_import_summary_goes_to_stderr_and_json_to_stdout(invoke, three):
         "imported": [],
         "unchanged": ["a", "b", "c"],
         "skipped": [],
+        "unreadable": [],
     }
 
 

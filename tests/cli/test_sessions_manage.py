@@ -495,6 +495,13 @@ def test_export_bad_format_exits_2(invoke, pair):
 # import
 
 
+def assert_imported(shown: dict, original: dict, since: int) -> None:
+    """``shown`` is ``original`` as an import wrote it: the same in all but
+    ``saved_at``, which is the import's time (an import is a use)."""
+    assert shown["saved_at"] >= since
+    assert {**shown, "saved_at": 0} == {**original, "saved_at": 0}
+
+
 @pytest.fixture
 def exported(invoke, pair, tmp_path):
     path = tmp_path / "export.json"
@@ -505,18 +512,21 @@ def exported(invoke, pair, tmp_path):
 def test_import_file_restores_sessions(invoke, exported, show):
     originals = {sid: show(sid) for sid in ("a", "b")}
     invoke("sessions", "delete", "a", "b")
+    before = now_ms()
     result = invoke("sessions", "import", str(exported))
     assert result.exit_code == 0, result.stderr
     assert result.stderr.endswith("foliko: imported 2, unchanged 0, skipped 0\n")
-    assert {sid: show(sid) for sid in ("a", "b")} == originals
+    for sid in ("a", "b"):
+        assert_imported(show(sid), originals[sid], before)
 
 
 def test_import_from_stdin(invoke, exported, show):
     original = show("a")
     invoke("sessions", "delete", "a", "b")
+    before = now_ms()
     result = invoke("sessions", "import", "-", input=exported.read_bytes())
     assert result.stderr.endswith("foliko: imported 2, unchanged 0, skipped 0\n")
-    assert show("a") == original
+    assert_imported(show("a"), original, before)
 
 
 def test_import_ndjson(invoke, pair, show, tmp_path):
@@ -524,16 +534,19 @@ def test_import_ndjson(invoke, pair, show, tmp_path):
     invoke("sessions", "export", "--all", "--format", "ndjson", "-o", str(path))
     originals = [show("a"), show("b")]
     invoke("sessions", "delete", "a", "b")
+    before = now_ms()
     assert invoke("sessions", "import", str(path)).stderr.startswith("foliko: imported 2,")
-    assert [show("a"), show("b")] == originals
+    assert_imported(show("a"), originals[0], before)
+    assert_imported(show("b"), originals[1], before)
 
 
 def test_import_a_single_session_object(invoke, pair, show):
     single = invoke("sessions", "show", "a", "--json").stdout
     original = show("a")
     invoke("sessions", "delete", "a")
+    before = now_ms()
     assert invoke("sessions", "import", "-", input=single).stderr.startswith("foliko: imported 1,")
-    assert show("a") == original
+    assert_imported(show("a"), original, before)
 
 
 def test_reimport_is_unchanged(invoke, exported, show):
@@ -635,9 +648,11 @@ def test_export_import_round_trip_into_another_backend(invoke, chat, show, tmp_p
     assert imported.stderr.endswith("foliko: imported 2, unchanged 0, skipped 0\n")
     assert (tmp_path / "home" / "sessions" / "t.json").exists()
     for sid in ("t", "u"):
-        sqlite_view = invoke("sessions", "show", sid, "--json").stdout
-        json_view = invoke("--storage", "json", "sessions", "show", sid, "--json").stdout
-        assert json_view == sqlite_view
+        sqlite_view = orjson.loads(invoke("sessions", "show", sid, "--json").stdout)
+        json_view = orjson.loads(
+            invoke("--storage", "json", "sessions", "show", sid, "--json").stdout
+        )
+        assert_imported(json_view, sqlite_view, sqlite_view["saved_at"])
     again = invoke("--storage", "json", "sessions", "import", "-", input=dump.stdout)
     assert again.stderr.endswith("foliko: imported 0, unchanged 2, skipped 0\n")
 
@@ -665,6 +680,7 @@ def test_import_a_document_written_by_the_original_foliko(invoke, show):
         "metadata": {"createdAt": 1_690_000_000_000, "messageCount": 2},
         "savedAt": 1_700_000_000_500,
     }
+    before = now_ms()
     result = invoke("sessions", "import", "-", input=orjson.dumps(seed))
     assert result.stderr.endswith("foliko: imported 1, unchanged 0, skipped 0\n")
     data = show("seed1")
@@ -676,7 +692,7 @@ def test_import_a_document_written_by_the_original_foliko(invoke, show):
     assert data["variables"] == {"x": 1}
     assert data["metadata"]["created_at"] == 1_690_000_000_000
     rows = orjson.loads(invoke("sessions", "list", "--json").stdout)
-    assert rows[0]["updated_at"] == 1_700_000_000_500
+    assert rows[0]["updated_at"] >= before  # used when imported, whatever savedAt says
 
 
 # the same commands on the JSON-file backend
@@ -703,9 +719,11 @@ def test_management_on_the_json_backend(invoke, show, foliko_home):
     dump = run("sessions", "export", "--all").stdout
     result = run("sessions", "delete", "b", "c", "nope")
     assert result.exit_code == 2 and result.stdout == "b\nc\n"
+    before = now_ms()
     assert run("sessions", "import", "-", input=dump).stderr.startswith("foliko: imported 2,")
-    assert shown("b") == b
-    assert sorted(p.name for p in (foliko_home / "sessions").glob("*.json")) == [
+    assert_imported(shown("b"), b, before)
+    files = (foliko_home / "sessions").glob("*.json")
+    assert sorted(p.name for p in files if not p.name.startswith("%2Efoliko")) == [
         "b.json",
         "c.json",
     ]
@@ -728,7 +746,9 @@ def test_list_reports_an_unreadable_session_and_lists_the_rest(invoke, corrupt):
     assert set(rows) == {"good", "bad"}
     assert "invalid JSON" in rows["bad"]["error"]
     assert "error" not in rows["good"]
-    assert "session 'bad' is unreadable" in result.stderr
+    assert rows["bad"]["damaged"] is True and "damaged" not in rows["good"]
+    assert "session 'bad' is damaged (" in result.stderr and "invalid JSON" in result.stderr
+    assert "foliko storage check --repair moves it aside" in result.stderr
 
 
 def test_a_corrupt_session_fails_show_and_export_with_3_and_is_left_alone(invoke, corrupt):
@@ -736,7 +756,7 @@ def test_a_corrupt_session_fails_show_and_export_with_3_and_is_left_alone(invoke
         result = invoke("--storage", "json", "sessions", *args)
         assert result.exit_code == 3, args
         assert result.stdout == ""
-        assert "corrupt" in result.stderr
+        assert "session 'bad' is damaged" in result.stderr
     assert corrupt.read_bytes() == b'{"sessionId": "bad", "messages": [tru'
 
 
@@ -1059,7 +1079,7 @@ def test_check_healthy_store(invoke, chat):
     result = invoke("storage", "check")
     assert result.exit_code == 0
     assert result.stdout == ""
-    assert "0 unreadable session(s)" in result.stderr
+    assert "0 damaged session(s)" in result.stderr
     assert invoke("storage", "check", "--json").stdout == "[]\n"
     assert invoke("--storage", "json", "storage", "check").exit_code == 0
 
@@ -1123,9 +1143,9 @@ def test_info(invoke, chat, foliko_home):
 
 
 def test_migrate_names_a_corrupt_session_once(invoke, corrupt):
-    """Was: "session 'bad': session 'bad' is corrupt ..."."""
+    """Was: "session 'bad': session 'bad' is damaged ..."."""
     result = invoke("storage", "migrate", "json", "sqlite")
     assert result.exit_code == 3
     [line] = [line for line in result.stderr.splitlines() if "'bad'" in line]
     assert line.count("'bad'") == 1, line
-    assert line.startswith("foliko: error: session 'bad' is corrupt")
+    assert line.startswith("foliko: error: session 'bad' is damaged")

@@ -8,14 +8,17 @@ that cache, so Node resolves the packages from there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from models.fake_servers import FakeServer
 from npm_cache import NPM_CACHE, npm_install
 from storage.services import require_or_skip
 
@@ -119,3 +122,80 @@ def node_clients(workdir: Path) -> NodeClients:
     require_or_skip(WHAT, node is not None, "node is not installed")
     modules = npm_install(PREFIX, WHAT, project=PROJECT)
     return NodeClients(node, modules, workdir)
+
+
+# the Codex CLI (its native binary ships in the npm package)
+
+# Codex's defaults, pointed at foliko, with what would reach the network turned off:
+# the curated plugin marketplace (a git clone from GitHub, chatgpt.com), the update
+# check, analytics and feedback uploads. `--strict-config` refuses any key it does not know.
+CODEX_CONFIG = """\
+model = "echo"
+model_provider = "foliko"
+check_for_update_on_startup = false
+
+[model_providers.foliko]
+name = "foliko"
+base_url = "{base_url}"
+env_key = "FOLIKO_API_KEY"
+wire_api = "responses"
+request_max_retries = 0
+stream_max_retries = 0
+
+[features]
+plugins = false
+remote_plugin = false
+plugin_sharing = false
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+"""
+
+
+@contextlib.contextmanager
+def trapped_network() -> Iterator[FakeServer]:
+    """An HTTP(S) proxy that records every request it gets and answers none: what
+    Codex tries to reach beyond loopback arrives here."""
+    trap = FakeServer().start()
+    try:
+        yield trap
+    finally:
+        trap.stop()
+
+
+def run_codex(
+    node: NodeClients, tmp_path: Path, trap: FakeServer, base_url: str, *args: str
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """``codex exec ARGS`` (a prompt, or ``resume``/``fork`` and theirs) with
+    CODEX_HOME at tmp_path/codex-home, run from tmp_path/work; the rollouts
+    it writes stay under CODEX_HOME/sessions."""
+    home = tmp_path / "codex-home"
+    home.mkdir(exist_ok=True)
+    (home / "config.toml").write_text(CODEX_CONFIG.format(base_url=base_url))
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    env = {
+        **isolated_env(tmp_path),
+        "CODEX_HOME": str(home),
+        "FOLIKO_API_KEY": "none",
+        **{name: trap.url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+        **{name: trap.url for name in ("https_proxy", "http_proxy", "all_proxy")},
+        "NO_PROXY": "127.0.0.1,localhost",
+        "no_proxy": "127.0.0.1,localhost",
+    }
+    command = [str(node.codex), "exec", "--strict-config", "--skip-git-repo-check", "--json"]
+    done = subprocess.run(
+        [*command, *args],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert [(r.method, r.path) for r in trap.requests + trap.probes] == [], "Codex left loopback"
+    return done, events

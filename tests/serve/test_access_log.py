@@ -268,12 +268,17 @@ def test_an_unknown_log_format_exits_2(foliko_home):
 # the middleware alone, around apps that fail
 
 
-def run_logged(app, *, format: str = "text", state: dict | None = None) -> list[bytes]:
+def run_logged(
+    app, *, format: str = "text", state: dict | None = None, metrics=None, socket=False
+) -> list[bytes]:
     from foliko_cli.serve.access_log import AccessLogMiddleware
 
     written: list[bytes] = []
-    logged_app = AccessLogMiddleware(app, format=format, write=written.append)
+    logged_app = AccessLogMiddleware(app, format=format, write=written.append, metrics=metrics)
     scope = {"type": "http", "method": "POST", "path": "/x", "headers": [], "state": state or {}}
+    if socket:
+        del scope["method"]
+        scope["type"] = "websocket"
 
     async def receive() -> dict:
         return {"type": "http.request", "body": b""}
@@ -329,3 +334,43 @@ def test_a_session_named_by_the_route_is_logged_quoted_when_not_one_word():
     assert line.endswith(b' session_id="two words\\nand \\"a line\\""\n')
     (record,) = run_logged(answers, format="json")
     assert json.loads(record)["session_id"] == 'two words\nand "a line"'
+
+
+class CountedRequests:
+    def __init__(self) -> None:
+        self.seen: list[int | None] = []
+
+    def request(self, scope: dict, status: int | None) -> None:
+        self.seen.append(status)
+
+
+async def accepts_then_talks(scope, receive, send) -> None:
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.send", "text": "hi"})
+    await send({"type": "websocket.close", "code": 1000})
+
+
+async def closes_before_accepting(scope, receive, send) -> None:
+    await send({"type": "websocket.close", "code": 1008})
+
+
+async def denies_with_a_response(scope, receive, send) -> None:
+    await send({"type": "websocket.http.response.start", "status": 401, "headers": []})
+    await send({"type": "websocket.http.response.body", "body": b"{}"})
+
+
+@pytest.mark.parametrize(
+    ("app", "status"),
+    [
+        (accepts_then_talks, 101),
+        (closes_before_accepting, 403),
+        (denies_with_a_response, 401),
+        (fails_before_answering, 500),
+    ],
+)
+def test_a_websocket_session_is_counted_at_its_handshake_and_logged_when_it_ends(app, status):
+    metrics = CountedRequests()
+    (line,) = run_logged(app, format="json", metrics=metrics, socket=True)
+    record = json.loads(line)
+    assert (record["method"], record["status"], record["outcome"]) == ("GET", status, "closed")
+    assert metrics.seen == [status]

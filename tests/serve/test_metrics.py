@@ -153,6 +153,8 @@ def test_turns_show_in_the_histogram_by_api_and_in_the_tokens(http, client):
     assert turns(after, "chat") - turns(before, "chat") == 1
     assert turns(after, "responses") - turns(before, "responses") == 1
     assert turns(after, "websocket") - turns(before, "websocket") == 1
+    handshakes = requests(after, "/v1/responses", "GET", "101")
+    assert handshakes - requests(before, "/v1/responses", "GET", "101") == 1
     spent_in = chat.usage.prompt_tokens + streamed.usage.input_tokens
     spent_out = chat.usage.completion_tokens + streamed.usage.output_tokens
     spent_in += over_socket.usage.input_tokens

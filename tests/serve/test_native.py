@@ -79,3 +79,27 @@ def test_ids_with_a_slash_and_unicode(http, server):
     assert percent.status_code == 404  # the session "a%b" does not exist
     assert run_cli(server.home, "chat", "-s", "a%2Fb", "hi").returncode == 0
     assert http.get("/v1/sessions/a%252Fb").json()["session_id"] == "a%2Fb"
+
+
+def trashed(home) -> dict[str, str]:
+    listed = run_cli(home, "sessions", "trash", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    return {row["session_id"]: row["reason"] for row in json.loads(listed.stdout)}
+
+
+def test_a_session_deleted_or_cleared_over_http_is_in_the_trash(http, server):
+    turn(http, "binned", "keep me")
+    turn(http, "wiped", "me too")
+    assert http.delete("/v1/sessions/binned").status_code == 200
+    assert http.post("/v1/sessions/wiped/clear").json()["messages"] == []
+    assert {"binned": "delete", "wiped": "clear"}.items() <= trashed(server.home).items()
+    assert run_cli(server.home, "sessions", "restore", "binned").returncode == 0
+    assert [m["content"] for m in http.get("/v1/sessions/binned").json()["messages"]] == [
+        "keep me",
+        "keep me",
+    ]
+    restored = run_cli(server.home, "sessions", "restore", "wiped", "--as", "wiped-before")
+    assert restored.returncode == 0, restored.stderr
+    assert len(http.get("/v1/sessions/wiped-before").json()["messages"]) == 2
+    ids = [row["session_id"] for row in http.get("/v1/sessions").json()["data"]]
+    assert not any(session_id.startswith(".foliko/") for session_id in ids)

@@ -4,14 +4,12 @@ the openai SDK, the AI SDK, the OpenAI Agents SDK and the Codex CLI."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from models.fake_servers import OPENAI_KEY, FakeServer, openai_protocol_problems, openai_stream
 
-from .node_clients import NodeClients, NodeRun, isolated_env, node_clients
+from .node_clients import NodeClients, NodeRun, node_clients, run_codex, trapped_network
 from .servers import ServeProcess, foliko_env, run_cli
 
 UPSTREAM_MODEL = "openai:fake"
@@ -384,77 +382,11 @@ def test_agents_session_across_turns(node, server, client, api):
 
 # the Codex CLI (its native binary ships in the npm package)
 
-# Codex's defaults, pointed at foliko, with what would reach the network turned off:
-# the curated plugin marketplace (a git clone from GitHub, chatgpt.com), the update
-# check, analytics and feedback uploads. `--strict-config` refuses any key it does not know.
-CODEX_CONFIG = """\
-model = "echo"
-model_provider = "foliko"
-check_for_update_on_startup = false
-
-[model_providers.foliko]
-name = "foliko"
-base_url = "{base_url}"
-env_key = "FOLIKO_API_KEY"
-wire_api = "responses"
-request_max_retries = 0
-stream_max_retries = 0
-
-[features]
-plugins = false
-remote_plugin = false
-plugin_sharing = false
-
-[analytics]
-enabled = false
-
-[feedback]
-enabled = false
-"""
-
 
 @pytest.fixture
 def network_trap() -> Iterator[FakeServer]:
-    """An HTTP(S) proxy that records every request it gets and answers none: what
-    Codex tries to reach beyond loopback arrives here."""
-    trap = FakeServer().start()
-    try:
+    with trapped_network() as trap:
         yield trap
-    finally:
-        trap.stop()
-
-
-def run_codex(
-    node: NodeClients, tmp_path: Path, trap: FakeServer, base_url: str, prompt: str
-) -> tuple[subprocess.CompletedProcess, list[dict]]:
-    home = tmp_path / "codex-home"
-    home.mkdir()
-    config = CODEX_CONFIG.format(base_url=base_url)
-    (home / "config.toml").write_text(config)
-    work = tmp_path / "work"
-    work.mkdir()
-    env = {
-        **isolated_env(tmp_path),
-        "CODEX_HOME": str(home),
-        "FOLIKO_API_KEY": "none",
-        **{name: trap.url for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
-        **{name: trap.url for name in ("https_proxy", "http_proxy", "all_proxy")},
-        "NO_PROXY": "127.0.0.1,localhost",
-        "no_proxy": "127.0.0.1,localhost",
-    }
-    command = [str(node.codex), "exec", "--strict-config", "--skip-git-repo-check", "--json"]
-    done = subprocess.run(
-        [*command, prompt],
-        cwd=work,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert [(r.method, r.path) for r in trap.requests + trap.probes] == [], "Codex left loopback"
-    return done, events
 
 
 def completed(events: list[dict], kind: str) -> list[dict]:

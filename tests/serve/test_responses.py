@@ -94,6 +94,18 @@ def test_conversation_metadata_update_items_and_delete(client):
         client.conversations.retrieve(conversation.id)
 
 
+def test_a_deleted_conversation_can_be_restored_from_the_trash(client, server):
+    conversation = client.conversations.create(
+        items=[{"type": "message", "role": "user", "content": "worth keeping"}]
+    )
+    assert client.conversations.delete(conversation.id).deleted
+    listed = json.loads(run_cli(server.home, "sessions", "trash", "list", "--json").stdout)
+    assert conversation.id in [row["session_id"] for row in listed]
+    restored = run_cli(server.home, "sessions", "restore", conversation.id)
+    assert restored.returncode == 0, restored.stderr
+    assert texts(client, conversation.id) == [("user", "worth keeping")]
+
+
 def test_previous_response_id_chains_and_forks(client):
     first = client.responses.create(model="echo", input="one")
     second = client.responses.create(model="echo", input="two", previous_response_id=first.id)

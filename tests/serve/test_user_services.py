@@ -184,3 +184,24 @@ def test_a_bad_limit_exits_2_naming_the_variable(start_server):
     assert server.proc.wait(30) == 2
     server.stop()
     assert "FOLIKO_SERVE_USER_CACHE='0': must be a whole number greater than 0" in server.stderr
+
+
+def test_scratch_sessions_keep_no_trash_and_users_keep_the_configured_one(foliko_home):
+    import asyncio
+
+    from foliko_cli.config import load_settings
+    from foliko_cli.serve.state import Services, unstored_turn
+
+    async def scenario():
+        services = Services(load_settings())
+        try:
+            await unstored_turn(services, [], lambda svc, sid: svc.chat(sid, "hi"))
+            user = services.lease("alice")
+            keeps = (services.ephemeral.trash_keep, user.service.trash_keep)
+            user.release()
+            return keeps, await services.ephemeral.storage.list()
+        finally:
+            await services.aclose()
+
+    (scratch, alice), left = asyncio.run(scenario())
+    assert (scratch, alice, left) == (0, 30 * 86_400_000, [])

@@ -20,6 +20,7 @@ import secrets
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -170,6 +171,24 @@ def redis_storage(url: str | None = None, *, lease_ms: int = 15_000) -> Iterator
             yield storage
         finally:
             _close(storage)
+
+
+@contextlib.contextmanager
+def backend_url(name: str, tmp_path: Path) -> Iterator[str]:
+    """A URL of a fresh store of backend ``name`` (json, sqlite, postgres, redis)
+    that every process can open; a server's schema or prefix is dropped after."""
+    if name == "sqlite":
+        yield f"sqlite:///{tmp_path / 'sessions.db'}"
+    elif name == "json":
+        yield f"json:///{tmp_path / 'sessions'}"
+    elif name == "postgres":
+        url = require_postgres()
+        with fresh_schema(url) as schema:
+            yield f"{url}?schema={schema}"
+    else:
+        url = require_redis()
+        with fresh_prefix(url) as prefix:
+            yield f"{url}?prefix={prefix}"  # the default 15 s lease
 
 
 # records the backend tests write

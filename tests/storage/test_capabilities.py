@@ -35,7 +35,7 @@ def test_an_adapter_with_only_the_core_claims_no_capability():
 
 
 def test_backends_claim_what_they_do_natively(tmp_path):
-    assert claimed(MemoryStorage()) == {"BatchSave"}
+    assert claimed(MemoryStorage()) == {"BatchSave", "Quarantine"}
     assert claimed(SQLiteStorage(tmp_path / "s.db")) >= {
         "BatchSave",
         "BatchLoad",

@@ -55,7 +55,7 @@ def tamper(storage: SQLiteStorage, trigger: str) -> None:
         pytest.param(
             "AFTER INSERT ON messages WHEN NEW.session_id = 's1' AND NEW.seq = 1 BEGIN "
             "DELETE FROM messages WHERE session_id = 's1' AND seq = 1; END",
-            DIFFERS,
+            "verification failed: session 's1' is damaged (it counts 2 messages but seq 1 is",
             id="a message lost",
         ),
         pytest.param(
@@ -67,7 +67,7 @@ def tamper(storage: SQLiteStorage, trigger: str) -> None:
         pytest.param(
             "AFTER INSERT ON messages WHEN NEW.session_id = 's1' BEGIN UPDATE messages "
             "SET body = '{broken' WHERE session_id = 's1'; END",
-            "verification failed: session 's1' is corrupt",
+            "verification failed: session 's1' is damaged",
             id="a body that is not JSON",
         ),
     ],
@@ -138,3 +138,17 @@ def test_every_migrated_message_is_in_the_search_index(tmp_path, target, run):
         db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
     finally:
         db.close()
+
+
+def test_a_session_damaged_in_the_target_is_reported_and_the_rest_is_copied(source, target, run):
+    from . import damage
+
+    run(target.save(make_record("s1", messages=turn("one") + turn("two"))))
+    damage.damage(target, "s1", "metadata-gone")  # unlisted: only its messages remain
+    left = damage.snapshot(target, "s1")
+    report = run(migrate(source, target))
+    ((failed, reason),) = report.failed
+    assert failed == "s1"
+    assert reason.startswith("session 's1' is damaged (its row in the sessions table is gone")
+    assert sorted(report.copied) == ["s0", "s2"]
+    assert damage.snapshot(target, "s1") == left

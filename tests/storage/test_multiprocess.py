@@ -46,38 +46,46 @@ def show(url: str, session_id: str, env: dict[str, str]) -> dict:
     return orjson.loads(result.stdout)
 
 
-def test_eight_processes_taking_turns_on_one_session_lose_nothing(storage_url, env):
-    # Each worker is one process running the whole `foliko chat` command for
-    # every turn (settings, a new facade, the storage opened, locked, written
-    # and closed), without paying for an interpreter start each time.
-    worker = textwrap.dedent(
-        """
-        import sys
-        from click.testing import CliRunner
-        from foliko_cli.cli.main import cli
-        url, i, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
-        runner = CliRunner()
-        for j in range(turns):
-            done = runner.invoke(cli, ["--storage", url, "chat", "-s", "same", f"p{i}-{j}"])
-            if done.exit_code != 0 or done.stdout.strip() != f"p{i}-{j}":
-                sys.exit(f"turn p{i}-{j}: exit {done.exit_code}: {done.stderr}")
-        """
-    )
-    workers = [
+TURN_TAKER = textwrap.dedent(
+    """
+    import sys
+    from click.testing import CliRunner
+    from foliko_cli.cli.main import cli
+    url, i, turns = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    runner = CliRunner()
+    for j in range(turns):
+        done = runner.invoke(cli, ["--storage", url, "chat", "-s", "same", f"p{i}-{j}"])
+        if done.exit_code != 0 or done.stdout.strip() != f"p{i}-{j}":
+            sys.exit(f"turn p{i}-{j}: exit {done.exit_code}: {done.stderr}")
+    """
+)
+"""Each worker is one process running the whole `foliko chat` command for every
+turn (settings, a new facade, the storage opened, locked, written and closed),
+without paying for an interpreter start each time."""
+
+
+def failures_of(scripts: list[list[str]], env: dict[str, str]) -> list[str]:
+    """Run ``python -c SCRIPT ARGS...`` for each at once; the stderr of each that failed."""
+    processes = [
         subprocess.Popen(
-            [sys.executable, "-c", worker, storage_url, str(i), str(TURNS)],
+            [sys.executable, "-c", *script],
             env=env,
             stdin=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
-        for i in range(PROCESSES)
+        for script in scripts
     ]
     failures = []
-    for process in workers:
+    for process in processes:
         _, stderr = process.communicate(timeout=HANG)
         if process.returncode != 0:
             failures.append(stderr.decode())
-    assert failures == []
+    return failures
+
+
+def test_eight_processes_taking_turns_on_one_session_lose_nothing(storage_url, env):
+    workers = [[TURN_TAKER, storage_url, str(i), str(TURNS)] for i in range(PROCESSES)]
+    assert failures_of(workers, env) == []
 
     messages = show(storage_url, "same", env)["messages"]
     assert len(messages) == 2 * PROCESSES * TURNS
@@ -292,3 +300,48 @@ def test_a_writer_killed_at_random_moments_leaves_only_whole_turns(storage_url, 
     assert len(texts) == len(set(texts))
     assert texts[-1] == "final"
     assert len(texts) - 1 >= completed
+
+
+# the trash: clear, delete and restore racing turns
+
+TRASH_WRITERS, TRASH_TURNS, ROUNDS = 4, 15, 12
+
+JANITOR = """
+import sys
+from click.testing import CliRunner
+from foliko_cli.cli.main import cli
+url, rounds = sys.argv[1], int(sys.argv[2])
+runner = CliRunner()
+while runner.invoke(cli, ["--storage", url, "sessions", "show", "same"]).exit_code:
+    pass  # until the writers have made it
+for k in range(rounds):
+    for args in (
+        ["sessions", "clear", "same"],
+        ["sessions", "delete", "same"],
+        ["sessions", "restore", "same", "--as", f"kept-{k}"],
+    ):
+        done = runner.invoke(cli, ["--storage", url, *args])
+        if done.exit_code not in (0, 2):  # 2: nothing to clear, delete or restore just now
+            sys.exit(f"{args}: exit {done.exit_code}: {done.stderr}")
+"""
+
+
+def test_writers_racing_clear_delete_and_restore_lose_and_duplicate_nothing(storage_url, env):
+    writers = [[TURN_TAKER, storage_url, str(i), str(TRASH_TURNS)] for i in range(TRASH_WRITERS)]
+    assert failures_of([*writers, [JANITOR, storage_url, str(ROUNDS)]], env) == []
+
+    target = ("--storage", storage_url)
+    rows = orjson.loads(foliko(*target, "sessions", "trash", "list", "--json", env=env).stdout)
+    for n, row in enumerate(rows):  # everything still in the trash comes back too
+        back = foliko(*target, "sessions", "restore", row["id"], "--as", f"rest-{n}", env=env)
+        assert back.returncode == 0, back.stderr.decode()
+    users = []
+    listed = orjson.loads(foliko(*target, "sessions", "list", "--json", env=env).stdout)
+    for row in listed:
+        shown = foliko(*target, "sessions", "show", row["session_id"], "--json", env=env)
+        messages = orjson.loads(shown.stdout)["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant"] * (len(messages) // 2)
+        users += [m["content"] for m in messages[0::2]]
+    expected = [f"p{i}-{j}" for i in range(TRASH_WRITERS) for j in range(TRASH_TURNS)]
+    assert sorted(users) == sorted(expected)  # every turn once: none lost, none doubled
+    assert "kept-0" in [row["session_id"] for row in listed]

@@ -181,7 +181,7 @@ def test_an_existing_database_is_indexed_when_the_migration_runs(tmp_path, run):
     storage = SQLiteStorage(path)
     run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
     run(storage.close())
-    before = len(MIGRATIONS) - 1
+    before = [step.__name__ for step in MIGRATIONS].index("create_search_index")
     with sqlite3.connect(path) as db:
         db.execute("DROP TABLE messages_fts")
         db.execute("DROP VIEW message_texts")
@@ -320,3 +320,79 @@ def test_overlapping_terms_are_marked_once(stored, run):
     [hit] = find(run, stored, '"container port" port')
     assert hit.marked().count("[") == 1
     assert "[container port]" in hit.marked()
+
+
+# messages of any size
+
+
+def huge_text(size: int, marker: str, at: int) -> str:
+    """``size`` characters of words, most of them distinct (as PostgreSQL's
+    tsvector limit is about distinct words), ``marker`` at character ``at``."""
+    words = (f"lorem w{n}x" for n in range(size // 8 + 1))
+    filler = " ".join(words)[:size]
+    return filler[:at] + f" {marker} " + filler[at : size - len(marker) - 2]
+
+
+@pytest.mark.parametrize("megabytes", [10, 15])
+def test_a_huge_message_is_stored_whole_and_found_by_its_first_part(storage, run, megabytes):
+    from foliko_cli.storage.search import INDEXED_CHARS
+
+    size = megabytes * 1024 * 1024
+    early = huge_text(size, "needleearly", 1_000)
+    text = early[: INDEXED_CHARS + 1000] + " needlelate " + early[INDEXED_CHARS + 1000 :]
+    pairs = [("user", text), ("assistant", "short answer about needleearly")]
+    record = SessionRecord("big", messages=messages(pairs))
+    run(storage.save(record))
+
+    assert run(storage.load("big")).messages[0]["content"] == text
+    early_hits = find(run, storage, "needleearly")
+    assert sorted(where(early_hits)) == [("big", 0), ("big", 1)]
+    assert all("needleearly" in hit.snippet for hit in early_hits)
+    assert all(len(hit.snippet) < 400 for hit in early_hits)
+    assert where(find(run, storage, "lorem", role="assistant")) == []
+    late = where(find(run, storage, "needlelate"))
+    assert late in ([], [("big", 0)]), "past the indexed part a scan may still find it"
+
+
+def test_the_indexes_take_the_same_prefix():
+    from foliko_cli.storage import sqlite_search
+    from foliko_cli.storage.search import INDEXED_CHARS
+
+    assert sqlite_search._INDEXED_CHARS == INDEXED_CHARS
+
+
+def test_a_database_indexed_whole_is_bounded_when_the_migration_runs(tmp_path, run):
+    from foliko_cli.storage.search import INDEXED_CHARS
+
+    path = tmp_path / "old.db"
+    text = huge_text(INDEXED_CHARS * 2, "early", 10) + " lateword"
+    storage = SQLiteStorage(path)
+    run(storage.save(SessionRecord("s", messages=messages([("user", text), ("assistant", "ok")]))))
+    run(storage.close())
+    bounded = [step.__name__ for step in MIGRATIONS].index("bound_search_text")
+    with sqlite3.connect(path) as db:  # the view and the index as they were before
+        db.execute("DROP VIEW message_texts")
+        db.execute(
+            """CREATE VIEW message_texts (id, session_id, seq, text) AS
+            SELECT s.id, s.session_id, s.seq, CAST(json_extract(CAST(m.body AS TEXT),
+            '$.content') AS TEXT) FROM message_search s
+            JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
+        )
+        db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+        db.execute("DELETE FROM schema_migrations WHERE version > ?", (bounded,))
+        db.execute(f"PRAGMA user_version = {bounded}")
+    old = sqlite3.connect(path)
+    assert old.execute(
+        "SELECT rowid FROM messages_fts WHERE messages_fts MATCH 'lateword'"
+    ).fetchall()
+    old.close()
+    reopened = SQLiteStorage(path)
+    try:
+        assert where(find(run, reopened, "early")) == [("s", 0)]
+        assert find(run, reopened, "lateword") == []
+        run(reopened.delete("s"))  # the index's delete reads the same bounded text
+        assert reopened.db.execute(
+            "INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')"
+        )
+    finally:
+        run(reopened.close())

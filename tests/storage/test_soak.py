@@ -1,7 +1,11 @@
 """A randomised soak: writer processes doing chat, fork, rename, vars and
 import at random on a few sessions, killed with SIGKILL at random, on every
-persistent backend. Afterwards: every session loads, every turn is whole and
-held once per session, every turn reported saved is there, every turn
+persistent backend, while sessions are damaged at random between writes (under
+their lock, as tests/storage/damage.py does it: a message taken out, a count
+changed, metadata removed, a symbolic link). Afterwards: every damage is
+found by ``storage check`` and no writer changed a damaged session; once
+repaired, every session loads, every turn is whole and held once per session,
+every turn reported saved is there (or in a damaged session), every turn
 reported failed is nowhere.
 
 FOLIKO_SOAK_SECONDS sets how long each backend is soaked (``make soak``
@@ -11,6 +15,7 @@ FOLIKO_SOAK_SEED replays a run.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import subprocess
@@ -22,8 +27,12 @@ from pathlib import Path
 
 import orjson
 
+from . import damage
+
 SECONDS = float(os.environ.get("FOLIKO_SOAK_SECONDS", "6"))
 WRITERS = 4
+DAMAGES = 2
+"""At most this many of the writers' three sessions are damaged (one always)."""
 
 # One writer: a seeded loop of CLI commands run in-process, each logged before
 # ("start") and after ("ok"/"fail CODE") to its own file, flushed and fsynced,
@@ -90,6 +99,49 @@ def outcomes(logs: list[Path]) -> dict[str, str]:
     return found
 
 
+class Damages:
+    """Sessions damaged while the writers run: under the session's lock, so no
+    writer is half-way through it, and remembered as they were left (the raw
+    snapshot) with the turns they held (whose writers may have reported them)."""
+
+    def __init__(self, storage_url: str, home: Path, rng: random.Random):
+        from foliko_cli.storage import open_storage
+
+        self.loop = asyncio.Runner()
+        self.storage = open_storage(storage_url, home)
+        self.rng = rng
+        self.kinds = sorted(set(damage.HOLES[self.storage_kind()]) - {"no-content"})
+        self.left: dict[str, object] = {}
+        self.turns: dict[str, list[str]] = {}
+
+    def storage_kind(self) -> str:
+        return {"postgresql": "postgres"}.get(self.storage.name, self.storage.name)
+
+    def maybe(self, ids: list[str]) -> None:
+        if len(self.left) >= DAMAGES or (self.left and self.rng.random() < 0.5):
+            return
+        candidates = [sid for sid in ids if sid not in self.left]
+        self.loop.run(self._damage(self.rng.choice(candidates), self.rng.choice(self.kinds)))
+
+    async def _damage(self, session_id: str, kind: str) -> None:
+        async with self.storage.lock(session_id, 60):
+            record = await self.storage.load(session_id)
+            if record is None or len(record.messages) < 2:
+                return  # not there (renamed away) or too short yet: another time
+            damage.damage(self.storage, session_id, kind)
+            self.left[session_id] = damage.snapshot(self.storage, session_id)
+            self.turns[session_id] = [m["content"] for m in record.messages if m["role"] == "user"]
+            print(f"damaged {session_id!r}: {kind}")
+
+    def assert_untouched(self) -> None:
+        for session_id, left in self.left.items():
+            assert damage.snapshot(self.storage, session_id) == left, f"{session_id} was written"
+
+    def close(self) -> None:
+        self.loop.run(self.storage.close())
+        self.loop.close()
+
+
 def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tmp_path):
     seed = int(os.environ.get("FOLIKO_SOAK_SEED", random.randrange(2**32)))
     print(f"soak seed {seed} (FOLIKO_SOAK_SEED={seed} replays it)")
@@ -98,6 +150,7 @@ def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tm
     ids = ["a", "b", "c"]
     logs: list[Path] = []
     running: list[subprocess.Popen] = []
+    damages = Damages(storage_url, tmp_path / "home", random.Random(rng.randrange(2**32)))
 
     def start_writer() -> None:
         log = tmp_path / f"writer-{len(logs)}.log"
@@ -125,8 +178,10 @@ def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tm
         start_writer()
     deadline = time.monotonic() + SECONDS
     try:
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or not damages.left:
+            assert time.monotonic() < deadline + 120, "no session grew long enough to damage"
             time.sleep(rng.uniform(0.3, 2.0))  # the moment of the next kill, at random
+            damages.maybe(ids)
             victim = running.pop(rng.randrange(len(running)))
             victim.kill()
             victim.wait(timeout=60)
@@ -136,13 +191,26 @@ def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tm
             process.kill()
             process.wait(timeout=60)
 
-    check = subprocess.run(
-        [sys.executable, "-m", "foliko_cli", "--storage", storage_url, "storage", "check"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    def foliko(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "foliko_cli", "--storage", storage_url, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    try:
+        damages.assert_untouched()
+        found = foliko("storage", "check", "--json")
+        assert found.returncode == 3, found.stderr
+        problems = [p for p in orjson.loads(found.stdout) if p["kind"] == "session"]
+        assert sorted(p["session_id"] for p in problems) == sorted(damages.left), found.stdout
+        repaired = foliko("storage", "check", "--repair")
+        assert repaired.returncode == 0, repaired.stderr
+    finally:
+        damages.close()
+    check = foliko("storage", "check")
     assert check.returncode == 0, check.stdout + check.stderr
     exported = subprocess.run(
         [
@@ -173,6 +241,8 @@ def test_random_writers_killed_at_random_lose_and_invent_nothing(storage_url, tm
             assert reply["content"] == user["content"]
             assert reply["request_id"] == user["request_id"]
         seen.update(users)
+    for held in damages.turns.values():  # moved aside with their damaged session
+        seen.update(held)
     decided = outcomes(logs)
     assert sum(1 for v in decided.values() if v == "ok") > 0, "the soak ran no turn"
     for token, outcome in decided.items():

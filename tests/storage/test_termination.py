@@ -3,7 +3,6 @@ the turn is cancelled unsaved, every lock and lease is released, exit 143."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -29,22 +28,6 @@ def stuck() -> str:
 '''
 
 
-@contextlib.contextmanager
-def backend_url(name: str, tmp_path: Path):
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sessions.db'}"
-    elif name == "json":
-        yield f"json:///{tmp_path / 'sessions'}"
-    elif name == "postgres":
-        url = services.require_postgres()
-        with services.fresh_schema(url) as schema:
-            yield f"{url}?schema={schema}"
-    else:
-        url = services.require_redis()
-        with services.fresh_prefix(url) as prefix:
-            yield f"{url}?prefix={prefix}"  # the default 15 s lease
-
-
 def wait_for(path: Path, process: subprocess.Popen, limit: float = 60.0) -> None:
     deadline = time.monotonic() + limit
     while not path.exists():
@@ -58,7 +41,7 @@ def test_sigterm_mid_turn_saves_nothing_and_releases_the_session(name, tmp_path,
     (tmp_path / "stucktool.py").write_text(STUCK_TOOL)
     (tmp_path / "foliko.toml").write_text('tools = ["stucktool:stuck"]\n')
     marker = tmp_path / "started"
-    with backend_url(name, tmp_path) as url:
+    with services.backend_url(name, tmp_path) as url:
         env = {**os.environ, "FOLIKO_MODEL": "echo", "FOLIKO_STORAGE": url}
         turn = subprocess.Popen(
             [FOLIKO, "chat", "-s", "s", "/tool stuck {}"],

@@ -26,10 +26,12 @@ from foliko_cli.storage.base import (
     SessionExistsError,
     check_expected,
 )
+from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    covered_by,
     encode_message,
     new_metadata,
     next_revision,
@@ -52,6 +54,7 @@ _UPDATE_TURN = """UPDATE {sessions} SET updated_at = ?, message_count = ?, revis
     preview = ?, variables = ?, metadata = ?, compression_state = ? WHERE session_id = ?"""
 _REVISION = "SELECT revision FROM {sessions} WHERE session_id = ?"
 _TURN_BASE = "SELECT revision, message_count, preview FROM {sessions} WHERE session_id = ?{lock}"
+_SPAN_FROM = "SELECT COUNT(*), MIN(seq), MAX(seq) FROM {messages} WHERE session_id = ? AND seq >= ?"
 _SUMMARY_COLUMNS = "session_id, created_at, updated_at, message_count, preview"
 _NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC, session_id"
 _OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
@@ -170,31 +173,76 @@ def remove_sessions(db: Any, dialect: Dialect, session_ids: list[str]) -> None:
 
 
 def replace_records(
-    db: Any, dialect: Dialect, records: list[SessionRecord], expected: list[int | None]
+    db: Any,
+    dialect: Dialect,
+    records: list[SessionRecord],
+    expected: list[int | None],
+    *,
+    where: str,
 ) -> list[int]:
-    """Replace each of ``records`` after checking its expected revision; the new
-    revisions, in the order of ``records``. Distinct sessions are written with
-    one statement per kind of row (a migration batch); a session given twice,
-    one record at a time, in order, so the last one stays."""
+    """Replace each of ``records`` after checking its expected revision and that
+    what is stored of it is whole (``check_whole``, ``where`` naming the store);
+    the new revisions, in the order of ``records``. Distinct sessions are
+    written with one statement per kind of row (a migration batch); a session
+    given twice, one record at a time, in order, so the last one stays."""
     order = sorted(range(len(records)), key=lambda i: records[i].session_id)
     revisions = [0] * len(records)
     if len({record.session_id for record in records}) < len(records):
         for i in order:
-            revisions[i] = _replace_distinct(db, dialect, [records[i]], [expected[i]])[0]
+            revisions[i] = _replace_distinct(db, dialect, [records[i]], [expected[i]], where)[0]
         return revisions
     written = _replace_distinct(
-        db, dialect, [records[i] for i in order], [expected[i] for i in order]
+        db, dialect, [records[i] for i in order], [expected[i] for i in order], where
     )
     for i, revision in zip(order, written, strict=True):
         revisions[i] = revision
     return revisions
 
 
+def message_span(
+    db: Any, dialect: Dialect, session_id: str, start: int = 0
+) -> tuple[int, int | None, int | None]:
+    """How many message rows the session has from position ``start`` on, and the
+    lowest and highest position among them (``integrity.check_span``)."""
+    return db.execute(dialect.sql(_SPAN_FROM), (session_id, start)).fetchone()
+
+
+def check_whole(db: Any, dialect: Dialect, session_ids: list[str], where: str) -> None:
+    """CorruptSessionError for the first of ``session_ids`` whose message rows are
+    not exactly positions 0 .. count - 1, or that has message rows but no session
+    row: a write that replaces or moves a session first makes sure it is whole.
+    One statement per chunk, so one snapshot: a session another writer creates
+    meanwhile is seen whole or not at all."""
+    for chunk, marks in in_chunks(session_ids):
+        rows = db.execute(
+            dialect.sql(
+                f"""SELECT session_id, MAX(counted), MAX(stored), MAX(first), MAX(last)
+                FROM (SELECT session_id, message_count AS counted, NULL AS stored,
+                             NULL AS first, NULL AS last
+                      FROM {{sessions}} WHERE session_id IN ({marks})
+                      UNION ALL
+                      SELECT session_id, NULL, COUNT(*), MIN(seq), MAX(seq)
+                      FROM {{messages}} WHERE session_id IN ({marks}) GROUP BY session_id) parts
+                GROUP BY session_id ORDER BY session_id"""
+            ),
+            [*chunk, *chunk],
+        ).fetchall()
+        for session_id, counted, stored, first, last in rows:
+            if counted is None:
+                raise orphaned(session_id, where, stored, SESSION_ROW)
+            check_span(session_id, where, count=counted, found=stored or 0, first=first, last=last)
+
+
 def _replace_distinct(
-    db: Any, dialect: Dialect, records: list[SessionRecord], expected: list[int | None]
+    db: Any,
+    dialect: Dialect,
+    records: list[SessionRecord],
+    expected: list[int | None],
+    where: str,
 ) -> list[int]:
     ids = [record.session_id for record in records]
     current = stored_revisions(db, dialect, ids)
+    check_whole(db, dialect, ids, where)
     for session_id, revision in zip(ids, expected, strict=True):
         check_expected(session_id, revision, current.get(session_id, 0))
     revisions = [next_revision(current.get(session_id)) for session_id in ids]
@@ -230,11 +278,27 @@ def append_messages(
     messages: list[dict[str, Any]],
     state: SessionState,
     expected_revision: int,
+    *,
+    where: str,
 ) -> int:
     """Add ``messages`` after the stored ones and replace the session's state, if
-    its revision is still ``expected_revision`` (0: it does not exist yet)."""
+    its revision is still ``expected_revision`` (0: it does not exist yet).
+
+    The stored messages from the compression point on must be the count's (an
+    aggregate over the primary key: bounded, like the turn's read, by what the
+    summary does not cover), so a session damaged behind foliko's back, even
+    one a long-lived process holds in memory, is refused (CorruptSessionError,
+    ``where`` naming the store), never written to."""
     row = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
     found, count, preview = row if row else (0, 0, "")
+    start = covered_by(state.compression_state, count)
+    stored, first, last = message_span(db, dialect, session_id, start)
+    if row is None and stored:
+        created = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
+        if created is None:
+            raise orphaned(session_id, where, stored, SESSION_ROW)
+        raise ConflictError(session_id, expected_revision, created[0])  # by another writer
+    check_span(session_id, where, count=count, found=stored, first=first, last=last, start=start)
     if found != expected_revision:
         raise ConflictError(session_id, expected_revision, found)
     now = now_ms()
@@ -261,19 +325,23 @@ def delete_session(
     db: Any, dialect: Dialect, session_id: str, expected_revision: int | None
 ) -> bool:
     """Remove the session if its revision is still the expected one; False when
-    there was none."""
+    there was none (messages left without their session row count as one)."""
     found = stored_revision(db, dialect, session_id, lock=True)
     check_expected(session_id, expected_revision, found or 0)
+    orphans = 0
+    if found is None:
+        orphans = message_span(db, dialect, session_id)[0]
     remove_sessions(db, dialect, [session_id])
-    return found is not None
+    return found is not None or orphans > 0
 
 
-def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str) -> None:
+def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str, *, where: str) -> None:
     """Move ``old_id`` with its messages to ``new_id``, under a new revision (a
-    cached copy of either is stale)."""
+    cached copy of either is stale); neither may be damaged (``check_whole``)."""
     if stored_revision(db, dialect, new_id) is not None:
         raise SessionExistsError(new_id)
     found = stored_revision(db, dialect, old_id, lock=True)
+    check_whole(db, dialect, [old_id, new_id], where)
     if found is None:
         raise SessionNotFoundError(old_id)
     db.execute(

@@ -1,0 +1,184 @@
+"""The MCP server: the tools, resources and prompts of this package in the
+SDK's low-level ``Server``, for any transport.
+
+A ``Backend`` gives each request its service and runs the ``chat`` tool's
+turn. Whatever goes wrong in a tool call (an unknown session, a bad
+argument, a failed turn) is the call's error result, one line; only an
+unknown tool, resource or prompt is a protocol error, as the MCP
+specification has it.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
+
+from foliko_cli import __version__
+from foliko_cli.errors import CorruptSessionError, FolikoError, Hint
+from foliko_cli.mcp_server.arguments import Arguments, ToolFailure
+from foliko_cli.mcp_server.prompts import PromptError, agent_prompt, agent_prompts
+from foliko_cli.mcp_server.resources import (
+    MIME_TYPE,
+    TEMPLATE,
+    resource_page,
+    session_id_of,
+    transcript_text,
+)
+from foliko_cli.mcp_server.tools import TOOLS, Call, ToolSpec
+
+if TYPE_CHECKING:
+    from foliko_cli.chat import TurnResult
+    from foliko_cli.service import AsyncFoliko
+
+NAME = "foliko"
+INSTRUCTIONS = (
+    "foliko keeps conversations with language models in named sessions. "
+    "list_sessions and search_sessions find them, read_session gives one as Markdown "
+    "(also the resource foliko://sessions/{session_id}), chat continues one or starts it. "
+    "Each prompt is the instructions of one of foliko's agents."
+)
+
+_log = logging.getLogger("foliko.mcp_server")
+
+
+class Backend(Protocol):
+    def service(self, request: Any) -> AbstractAsyncContextManager[AsyncFoliko]:
+        """The service that answers ``request`` (the HTTP request, or None on stdio)."""
+        ...
+
+    async def turn(
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str
+    ) -> TurnResult:
+        """One turn of the ``chat`` tool."""
+        ...
+
+
+def failure_text(exc: BaseException) -> str:
+    """What went wrong, in one line, the fix in the words of this server."""
+    if isinstance(exc, FolikoError) and exc.hint == Hint.SESSIONS:
+        text = f"{exc.problem}; call list_sessions to see the sessions that exist"
+    else:
+        text = str(exc)
+    return " ".join(text.split())
+
+
+def _error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _tool(spec: ToolSpec) -> types.Tool:
+    return types.Tool(
+        name=spec.name,
+        title=spec.title,
+        description=spec.description,
+        input_schema=spec.input_schema,
+        output_schema=spec.output,
+        annotations=types.ToolAnnotations(title=spec.title, **spec.hints),
+    )
+
+
+def build_server(backend: Backend) -> Server:
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[_tool(spec) for spec in TOOLS.values()])
+
+    async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+        spec = TOOLS.get(params.name)
+        if spec is None:
+            raise MCPError(
+                INVALID_PARAMS, f"unknown tool {params.name!r}; the tools are {', '.join(TOOLS)}"
+            )
+        try:
+            arguments = Arguments(params.arguments, spec.properties)
+            async with backend.service(ctx.request) as service:
+
+                def turn(session_id: str, message: str):
+                    return backend.turn(ctx.request, service, session_id, message)
+
+                reply = await spec.run(Call(service, arguments, turn))
+        except (ToolFailure, FolikoError) as exc:
+            return _error_result(failure_text(exc))
+        except Exception as exc:
+            _log.error("the MCP tool %s failed: %r", spec.name, exc)
+            return _error_result(f"{spec.name} failed: internal error")
+        content = [types.TextContent(type="text", text=reply.text)]
+        return types.CallToolResult(content=content, structured_content=reply.data)
+
+    async def list_resources(ctx, params) -> types.ListResourcesResult:
+        cursor = params.cursor if params is not None else None
+        async with backend.service(ctx.request) as service:
+            entries, next_cursor = await resource_page(service, cursor)
+        return types.ListResourcesResult(
+            resources=[types.Resource.model_validate(entry) for entry in entries],
+            next_cursor=next_cursor,
+        )
+
+    async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
+        template = types.ResourceTemplate(
+            uri_template=TEMPLATE,
+            name="session",
+            title="A session",
+            description="A session's transcript as Markdown",
+            mime_type=MIME_TYPE,
+        )
+        return types.ListResourceTemplatesResult(resource_templates=[template])
+
+    async def read_resource(
+        ctx, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        session_id = session_id_of(uri)
+        if session_id is None:
+            raise MCPError(
+                INVALID_PARAMS, f"unknown resource {uri!r}; write {TEMPLATE}", {"uri": uri}
+            )
+        try:
+            async with backend.service(ctx.request) as service:
+                text = await transcript_text(service, session_id)
+        except CorruptSessionError as exc:
+            raise MCPError(INTERNAL_ERROR, failure_text(exc), {"uri": uri}) from None
+        except FolikoError as exc:
+            raise MCPError(INVALID_PARAMS, failure_text(exc), {"uri": uri}) from None
+        contents = [types.TextResourceContents(uri=uri, mime_type=MIME_TYPE, text=text)]
+        return types.ReadResourceResult(contents=contents)
+
+    async def list_prompts(ctx, params) -> types.ListPromptsResult:
+        async with backend.service(ctx.request) as service:
+            agents = service.agents
+        try:
+            prompts = [types.Prompt.model_validate(entry) for entry in agent_prompts(agents)]
+        except FolikoError as exc:
+            raise MCPError(INTERNAL_ERROR, failure_text(exc)) from None
+        return types.ListPromptsResult(prompts=prompts)
+
+    async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        async with backend.service(ctx.request) as service:
+            agents = service.agents
+        try:
+            description, texts = agent_prompt(agents, params.name, params.arguments)
+        except PromptError as exc:
+            raise MCPError(INVALID_PARAMS, str(exc)) from None
+        messages = [
+            types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
+            for text in texts
+        ]
+        return types.GetPromptResult(description=description, messages=messages)
+
+    return Server(
+        NAME,
+        version=__version__,
+        title="foliko sessions",
+        instructions=INSTRUCTIONS,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+    )
