@@ -88,8 +88,9 @@ RUN: dict[str, Run | str] = {
         setup=seeded(["ops"]) + "foliko chat -s ops 'Größe' > /dev/null\n"
     ),
     "foliko usage ": Run(setup=seeded(["s1"])),
-    "foliko sessions import --format chatgpt": (
-        "needs a ChatGPT export and llm's log database (tests/ covers both importers)"
+    "foliko sessions import conversations.json": (
+        "needs other tools' exports and logs (ChatGPT, llm, Claude Code, Codex, Open WebUI); "
+        "the importer tests cover each"
     ),
     "foliko storage migrate json sqlite": Run(
         setup="FOLIKO_STORAGE=json foliko chat -s s1 hi > /dev/null\n",
