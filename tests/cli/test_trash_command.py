@@ -81,7 +81,7 @@ def test_restore_under_an_invalid_name_exits_2(run_foliko):
     assert_exit_2(run_foliko("sessions", "restore", "x", "--as", " padded"), "invalid session id")
     assert_exit_2(run_foliko("sessions", "restore", "x", "--as", ".foliko/x"), "foliko's own")
     missing = run_foliko("sessions", "restore")
-    assert missing.returncode == 2 and b"Missing argument 'ID'" in missing.stderr
+    assert missing.returncode == 2 and b"missing argument 'ID'" in missing.stderr
     run_ok(run_foliko, "sessions", "restore", "x")
 
 

@@ -131,8 +131,8 @@ def test_an_agent_the_config_gets_wrong_fails_the_prompts_naming_it(foliko_home:
 
     service = AsyncFoliko("memory", "echo", home=foliko_home, agents=agents)
     problem = (
-        "agent 'bad': unknown key 'colour'; known: system_prompt, model, tools, skills, "
-        "description, mcp_servers"
+        "unknown key 'colour' in [agents.bad] (known: system_prompt, model, tools, skills, "
+        "description, mcp_servers); fix or remove it"
     )
     assert asyncio.run(_with_client(service, work)) == [
         (INTERNAL_ERROR, problem),
