@@ -89,7 +89,8 @@ RUN: dict[str, Run | str] = {
     ),
     "foliko usage ": Run(setup=seeded(["s1"])),
     "foliko sessions import conversations.json": (
-        "needs files other tools wrote (tests/cli/imports covers every format)"
+        "needs other tools' exports and logs (ChatGPT, llm, Claude Code, Codex, Open WebUI); "
+        "the importer tests cover each"
     ),
     "foliko storage migrate json sqlite": Run(
         setup="FOLIKO_STORAGE=json foliko chat -s s1 hi > /dev/null\n",
