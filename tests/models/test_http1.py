@@ -87,6 +87,19 @@ def run(coroutine):
     return asyncio.run(coroutine)
 
 
+def failure_for(reply: bytes) -> str:
+    """The error of one POST that the server answers with ``reply`` every time."""
+
+    async def scenario():
+        async with RawServer(lambda n, _: reply) as server:
+            http = client(server.port)
+            with pytest.raises(ModelError) as failure:
+                await http.post_json("/x", {}, deadline())
+            return str(failure.value)
+
+    return run(scenario())
+
+
 def test_requests_go_out_in_one_piece_and_connections_are_reused():
     async def scenario():
         async with RawServer(lambda n, _: ok(b'{"n": %d}' % n)) as server:
@@ -158,14 +171,7 @@ def test_an_idle_connection_past_its_expiry_is_replaced(monkeypatch):
 def test_an_answer_cut_in_the_middle_is_a_cut_off():
     reply = b'HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 100\r\n\r\n{"partial": '
 
-    async def scenario():
-        async with RawServer(lambda n, _: reply) as server:
-            http = client(server.port)
-            with pytest.raises(ModelError) as failure:
-                await http.post_json("/x", {}, deadline())
-            return str(failure.value)
-
-    assert "ended before the reply was complete" in run(scenario())
+    assert "ended before the reply was complete" in failure_for(reply)
 
 
 @pytest.mark.parametrize(
@@ -232,14 +238,7 @@ def test_status_errors_keep_their_meaning():
     body = orjson.dumps({"error": {"message": "no such model"}})
     reply = b"HTTP/1.1 404 Not Found\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
 
-    async def scenario():
-        async with RawServer(lambda n, _: reply) as server:
-            http = client(server.port)
-            with pytest.raises(ModelError) as failure:
-                await http.post_json("/x", {}, deadline())
-            return str(failure.value)
-
-    assert "does not know this model or endpoint (404: no such model)" in run(scenario())
+    assert "does not know this model or endpoint (404: no such model)" in failure_for(reply)
 
 
 @pytest.mark.parametrize(
