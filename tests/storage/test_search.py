@@ -308,9 +308,10 @@ def test_an_existing_postgres_schema_is_indexed_when_the_migration_runs(run):
         reopened = PostgresStorage(url, schema=schema)
         try:
             assert where(find(run, reopened, "kubernetes")) == [("s", 0)]
-            indexes = reopened.db.execute(
-                "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)
-            ).fetchall()
+            with psycopg.connect(url, autocommit=True) as db:
+                indexes = db.execute(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = %s", (schema,)
+                ).fetchall()
             assert ("messages_text_search",) in indexes
         finally:
             run(reopened.close())
