@@ -120,11 +120,19 @@ async def bound_search_text(db: PostgresExecutor, dialect: PostgresDialect) -> N
     await bound_indexed_text(db, dialect.quoted)
 
 
+async def keep_indexed_text(db: PostgresExecutor, dialect: PostgresDialect) -> None:
+    """Snippets read a stored copy of the indexed text (postgres_search.py)."""
+    from foliko_cli.storage.postgres_search import keep_indexed_text
+
+    await keep_indexed_text(db, dialect.quoted)
+
+
 MIGRATIONS: list[Step] = [
     schema.create_sessions_and_messages,
     schema.create_quarantine,
     create_search_index,
     bound_search_text,
+    keep_indexed_text,
 ]
 
 

@@ -16,7 +16,8 @@ The query is built as a ``to_tsquery`` expression from the parsed terms,
 each word quoted: ``websearch_to_tsquery`` has no prefix search.
 
 Only a message's first INDEXED_CHARS characters are indexed (a tsvector
-holds at most 1 MB), and snippets are cut in Python from the hits' texts
+holds at most 1 MB); that text is also stored, as the generated column
+``indexed_text``, and snippets are cut in Python from it
 (``search.snippet_for``), so neither grows with a message's size.
 """
 
@@ -76,6 +77,17 @@ async def bound_indexed_text(db: Executor, schema: str) -> None:
     await _add_vector(db, schema)
 
 
+async def keep_indexed_text(db: Executor, schema: str) -> None:
+    """The migration step that stores each message's indexed text beside it
+    (``indexed_text``), so a hit's snippet is cut from at most INDEXED_CHARS
+    characters without parsing its body again: a query that matches a 10 MB
+    message no longer reads 10 MB of JSON."""
+    await db.execute(
+        f"""ALTER TABLE {schema}.messages ADD COLUMN IF NOT EXISTS indexed_text TEXT
+            GENERATED ALWAYS AS ({schema}.message_text(body)) STORED"""
+    )
+
+
 def tsquery_expression(terms: tuple[Term, ...]) -> str:
     """``to_tsquery`` syntax for ``terms``: every word quoted as a lexeme."""
     parts = []
@@ -104,13 +116,14 @@ async def search(db: Executor, schema: str, query: SearchQuery) -> list[SearchHi
     rows = await db.fetchall(
         f"""WITH q AS (SELECT to_tsquery('simple', %s) AS q),
             top AS (
-                SELECT m.session_id, m.seq, m.role, m.created_at, m.body,
+                SELECT m.session_id, m.seq, m.role, m.created_at,
                     ts_rank({vector}, q.q) AS score
                 FROM {schema}.messages m, q WHERE {vector} @@ q.q{where}
                 ORDER BY score DESC, m.created_at DESC LIMIT %s)
             SELECT top.session_id, top.seq, top.role, top.created_at, top.score,
-                {schema}.message_text(top.body)
-            FROM top
+                m.indexed_text
+            FROM top JOIN {schema}.messages m
+                ON m.session_id = top.session_id AND m.seq = top.seq
             ORDER BY top.score DESC, top.created_at DESC, top.session_id, top.seq""",
         [*params, query.limit],
     )
