@@ -16,41 +16,36 @@ runs again, now finding the row. The per-turn session lock is a
 session-level advisory lock held on its own connection: when the holding
 process dies, the server closes that connection and releases the lock.
 
+Connections are psycopg 3's ``AsyncConnection``: a query in flight yields
+the event loop, so a stalled connection holds only the operation on it. They
+come from the storage's own small pool (at most ``POOL_SIZE``, the one that
+became idle last first, a new one when none is idle): psycopg_pool reports a
+server that refuses connections only as a pool timeout after its whole wait,
+and its background reconnection tasks outlive a one-turn CLI command.
+
 No call waits without bound. Connections use ``connect_timeout``, TCP
 keepalives (idle 5 s, every 2 s, 3 probes) and ``tcp_user_timeout`` on the
 client, the same keepalives on the server (so a lock holder that vanishes
 behind a network stall loses its advisory lock within about 11 s), and
 ``statement_timeout``/``lock_timeout``. A stall the kernel cannot see (a
-proxy that stops forwarding) is bounded by a watchdog: an operation that
-overruns ``operation_timeout`` has its socket shut down and fails with a
-StorageError.
+proxy that stops forwarding) is bounded by ``operation_timeout``: the
+operation is cancelled, psycopg asks the server to cancel its query and
+closes a connection that does not answer within seconds, and the caller gets
+a StorageError.
 
 psycopg 3 is imported when a storage is created, never at module import.
-Its calls are synchronous; every operation runs on a thread of the storage's
-own pool (at most ``THREADS``), never on the event loop, on a connection of
-its own: the one that became idle last, or a new one. So a stalled
-connection holds only the operation running on it, and the event loop and
-the other threads go on serving. A cancelled operation still ends on its
-thread (within its bound); its connection is then given back or closed.
-
-This is the intermediate step of issue 23 item 6. The end state, psycopg's
-``AsyncConnection`` with a connection pool, still needs the shared writers
-(storage/sql/writes.py, migrations.py, postgres_search.py, the dialect's
-``COPY``) split into the statements they build and a sync or an async
-executor that runs them, and the watchdog replaced by a per-operation
-``asyncio`` timeout that cancels the query on the server.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import functools
+import logging
 import os
 import re
 import socket
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
@@ -62,7 +57,6 @@ from foliko_cli.errors import (
     StorageError,
     UsageError,
 )
-from foliko_cli.storage import watchdog
 from foliko_cli.storage.base import (
     SessionExistsError,
     SessionStorageAdapter,
@@ -83,6 +77,7 @@ from foliko_cli.storage.record import (
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
+from foliko_cli.storage.sql.executor import PostgresExecutor
 from foliko_cli.storage.sql.migrations import Step, migrate
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
@@ -99,27 +94,37 @@ KEEPALIVES = {
 TCP_USER_TIMEOUT_MS = 20_000
 SUMMARY_PAGE = 1000
 IDLE_LOCK_CONNECTIONS = 2
-THREADS = 8
-"""Operations that run at once, and so connections they keep open (session locks aside)."""
+POOL_SIZE = 8
+"""Operations that run at once, and so connections kept open (session locks aside)."""
 WRITE_ATTEMPTS = 3
+CUT_GRACE_S = 2.0
+"""After an operation's deadline has cut its connections, how long until
+anything it still awaits is cancelled."""
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _EXTRA_HINT = "PostgreSQL storage needs the 'postgres' extra: pip install 'foliko-cli[postgres]'"
 
 T = TypeVar("T")
 
 
-def create_search_index(db: Any, dialect: PostgresDialect) -> None:
+async def create_search_index(db: PostgresExecutor, dialect: PostgresDialect) -> None:
     """The full-text index over message text (postgres_search.py)."""
     from foliko_cli.storage.postgres_search import create_index
 
-    create_index(db, dialect.quoted)
+    await create_index(db, dialect.quoted)
 
 
-def bound_search_text(db: Any, dialect: PostgresDialect) -> None:
+async def bound_search_text(db: PostgresExecutor, dialect: PostgresDialect) -> None:
     """The index takes a bounded prefix of each message (postgres_search.py)."""
     from foliko_cli.storage.postgres_search import bound_indexed_text
 
-    bound_indexed_text(db, dialect.quoted)
+    await bound_indexed_text(db, dialect.quoted)
+
+
+async def keep_indexed_text(db: PostgresExecutor, dialect: PostgresDialect) -> None:
+    """Snippets read a stored copy of the indexed text (postgres_search.py)."""
+    from foliko_cli.storage.postgres_search import keep_indexed_text
+
+    await keep_indexed_text(db, dialect.quoted)
 
 
 MIGRATIONS: list[Step] = [
@@ -127,6 +132,7 @@ MIGRATIONS: list[Step] = [
     schema.create_quarantine,
     create_search_index,
     bound_search_text,
+    keep_indexed_text,
 ]
 
 
@@ -165,11 +171,28 @@ def _option_error(exc: BaseException, password: str | None = None) -> StorageCon
     )
 
 
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise StorageConfigError(
+            f"bad option 'operation_timeout' in the PostgreSQL URL: {value!r}; "
+            "give a positive number of seconds, such as operation_timeout=10"
+        )
+    return seconds
+
+
 def _import_psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
         raise StorageConfigError(_EXTRA_HINT) from None
+    # A cancelled query's warnings: the StorageError the caller gets says it all.
+    logger = logging.getLogger("psycopg")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     return psycopg
 
 
@@ -188,7 +211,7 @@ class PostgresStorage(SessionStorageAdapter):
             url,
             schemes=("postgresql", "postgres"),
             default_port=5432,
-            own_options=("schema",),
+            own_options=("schema", "operation_timeout"),
             example="postgresql://user@host:5432/database",
         )
         if schema is not None and not schema.strip():
@@ -201,8 +224,13 @@ class PostgresStorage(SessionStorageAdapter):
                 f"invalid PostgreSQL schema name {self.schema!r}; "
                 "use letters, digits and underscores (at most 63)"
             )
+        given = parsed.options.get("operation_timeout")
+        if given is not None:
+            operation_timeout = _seconds(given)
         if not operation_timeout > 0:
-            raise StorageConfigError("the PostgreSQL operation timeout must be positive")
+            raise StorageConfigError(
+                "the PostgreSQL operation timeout must be a positive number of seconds"
+            )
         self.operation_timeout = float(operation_timeout)
         self._dialect = PostgresDialect(self.schema)
         self._password = parsed.password
@@ -219,14 +247,8 @@ class PostgresStorage(SessionStorageAdapter):
         user = f"{self.user}@" if self.user else ""
         self._where = parsed.where
         self._url = f"postgresql://{user}{parsed.where}/{self.database}"
-        self._local = threading.local()
-        self._connections: list[Any] = []
-        self._idle: list[Any] = []
-        self._idle_lock_connections: list[Any] = []
-        self._guard_lock = threading.Lock()
-        self._threads: Any = None
+        self._pools: dict[asyncio.AbstractEventLoop, _Pool] = {}
         self._migrated = False
-        self._watchdog = watchdog.shared()
 
     def _connection_settings(self, given: set[str]) -> dict[str, Any]:
         """Bounds on every wait, unless the URL sets them itself."""
@@ -252,48 +274,11 @@ class PostgresStorage(SessionStorageAdapter):
     def location(self) -> str:
         return f"{self._url} (schema {self.schema})"
 
-    # threads and connections
+    # connections
 
-    def _pool(self) -> Any:
-        with self._guard_lock:
-            if self._threads is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                self._threads = ThreadPoolExecutor(THREADS, thread_name_prefix="foliko-postgres")
-            return self._threads
-
-    def _run(self, call: Callable[..., T], *args: Any) -> Any:
-        """``call(*args)`` on a thread of the pool, as an asyncio future."""
-        import asyncio
-
-        return asyncio.get_running_loop().run_in_executor(
-            self._pool(), functools.partial(self._on_connection, call, *args)
-        )
-
-    def _on_connection(self, call: Callable[..., T], *args: Any) -> T:
-        """``call(*args)`` with ``self.db`` the connection that became idle last (a
-        new one once it is needed), given back afterwards unless it broke."""
-        with self._guard_lock:
-            self._local.db = self._idle.pop() if self._idle else None
+    async def _open(self, application_name: str) -> Any:
         try:
-            return call(*args)
-        finally:
-            db, self._local.db = getattr(self._local, "db", None), None
-            if db is not None:
-                self._give_back(db)
-
-    def _give_back(self, db: Any) -> None:
-        with self._guard_lock:
-            if db in self._connections and not (db.closed or db.broken):
-                self._idle.append(db)
-                return
-            with contextlib.suppress(ValueError):
-                self._connections.remove(db)
-        db.close()
-
-    def _open(self, application_name: str) -> Any:
-        try:
-            return self._pg.connect(
+            return await self._pg.AsyncConnection.connect(
                 self._conninfo,
                 autocommit=True,
                 application_name=application_name[:63],
@@ -306,40 +291,80 @@ class PostgresStorage(SessionStorageAdapter):
                 f"{_reason(exc, self._password)}; is the server running? check the URL"
             ) from None
 
-    @property
-    def db(self) -> Any:
-        db = getattr(self._local, "db", None)
-        if db is None or db.closed or db.broken:
-            if db is not None:
-                self._local.db = None
-                self._give_back(db)
-            db = self._open("foliko")
+    def _reusable(self, conn: Any) -> bool:
+        """Open, sound and outside any transaction: fit for the next operation."""
+        idle = self._pg.pq.TransactionStatus.IDLE
+        return not (conn.closed or conn.broken) and conn.info.transaction_status == idle
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncIterator[PostgresExecutor]:
+        """One bounded operation on a connection of the pool, the schema migrated.
+        The connection goes back to the pool when the operation leaves it
+        sound and idle, and is closed otherwise (a cancelled or broken one)."""
+        pool = self._pool()
+        async with self._bounded() as deadline, pool.slots:
+            conn = await self._reused(pool.idle) or await self._open("foliko")
+            deadline.watch(conn)
             try:
                 if not self._migrated:
-                    with self._guard(db):
-                        self._migrate(db)
-                    self._migrated = True
-            except BaseException:
-                db.close()
-                raise
-            with self._guard_lock:
-                self._connections.append(db)
-            self._local.db = db
-        self._watch(db)
-        return db
+                    await self._migrate(pool, conn)
+                yield PostgresExecutor(conn)
+            finally:
+                if self._reusable(conn) and self._pools.get(pool.loop) is pool:
+                    pool.idle.append(conn)
+                else:
+                    await _closed(conn)
 
-    def _watch(self, conn: Any) -> None:
-        """Put ``conn`` under the bound of the operation running in this thread."""
-        operation = getattr(self._local, "operation", None)
-        if operation is not None:
-            self._watchdog.watch(operation, conn.pgconn.socket)
+    def _pool(self) -> _Pool:
+        """The running event loop's pool (asyncio's locks and psycopg's waits
+        belong to one loop), made on first use."""
+        loop = asyncio.get_running_loop()
+        pool = self._pools.get(loop)
+        if pool is None:
+            for closed in [other for other in self._pools if other.is_closed()]:
+                del self._pools[closed]  # its connections died with their loop
+            pool = self._pools[loop] = _Pool(loop)
+        return pool
 
-    def _ready(self) -> None:
-        with self._guard():
-            self.db  # noqa: B018 — connects and migrates once
+    async def _reused(self, idle: list[Any]) -> Any:
+        """The connection of ``idle`` that became idle last and is still sound."""
+        while idle:
+            conn = idle.pop()
+            if self._reusable(conn):
+                return conn
+            await _closed(conn)
+        return None
 
-    def _migrate(self, db: Any) -> None:
-        migrate(db, self._dialect, MIGRATIONS, f"PostgreSQL schema {self.schema} at {self._where}")
+    async def _migrate(self, pool: _Pool, conn: Any) -> None:
+        """Once per storage (and, under the migration's lock, once per schema)."""
+        async with pool.migration:
+            if not self._migrated:
+                where = f"PostgreSQL schema {self.schema} at {self._where}"
+                await migrate(PostgresExecutor(conn), self._dialect, MIGRATIONS, where)
+                self._migrated = True
+
+    @contextlib.asynccontextmanager
+    async def _bounded(self) -> AsyncIterator[_Deadline]:
+        """At most ``operation_timeout`` (the connections given to the deadline
+        are cut when it passes; anything else is cancelled soon after); driver
+        errors become StorageError."""
+        deadline = _Deadline(self.operation_timeout)
+        try:
+            async with asyncio.timeout(self.operation_timeout + CUT_GRACE_S):
+                yield deadline
+        except TimeoutError:
+            raise self._stalled() from None
+        except self._pg.Error as exc:
+            raise (self._stalled() if deadline.passed else self._error(exc)) from None
+        finally:
+            deadline.disarm()
+
+    def _stalled(self) -> StorageError:
+        return StorageError(
+            f"PostgreSQL at {self._where} did not answer within "
+            f"{self.operation_timeout:g}s (a network stall or an overloaded server); "
+            "check the server and the network, then retry"
+        )
 
     def _error(self, exc: BaseException) -> StorageError:
         if isinstance(exc, self._pg.OperationalError):
@@ -352,41 +377,29 @@ class PostgresStorage(SessionStorageAdapter):
             f"{_reason(exc, self._password)}; check the server log"
         )
 
-    @contextlib.contextmanager
-    def _guard(self, conn: Any = None) -> Iterator[None]:
-        """One bounded operation: driver errors become StorageError, and the socket
-        of a connection it uses (``conn``, or ``self.db``) is shut down if the
-        operation overruns ``operation_timeout``."""
-        outer = getattr(self._local, "operation", None)
-        operation = self._local.operation = self._watchdog.start(self.operation_timeout)
-        try:
-            if conn is not None:
-                self._watch(conn)
-            yield
-        except self._pg.Error as exc:
-            if self._watchdog.stop(operation):
-                raise StorageError(
-                    f"PostgreSQL at {self._where} did not answer within "
-                    f"{self.operation_timeout:g}s (a network stall or an overloaded server); "
-                    "check the server and the network, then retry"
-                ) from None
-            raise self._error(exc) from None
-        finally:
-            self._watchdog.stop(operation)
-            self._local.operation = outer
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[PostgresExecutor]:
+        async with self._connection() as db, db.connection.transaction():
+            yield db
+
+    async def _write(self, write: Callable[[PostgresExecutor], Awaitable[T]]) -> T:
+        """``write(db)`` in one transaction, run again when it created a session
+        that another writer created meanwhile (the next run finds its row)."""
+        async with self._connection() as db:
+            for _ in range(WRITE_ATTEMPTS - 1):
+                with contextlib.suppress(self._pg.errors.UniqueViolation):
+                    async with db.connection.transaction():
+                        return await write(db)
+            async with db.connection.transaction():
+                return await write(db)
 
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
         self._check_id(session_id)
-        row = await self._run(self._load_row, session_id)
-        if row is None:
-            return None
-        return self._record(session_id, row)
-
-    def _load_row(self, session_id: str) -> tuple[Any, ...] | None:
-        with self._guard():
-            return self.db.execute(self._load_sql(), (session_id,)).fetchone()
+        async with self._connection() as db:
+            row = await db.fetchone(self._load_sql(), (session_id,))
+        return None if row is None else self._record(session_id, row)
 
     def _load_sql(self, *, lock: str = "") -> str:
         return self._dialect.sql(
@@ -402,17 +415,6 @@ class PostgresStorage(SessionStorageAdapter):
         *columns, count, seqs, bodies = row
         check_sequence(session_id, self.location, seqs or (), count=count)
         return record_from_row(session_id, tuple(columns), bodies or (), self.location)
-
-    def _write(self, write: Callable[[Any], T]) -> T:
-        """``write(cursor)`` in one transaction, run again when it created a session
-        that another writer created meanwhile (the next run finds its row)."""
-        with self._guard():
-            for _ in range(WRITE_ATTEMPTS - 1):
-                suppressed = contextlib.suppress(self._pg.errors.UniqueViolation)
-                with suppressed, self.db.transaction(), self.db.cursor() as cur:
-                    return write(cur)
-            with self.db.transaction(), self.db.cursor() as cur:
-                return write(cur)
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
@@ -431,11 +433,10 @@ class PostgresStorage(SessionStorageAdapter):
         for record in records:
             self._check_id(record.session_id)
             checked_for_write(record)
-        return await self._run(
-            self._write,
-            lambda cur: writes.replace_records(
-                cur, self._dialect, records, expected, where=self.location
-            ),
+        return await self._write(
+            lambda db: writes.replace_records(
+                db, self._dialect, records, expected, where=self.location
+            )
         )
 
     async def append(
@@ -448,84 +449,67 @@ class PostgresStorage(SessionStorageAdapter):
     ) -> int:
         self._check_id(session_id)
         checked_append(session_id, messages, state)
-        return await self._run(
-            self._write,
-            lambda cur: writes.append_messages(
-                cur,
+        return await self._write(
+            lambda db: writes.append_messages(
+                db,
                 self._dialect,
                 session_id,
                 messages,
                 state,
                 expected_revision,
                 where=self.location,
-            ),
+            )
         )
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         self._check_id(session_id)
-        return await self._run(
-            self._write,
-            lambda cur: writes.delete_session(cur, self._dialect, session_id, expected_revision),
+        return await self._write(
+            lambda db: writes.delete_session(db, self._dialect, session_id, expected_revision)
         )
 
     async def list(self) -> list[str]:
-        return await self._run(self._list)
-
-    def _list(self) -> list[str]:
-        with self._guard():
-            rows = self.db.execute(
+        async with self._connection() as db:
+            rows = await db.fetchall(
                 self._dialect.sql("SELECT session_id FROM {sessions} ORDER BY session_id")
-            ).fetchall()
+            )
         return [row[0] for row in rows]
 
     async def list_summaries(self) -> list[SessionSummary]:
         """Newest first, read page by page along the index, all from one snapshot."""
-        return await self._run(self._summaries)
-
-    def _summaries(self) -> list[SessionSummary]:
-        with self._guard(), self.db.transaction():
-            self.db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            return writes.summaries(self.db, self._dialect, page=SUMMARY_PAGE)
+        async with self._transaction() as db:
+            await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            return await writes.summaries(db, self._dialect, page=SUMMARY_PAGE)
 
     async def revision(self, session_id: str) -> int | None:
         self._check_id(session_id)
-        return await self._run(self._revision, session_id)
-
-    def _revision(self, session_id: str) -> int | None:
-        with self._guard():
-            return writes.stored_revision(self.db, self._dialect, session_id)
+        async with self._connection() as db:
+            return await writes.stored_revision(db, self._dialect, session_id)
 
     async def exists(self) -> bool:
         """The schema is there; creates nothing."""
-        return await self._run(self._exists)
-
-    def _exists(self) -> bool:
-        conn = self._open("foliko: exists")
-        try:
-            with self._guard(conn):
-                found = conn.execute(
+        async with self._bounded() as deadline:
+            conn = await self._open("foliko: exists")
+            deadline.watch(conn)
+            try:
+                found = await PostgresExecutor(conn).fetchone(
                     "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
-                ).fetchone()
-        finally:
-            conn.close()
+                )
+            finally:
+                await _closed(conn)
         return found is not None
 
     async def health_check(self) -> bool:
         """The server answers; creates nothing (no schema, no table)."""
-        return await self._run(self._health_check)
-
-    def _health_check(self) -> bool:
         try:
-            conn = self._open("foliko: health check")
+            async with self._bounded() as deadline:
+                conn = await self._open("foliko: health check")
+                deadline.watch(conn)
+                try:
+                    await PostgresExecutor(conn).fetchall("SELECT 1")
+                finally:
+                    await _closed(conn)
         except StorageError:
             return False
-        try:
-            with self._guard(conn):
-                conn.execute("SELECT 1").fetchall()
-        except StorageError:
-            return False
-        finally:
-            conn.close()
         return True
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
@@ -533,13 +517,10 @@ class PostgresStorage(SessionStorageAdapter):
         the messages are copied by the server, never read and written again."""
         self._check_id(source_id)
         self._check_id(target_id)
-        return await self._run(self._copy, source_id, target_id)
-
-    def _copy(self, source_id: str, target_id: str) -> SessionRecord:
         now = now_ms()
         d = self._dialect
-        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
-            row = cur.execute(self._load_sql(lock="FOR SHARE"), (source_id,)).fetchone()
+        async with self._transaction() as db:
+            row = await db.fetchone(self._load_sql(lock="FOR SHARE"), (source_id,))
             if row is None:
                 raise SessionNotFoundError(source_id)
             source = self._record(source_id, row)
@@ -552,13 +533,13 @@ class PostgresStorage(SessionStorageAdapter):
                 saved_at=now,
                 revision=next_revision(None),
             )
-            if writes.stored_revision(cur, d, target_id) is not None:
+            if await writes.stored_revision(db, d, target_id) is not None:
                 raise SessionExistsError(target_id)
             try:
-                writes.insert_session(cur, d, copied, copied.revision)
+                await writes.insert_session(db, d, copied, copied.revision)
             except self._pg.errors.UniqueViolation:
                 raise SessionExistsError(target_id) from None  # created since the check
-            cur.execute(
+            await db.execute(
                 d.sql(
                     """INSERT INTO {messages} (session_id, seq, role, created_at, body)
                     SELECT %s, seq, role, created_at, body FROM {messages}
@@ -571,49 +552,42 @@ class PostgresStorage(SessionStorageAdapter):
     async def rename(self, old_id: str, new_id: str) -> None:
         self._check_id(old_id)
         self._check_id(new_id)
-        await self._run(self._rename, old_id, new_id)
-
-    def _rename(self, old_id: str, new_id: str) -> None:
-        with self._guard():
+        async with self._connection() as db:
             try:
-                with self.db.transaction(), self.db.cursor() as cur:
-                    writes.rename_session(cur, self._dialect, old_id, new_id, where=self.location)
+                async with db.connection.transaction():
+                    await writes.rename_session(
+                        db, self._dialect, old_id, new_id, where=self.location
+                    )
             except self._pg.errors.UniqueViolation:
                 raise SessionExistsError(new_id) from None  # created while we renamed
 
     async def quarantine(self, problem: StoredProblem) -> str:
-        return await self._run(self._quarantine, problem)
-
-    def _quarantine(self, problem: StoredProblem) -> str:
         d = self._dialect
-        with self._guard(), self.db.transaction(), self.db.cursor() as cur:
-            row = cur.execute(
+        async with self._transaction() as db:
+            row = await db.fetchone(
                 d.sql("SELECT row_to_json(s)::text FROM {sessions} s WHERE session_id = %s"),
                 (problem.session_id,),
-            ).fetchone()
-            bodies = cur.execute(
+            )
+            bodies = await db.fetchone(
                 d.sql(
                     """SELECT COALESCE(json_agg(m ORDER BY m.seq), '[]')::text
                     FROM {messages} m WHERE session_id = %s"""
                 ),
                 (problem.session_id,),
-            ).fetchone()
-            writes.quarantine_row(
-                cur, d, problem.session_id, problem.reason, row[0] if row else "{}", bodies[0]
             )
-            writes.remove_sessions(cur, d, [problem.session_id])
+            await writes.quarantine_row(
+                db, d, problem.session_id, problem.reason, row[0] if row else "{}", bodies[0]
+            )
+            await writes.remove_sessions(db, d, [problem.session_id])
         return f"{self.location} (table {self.schema}.quarantine)"
 
     async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the GIN index on the messages' text (postgres_search.py)."""
-        return await self._run(self._search, query)
-
-    def _search(self, query: SearchQuery) -> list[SearchHit]:
         from foliko_cli.storage.postgres_search import search
 
-        with self._guard():
+        async with self._connection() as db:
             try:
-                return search(self.db, self._dialect.quoted, query)
+                return await search(db, self._dialect.quoted, query)
             except (self._pg.errors.SyntaxError, self._pg.errors.DataException) as exc:
                 raise UsageError(
                     f"PostgreSQL cannot read the search query {query.text!r}: {_reason(exc, None)}",
@@ -621,19 +595,16 @@ class PostgresStorage(SessionStorageAdapter):
                 ) from None
 
     async def info(self) -> dict[str, Any]:
-        return await self._run(self._info)
-
-    def _info(self) -> dict[str, Any]:
-        with self._guard():
-            sessions, messages = writes.counts(self.db, self._dialect)
-            version = max(self._dialect.applied_steps(self.db), default=0)
-            size = self.db.execute(
+        async with self._connection() as db:
+            sessions, messages = await writes.counts(db, self._dialect)
+            version = max(await self._dialect.applied_steps(db), default=0)
+            (size,) = await db.fetchone(
                 """SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                    WHERE n.nspname = %s AND c.relkind = 'r'""",
                 (self.schema,),
-            ).fetchone()[0]
-            server = self.db.execute("SHOW server_version").fetchone()[0]
+            )
+            (server,) = await db.fetchone("SHOW server_version")
         return {
             "backend": self.name,
             "location": self.location,
@@ -649,64 +620,49 @@ class PostgresStorage(SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """An advisory lock on a connection of its own, so a dead holder frees it.
-        A call on that connection that is cancelled is waited for before the
-        connection is closed: two threads never use one connection."""
+        """An advisory lock on a connection of its own (not the pool's), so a dead
+        holder frees it and a turn never holds a pooled connection."""
         self._check_id(session_id)
-        import asyncio
-
         key = advisory_key("session", self.schema, session_id)
-        conn = await self._settled(self._lock_connection, undo=lambda conn: conn.close())
+        pool = self._pool()
+        conn = await self._lock_connection(pool)
         try:
             await self._acquire(conn, key, session_id, timeout)
         except BaseException:
-            conn.close()
+            await _closed(conn)
             raise
         try:
             yield
         finally:
-            await asyncio.shield(self._run(self._release, conn, key))
+            await asyncio.shield(self._release(pool, conn, key))
 
-    async def _settled(
-        self, call: Callable[..., T], *args: Any, undo: Callable[[T], object] | None = None
-    ) -> T:
-        """``call(*args)`` on the pool; when the caller is cancelled, the call is
-        waited for (and its result undone) before the cancellation goes on."""
-        import asyncio
-
-        future = self._run(call, *args)
-        try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                result = await future
-                if undo is not None:
-                    undo(result)
-            raise
-
-    def _lock_connection(self) -> Any:
-        with self._guard_lock:
-            while self._idle_lock_connections:
-                conn = self._idle_lock_connections.pop()
-                if not conn.closed:
-                    return conn
-        self._ready()  # the schema exists before anyone waits on it
-        return self._open(f"foliko: pid {os.getpid()} on {socket.gethostname()}")
+    async def _lock_connection(self, pool: _Pool) -> Any:
+        conn = await self._reused(pool.idle_lock)
+        if conn is not None:
+            return conn
+        if not self._migrated:
+            async with self._connection():
+                pass  # the schema exists before anyone waits on it
+        async with self._bounded():
+            return await self._open(f"foliko: pid {os.getpid()} on {socket.gethostname()}")
 
     async def _acquire(self, conn: Any, key: int, session_id: str, timeout: float) -> None:
-        def locked() -> bool:
-            with self._guard(conn):
-                return conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]
+        db = PostgresExecutor(conn)
 
-        if not await poll(lambda: self._settled(locked), time.monotonic() + timeout):
-            holder = await self._settled(self._holder, conn, key)
-            raise SessionBusyError(session_id, timeout, holder)
+        async def locked() -> bool:
+            async with self._bounded() as deadline:
+                deadline.watch(conn)
+                return (await db.fetchone("SELECT pg_try_advisory_lock(%s)", (key,)))[0]
 
-    def _holder(self, conn: Any, key: int) -> str:
+        if not await poll(locked, time.monotonic() + timeout):
+            raise SessionBusyError(session_id, timeout, await self._holder(db, key))
+
+    async def _holder(self, db: PostgresExecutor, key: int) -> str:
         """Who holds ``key``: the application name foliko gives its lock connections."""
         try:
-            with self._guard(conn):
-                row = conn.execute(
+            async with self._bounded() as deadline:
+                deadline.watch(db.connection)
+                row = await db.fetchone(
                     """SELECT l.pid, a.application_name, host(a.client_addr)
                    FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
                    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
@@ -714,7 +670,7 @@ class PostgresStorage(SessionStorageAdapter):
                                        WHERE datname = current_database())
                      AND l.classid::bigint = %s AND l.objid::bigint = %s""",
                     ((key >> 32) & 0xFFFFFFFF, key & 0xFFFFFFFF),
-                ).fetchone()
+                )
         except StorageError:
             return "another connection"
         if row is None:
@@ -724,29 +680,84 @@ class PostgresStorage(SessionStorageAdapter):
             return application.removeprefix("foliko: ")
         return f"server process {pid}" + (f" from {address}" if address else "")
 
-    def _release(self, conn: Any, key: int) -> None:
+    async def _release(self, pool: _Pool, conn: Any, key: int) -> None:
         try:
-            with self._guard(conn):
-                released = conn.execute("SELECT pg_advisory_unlock(%s)", (key,)).fetchone()[0]
+            async with self._bounded() as deadline:
+                deadline.watch(conn)
+                query = "SELECT pg_advisory_unlock(%s)"
+                released = (await PostgresExecutor(conn).fetchone(query, (key,)))[0]
         except StorageError:
             released = False  # closing the connection below releases it on the server
-        with self._guard_lock:
-            if released and len(self._idle_lock_connections) < IDLE_LOCK_CONNECTIONS:
-                self._idle_lock_connections.append(conn)
-                return
-        conn.close()
+        if released and len(pool.idle_lock) < IDLE_LOCK_CONNECTIONS:
+            pool.idle_lock.append(conn)
+        else:
+            await _closed(conn)
 
     def _check_id(self, session_id: str) -> None:
         if "\x00" in session_id:
             check_session_id(session_id)  # raises: PostgreSQL text cannot hold NUL
 
     async def close(self) -> None:
-        with self._guard_lock:
-            connections = self._connections + self._idle_lock_connections
-            self._connections, self._idle, self._idle_lock_connections = [], [], []
-            threads, self._threads = self._threads, None
-        for conn in connections:
-            conn.close()
-        self._local = threading.local()
-        if threads is not None:
-            threads.shutdown(wait=False)
+        """Close the running loop's idle connections and forget every pool; a
+        connection still in use is closed when it is given back."""
+        pools, self._pools = self._pools, {}
+        pool = pools.get(asyncio.get_running_loop())
+        if pool is not None:
+            for conn in pool.idle + pool.idle_lock:
+                await _closed(conn)
+
+
+class _Deadline:
+    """When an operation's time is up, the sockets of the connections it uses
+    are shut down: the query in flight fails at once. (Cancelling the task
+    instead would have psycopg send a cancel request and wait for its answer,
+    seconds more behind a stall that answers nothing.)"""
+
+    def __init__(self, seconds: float):
+        self._loop = asyncio.get_running_loop()
+        self._when = self._loop.time() + seconds
+        self._timers: list[asyncio.TimerHandle] = []
+        self.passed = False
+
+    def watch(self, conn: Any) -> None:
+        self._timers.append(self._loop.call_at(self._when, self._cut, conn))
+
+    def _cut(self, conn: Any) -> None:
+        self.passed = True
+        if not conn.closed:  # so the descriptor is still this connection's
+            _shutdown(conn.pgconn.socket)
+
+    def disarm(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+
+
+def _shutdown(fd: int) -> None:
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.detach()
+
+
+class _Pool:
+    """One event loop's connections: idle ones, idle lock connections, and the
+    slots that bound how many operations run at once."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.idle: list[Any] = []
+        self.idle_lock: list[Any] = []
+        self.slots = asyncio.Semaphore(POOL_SIZE)
+        self.migration = asyncio.Lock()
+
+
+async def _closed(conn: Any) -> None:
+    """Close ``conn`` (an AsyncConnection), whatever state it is in."""
+    with contextlib.suppress(Exception):
+        await conn.close()

@@ -16,13 +16,12 @@ The query is built as a ``to_tsquery`` expression from the parsed terms,
 each word quoted: ``websearch_to_tsquery`` has no prefix search.
 
 Only a message's first INDEXED_CHARS characters are indexed (a tsvector
-holds at most 1 MB), and snippets are cut in Python from the hits' texts
+holds at most 1 MB); that text is also stored, as the generated column
+``indexed_text``, and snippets are cut in Python from it
 (``search.snippet_for``), so neither grows with a message's size.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from foliko_cli.storage.search import (
     INDEXED_CHARS,
@@ -31,6 +30,7 @@ from foliko_cli.storage.search import (
     Term,
     snippet_for,
 )
+from foliko_cli.storage.sql.executor import Executor
 
 _CONTENT = "(body::jsonb) ->> 'content'"
 _CONTENT_WITHOUT_NUL = "(replace(body, '\\u0000', '')::jsonb) ->> 'content'"
@@ -51,30 +51,41 @@ def _text_function(schema: str, indexed: str) -> str:
             END $$"""
 
 
-def _add_vector(db: Any, schema: str) -> None:
-    db.execute(
+async def _add_vector(db: Executor, schema: str) -> None:
+    await db.execute(
         f"""ALTER TABLE {schema}.messages ADD COLUMN IF NOT EXISTS search_vector tsvector
             GENERATED ALWAYS AS (to_tsvector('simple', {schema}.message_text(body))) STORED"""
     )
-    db.execute(
+    await db.execute(
         f"""CREATE INDEX IF NOT EXISTS messages_text_search ON {schema}.messages
             USING gin (search_vector)"""
     )
 
 
-def create_index(db: Any, schema: str) -> None:
+async def create_index(db: Executor, schema: str) -> None:
     """The migration step: the text function and the index (built from what is stored)."""
-    db.execute(_text_function(schema, "{}"))
-    _add_vector(db, schema)
+    await db.execute(_text_function(schema, "{}"))
+    await _add_vector(db, schema)
 
 
-def bound_indexed_text(db: Any, schema: str) -> None:
+async def bound_indexed_text(db: Executor, schema: str) -> None:
     """The migration step that indexes only a message's first INDEXED_CHARS
     characters (a longer text could pass the 1 MB a tsvector may take, and
     its write failed): the function again, the vectors made again from it."""
-    db.execute(_text_function(schema, f"left({{}}, {INDEXED_CHARS})"))
-    db.execute(f"ALTER TABLE {schema}.messages DROP COLUMN IF EXISTS search_vector")
-    _add_vector(db, schema)
+    await db.execute(_text_function(schema, f"left({{}}, {INDEXED_CHARS})"))
+    await db.execute(f"ALTER TABLE {schema}.messages DROP COLUMN IF EXISTS search_vector")
+    await _add_vector(db, schema)
+
+
+async def keep_indexed_text(db: Executor, schema: str) -> None:
+    """The migration step that stores each message's indexed text beside it
+    (``indexed_text``), so a hit's snippet is cut from at most INDEXED_CHARS
+    characters without parsing its body again: a query that matches a 10 MB
+    message no longer reads 10 MB of JSON."""
+    await db.execute(
+        f"""ALTER TABLE {schema}.messages ADD COLUMN IF NOT EXISTS indexed_text TEXT
+            GENERATED ALWAYS AS ({schema}.message_text(body)) STORED"""
+    )
 
 
 def tsquery_expression(terms: tuple[Term, ...]) -> str:
@@ -88,7 +99,7 @@ def tsquery_expression(terms: tuple[Term, ...]) -> str:
     return " & ".join(parts)
 
 
-def search(db: Any, schema: str, query: SearchQuery) -> list[SearchHit]:
+async def search(db: Executor, schema: str, query: SearchQuery) -> list[SearchHit]:
     """The best ``query.limit`` hits by ts_rank, with their snippets (search.snippet_for)."""
     vector = "m.search_vector"
     filters, params = [], [tsquery_expression(query.terms)]
@@ -102,19 +113,20 @@ def search(db: Any, schema: str, query: SearchQuery) -> list[SearchHit]:
         filters.append("m.created_at >= %s")
         params.append(query.since)
     where = "".join(f" AND {f}" for f in filters)
-    rows = db.execute(
+    rows = await db.fetchall(
         f"""WITH q AS (SELECT to_tsquery('simple', %s) AS q),
             top AS (
-                SELECT m.session_id, m.seq, m.role, m.created_at, m.body,
+                SELECT m.session_id, m.seq, m.role, m.created_at,
                     ts_rank({vector}, q.q) AS score
                 FROM {schema}.messages m, q WHERE {vector} @@ q.q{where}
                 ORDER BY score DESC, m.created_at DESC LIMIT %s)
             SELECT top.session_id, top.seq, top.role, top.created_at, top.score,
-                {schema}.message_text(top.body)
-            FROM top
+                m.indexed_text
+            FROM top JOIN {schema}.messages m
+                ON m.session_id = top.session_id AND m.seq = top.seq
             ORDER BY top.score DESC, top.created_at DESC, top.session_id, top.seq""",
         [*params, query.limit],
-    ).fetchall()
+    )
     hits = []
     for session_id, seq, role, created_at, score, text in rows:
         snippet, spans = snippet_for(text or "", query.terms)

@@ -63,6 +63,7 @@ from foliko_cli.storage.record import (
 )
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
+from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
 from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.sqlite_search import bound_indexed_text, create_index
@@ -81,20 +82,20 @@ def _columns(db: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
 
 
-def create_sessions_and_messages(db: sqlite3.Connection, dialect: Dialect) -> None:
+async def create_sessions_and_messages(db: SQLiteExecutor, dialect: Dialect) -> None:
     """The shared tables, after moving the seed's single-table ``sessions`` aside."""
-    if "data" in _columns(db, "sessions"):
-        db.execute("ALTER TABLE sessions RENAME TO seed_sessions")
-    schema.create_sessions_and_messages(db, dialect)
+    if "data" in _columns(db.connection, "sessions"):
+        await db.execute("ALTER TABLE sessions RENAME TO seed_sessions")
+    await schema.create_sessions_and_messages(db, dialect)
 
 
-def import_seed_sessions(db: sqlite3.Connection, dialect: Dialect) -> None:
+async def import_seed_sessions(db: SQLiteExecutor, dialect: Dialect) -> None:
     """Copy sessions from the seed's single-table layout, leaving that table as it was."""
-    if not _columns(db, "seed_sessions"):
+    if not _columns(db.connection, "seed_sessions"):
         return
-    rows = db.execute("SELECT session_id, data, created_at, updated_at FROM seed_sessions")
-    for session_id, data, created_at, updated_at in rows.fetchall():
-        if writes.stored_revision(db, dialect, session_id) is not None:
+    rows = await db.fetchall("SELECT session_id, data, created_at, updated_at FROM seed_sessions")
+    for session_id, data, created_at, updated_at in rows:
+        if await writes.stored_revision(db, dialect, session_id) is not None:
             continue
         try:
             document = loads(data)
@@ -105,17 +106,17 @@ def import_seed_sessions(db: sqlite3.Connection, dialect: Dialect) -> None:
         if not (document.get("metadata") or {}).get("createdAt"):
             record.metadata["created_at"] = created_at
         record.saved_at = updated_at
-        writes.insert_record(db, dialect, record, next_revision(None))
+        await writes.insert_record(db, dialect, record, next_revision(None))
 
 
-def create_search_index(db: sqlite3.Connection, dialect: Dialect) -> None:
+async def create_search_index(db: SQLiteExecutor, dialect: Dialect) -> None:
     """The full-text index over message text (sqlite_search.py); built from what is stored."""
-    create_index(db)
+    create_index(db.connection)
 
 
-def bound_search_text(db: sqlite3.Connection, dialect: Dialect) -> None:
+async def bound_search_text(db: SQLiteExecutor, dialect: Dialect) -> None:
     """The index takes a bounded prefix of each message (sqlite_search.py)."""
-    bound_indexed_text(db)
+    bound_indexed_text(db.connection)
 
 
 MIGRATIONS: list[Step] = [
@@ -165,11 +166,11 @@ class SQLiteStorage(SessionStorageAdapter):
         try:
             db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             # Refused before anything writes, so a newer database is left untouched.
-            refuse_newer(SQLITE.applied_steps(db), MIGRATIONS, self.path)
+            refuse_newer(run_now(SQLITE.applied_steps(SQLiteExecutor(db))), MIGRATIONS, self.path)
             if not self.in_memory:
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
-            migrate(db, SQLITE, MIGRATIONS, self.path)
+            run_now(migrate(SQLiteExecutor(db), SQLITE, MIGRATIONS, self.path))
         except sqlite3.DatabaseError as exc:
             db.close()
             raise self._error(exc) from None
@@ -265,7 +266,9 @@ class SQLiteStorage(SessionStorageAdapter):
                 return None
             *columns, count = row
             start = self._covered(session_id, columns, count)
-            found, first, last = writes.message_span(self.db, SQLITE, session_id, start)
+            found, first, last = await writes.message_span(
+                SQLiteExecutor(self.db), SQLITE, session_id, start
+            )
         check_span(
             session_id, self.path, count=count, found=found, first=first, last=last, start=start
         )
@@ -371,7 +374,9 @@ class SQLiteStorage(SessionStorageAdapter):
         for record in records:
             checked_for_write(record)
         with self._guard(), self._write() as db:
-            return writes.replace_records(db, SQLITE, records, expected, where=self.path)
+            return await writes.replace_records(
+                SQLiteExecutor(db), SQLITE, records, expected, where=self.path
+            )
 
     async def append(
         self,
@@ -383,8 +388,14 @@ class SQLiteStorage(SessionStorageAdapter):
     ) -> int:
         checked_append(session_id, messages, state)
         with self._guard(), self._write() as db:
-            return writes.append_messages(
-                db, SQLITE, session_id, messages, state, expected_revision, where=self.path
+            return await writes.append_messages(
+                SQLiteExecutor(db),
+                SQLITE,
+                session_id,
+                messages,
+                state,
+                expected_revision,
+                where=self.path,
             )
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
@@ -393,7 +404,9 @@ class SQLiteStorage(SessionStorageAdapter):
             check_expected(session_id, expected_revision, 0)
             return False
         with self._guard(), self._write() as db:
-            existed = writes.delete_session(db, SQLITE, session_id, expected_revision)
+            existed = await writes.delete_session(
+                SQLiteExecutor(db), SQLITE, session_id, expected_revision
+            )
             existed = self._drop_seed_row(db, session_id) or existed
         self._remove_lock_file(session_id)
         return existed
@@ -433,7 +446,7 @@ class SQLiteStorage(SessionStorageAdapter):
         if self._absent():
             return []
         with self._guard():
-            summaries = writes.summaries(self.db, SQLITE)
+            summaries = await writes.summaries(SQLiteExecutor(self.db), SQLITE)
             unreadable = self._unreadable_seed_rows()
         summaries.extend(
             SessionSummary(sid, created, updated, 0, "", error=UNREADABLE_SEED)
@@ -456,7 +469,7 @@ class SQLiteStorage(SessionStorageAdapter):
         the seed's table or message rows of it remain (orphans: damaged)."""
         if self._unreadable_seed_rows(session_id):
             raise CorruptSessionError(session_id, self.path + SEED_WHERE, UNREADABLE_SEED)
-        orphans = writes.message_span(self.db, SQLITE, session_id)[0]
+        orphans = run_now(writes.message_span(SQLiteExecutor(self.db), SQLITE, session_id))[0]
         if orphans:
             raise orphaned(session_id, self.path, orphans, SESSION_ROW)
 
@@ -471,7 +484,7 @@ class SQLiteStorage(SessionStorageAdapter):
         if self._absent():
             return None
         with self._guard():
-            revision = writes.stored_revision(self.db, SQLITE, session_id)
+            revision = await writes.stored_revision(SQLiteExecutor(self.db), SQLITE, session_id)
             if revision is None:
                 self._raise_if_stored_without_row(session_id)
         return revision
@@ -517,7 +530,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def rename(self, old_id: str, new_id: str) -> None:
         with self._guard(), self._write() as db:
-            writes.rename_session(db, SQLITE, old_id, new_id, where=self.path)
+            await writes.rename_session(SQLiteExecutor(db), SQLITE, old_id, new_id, where=self.path)
             self._drop_seed_row(db, old_id)
         self._remove_lock_file(old_id)
 
@@ -589,15 +602,15 @@ class SQLiteStorage(SessionStorageAdapter):
                 ).fetchall()
             finally:
                 db.row_factory = None
-            writes.quarantine_row(
-                db,
+            await writes.quarantine_row(
+                SQLiteExecutor(db),
                 SQLITE,
                 problem.session_id,
                 problem.reason,
                 orjson.dumps(dict(row) if row else {}).decode(),
                 orjson.dumps([_text_row(b) for b in bodies]).decode(),
             )
-            writes.remove_sessions(db, SQLITE, [problem.session_id])
+            await writes.remove_sessions(SQLiteExecutor(db), SQLITE, [problem.session_id])
             self._drop_seed_row(db, problem.session_id)
         self._remove_lock_file(problem.session_id)
         return f"{self.path} (table quarantine)"
@@ -620,13 +633,15 @@ class SQLiteStorage(SessionStorageAdapter):
                     fix="check the storage again",
                 )
             for row in rows:
-                writes.quarantine_row(
-                    db,
-                    SQLITE,
-                    problem.session_id,
-                    problem.reason,
-                    orjson.dumps(_text_row(row)).decode(),
-                    "[]",
+                run_now(
+                    writes.quarantine_row(
+                        SQLiteExecutor(db),
+                        SQLITE,
+                        problem.session_id,
+                        problem.reason,
+                        orjson.dumps(_text_row(row)).decode(),
+                        "[]",
+                    )
                 )
             self._drop_seed_row(db, problem.session_id)
         return f"{self.path} (table quarantine)"
@@ -647,7 +662,7 @@ class SQLiteStorage(SessionStorageAdapter):
 
     async def info(self) -> dict[str, Any]:
         with self._guard():
-            sessions, messages = writes.counts(self.db, SQLITE)
+            sessions, messages = await writes.counts(SQLiteExecutor(self.db), SQLITE)
             version = SQLITE.version(self.db)
             journal = self.db.execute("PRAGMA journal_mode").fetchone()[0]
         size = 0 if self.in_memory else os.path.getsize(self.path)

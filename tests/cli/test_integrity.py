@@ -203,6 +203,8 @@ BAD_URLS = [
     ("postgresql://u@127.0.0.1:5432/test?sslmode=bogus", "bad option 'sslmode'"),
     ("postgresql://u@127.0.0.1:5432/test?foo=1", "bad option 'foo'"),
     ("postgresql://u@127.0.0.1:5432/test?connect_timeout=x", "bad option 'connect_timeout'"),
+    ("postgresql://u@127.0.0.1:5432/test?operation_timeout=0", "bad option 'operation_timeout'"),
+    ("postgresql://u@127.0.0.1:5432/test?operation_timeout=x", "bad option 'operation_timeout'"),
 ]
 """Refused before any connection is made: no server is needed."""
 

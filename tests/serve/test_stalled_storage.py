@@ -1,12 +1,15 @@
-"""A frozen Redis connection behind ``foliko serve`` holds only the request on it:
-the worker's other requests run over the pool's other connections."""
+"""A frozen database connection behind ``foliko serve`` holds only the request
+on it: the worker's other requests run over the pool's other connections
+(PostgreSQL through psycopg's async connections, Redis through redis.asyncio)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from storage.services import fresh_prefix, require_redis
+from storage.services import fresh_prefix, fresh_schema, require_postgres, require_redis
 from storage.stallproxy import stalling_proxy, through
 
 from foliko_cli.storage.redis import hash_tag
@@ -22,19 +25,36 @@ def turn(http, conversation: str, text: str):
     )
 
 
+@contextlib.contextmanager
+def proxied_storage(backend: str) -> Iterator[tuple[str, object]]:
+    """A storage URL of ``backend`` through a stalling proxy, with a short bound."""
+    if backend == "redis":
+        url = require_redis()
+        scope, option = fresh_prefix(url), "prefix={}&socket_timeout={}"
+    else:
+        url = require_postgres()
+        scope, option = fresh_schema(url), "schema={}&operation_timeout={}"
+    with scope as namespace, stalling_proxy(url) as proxy:
+        yield through(url, proxy) + "?" + option.format(namespace, STALL_TIMEOUT_S), proxy
+
+
+def marker(backend: str, conversation: str) -> bytes:
+    """Bytes only the frozen conversation's queries carry."""
+    return (hash_tag(conversation) if backend == "redis" else conversation).encode()
+
+
 @pytest.mark.services
-def test_a_frozen_redis_connection_holds_only_the_turn_on_it(start_server):
+@pytest.mark.parametrize("backend", ["redis", "postgres"])
+def test_a_frozen_database_connection_holds_only_the_turn_on_it(start_server, backend):
     import httpx2 as httpx
 
-    url = require_redis()
-    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
-        storage = through(url, proxy) + f"?prefix={prefix}&socket_timeout={STALL_TIMEOUT_S}"
+    with proxied_storage(backend) as (storage, proxy):
         server = start_server(storage=storage)
         with httpx.Client(base_url=server.url, timeout=HANG) as http:
             frozen, other = (http.post("/v1/conversations", json={}).json()["id"] for _ in "ab")
             for conversation in (frozen, other):
                 assert turn(http, conversation, "before").status_code == 200
-            proxy.freeze_on(hash_tag(frozen).encode())
+            proxy.freeze_on(marker(backend, frozen))
             with ThreadPoolExecutor(1) as pool:
                 stalled = pool.submit(turn, http, frozen, "stalled")
                 assert proxy.frozen.wait(HANG)

@@ -10,6 +10,7 @@ from foliko_cli.storage import integrity
 from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.sql import writes
 from foliko_cli.storage.sql.dialect import PostgresDialect
+from foliko_cli.storage.sql.executor import run_now
 
 from .services import state, turn
 
@@ -54,17 +55,13 @@ def test_an_absurd_count_is_described_without_walking_it():
 
 
 class Replies:
-    """A cursor that answers each statement with the next of ``answers``."""
+    """An executor that answers each query with the next of ``answers``."""
 
     def __init__(self, *answers):
         self.answers = list(answers)
 
-    def execute(self, sql, params=()):
-        self.row = self.answers.pop(0)
-        return self
-
-    def fetchone(self):
-        return self.row
+    async def fetchone(self, sql, params=()):
+        return self.answers.pop(0)
 
 
 def test_a_session_another_writer_created_meanwhile_is_a_conflict_not_damage():
@@ -72,8 +69,10 @@ def test_a_session_another_writer_created_meanwhile_is_a_conflict_not_damage():
     not there, the messages a concurrent creation committed since are."""
     db = Replies(None, (2, 0, 1), (1_700_000_000_000_000, 2, "hi"))
     with pytest.raises(ConflictError) as raised:
-        writes.append_messages(
-            db, PostgresDialect("s"), "shared", turn("x"), state(), 0, where="there"
+        run_now(
+            writes.append_messages(
+                db, PostgresDialect("s"), "shared", turn("x"), state(), 0, where="there"
+            )
         )
     assert (raised.value.expected, raised.value.found) == (0, 1_700_000_000_000_000)
 
@@ -81,7 +80,9 @@ def test_a_session_another_writer_created_meanwhile_is_a_conflict_not_damage():
 def test_messages_without_their_session_row_are_damage():
     db = Replies(None, (2, 0, 1), None)
     with pytest.raises(CorruptSessionError) as raised:
-        writes.append_messages(
-            db, PostgresDialect("s"), "shared", turn("x"), state(), 0, where="there"
+        run_now(
+            writes.append_messages(
+                db, PostgresDialect("s"), "shared", turn("x"), state(), 0, where="there"
+            )
         )
     assert raised.value.reason == "its row in the sessions table is gone but 2 messages remain"

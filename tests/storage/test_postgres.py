@@ -36,6 +36,7 @@ from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
 from foliko_cli.storage.sql import writes
 from foliko_cli.storage.sql.dialect import PostgresDialect
+from foliko_cli.storage.sql.executor import PostgresExecutor
 
 from .services import (
     concurrent_appends,
@@ -114,9 +115,14 @@ def test_migrations_are_recorded_once_and_each_step_is_idempotent(url, schema, r
     assert [(v, n) for v, n, _ in sorted(recorded)] == [
         (i, step.__name__) for i, step in enumerate(MIGRATIONS, start=1)
     ]
-    with psycopg.connect(url, autocommit=True) as db, db.transaction():
-        for step in MIGRATIONS:  # running a step again changes nothing and does not fail
-            step(db, PostgresDialect(schema))
+
+    async def again() -> None:  # running a step again changes nothing and does not fail
+        db = await psycopg.AsyncConnection.connect(url, autocommit=True)
+        async with db, db.transaction():
+            for step in MIGRATIONS:
+                await step(PostgresExecutor(db), PostgresDialect(schema))
+
+    run(again())
     second = PostgresStorage(url, schema=schema)
     run(second.list())
     assert sorted(query(url, f'SELECT * FROM "{schema}".schema_migrations')) == sorted(recorded)
@@ -255,9 +261,9 @@ def created_meanwhile(monkeypatch) -> None:
     real = writes.stored_revisions
     calls = []
 
-    def first_finds_nothing(db, dialect, session_ids):
+    async def first_finds_nothing(db, dialect, session_ids):
         calls.append(session_ids)
-        return {} if len(calls) == 1 else real(db, dialect, session_ids)
+        return {} if len(calls) == 1 else await real(db, dialect, session_ids)
 
     monkeypatch.setattr(writes, "stored_revisions", first_finds_nothing)
 
@@ -340,7 +346,8 @@ def test_info_reports_counts_and_schema_version(pg, run):
 
 def test_a_dropped_connection_is_reopened_on_the_next_call(url, pg, run):
     run(pg.save(SessionRecord("s")))
-    (connection,) = pg._connections  # calls one after another reuse one connection
+    (pool,) = pg._pools.values()
+    (connection,) = pool.idle  # calls one after another reuse one connection
     query(url, "SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
     with pytest.raises(StorageError, match=r"127\.0\.0\.1:5432"):
         run(pg.list())
@@ -503,24 +510,28 @@ def test_a_lock_connection_lost_mid_turn_is_closed_and_the_session_freed(url, pg
 
 
 def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
-    run(pg.list())
-    for conn in (pg.db, pg._lock_connection()):
+    async def connections():
+        await pg.list()
+        (pool,) = pg._pools.values()
+        return [pool.idle[-1], await pg._lock_connection(pool)]
+
+    async def shown(conn, name):
+        return (await (await conn.execute(f"SHOW {name}")).fetchone())[0]
+
+    for conn in run(connections()):
         settings = conn.info.get_parameters()
         assert settings["keepalives"] == "1"
         assert (settings["keepalives_idle"], settings["keepalives_interval"]) == ("5", "2")
         assert settings["keepalives_count"] == "3"
         if psycopg.pq.version() >= 120000:
             assert settings["tcp_user_timeout"] == "20000"
-        shown = {
-            name: conn.execute(f"SHOW {name}").fetchone()[0]
-            for name in ("statement_timeout", "lock_timeout", "tcp_keepalives_idle")
-        }
-        assert shown == {
+        names = ("statement_timeout", "lock_timeout", "tcp_keepalives_idle")
+        assert {name: run(shown(conn, name)) for name in names} == {
             "statement_timeout": "30s",
             "lock_timeout": "30s",
             "tcp_keepalives_idle": "5",
         }
-        conn.close()
+        run(conn.close())
 
 
 def test_a_frozen_connection_holds_only_the_operation_running_on_it(url, schema, run):

@@ -15,6 +15,7 @@ from foliko_cli.errors import CorruptSessionError, StorageError
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import ProblemKind
 from foliko_cli.storage.sql.dialect import SQLITE
+from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
 from foliko_cli.storage.sqlite import MIGRATIONS, SQLiteStorage
 
 from .test_conformance import make_record, state, turn
@@ -117,8 +118,8 @@ def test_every_migration_step_can_run_twice(tmp_path, start):
     db = sqlite3.connect(path, isolation_level=None)
     try:
         for step in MIGRATIONS:
-            step(db, SQLITE)
-            step(db, SQLITE)
+            run_now(step(SQLiteExecutor(db), SQLITE))
+            run_now(step(SQLiteExecutor(db), SQLITE))
         assert db.execute("SELECT session_id FROM sessions").fetchall() == (
             [("a",)] if start == "seed" else []
         )

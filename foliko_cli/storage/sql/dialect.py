@@ -6,7 +6,8 @@ engine's text, once per statement. Beyond that a dialect knows the column
 type of timestamps, how messages are tied to their session, the lock a
 writer takes on the row it reads, how message rows go in (``executemany``
 or ``COPY``), where the schema version is kept, and which writes its search
-index must follow.
+index must follow. ``db`` is an executor (executor.py) wherever a method is
+a coroutine.
 
 No driver is imported here: the SQLite start-up path loads this module.
 """
@@ -14,7 +15,7 @@ No driver is imported here: the SQLite start-up path loads this module.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 TABLES = ("sessions", "messages", "quarantine", "schema_migrations")
@@ -65,32 +66,32 @@ class Dialect:
         """``value`` as this engine's text column can hold it."""
         return value
 
-    def insert_messages(self, db: Any, rows: list[tuple]) -> None:
+    async def insert_messages(self, db: Any, rows: list[tuple]) -> None:
         """Write message rows ``(session_id, seq, role, created_at, body)``."""
         if rows:
-            db.executemany(self.sql(_INSERT_MESSAGES), rows)
+            await db.executemany(self.sql(_INSERT_MESSAGES), rows)
 
     # the search index, where it is not kept by the engine itself
 
-    def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
+    async def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
         """``(session_id, first_seq, messages)`` were just written."""
 
-    def unindexed(self, db: Any, session_ids: list[str]) -> None:
+    async def unindexed(self, db: Any, session_ids: list[str]) -> None:
         """The messages of ``session_ids`` are about to be deleted."""
 
-    def renamed(self, db: Any, old_id: str, new_id: str) -> None:
+    async def renamed(self, db: Any, old_id: str, new_id: str) -> None:
         """The messages of ``old_id`` now belong to ``new_id``."""
 
     # the schema version
 
-    def applied_steps(self, db: Any) -> set[int]:
+    async def applied_steps(self, db: Any) -> set[int]:
         """The numbers of the migration steps this database has had."""
         raise NotImplementedError
 
-    def set_version(self, db: Any, version: int) -> None:
+    async def set_version(self, db: Any, version: int) -> None:
         """Record that steps 1 to ``version`` have run (inside the migration)."""
 
-    def migrating(self, db: Any) -> contextlib.AbstractContextManager[Any]:
+    def migrating(self, db: Any) -> contextlib.AbstractAsyncContextManager[Any]:
         """The transaction the migration runs in, exclusive among migrators."""
         raise NotImplementedError
 
@@ -105,6 +106,7 @@ class SQLiteDialect(Dialect):
     @staticmethod
     @contextlib.contextmanager
     def transaction(db: Any) -> Iterator[Any]:
+        """``BEGIN IMMEDIATE`` on the ``sqlite3`` connection ``db``."""
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -113,33 +115,36 @@ class SQLiteDialect(Dialect):
             raise
         db.execute("COMMIT")
 
-    def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
+    async def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
         from foliko_cli.storage.sqlite_search import index_records
 
-        index_records(db, batches)
+        index_records(db.connection, batches)
 
-    def unindexed(self, db: Any, session_ids: list[str]) -> None:
+    async def unindexed(self, db: Any, session_ids: list[str]) -> None:
         from foliko_cli.storage.sqlite_search import unindex
 
-        unindex(db, session_ids)
+        unindex(db.connection, session_ids)
 
-    def renamed(self, db: Any, old_id: str, new_id: str) -> None:
+    async def renamed(self, db: Any, old_id: str, new_id: str) -> None:
         from foliko_cli.storage.sqlite_search import rename_indexed
 
-        rename_indexed(db, old_id, new_id)
+        rename_indexed(db.connection, old_id, new_id)
 
     @staticmethod
     def version(db: Any) -> int:
+        """``PRAGMA user_version`` of the ``sqlite3`` connection ``db``."""
         return db.execute("PRAGMA user_version").fetchone()[0]
 
-    def applied_steps(self, db: Any) -> set[int]:
-        return set(range(1, self.version(db) + 1))
+    async def applied_steps(self, db: Any) -> set[int]:
+        return set(range(1, self.version(db.connection) + 1))
 
-    def set_version(self, db: Any, version: int) -> None:
-        db.execute(f"PRAGMA user_version = {int(version)}")
+    async def set_version(self, db: Any, version: int) -> None:
+        await db.execute(f"PRAGMA user_version = {int(version)}")
 
-    def migrating(self, db: Any) -> contextlib.AbstractContextManager[Any]:
-        return self.transaction(db)
+    @contextlib.asynccontextmanager
+    async def migrating(self, db: Any) -> AsyncIterator[Any]:
+        with self.transaction(db.connection):
+            yield db
 
 
 SQLITE = SQLiteDialect()
@@ -170,32 +175,30 @@ class PostgresDialect(Dialect):
         """PostgreSQL text cannot hold NUL; JSON bodies escape it, the rest drops it."""
         return value.replace("\x00", "")
 
-    def insert_messages(self, db: Any, rows: list[tuple]) -> None:
-        if not rows:
-            return
-        copy_in = "COPY {messages} (session_id, seq, role, created_at, body) FROM STDIN"
-        with db.copy(self.sql(copy_in)) as copy:
-            for row in rows:
-                copy.write_row(row)
+    async def insert_messages(self, db: Any, rows: list[tuple]) -> None:
+        if rows:
+            copy_in = "COPY {messages} (session_id, seq, role, created_at, body) FROM STDIN"
+            await db.copy_rows(self.sql(copy_in), rows)
 
-    def applied_steps(self, db: Any) -> set[int]:
+    async def applied_steps(self, db: Any) -> set[int]:
         table = self.prefix + "schema_migrations"
-        if db.execute("SELECT to_regclass(%s)", (table,)).fetchone()[0] is None:
+        if (await db.fetchone("SELECT to_regclass(%s)", (table,)))[0] is None:
             return set()
-        return {row[0] for row in db.execute(f"SELECT version FROM {table}")}
+        return {row[0] for row in await db.fetchall(f"SELECT version FROM {table}")}
 
-    @contextlib.contextmanager
-    def migrating(self, db: Any) -> Iterator[Any]:
+    @contextlib.asynccontextmanager
+    async def migrating(self, db: Any) -> AsyncIterator[Any]:
         """Under a transaction-level advisory lock, so machines starting at once
         apply each step once; the schema is created only where it is missing
         (an existing one needs no CREATE privilege on the database)."""
-        with db.transaction():
-            db.execute("SELECT pg_advisory_xact_lock(%s)", (advisory_key("migrate", self.schema),))
-            exists = db.execute(
+        async with db.connection.transaction():
+            lock = advisory_key("migrate", self.schema)
+            await db.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+            exists = await db.fetchone(
                 "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
-            ).fetchone()
+            )
             if not exists:
-                db.execute(f"CREATE SCHEMA IF NOT EXISTS {self.quoted}")
+                await db.execute(f"CREATE SCHEMA IF NOT EXISTS {self.quoted}")
             yield db
 
 

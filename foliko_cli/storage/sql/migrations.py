@@ -10,15 +10,15 @@ had a step this foliko does not know is refused before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import StorageError
 from foliko_cli.storage.sql.dialect import Dialect
+from foliko_cli.storage.sql.executor import Executor
 from foliko_cli.storage.sql.schema import create_migrations_table
 
-Step = Callable[[Any, Dialect], None]
+Step = Callable[[Executor, Dialect], Awaitable[None]]
 
 _RECORD_STEP = """INSERT INTO {schema_migrations} (version, name, applied_at) VALUES (?, ?, ?)
     ON CONFLICT (version) DO UPDATE SET name = excluded.name, applied_at = excluded.applied_at"""
@@ -33,18 +33,18 @@ def refuse_newer(applied: set[int], steps: Sequence[Step], where: str) -> None:
         )
 
 
-def migrate(db: Any, dialect: Dialect, steps: Sequence[Step], where: str) -> None:
+async def migrate(db: Executor, dialect: Dialect, steps: Sequence[Step], where: str) -> None:
     """Apply the steps ``db`` has not had; ``where`` names the database in errors."""
-    applied = dialect.applied_steps(db)
+    applied = await dialect.applied_steps(db)
     refuse_newer(applied, steps, where)
     if applied == set(range(1, len(steps) + 1)):
         return
-    with dialect.migrating(db):
-        create_migrations_table(db, dialect)
-        applied = dialect.applied_steps(db)
+    async with dialect.migrating(db):
+        await create_migrations_table(db, dialect)
+        applied = await dialect.applied_steps(db)
         refuse_newer(applied, steps, where)
         for number, step in enumerate(steps, start=1):
             if number not in applied:
-                step(db, dialect)
-                db.execute(dialect.sql(_RECORD_STEP), (number, step.__name__, now_ms()))
-        dialect.set_version(db, len(steps))
+                await step(db, dialect)
+                await db.execute(dialect.sql(_RECORD_STEP), (number, step.__name__, now_ms()))
+        await dialect.set_version(db, len(steps))

@@ -10,9 +10,8 @@ never reads messages; one ``messages`` row per message, keyed by
 
 from __future__ import annotations
 
-from typing import Any
-
 from foliko_cli.storage.sql.dialect import Dialect
+from foliko_cli.storage.sql.executor import Executor
 
 SESSIONS = """CREATE TABLE IF NOT EXISTS {sessions} (
             session_id TEXT PRIMARY KEY,
@@ -50,16 +49,16 @@ SCHEMA_MIGRATIONS = """CREATE TABLE IF NOT EXISTS {schema_migrations} (
                 )"""
 
 
-def create_sessions_and_messages(db: Any, dialect: Dialect) -> None:
+async def create_sessions_and_messages(db: Executor, dialect: Dialect) -> None:
     for statement in (SESSIONS, MESSAGES, SESSIONS_BY_UPDATED):
-        db.execute(dialect.sql(statement))
+        await db.execute(dialect.sql(statement))
 
 
-def create_quarantine(db: Any, dialect: Dialect) -> None:
+async def create_quarantine(db: Executor, dialect: Dialect) -> None:
     """Where ``storage check --repair`` moves unreadable sessions: aside, never deleted."""
-    db.execute(dialect.sql(QUARANTINE))
+    await db.execute(dialect.sql(QUARANTINE))
 
 
-def create_migrations_table(db: Any, dialect: Dialect) -> None:
+async def create_migrations_table(db: Executor, dialect: Dialect) -> None:
     """Which step ran when; the runner's record, beside the dialect's version."""
-    db.execute(dialect.sql(SCHEMA_MIGRATIONS))
+    await db.execute(dialect.sql(SCHEMA_MIGRATIONS))

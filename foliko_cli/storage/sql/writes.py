@@ -38,6 +38,7 @@ from foliko_cli.storage.record import (
     preview_of,
 )
 from foliko_cli.storage.sql.dialect import Dialect
+from foliko_cli.storage.sql.executor import Executor
 
 CHUNK = 500
 """Session ids per ``IN (...)``."""
@@ -124,24 +125,28 @@ def message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]
     ]
 
 
-def insert_messages(db: Any, dialect: Dialect, batches: list[tuple[str, int, list]]) -> None:
+async def insert_messages(
+    db: Executor, dialect: Dialect, batches: list[tuple[str, int, list]]
+) -> None:
     """Write each ``(session_id, first_seq, messages)`` and index it."""
     rows = [row for batch in batches for row in message_rows(*batch)]
-    dialect.insert_messages(db, rows)
-    dialect.indexed(db, batches)
+    await dialect.insert_messages(db, rows)
+    await dialect.indexed(db, batches)
 
 
-def stored_revision(
-    db: Any, dialect: Dialect, session_id: str, *, lock: bool = False
+async def stored_revision(
+    db: Executor, dialect: Dialect, session_id: str, *, lock: bool = False
 ) -> int | None:
     """The session's revision, None when it does not exist; with ``lock``, its row
     is locked until the transaction ends."""
     statement = _REVISION + "{lock}" if lock else _REVISION
-    row = db.execute(dialect.sql(statement), (session_id,)).fetchone()
+    row = await db.fetchone(dialect.sql(statement), (session_id,))
     return None if row is None else row[0]
 
 
-def stored_revisions(db: Any, dialect: Dialect, session_ids: list[str]) -> dict[str, int]:
+async def stored_revisions(
+    db: Executor, dialect: Dialect, session_ids: list[str]
+) -> dict[str, int]:
     """The revisions of those of ``session_ids`` that exist, their rows locked in
     session-id order (so two writers never wait on each other in a cycle)."""
     found: dict[str, int] = {}
@@ -150,30 +155,30 @@ def stored_revisions(db: Any, dialect: Dialect, session_ids: list[str]) -> dict[
             f"SELECT session_id, revision FROM {{sessions}} WHERE session_id IN ({marks}) "
             "ORDER BY session_id{lock}"
         )
-        found.update(db.execute(dialect.sql(statement), chunk).fetchall())
+        found.update(await db.fetchall(dialect.sql(statement), chunk))
     return found
 
 
-def _delete_rows(db: Any, dialect: Dialect, table: str, session_ids: list[str]) -> None:
+async def _delete_rows(db: Executor, dialect: Dialect, table: str, session_ids: list[str]) -> None:
     for chunk, marks in in_chunks(session_ids):
         statement = f"DELETE FROM {{{table}}} WHERE session_id IN ({marks})"
-        db.execute(dialect.sql(statement), chunk)
+        await db.execute(dialect.sql(statement), chunk)
 
 
-def remove_messages(db: Any, dialect: Dialect, session_ids: list[str]) -> None:
+async def remove_messages(db: Executor, dialect: Dialect, session_ids: list[str]) -> None:
     """Delete the sessions' messages and their index entries."""
-    dialect.unindexed(db, session_ids)
-    _delete_rows(db, dialect, "messages", session_ids)
+    await dialect.unindexed(db, session_ids)
+    await _delete_rows(db, dialect, "messages", session_ids)
 
 
-def remove_sessions(db: Any, dialect: Dialect, session_ids: list[str]) -> None:
+async def remove_sessions(db: Executor, dialect: Dialect, session_ids: list[str]) -> None:
     """Delete the sessions' rows, messages and all."""
-    remove_messages(db, dialect, session_ids)
-    _delete_rows(db, dialect, "sessions", session_ids)
+    await remove_messages(db, dialect, session_ids)
+    await _delete_rows(db, dialect, "sessions", session_ids)
 
 
-def replace_records(
-    db: Any,
+async def replace_records(
+    db: Executor,
     dialect: Dialect,
     records: list[SessionRecord],
     expected: list[int | None],
@@ -189,9 +194,11 @@ def replace_records(
     revisions = [0] * len(records)
     if len({record.session_id for record in records}) < len(records):
         for i in order:
-            revisions[i] = _replace_distinct(db, dialect, [records[i]], [expected[i]], where)[0]
+            (revisions[i],) = await _replace_distinct(
+                db, dialect, [records[i]], [expected[i]], where
+            )
         return revisions
-    written = _replace_distinct(
+    written = await _replace_distinct(
         db, dialect, [records[i] for i in order], [expected[i] for i in order], where
     )
     for i, revision in zip(order, written, strict=True):
@@ -199,22 +206,22 @@ def replace_records(
     return revisions
 
 
-def message_span(
-    db: Any, dialect: Dialect, session_id: str, start: int = 0
+async def message_span(
+    db: Executor, dialect: Dialect, session_id: str, start: int = 0
 ) -> tuple[int, int | None, int | None]:
     """How many message rows the session has from position ``start`` on, and the
     lowest and highest position among them (``integrity.check_span``)."""
-    return db.execute(dialect.sql(_SPAN_FROM), (session_id, start)).fetchone()
+    return await db.fetchone(dialect.sql(_SPAN_FROM), (session_id, start))
 
 
-def check_whole(db: Any, dialect: Dialect, session_ids: list[str], where: str) -> None:
+async def check_whole(db: Executor, dialect: Dialect, session_ids: list[str], where: str) -> None:
     """CorruptSessionError for the first of ``session_ids`` whose message rows are
     not exactly positions 0 .. count - 1, or that has message rows but no session
     row: a write that replaces or moves a session first makes sure it is whole.
     One statement per chunk, so one snapshot: a session another writer creates
     meanwhile is seen whole or not at all."""
     for chunk, marks in in_chunks(session_ids):
-        rows = db.execute(
+        rows = await db.fetchall(
             dialect.sql(
                 f"""SELECT session_id, MAX(counted), MAX(stored), MAX(first), MAX(last)
                 FROM (SELECT session_id, message_count AS counted, NULL AS stored,
@@ -226,53 +233,57 @@ def check_whole(db: Any, dialect: Dialect, session_ids: list[str], where: str) -
                 GROUP BY session_id ORDER BY session_id"""
             ),
             [*chunk, *chunk],
-        ).fetchall()
+        )
         for session_id, counted, stored, first, last in rows:
             if counted is None:
                 raise orphaned(session_id, where, stored, SESSION_ROW)
             check_span(session_id, where, count=counted, found=stored or 0, first=first, last=last)
 
 
-def _replace_distinct(
-    db: Any,
+async def _replace_distinct(
+    db: Executor,
     dialect: Dialect,
     records: list[SessionRecord],
     expected: list[int | None],
     where: str,
 ) -> list[int]:
     ids = [record.session_id for record in records]
-    current = stored_revisions(db, dialect, ids)
-    check_whole(db, dialect, ids, where)
+    current = await stored_revisions(db, dialect, ids)
+    await check_whole(db, dialect, ids, where)
     for session_id, revision in zip(ids, expected, strict=True):
         check_expected(session_id, revision, current.get(session_id, 0))
     revisions = [next_revision(current.get(session_id)) for session_id in ids]
     rows = [record_row(dialect, r, n) for r, n in zip(records, revisions, strict=True)]
     if current:
-        remove_messages(db, dialect, list(current))
-        db.executemany(
+        await remove_messages(db, dialect, list(current))
+        await db.executemany(
             dialect.sql(_UPDATE_SESSION), [(*row[1:], row[0]) for row in rows if row[0] in current]
         )
     fresh = [row for row in rows if row[0] not in current]
     if fresh:
-        db.executemany(dialect.sql(_INSERT_SESSION), fresh)
-    insert_messages(db, dialect, [(r.session_id, 0, r.messages) for r in records])
+        await db.executemany(dialect.sql(_INSERT_SESSION), fresh)
+    await insert_messages(db, dialect, [(r.session_id, 0, r.messages) for r in records])
     return revisions
 
 
-def insert_session(db: Any, dialect: Dialect, record: SessionRecord, revision: int) -> None:
+async def insert_session(
+    db: Executor, dialect: Dialect, record: SessionRecord, revision: int
+) -> None:
     """The ``sessions`` row of ``record``, which must not exist yet; its messages
     are the caller's to write."""
-    db.execute(dialect.sql(_INSERT_SESSION), record_row(dialect, record, revision))
+    await db.execute(dialect.sql(_INSERT_SESSION), record_row(dialect, record, revision))
 
 
-def insert_record(db: Any, dialect: Dialect, record: SessionRecord, revision: int) -> None:
+async def insert_record(
+    db: Executor, dialect: Dialect, record: SessionRecord, revision: int
+) -> None:
     """Create the session ``record`` (which must not exist yet), messages and all."""
-    insert_session(db, dialect, record, revision)
-    insert_messages(db, dialect, [(record.session_id, 0, record.messages)])
+    await insert_session(db, dialect, record, revision)
+    await insert_messages(db, dialect, [(record.session_id, 0, record.messages)])
 
 
-def append_messages(
-    db: Any,
+async def append_messages(
+    db: Executor,
     dialect: Dialect,
     session_id: str,
     messages: list[dict[str, Any]],
@@ -289,12 +300,12 @@ def append_messages(
     summary does not cover), so a session damaged behind foliko's back, even
     one a long-lived process holds in memory, is refused (CorruptSessionError,
     ``where`` naming the store), never written to."""
-    row = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
+    row = await db.fetchone(dialect.sql(_TURN_BASE), (session_id,))
     found, count, preview = row if row else (0, 0, "")
     start = covered_by(state.compression_state, count)
-    stored, first, last = message_span(db, dialect, session_id, start)
+    stored, first, last = await message_span(db, dialect, session_id, start)
     if row is None and stored:
-        created = db.execute(dialect.sql(_TURN_BASE), (session_id,)).fetchone()
+        created = await db.fetchone(dialect.sql(_TURN_BASE), (session_id,))
         if created is None:
             raise orphaned(session_id, where, stored, SESSION_ROW)
         raise ConflictError(session_id, expected_revision, created[0])  # by another writer
@@ -314,75 +325,77 @@ def append_messages(
         state=state,
     )
     if row is None:
-        db.execute(dialect.sql(_INSERT_SESSION), values)
+        await db.execute(dialect.sql(_INSERT_SESSION), values)
     else:
-        db.execute(dialect.sql(_UPDATE_TURN), (*values[2:], session_id))
-    insert_messages(db, dialect, [(session_id, count, messages)])
+        await db.execute(dialect.sql(_UPDATE_TURN), (*values[2:], session_id))
+    await insert_messages(db, dialect, [(session_id, count, messages)])
     return revision
 
 
-def delete_session(
-    db: Any, dialect: Dialect, session_id: str, expected_revision: int | None
+async def delete_session(
+    db: Executor, dialect: Dialect, session_id: str, expected_revision: int | None
 ) -> bool:
     """Remove the session if its revision is still the expected one; False when
     there was none (messages left without their session row count as one)."""
-    found = stored_revision(db, dialect, session_id, lock=True)
+    found = await stored_revision(db, dialect, session_id, lock=True)
     check_expected(session_id, expected_revision, found or 0)
     orphans = 0
     if found is None:
-        orphans = message_span(db, dialect, session_id)[0]
-    remove_sessions(db, dialect, [session_id])
+        orphans = (await message_span(db, dialect, session_id))[0]
+    await remove_sessions(db, dialect, [session_id])
     return found is not None or orphans > 0
 
 
-def rename_session(db: Any, dialect: Dialect, old_id: str, new_id: str, *, where: str) -> None:
+async def rename_session(
+    db: Executor, dialect: Dialect, old_id: str, new_id: str, *, where: str
+) -> None:
     """Move ``old_id`` with its messages to ``new_id``, under a new revision (a
     cached copy of either is stale); neither may be damaged (``check_whole``)."""
-    if stored_revision(db, dialect, new_id) is not None:
+    if await stored_revision(db, dialect, new_id) is not None:
         raise SessionExistsError(new_id)
-    found = stored_revision(db, dialect, old_id, lock=True)
-    check_whole(db, dialect, [old_id, new_id], where)
+    found = await stored_revision(db, dialect, old_id, lock=True)
+    await check_whole(db, dialect, [old_id, new_id], where)
     if found is None:
         raise SessionNotFoundError(old_id)
-    db.execute(
+    await db.execute(
         dialect.sql("UPDATE {sessions} SET session_id = ?, revision = ? WHERE session_id = ?"),
         (new_id, max(found + 1, next_revision(None)), old_id),
     )
-    db.execute(
+    await db.execute(
         dialect.sql("UPDATE {messages} SET session_id = ? WHERE session_id = ?"), (new_id, old_id)
     )
-    dialect.renamed(db, old_id, new_id)
+    await dialect.renamed(db, old_id, new_id)
 
 
-def summaries(db: Any, dialect: Dialect, *, page: int | None = None) -> list[SessionSummary]:
+async def summaries(
+    db: Executor, dialect: Dialect, *, page: int | None = None
+) -> list[SessionSummary]:
     """Every session's summary, newest first. With ``page``, read that many at a
     time along ``sessions_by_updated`` (the caller holds one snapshot)."""
     if page is None:
-        return [SessionSummary(*row) for row in db.execute(dialect.sql(_NEWEST)).fetchall()]
+        return [SessionSummary(*row) for row in await db.fetchall(dialect.sql(_NEWEST))]
     found: list[SessionSummary] = []
-    rows = db.execute(dialect.sql(_NEWEST + " LIMIT ?"), (page,)).fetchall()
+    rows = await db.fetchall(dialect.sql(_NEWEST + " LIMIT ?"), (page,))
     while rows:
         found.extend(SessionSummary(*row) for row in rows)
         if len(rows) < page:
             break
         last_id, last_updated = rows[-1][0], rows[-1][2]
-        rows = db.execute(
-            dialect.sql(_OLDER), (last_updated, last_updated, last_id, page)
-        ).fetchall()
+        rows = await db.fetchall(dialect.sql(_OLDER), (last_updated, last_updated, last_id, page))
     return found
 
 
-def counts(db: Any, dialect: Dialect) -> tuple[int, int]:
+async def counts(db: Executor, dialect: Dialect) -> tuple[int, int]:
     """How many sessions and messages are stored."""
-    sessions, messages = db.execute(dialect.sql(_COUNTS)).fetchone()
+    sessions, messages = await db.fetchone(dialect.sql(_COUNTS))
     return sessions, int(messages)
 
 
-def quarantine_row(
-    db: Any, dialect: Dialect, session_id: str, reason: str, session: str, messages: str
+async def quarantine_row(
+    db: Executor, dialect: Dialect, session_id: str, reason: str, session: str, messages: str
 ) -> None:
     """Keep an unreadable session's row and messages (JSON text) aside."""
-    db.execute(
+    await db.execute(
         dialect.sql(_QUARANTINE),
         (session_id, now_ms(), dialect.text(reason), session, messages),
     )
