@@ -193,6 +193,9 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
     ``where`` names the database in a damaged message's report.
 
     The query language is imported here: every write loads this module, few search.
+    A hit's text is its kept text, if its message still exists (an EXISTS on
+    the key: a join with the ``message_texts`` view would have SQLite
+    materialise the whole view, every message, on each search).
     """
     from foliko_cli.storage.search import SearchHit, snippet_for
 
@@ -216,9 +219,11 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
                     JOIN message_search s ON s.id = f.rowid
                     WHERE messages_fts MATCH ?{where}
                     ORDER BY score, s.created_at DESC LIMIT ?)
-                SELECT s.session_id, s.seq, s.role, s.created_at, top.score, t.text
+                SELECT s.session_id, s.seq, s.role, s.created_at, top.score,
+                    CASE WHEN EXISTS (SELECT 1 FROM messages m
+                                      WHERE m.session_id = s.session_id AND m.seq = s.seq)
+                    THEN s.text END
                 FROM top JOIN message_search s ON s.id = top.id
-                LEFT JOIN message_texts t ON t.id = top.id
                 ORDER BY top.score, s.created_at DESC, s.session_id, s.seq""",
             [*params, query.limit],
         ).fetchall()
