@@ -66,7 +66,7 @@ from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
 from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
-from foliko_cli.storage.sqlite_search import bound_indexed_text, create_index
+from foliko_cli.storage.sqlite_search import bound_indexed_text, create_index, keep_text
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 if TYPE_CHECKING:
@@ -119,12 +119,18 @@ async def bound_search_text(db: SQLiteExecutor, dialect: Dialect) -> None:
     bound_indexed_text(db.connection)
 
 
+async def keep_indexed_text(db: SQLiteExecutor, dialect: Dialect) -> None:
+    """Snippets read a stored copy of the indexed text (sqlite_search.py)."""
+    keep_text(db.connection)
+
+
 MIGRATIONS: list[Step] = [
     create_sessions_and_messages,
     import_seed_sessions,
     schema.create_quarantine,
     create_search_index,
     bound_search_text,
+    keep_indexed_text,
 ]
 
 

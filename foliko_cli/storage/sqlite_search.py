@@ -2,8 +2,10 @@
 
 ``messages`` has no integer rowid (it is keyed by session and seq), so
 ``message_search`` gives each message one, with the role and time the
-filters need; ``message_texts`` is the view FTS5 reads the text from, so the
-text itself is stored once (an external-content table). The writers call
+filters need, and the text that is indexed (a message's first
+INDEXED_CHARS characters), so snippets never read a body; ``message_texts``
+is the view FTS5 reads that text from (an external-content table), for the
+messages that still exist. The writers call
 ``index_records``/``unindex`` inside their own transaction: a message is
 searchable the moment its turn commits, from any connection.
 
@@ -28,9 +30,15 @@ _TEXT = (
     "THEN substr(CAST(json_extract(CAST(m.body AS TEXT), '$.content') AS TEXT), 1, "
     f"{_INDEXED_CHARS}) ELSE '' END"
 )
-_VIEW = f"""CREATE VIEW IF NOT EXISTS message_texts (id, session_id, seq, text) AS
+_BODY_VIEW = f"""CREATE VIEW IF NOT EXISTS message_texts (id, session_id, seq, text) AS
     SELECT s.id, s.session_id, s.seq, {_TEXT} FROM message_search s
     JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
+"""The view of migration steps 3 and 4: the text read out of each body."""
+_VIEW = """CREATE VIEW IF NOT EXISTS message_texts (id, session_id, seq, text) AS
+    SELECT s.id, s.session_id, s.seq, s.text FROM message_search s
+    JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
+"""The view since step 6: the indexed text kept in ``message_search`` (the
+join only on the key, so a body is never read), for messages that exist."""
 
 
 @functools.cache
@@ -59,7 +67,7 @@ def create_index(db: sqlite3.Connection) -> None:
             UNIQUE (session_id, seq)
         )"""
     )
-    db.execute(_VIEW)
+    db.execute(_BODY_VIEW)
     db.execute(
         """CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
             text, content='message_texts', content_rowid='id',
@@ -80,8 +88,25 @@ def bound_indexed_text(db: sqlite3.Connection) -> None:
     if not _indexed(db):
         return
     db.execute("DROP VIEW IF EXISTS message_texts")
-    db.execute(_VIEW)
+    db.execute(_BODY_VIEW)
     db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
+
+def keep_text(db: sqlite3.Connection) -> None:
+    """The migration step that keeps each message's indexed text in
+    ``message_search``, filled with exactly what the index holds, so a hit's
+    snippet is cut without reading its body (a query that matched a 10 MB
+    message parsed all of it)."""
+    if not _indexed(db):
+        return
+    if "text" not in {row[1] for row in db.execute("PRAGMA table_info(message_search)")}:
+        db.execute("ALTER TABLE message_search ADD COLUMN text TEXT")
+    db.execute(
+        f"""UPDATE message_search AS s SET text = (SELECT {_TEXT} FROM messages m
+            WHERE m.session_id = s.session_id AND m.seq = s.seq)"""
+    )
+    db.execute("DROP VIEW IF EXISTS message_texts")
+    db.execute(_VIEW)
 
 
 def _indexed(db: sqlite3.Connection) -> bool:
@@ -112,16 +137,18 @@ def index_records(db: sqlite3.Connection, batches) -> None:
     if not rows or not _indexed(db):
         return
     start = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM message_search").fetchone()[0]
+    texts = [_indexed_text(m) for _, _, m in rows]
     db.executemany(
-        "INSERT INTO message_search (id, session_id, seq, role, created_at) VALUES (?, ?, ?, ?, ?)",
+        """INSERT INTO message_search (id, session_id, seq, role, created_at, text)
+           VALUES (?, ?, ?, ?, ?, ?)""",
         (
-            (start + n, sid, seq, m["role"], m.get("created_at", 0))
-            for n, (sid, seq, m) in enumerate(rows)
+            (start + n, sid, seq, m["role"], m.get("created_at", 0), text)
+            for n, ((sid, seq, m), text) in enumerate(zip(rows, texts, strict=True))
         ),
     )
     db.executemany(
         "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
-        ((start + n, _indexed_text(m)) for n, (_, _, m) in enumerate(rows)),
+        ((start + n, text) for n, text in enumerate(texts)),
     )
 
 
@@ -166,6 +193,9 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
     ``where`` names the database in a damaged message's report.
 
     The query language is imported here: every write loads this module, few search.
+    A hit's text is its kept text, if its message still exists (an EXISTS on
+    the key: a join with the ``message_texts`` view would have SQLite
+    materialise the whole view, every message, on each search).
     """
     from foliko_cli.storage.search import SearchHit, snippet_for
 
@@ -189,9 +219,11 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
                     JOIN message_search s ON s.id = f.rowid
                     WHERE messages_fts MATCH ?{where}
                     ORDER BY score, s.created_at DESC LIMIT ?)
-                SELECT s.session_id, s.seq, s.role, s.created_at, top.score, t.text
+                SELECT s.session_id, s.seq, s.role, s.created_at, top.score,
+                    CASE WHEN EXISTS (SELECT 1 FROM messages m
+                                      WHERE m.session_id = s.session_id AND m.seq = s.seq)
+                    THEN s.text END
                 FROM top JOIN message_search s ON s.id = top.id
-                LEFT JOIN message_texts t ON t.id = top.id
                 ORDER BY top.score, s.created_at DESC, s.session_id, s.seq""",
             [*params, query.limit],
         ).fetchall()

@@ -396,3 +396,34 @@ def test_a_database_indexed_whole_is_bounded_when_the_migration_runs(tmp_path, r
         )
     finally:
         run(reopened.close())
+
+
+def test_a_database_without_kept_texts_gets_them_when_the_migration_runs(tmp_path, run):
+    path = tmp_path / "old.db"
+    storage = SQLiteStorage(path)
+    run(storage.save(SessionRecord("s", messages=messages(CONVERSATION))))
+    run(storage.close())
+    kept = [step.__name__ for step in MIGRATIONS].index("keep_indexed_text")
+    with sqlite3.connect(path) as db:  # the table and the view as they were before
+        db.execute("DROP VIEW message_texts")
+        db.execute("ALTER TABLE message_search DROP COLUMN text")
+        db.execute(
+            """CREATE VIEW message_texts (id, session_id, seq, text) AS
+            SELECT s.id, s.session_id, s.seq, substr(CAST(json_extract(CAST(m.body AS TEXT),
+            '$.content') AS TEXT), 1, 250000) FROM message_search s
+            JOIN messages m ON m.session_id = s.session_id AND m.seq = s.seq"""
+        )
+        db.execute("DELETE FROM schema_migrations WHERE version > ?", (kept,))
+        db.execute(f"PRAGMA user_version = {kept}")
+    reopened = SQLiteStorage(path)
+    try:
+        texts = reopened.db.execute("SELECT seq, text FROM message_search ORDER BY seq").fetchall()
+        assert texts == [(seq, text) for seq, (_, text) in enumerate(CONVERSATION)]
+        (hit,) = find(run, reopened, "kubernetes")
+        assert "kubernetes" in hit.snippet.lower()
+        check = "INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)"
+        reopened.db.execute(check)  # the kept texts are what the index holds
+        run(reopened.delete("s"))  # the index's delete reads the kept text
+        reopened.db.execute(check)
+    finally:
+        run(reopened.close())
