@@ -29,7 +29,6 @@ import contextlib
 import importlib.util
 import os
 import secrets
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -263,5 +262,4 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, ".")
     main_single(run, __doc__)
