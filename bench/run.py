@@ -1,4 +1,4 @@
-"""Run every benchmark (SPEC §7, P1–P5; P6–P8 foliko serve), print one table, save the raw results.
+"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL: foliko serve), print a table, save the runs.
 
     .venv/bin/python bench/run.py            # full sizes (make bench)
     .venv/bin/python bench/run.py --quick    # tiny sizes: a smoke run
@@ -26,6 +26,7 @@ import p6_serve
 import p7_overhead
 import p8_users
 import search
+import stall
 from common import Workspace, format_details, format_table, log, settle, write_json
 
 BENCHMARKS = {
@@ -38,6 +39,7 @@ BENCHMARKS = {
     "P7": p7_overhead.run,
     "P8": p8_users.run,
     "SEARCH": search.run,
+    "STALL": stall.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -54,7 +56,7 @@ def main() -> None:
     chosen = [name.strip().upper() for name in args.only.split(",")] if args.only else BENCHMARKS
     unknown = [name for name in chosen if name not in BENCHMARKS]
     if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, SEARCH")
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, SEARCH, STALL")
     workspace = Workspace(args.keep)
     log(f"data in {workspace.root}")
     load = os.getloadavg()[0]
