@@ -62,17 +62,17 @@ def saved_names() -> list[str]:
     return sorted(p.stem for p in directory.glob("*.yaml") if NAME.fullmatch(p.stem))
 
 
-def _variables(text: str | None, where: str) -> list[str]:
-    """The ``$names`` in ``text``, in order; a ``$`` that starts none is refused."""
+def _variables(text: str | None) -> list[str]:
+    """The ``$names`` in ``text``, in order; a ValueError for a ``$`` that starts none."""
     if not text:
         return []
     names = []
     for match in string.Template.pattern.finditer(text):
         if match.group("invalid") is not None:
             line = text.count("\n", 0, match.start()) + 1
-            raise UsageError(
-                f"{where} has a '$' that starts no $name (line {line})",
-                fix="write $$ for a dollar sign, or ${name} before a letter or digit",
+            raise ValueError(
+                f"has a '$' that starts no $name (line {line}: write $$ for a dollar sign, "
+                "or ${name} before a letter or digit)"
             )
         name = match.group("named") or match.group("braced")
         if name and name not in names:
@@ -99,8 +99,13 @@ class Template(NamedTuple):
 
     def variables(self) -> list[str]:
         """The ``$names`` of the prompt and the system prompt, ``input`` included."""
-        found = _variables(self.prompt, self.where)
-        return found + [v for v in _variables(self.system, self.where) if v not in found]
+        found: list[str] = []
+        for key in ("prompt", "system"):
+            try:
+                found += [v for v in _variables(getattr(self, key)) if v not in found]
+            except ValueError as exc:
+                raise UsageError(f"{self.where}: {key} {exc}") from None
+        return found
 
     @property
     def uses_input(self) -> bool:
@@ -256,7 +261,10 @@ def parse_template(text: str, name: str, path: Path | None = None, saved: bool =
     if schema is not None:
         from foliko_cli.models.schema import checked_schema
 
-        schema = checked_schema(schema, f"{where}: schema_object")
+        try:
+            schema = checked_schema(schema, "schema_object")
+        except UsageError as exc:
+            raise fail(exc.problem) from None
     template = Template(
         name=name,
         path=path,
@@ -269,7 +277,11 @@ def parse_template(text: str, name: str, path: Path | None = None, saved: bool =
         tools=_texts(data, "tools", fail),
         functions=_texts(data, "functions", fail),
     )
-    template.variables()  # a stray $ is refused now, not at the turn
+    for key in ("prompt", "system"):
+        try:
+            _variables(getattr(template, key))
+        except ValueError as exc:
+            raise fail(f"{key} {exc}") from None
     return template
 
 

@@ -73,13 +73,15 @@ def checked_schema(schema: Any, where: str = "the schema") -> dict[str, Any]:
     """``schema`` itself when it is a JSON Schema (an object the metaschema accepts);
     a UsageError naming ``where`` otherwise."""
     if not isinstance(schema, dict):
-        raise UsageError(f"{where} must be a JSON object (a JSON Schema); fix it")
+        raise UsageError(f"{where} must be a JSON object (a JSON Schema)", fix="fix it")
     import jsonschema
 
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
-        raise UsageError(f"{where} is not a valid JSON Schema ({exc.message}); fix it") from None
+        raise UsageError(
+            f"{where} is not a valid JSON Schema ({exc.message})", fix="fix it"
+        ) from None
     return schema
 
 
