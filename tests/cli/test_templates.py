@@ -415,3 +415,34 @@ def test_the_real_process_runs_a_template(run_foliko):
 
     assert result.returncode == 0, result.stderr
     assert result.stdout == b"Tell me about otters\n"
+
+
+def test_what_a_template_holds_reaches_the_model_server(run_foliko, tmp_path):
+    from models.fake_servers import OPENAI_KEY, FakeServer, openai_message
+
+    Path("trip.py").write_text("def forecast(city: str) -> str:\n    return 'sun'\n")
+    Path("trip.yaml").write_text(
+        "model: openai:some-model\nsystem: Be $mood.\nprompt: 'Plan: $input'\n"
+        "defaults: {mood: calm}\noptions: {temperature: 0.3, seed: 5}\n"
+        "schema_object: {type: object, properties: {city: {type: string}}}\n"
+        "functions: trip.py\n"
+    )
+    server = FakeServer().start()
+    try:
+        server.queue(openai_message('{"city": "Lyon"}'))
+        env = {"OPENAI_BASE_URL": f"{server.url}/v1", "OPENAI_API_KEY": OPENAI_KEY}
+        result = run_foliko("chat", "-s", "s", "-t", "trip.yaml", "-o", "seed=6", "Lyon", env=env)
+    finally:
+        server.stop()
+
+    assert result.returncode == 0, result.stderr
+    (request,) = server.requests
+    body = request.body
+    assert body["model"] == "some-model"
+    assert body["messages"][0] == {"role": "system", "content": "Be calm."}
+    assert body["messages"][-1] == {"role": "user", "content": "Plan: Lyon"}
+    assert (body["temperature"], body["seed"]) == (0.3, 6)
+    assert body["response_format"]["json_schema"]["schema"]["properties"] == {
+        "city": {"type": "string"}
+    }
+    assert "forecast" in {tool["function"]["name"] for tool in body["tools"]}
