@@ -350,7 +350,7 @@ def chat(
         save_from_chat(
             ctx,
             save,
-            text=compose_message(message, read_stdin(skip=no_stdin)),
+            read_message=lambda: compose_message(message, read_stdin(skip=no_stdin)),
             model=model,
             system=system,
             options=dict(model_options),

@@ -110,7 +110,7 @@ def save_from_chat(
     ctx: click.Context,
     name: str,
     *,
-    text: str | None,
+    read_message: Callable[[], str | None],
     model: str | None,
     system: str | None,
     options: dict[str, Any],
@@ -119,8 +119,9 @@ def save_from_chat(
     tools: Sequence[str],
     functions: Sequence[str],
 ) -> None:
-    """``chat --save NAME``: the command's prompt, system prompt, model, options,
-    parameters (as defaults), schema and tools as template NAME; no turn runs."""
+    """``chat --save NAME``: the command's message (``read_message``, called once the
+    options are checked), system prompt, model, options, parameters (as defaults),
+    schema and tools as template NAME; no turn runs."""
     from foliko_cli.models.base import check_options
     from foliko_cli.models.schema import load_schema
     from foliko_cli.plugins import is_code
@@ -148,7 +149,7 @@ def save_from_chat(
     turn_tools(tools, functions)
     template = Template(
         name,
-        prompt=text,
+        prompt=read_message(),
         system=system,
         model=model,
         options=options,

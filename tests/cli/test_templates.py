@@ -102,6 +102,15 @@ def test_save_keeps_a_compact_schema_as_json_schema(invoke, templates):
     assert dry(invoke, "-t", "person")["schema"]["required"] == ["name", "age"]
 
 
+def test_every_chat_option_is_either_kept_by_save_or_refused_with_it():
+    from foliko_cli.cli.chat import chat
+    from foliko_cli.cli.templates import NOT_SAVED
+
+    kept = {"message", "no_stdin", "model", "system", "model_options", "params", "schema"}
+    kept |= {"tools", "functions", "save", "storage", "user"}
+    assert {p.name for p in chat.params} == kept | set(NOT_SAVED)
+
+
 @pytest.mark.parametrize(
     ("words", "fragments"),
     [
