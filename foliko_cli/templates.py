@@ -313,14 +313,16 @@ def load_template(reference: str) -> Template:
 
 
 def save_template(template: Template) -> tuple[Path, bool]:
-    """Write ``template`` as ``NAME.yaml`` (over one of that name: True); the file
-    is replaced whole, never left half written."""
+    """Write ``template`` as ``NAME.yaml``, owner-only (over one of that name: True);
+    the file is replaced whole, never left half written."""
     path = template_path(template.name)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         replaced = path.exists()
-        temporary.write_text(template.to_yaml(), encoding="utf-8")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(template.to_yaml())
         os.replace(temporary, path)
     except OSError as exc:
         raise StorageError(

@@ -79,6 +79,7 @@ def test_save_keeps_the_prompt_system_model_options_and_params_as_llm_writes_the
         "options": {"temperature": 0.2, "stop": ["END"]},
     }
     assert "prompt: |" in path.read_text(), "a prompt of several lines is a block, to edit"
+    assert path.stat().st_mode & 0o777 == 0o600
     assert invoke("sessions", "list", "-q").stdout == "", "no turn ran"
 
 
