@@ -24,8 +24,15 @@ from foliko_cli.errors import Hint, StorageError, UsageError
 
 KEYS = ("model", "prompt", "system", "defaults", "options", "schema_object", "tools", "functions")
 """The keys foliko reads, in the order ``save`` writes them (llm's order)."""
-LLM_ONLY = ("attachments", "attachment_types", "extract", "extract_last", "fragments")
-LLM_ONLY += ("system_fragments",)
+LLM_ONLY = (
+    "attachments",
+    "attachment_types",
+    "extract",
+    "extract_last",
+    "fragments",
+    "system_fragments",
+)
+"""llm's keys for what foliko's templates do not do: refused, not half honoured."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 SUFFIXES = (".yaml", ".yml")
 EMPTY: Mapping[str, Any] = MappingProxyType({})
