@@ -37,7 +37,7 @@ from foliko_cli.models.base import (
 from foliko_cli.prompts import turn_system_prompt
 from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
-from foliko_cli.tools import ToolResult
+from foliko_cli.tools import Tool, ToolResult
 
 if TYPE_CHECKING:
     from foliko_cli.storage.trash import TrashEntry
@@ -99,7 +99,8 @@ class TurnSetup(NamedTuple):
     caller to find with the turn again (never sent to the model).
     ``trash`` is the reason (``storage.trash.REASONS``) under which a stored
     session that ``start_from`` replaces is first copied to the trash; None:
-    it is not kept.
+    it is not kept. ``tools`` are offered in this turn only, besides the
+    server's own (over one of the same name).
     """
 
     start_from: SessionRecord | None = None
@@ -116,6 +117,7 @@ class TurnSetup(NamedTuple):
     server_tools: frozenset[str] | None = None
     annotations: Mapping[str, Any] = MappingProxyType({})
     trash: str | None = None
+    tools: tuple[Tool, ...] = ()
 
     def check(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -612,6 +614,7 @@ class AgentChatHandler:
             if name not in client_tools
             and (setup.server_tools is None or name in setup.server_tools)
         }
+        tools.update((tool.name, tool) for tool in setup.tools if tool.name not in client_tools)
         specs = [tool.spec() for tool in tools.values()] + list(setup.client_tools)
         self.compressor.count_tools(specs)
         asked = {**self.model.options, **turn.options}

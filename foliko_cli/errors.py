@@ -33,6 +33,9 @@ class Hint:
     TRASH = "trash"
     REPAIR = "repair"
     FORMAT = "format"
+    PARAMETER = "parameter"
+    TEMPLATES = "templates"
+    EDIT_TEMPLATE = "edit_template"
 
 
 class FolikoError(Exception):

@@ -178,3 +178,65 @@ def load_tool(reference: str) -> Tool:
             f"plugin tool {reference!r} failed to load ({exc}); reinstall or remove the plugin"
         ) from None
     return _as_tool(value, reference, f"plugin {reference!r}")
+
+
+def is_code(source: str) -> bool:
+    """Functions come from a file's path (one line ending in .py) or from Python code,
+    as llm's ``--functions`` tells them apart."""
+    return "\n" in source or not source.strip().endswith(".py")
+
+
+def function_tools(source: str, base: Path | None = None) -> list[Tool]:
+    """Every public function a Python file (a relative path is taken from ``base``, else
+    the working directory) or a piece of Python code defines, as a tool.
+
+    The code runs here, in this process, as a module of its own; a file's
+    directory goes on ``sys.path`` for what it imports. Functions it imports,
+    classes and names starting with ``_`` are left out.
+    """
+    import hashlib
+
+    if is_code(source):
+        code, filename, where = source, "<functions>", "the functions code"
+    else:
+        path = (base or Path.cwd()) / Path(source.strip()).expanduser()
+        where = f"functions file {source.strip()!r}"
+        try:
+            code = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(
+                f"cannot read {where} ({reason})",
+                fix="give the path of a Python file, or Python code that defines functions",
+            ) from None
+        filename = str(path)
+        folder = str(path.resolve().parent)
+        if folder not in sys.path:
+            sys.path.append(folder)
+    name = "foliko_functions_" + hashlib.sha256(f"{filename}\0{code}".encode()).hexdigest()[:12]
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    try:
+        exec(compile(code, filename, "exec"), module.__dict__)  # the user's own code, asked for
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        raise UsageError(
+            f"{where} does not compile (line {exc.lineno}: {exc.msg})", fix="fix the code"
+        ) from None
+    except (Exception, SystemExit) as exc:
+        sys.modules.pop(name, None)
+        raise UsageError(
+            f"{where} failed to import ({type(exc).__name__}: {exc})", fix="fix the code"
+        ) from None
+    functions = [
+        (attribute, value)
+        for attribute, value in vars(module).items()
+        if inspect.isfunction(value) and value.__module__ == name and not attribute.startswith("_")
+    ]
+    if not functions:
+        raise UsageError(
+            f"{where} defines no function to offer (names starting with _ are left out)",
+            fix="define one with def",
+        )
+    return [_as_tool(value, attribute, f"{where}: {attribute}") for attribute, value in functions]

@@ -141,6 +141,20 @@ def test_the_sync_facade_works_inside_a_running_event_loop(tmp_path):
     assert asyncio.run(inside_a_loop()) == ("hello", "again", 4)
 
 
+def test_a_tool_given_to_one_turn_is_offered_in_that_turn_only(tmp_path):
+    from foliko_cli.tools import Tool
+
+    double = Tool("double", "Twice n.", lambda args, context: args["n"] * 2, {"type": "object"})
+    with Foliko(storage="memory", model="echo", home=tmp_path) as foliko:
+        offered = foliko.chat("s", '/tool double {"n": 21}', tools=(double,))
+        later = foliko.chat("s", '/tool double {"n": 1}')
+        shown = foliko.dry_run("s", "hi", tools=(double,))
+
+    assert offered.message == "double returned: 42"
+    assert later.message == "double returned: error: unknown tool 'double'"
+    assert "double" in {tool["name"] for tool in shown["tools"]}
+
+
 def test_sync_facade_errors_are_the_services(tmp_path):
     with (
         Foliko(storage="memory", model="echo", home=tmp_path) as foliko,

@@ -247,6 +247,45 @@ def emit_json_quietly(value: dict) -> None:
     "printed whole once it is checked, and an invalid one fails the turn.",
 )
 @click.option(
+    "-t",
+    "--template",
+    metavar="NAME|FILE",
+    help="Run the turn from a saved template (or a YAML template file): its prompt "
+    "($input stands for the message), system prompt, model, options, schema and "
+    "tools; the flags given win.",
+)
+@click.option(
+    "-p",
+    "--param",
+    "params",
+    type=(str, str),
+    multiple=True,
+    metavar="NAME VALUE",
+    help="A value for the template's $NAME (repeatable).",
+)
+@click.option(
+    "--save",
+    metavar="NAME",
+    help="Save this command's message, --system, -m, -o, -p (as defaults), --schema, "
+    "-T and --functions as template NAME, and run no turn.",
+)
+@click.option(
+    "-T",
+    "--tool",
+    "tools",
+    multiple=True,
+    metavar="NAME",
+    help="Offer this tool in this turn too: a built-in, an installed plugin or "
+    "module:function (repeatable).",
+)
+@click.option(
+    "--functions",
+    multiple=True,
+    metavar="FILE.py|CODE",
+    help="Offer each function a Python file (or Python code) defines as a tool in this "
+    "turn; the code runs in this process (repeatable).",
+)
+@click.option(
     "-u",
     "--usage",
     "show_usage",
@@ -281,6 +320,11 @@ def chat(
     stream: bool | None,
     model_options: tuple[tuple[str, object], ...],
     schema: str | None,
+    template: str | None,
+    params: tuple[tuple[str, str], ...],
+    save: str | None,
+    tools: tuple[str, ...],
+    functions: tuple[str, ...],
     show_usage: bool,
     dry_run: bool,
 ) -> None:
@@ -298,7 +342,24 @@ def chat(
       foliko chat --session s1 "hi"
       git diff | foliko chat -s review "Summarise this change"
       foliko chat -s s2 --from s1 "try another way"
+      foliko chat -s s3 -t summarise -p lang French "..."
     """
+    if save is not None:
+        from foliko_cli.cli.templates import save_from_chat
+
+        save_from_chat(
+            ctx,
+            save,
+            read_message=lambda: compose_message(message, read_stdin(skip=no_stdin)),
+            model=model,
+            system=system,
+            options=dict(model_options),
+            params=dict(params),
+            schema=schema,
+            tools=tools,
+            functions=functions,
+        )
+        return
     try:
         if continue_latest == (session_id is not None):
             raise UsageError(
@@ -309,7 +370,17 @@ def chat(
             raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
         if regenerate and message is not None:
             raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
-        reply_schema = None
+        chosen = None
+        if template is not None:
+            from foliko_cli.templates import load_template
+
+            chosen = load_template(template)
+        elif params:
+            raise UsageError(
+                "-p/--param gives a template's $NAME a value; use it with -t NAME "
+                "(or keep it as a default with --save NAME)"
+            )
+        reply_schema = chosen.schema if chosen is not None else None
         if schema is not None:
             from foliko_cli.models.schema import load_schema
 
@@ -323,6 +394,25 @@ def chat(
             text = compose_message(message, read_stdin(skip=no_stdin))
             if text is None and attachments:
                 text = ""
+        compose = None
+        if chosen is not None:
+            from foliko_cli.cli.templates import apply_template
+
+            text, system, compose = apply_template(
+                chosen,
+                text,
+                dict(params),
+                system,
+                regenerate=regenerate,
+                interactive=text is None and stdin_is_terminal(),
+            )
+            model = model or chosen.model
+            model_options = (*chosen.options.items(), *model_options)
+        offered = ()
+        if tools or functions or (chosen is not None and (chosen.tools or chosen.functions)):
+            from foliko_cli.cli.templates import turn_tools
+
+            offered = turn_tools(tools, functions, chosen)
         facade = open_facade(ctx, model=model, timeout=timeout)
         if continue_latest:
             session_id = facade.latest_session_id()
@@ -350,6 +440,7 @@ def chat(
         "attachments": attachments,
         "options": dict(model_options),
         "schema": reply_schema,
+        "tools": offered,
     }
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
@@ -360,6 +451,7 @@ def chat(
             options,
             history=settings_for(ctx).home / "history",
             latest=continue_latest,
+            compose=compose,
         )
         return
     if stream is None or reply_schema is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -123,10 +124,17 @@ def attach(source: str, attached: list[str]) -> None:
 
 
 def interactive(
-    facade, session_id: str, options: dict, *, history: Path, latest: bool = False
+    facade,
+    session_id: str,
+    options: dict,
+    *,
+    history: Path,
+    latest: bool = False,
+    compose: Callable[[str], str] | None = None,
 ) -> None:
     """Read a message, run a turn, print the reply, until /exit or end of input
-    (``latest``: the session is the one ``-c`` picked)."""
+    (``latest``: the session is the one ``-c`` picked; ``compose`` makes each
+    message typed into the one sent, as a template does)."""
     from foliko_cli.cli.reply import ReplyWriter, turn_notes
 
     readline = _load_readline(history)
@@ -143,6 +151,8 @@ def interactive(
             continue
         if text is None:
             return
+        if compose is not None:
+            text = compose(text)
         writer = ReplyWriter()
         options = {**options, "attachments": tuple(attached)}
         attached.clear()

@@ -137,6 +137,7 @@ class LazyGroup(FolikoGroup):
         "completion": ("foliko_cli.cli.completion", "completion"),
         "usage": ("foliko_cli.cli.history", "usage"),
         "serve": ("foliko_cli.cli.serve", "serve"),
+        "templates": ("foliko_cli.cli.templates", "templates"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -50,6 +50,9 @@ FLAGS = {
     Hint.TRASH: "foliko sessions trash list",
     Hint.REPAIR: "foliko storage check --repair",
     Hint.FORMAT: "--format",
+    Hint.PARAMETER: "-p/--param NAME VALUE",
+    Hint.TEMPLATES: "foliko templates list",
+    Hint.EDIT_TEMPLATE: "foliko templates edit NAME",
 }
 
 

@@ -74,6 +74,7 @@ TURN_FIELDS = frozenset(
         "on_start",
         "on_message",
         "on_finish",
+        "tools",
     }
 )
 

@@ -118,6 +118,31 @@ def test_two_lines_then_ctrl_d(spawn, invoke):
     ]
 
 
+def test_a_template_with_input_shapes_every_message_typed(spawn, invoke, show):
+    saved = invoke("chat", "--save", "tr", "--system", "Into $lang.", "$lang, please: $input")
+    assert saved.exit_code == 0, saved.stderr
+    child = spawn("chat", "-s", "live", "-t", "tr", "-p", "lang", "French")
+    child.expect_exact(PROMPT)
+    assert turn(child, "good night").splitlines() == ["French, please: good night"]
+    assert turn(child, "thanks").splitlines() == ["French, please: thanks"]
+    assert finish(child) == 0
+    assert [m for role, m in stored(invoke, "live") if role == "user"] == [
+        "French, please: good night",
+        "French, please: thanks",
+    ]
+    assert show("live")["metadata"]["system_prompt"] == "Into French."
+
+
+def test_a_template_whose_prompt_is_whole_runs_one_turn_without_the_loop(spawn, invoke):
+    assert invoke("chat", "--save", "joke", "Tell me a joke").exit_code == 0
+    child = spawn("chat", "-s", "once", "-t", "joke")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert plain(child.before).replace("\r", "").strip() == "Tell me a joke"
+    assert stored(invoke, "once") == [("user", "Tell me a joke"), ("assistant", "Tell me a joke")]
+
+
 def test_continue_new_says_once_which_session_it_started_over(spawn, invoke):
     for name in ("older", "latest"):
         assert invoke("chat", "-s", name, "before", env={"FOLIKO_MODEL": "echo"}).exit_code == 0

@@ -74,6 +74,7 @@ RUN: dict[str, Run | str] = {
     "foliko sessions list -0 | xargs -0": Run(setup=seeded(TRICKY_IDS)),
     'foliko chat -s s1 "hi"': Run(
         setup="git init -q . && printf '# notes\\nbuy milk\\n' > notes.md\n"
+        + "printf 'def forecast(city: str) -> str:\\n    return city\\n' > mytools.py\n"
         + seeded(["s1"])
         + "foliko chat -s s1 'and a second turn' > /dev/null\n",
         each_line=True,
@@ -101,6 +102,8 @@ RUN: dict[str, Run | str] = {
         ),
     ),
     "foliko models list": Run(),
+    "$ foliko chat --save summarise": Run(),
+    "cat > mytools.py": Run(),
     "OPENAI_BASE_URL=http://127.0.0.1:8000/v1": "needs an OpenAI-compatible server on port 8000",
     "mkdir -p .foliko/skills/packing": Run(),
     "mkdir -p docs": "npx downloads the MCP filesystem server (tests/mcp runs it where cached)",

@@ -76,15 +76,16 @@ def test_an_unknown_option_is_one_line_naming_the_help(invoke, path):
 
 
 @pytest.mark.parametrize(
-    ("path", "option"),
+    ("path", "option", "nargs"),
     [
-        pytest.param(path, option.opts[-1], id=f"{' '.join(path)} {option.opts[-1]}")
+        pytest.param(path, option.opts[-1], option.nargs, id=f"{' '.join(path)} {option.opts[-1]}")
         for path, command in LEAVES.items()
         for option in value_options(command)
     ],
 )
-def test_an_option_without_its_value_is_one_line(invoke, path, option):
-    one_error_line(invoke(*path, option), option, "requires an argument", "--help")
+def test_an_option_without_its_value_is_one_line(invoke, path, option, nargs):
+    wanted = "requires an argument" if nargs == 1 else f"requires {nargs} arguments"
+    one_error_line(invoke(*path, option), option, wanted, "--help")
 
 
 REQUIRED = [

@@ -41,6 +41,10 @@ OPTIONS = {
     "variables": ["--var", "k=v", "--var-json", "n=3"],
     "alias": ["-m", "fast", "-o", "seed=4"],
     "agent": ["--agent", "helper"],
+    "template": ["-t", "trip.yaml", "-p", "mood", "calm"],
+    "turn tool": ["-T", "triptools:forecast"],
+    "functions": ["--functions", "triptools.py"],
+    "compact schema": ["--schema", "city: where to go"],
 }
 
 
@@ -87,6 +91,13 @@ def project(model: str) -> None:
         "[agents.helper]\n"
         'system_prompt = "You help."\n'
         "tools = []\n"
+    )
+    Path("trip.yaml").write_text(
+        f"model: {model}\nsystem: Be $mood.\nprompt: 'Plan it: $input'\n"
+        "options: {temperature: 0.3}\nfunctions: triptools.py\n"
+    )
+    Path("triptools.py").write_text(
+        'def forecast(city: str) -> str:\n    "The forecast."\n    return "sun"\n'
     )
 
 
