@@ -40,7 +40,15 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("contexts", ("foliko_cli.context",)),
-    ("history formats", ("foliko_cli.transcript", "foliko_cli.importers", "foliko_cli.usage")),
+    (
+        "history formats",
+        (
+            "foliko_cli.transcript",
+            "foliko_cli.importers",
+            "foliko_cli.exporters",
+            "foliko_cli.usage",
+        ),
+    ),
     ("providers and backends", ("foliko_cli.models", "foliko_cli.storage", "foliko_cli.config")),
     ("message parts", ("foliko_cli.attachments", "foliko_cli.fences")),
     (
