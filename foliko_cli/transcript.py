@@ -88,4 +88,3 @@ def _markdown_message(seq: int, message: dict[str, Any]) -> Iterator[str]:
         )
         yield ""
         yield from _fence(_json(call.get("arguments", {})), "json")
-
