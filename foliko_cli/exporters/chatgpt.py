@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from foliko_cli.exporters.openai import arguments_text
 from foliko_cli.storage.record import SessionRecord
 
 ROOT = "client-created-root"
@@ -102,8 +103,7 @@ def _messages(session_id: str, seq: int, message: dict[str, Any]) -> list[dict[s
             _message(node, message, role="assistant", content=_text(content), metadata=metadata)
         )
     for index, call in enumerate(calls):
-        arguments = call.get("arguments", {})
-        code = arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
+        code = arguments_text(call.get("arguments", {}))
         found.append(
             _message(
                 _node_id(session_id, seq, index),

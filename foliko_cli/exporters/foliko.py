@@ -1,8 +1,12 @@
 """foliko's own format (``sessions export``, the default): each session's public
-JSON form (as ``sessions show --json`` prints it) with the keys sorted, so that
-exporting, importing into an empty store and exporting again gives the same
-bytes. A JSON array on one line, or NDJSON, one session a line; the foliko
-importer reads both back whole.
+JSON form (as ``sessions show --json`` prints it), in a fixed order: the
+record's fields in record_to_dict's order, the metadata in the order an
+import fills it in, and messages and variables with their keys in the order
+they were stored (every backend keeps it, and a model sent the history again
+gets the same bytes, which keeps its prompt cache). So exporting, importing
+into an empty store and exporting again gives the same bytes. A JSON array
+on one line, or NDJSON, one session a line; the foliko importer reads both
+back whole.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ def document(record: SessionRecord) -> dict[str, Any]:
 
 
 def dumps(record: SessionRecord) -> str:
-    return orjson.dumps(document(record), option=orjson.OPT_SORT_KEYS).decode()
+    return orjson.dumps(document(record)).decode()
 
 
 def lines(records: Iterable[SessionRecord]) -> Iterator[str]:

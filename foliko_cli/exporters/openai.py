@@ -28,7 +28,8 @@ from foliko_cli.attachments import image_data, unavailable
 from foliko_cli.storage.record import SessionRecord
 
 
-def _arguments(arguments: Any) -> str:
+def arguments_text(arguments: Any) -> str:
+    """A tool call's arguments as JSON text (as stored: text stays text)."""
     return arguments if isinstance(arguments, str) else orjson.dumps(arguments).decode()
 
 
@@ -76,7 +77,7 @@ def message_items(message: dict[str, Any], seq: int) -> list[dict[str, Any]]:
                 "type": "function_call",
                 "call_id": call.get("id") or f"call_{seq}_{index}",
                 "name": call.get("name") or "",
-                "arguments": _arguments(call.get("arguments", {})),
+                "arguments": arguments_text(call.get("arguments", {})),
             }
         )
     return items
