@@ -488,8 +488,19 @@ def test_export_unknown_id_exits_2_and_writes_nothing(invoke, pair, tmp_path):
     assert_usage_error(invoke("sessions", "export", "a", "ghost"), "'ghost'")
 
 
-def test_export_bad_format_exits_2(invoke, pair):
-    assert_usage_error(invoke("sessions", "export", "a", "--format", "tsv"))
+def test_export_bad_format_exits_2_naming_the_formats(invoke, pair):
+    result = invoke("sessions", "export", "a", "--format", "tsv")
+    assert_usage_error(result, "foliko: error: ", "'tsv'")
+    assert len(result.stderr.splitlines()) == 1
+    for name in ("foliko", "json", "ndjson", "markdown", "openai", "chatgpt"):
+        assert f"'{name}'" in result.stderr
+
+
+def test_export_json_is_the_foliko_format_and_the_default(invoke, pair):
+    default = invoke("sessions", "export", "a", "b")
+    assert default.exit_code == 0
+    for fmt in ("foliko", "json"):
+        assert invoke("sessions", "export", "a", "b", "--format", fmt).stdout == default.stdout
 
 
 # import
