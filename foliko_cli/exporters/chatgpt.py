@@ -42,7 +42,7 @@ def _node_id(session_id: str, *where: int) -> str:
 def _attachments(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [
         {
-            "id": f"file-{part.get('sha256', '')[:24] or index}",
+            "id": f"file-{str(part.get('sha256') or '')[:24] or index}",
             "name": part.get("name"),
             "size": part.get("size"),
             "mime_type": part.get("media_type"),
