@@ -481,11 +481,13 @@ def test_export_needs_ids_or_all_but_not_both(invoke, pair):
     assert_usage_error(invoke("sessions", "export", "a", "--all"), "--all")
 
 
-def test_export_unknown_id_exits_2_and_writes_nothing(invoke, pair, tmp_path):
+@pytest.mark.parametrize("fmt", ["foliko", "ndjson", "markdown", "openai", "chatgpt"])
+def test_export_unknown_id_exits_2_and_writes_nothing(invoke, pair, tmp_path, fmt):
     target = tmp_path / "out.json"
-    assert_usage_error(invoke("sessions", "export", "a", "ghost", "-o", str(target)), "'ghost'")
+    result = invoke("sessions", "export", "a", "ghost", "--format", fmt, "-o", str(target))
+    assert_usage_error(result, "'ghost'")
     assert not target.exists()
-    assert_usage_error(invoke("sessions", "export", "a", "ghost"), "'ghost'")
+    assert_usage_error(invoke("sessions", "export", "a", "ghost", "--format", fmt), "'ghost'")
 
 
 def test_export_bad_format_exits_2_naming_the_formats(invoke, pair):

@@ -70,9 +70,9 @@ def export(service: AsyncFoliko, fmt: str, run, session_ids: list[str] | None = 
     return run(scenario())
 
 
-def import_(service: AsyncFoliko, data: bytes, run, fmt: str | None = None):
-    """What ``sessions import - [--format FMT]`` does with ``data``."""
-    imported = read("-", fmt, stdin=data)
+def import_(service: AsyncFoliko, data: bytes, run):
+    """What ``sessions import -`` does with ``data`` (its format told from it)."""
+    imported = read("-", stdin=data)
     assert imported.unreadable == []
     return imported, run(service.import_sessions(imported.records))
 
@@ -134,7 +134,7 @@ def test_any_record_round_trips_byte_for_byte(service, storage, run, record):
 def test_a_chatgpt_export_reads_back_to_the_same_messages(source, service, run):
     first = export(source, "chatgpt", run)
 
-    imported, report = import_(service, first, run)  # told from the data
+    imported, report = import_(service, first, run)
 
     assert imported.format == "chatgpt"
     assert sorted(report.imported) == ["plain", "trip ✓ 1"]  # an empty one is left out
