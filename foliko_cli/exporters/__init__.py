@@ -9,13 +9,13 @@ format's module is imported when it is used.
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from foliko_cli.errors import Hint, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
     from foliko_cli.storage.record import SessionRecord
 
 # name -> (module, function); ``json`` is foliko's own format by its older name.
@@ -29,11 +29,11 @@ _WRITERS = {
 }
 FORMATS = tuple(_WRITERS)
 
-Writer = Callable[[Iterable["SessionRecord"]], Iterator[str]]
 
-
-def writer(name: str) -> Writer:
+def writer(name: str) -> Callable[[Iterable[SessionRecord]], Iterator[str]]:
     """The ``lines`` function of the format ``name``."""
+    import importlib
+
     if name not in _WRITERS:
         raise UsageError(
             f"unknown export format {name!r}",
