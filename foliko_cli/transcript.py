@@ -88,13 +88,3 @@ def _markdown_message(seq: int, message: dict[str, Any]) -> Iterator[str]:
         )
         yield ""
         yield from _fence(_json(call.get("arguments", {})), "json")
-
-
-def markdown_many(records: Iterator[SessionRecord]) -> Iterator[str]:
-    """Several sessions in one document, separated by rules."""
-    for number, record in enumerate(records):
-        if number:
-            yield ""
-            yield "---"
-            yield ""
-        yield from markdown(record)

@@ -45,6 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         (
             "foliko_cli.transcript",
             "foliko_cli.importers",
+            "foliko_cli.exporters",
             "foliko_cli.usage",
             "foliko_cli.templates",
         ),

@@ -33,6 +33,7 @@ from foliko_cli.cli.params import (
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
+from foliko_cli.exporters import FORMATS as EXPORT_FORMATS
 from foliko_cli.importers import FORMATS
 from foliko_cli.storage.record import record_to_dict, summary_to_dict
 from foliko_cli.usage import with_usage
@@ -312,10 +313,12 @@ def _write_output(path: Path | None, lines) -> None:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["json", "ndjson", "markdown"]),
-    default="json",
+    type=click.Choice(EXPORT_FORMATS),
+    default="foliko",
     show_default=True,
-    help="A JSON array, one session per line, or Markdown transcripts (not importable).",
+    help="foliko (json): a JSON array that imports back the same; ndjson: the same, "
+    "one session a line; markdown: transcripts (not importable); openai: Responses "
+    "input items; chatgpt: ChatGPT's conversations.json.",
 )
 @click.option(
     "-o",
@@ -332,29 +335,32 @@ def export(
     fmt: str,
     output: Path | None,
 ) -> None:
-    """Export sessions as JSON (an array) or NDJSON (one per line).
+    """Export sessions: in foliko's own format, which imports back losslessly
+    (export, import into an empty store, export again: the same bytes), as
+    Markdown, as OpenAI Responses input items or as a ChatGPT export.
 
     \b
     Examples:
       foliko sessions export s1 s2 > backup.json
       foliko sessions export --all --format ndjson -o all.ndjson
+      foliko sessions export s1 --format openai | jq '.[0].input'
+      foliko sessions export --all --format chatgpt -o conversations.json
     """
+    from foliko_cli.exporters import writer
+
     if everything == bool(session_ids):
         raise UsageError("name the sessions to export, or pass --all (not both)")
+    write = writer(fmt)
     facade = open_facade(ctx)
     ids = facade.session_ids() if everything else session_ids
-    if fmt == "markdown":
-        from foliko_cli import transcript
-
-        records = facade.export_sessions(ids, skip_missing=everything)
-        _write_output(output, transcript.markdown_many(records))
-        return
-    dumps = []
     with progress(len(ids) if everything else 0, "exporting") as advance:
-        for record in facade.export_sessions(ids, skip_missing=everything):
-            dumps.append(orjson.dumps(with_usage(record_to_dict(record), record)).decode())
-            advance(1)
-    lines = dumps if fmt == "ndjson" else ["[" + ",".join(dumps) + "]"]
+
+        def counted():
+            for record in facade.export_sessions(ids, skip_missing=everything):
+                yield record
+                advance(1)
+
+        lines = list(write(counted()))
     _write_output(output, lines)
 
 

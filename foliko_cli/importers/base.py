@@ -13,6 +13,9 @@ the whole source is not in its format.
 
 Everything is built from the source alone (no clock reads), so importing the
 same file twice gives the same records, and the second import changes nothing.
+The records carry no ``saved_at``: importing another tool's history is a use
+of the session, which is saved at the import's time (foliko's own export,
+foliko.py, keeps the time foliko last used it).
 """
 
 from __future__ import annotations
@@ -258,4 +261,4 @@ def _record(
     metadata = new_metadata(created)
     metadata.update({"last_active": updated, "message_count": len(messages)})
     metadata.update({key: value for key, value in meta.items() if value})
-    return SessionRecord(session_id, messages=messages, metadata=metadata, saved_at=updated)
+    return SessionRecord(session_id, messages=messages, metadata=metadata)  # saved: now

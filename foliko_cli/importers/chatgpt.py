@@ -63,8 +63,8 @@ def _text(content: Any) -> str:
     parts = content.get("parts")
     if isinstance(parts, list):
         texts = [p if isinstance(p, str) else p.get("text") for p in parts if _is_text(p)]
-        return "\n".join(t for t in texts if isinstance(t, str)).strip()
-    return content["text"].strip() if isinstance(content.get("text"), str) else ""
+        return "\n".join(t for t in texts if isinstance(t, str))
+    return content["text"] if isinstance(content.get("text"), str) else ""
 
 
 def _is_text(part: Any) -> bool:
@@ -90,7 +90,7 @@ def _message(node: Any, created: int) -> dict[str, Any] | None:
         for f in metadata.get("attachments") or ()
         if isinstance(f, dict)
     ]
-    if not text and not files:
+    if not text.strip() and not files:
         return None
     converted: dict[str, Any] = {
         "role": role,

@@ -1,6 +1,9 @@
 """foliko's own export (``sessions export``): a JSON array, one JSON object, or NDJSON
 of session records. A file that holds anything else is refused whole: an
-export is read back exactly, or not at all."""
+export is read back exactly, or not at all, ``saved_at`` included (the
+session comes back as it was, as old as it was). A document of the original
+foliko (the seed's ``sessionId`` form) is another tool's history: it is
+imported as a use, saved at the import's time."""
 
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ def read(source: Source, imported: Imported) -> None:
             raise UsageError(
                 f"{source.name}: session #{number} is invalid: {exc}", fix=FIX
             ) from None
+        if "sessionId" in item:
+            record.saved_at = 0
         earlier = records.get(record.session_id)
         if earlier is not None and not same_content(earlier, record):
             raise UsageError(

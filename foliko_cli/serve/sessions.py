@@ -51,8 +51,10 @@ async def show_session(request: Request):
 
 
 async def export_session(request: Request):
+    from foliko_cli.exporters.foliko import document
+
     record = await service(request).get_session(_id(request))
-    return JSON([shown(record)])
+    return JSON([document(record)])
 
 
 async def delete_session(request: Request):

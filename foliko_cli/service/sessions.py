@@ -277,15 +277,17 @@ class SessionsMixin:
         return report
 
     async def _import_one(self, record: SessionRecord, on_conflict: str) -> str:
-        """Store one record, deciding under its lock on what is stored now. An
-        import is a use: the session's ``saved_at`` (what prune goes by) is now,
-        whatever the dates inside it. A session it replaces goes to the trash."""
+        """Store one record, deciding under its lock on what is stored now. The
+        session's ``saved_at`` (when foliko last used it: what prune goes by) is
+        the record's, as a foliko export keeps it, so a session comes back as it
+        was; a record without one (another tool's history) is used now, whatever
+        the dates inside it. A session it replaces goes to the trash."""
         existing = await self.storage.load(record.session_id)
         if existing is not None and content_hash(record) == content_hash(existing):
             return "unchanged"
         if existing is not None and on_conflict != "replace":
             return "skipped" if on_conflict == "skip" else "conflicts"
-        imported = relabelled(record, record.session_id)  # saved_at 0: now
+        imported = relabelled(record, record.session_id, saved_at=record.saved_at)
 
         async def write() -> int:
             return await self.storage.save(

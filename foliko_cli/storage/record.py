@@ -162,6 +162,12 @@ def new_metadata(now: int | None = None) -> dict[str, Any]:
     return {"created_at": now, "last_active": now, "message_count": 0, "compression_count": 0}
 
 
+def filled_metadata(metadata: dict[str, Any], saved_at: int, message_count: int) -> dict[str, Any]:
+    """``metadata`` with the keys every session has, as reading a session's public
+    JSON form fills them in (a missing time is ``saved_at``, or now without one)."""
+    return {**new_metadata(saved_at or None), **metadata, "message_count": message_count}
+
+
 def check_message(message: Any) -> dict[str, Any]:
     """Return ``message`` if it has the canonical shape, else raise ValueError."""
     if not isinstance(message, dict):
@@ -605,7 +611,7 @@ def record_from_dict(data: Any) -> SessionRecord:
             session_id=session_id,
             messages=[check_message(m) for m in messages],
             variables=variables,
-            metadata={**new_metadata(saved_at or None), **metadata, "message_count": len(messages)},
+            metadata=filled_metadata(metadata, saved_at, len(messages)),
             compression_state=compression_state,
             saved_at=saved_at,
         )

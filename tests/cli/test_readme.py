@@ -89,6 +89,7 @@ RUN: dict[str, Run | str] = {
         setup=seeded(["ops"]) + "foliko chat -s ops 'Größe' > /dev/null\n"
     ),
     "foliko usage ": Run(setup=seeded(["s1"])),
+    "foliko sessions export --all -o backup.json": Run(setup=seeded(["s1"])),
     "foliko sessions import conversations.json": (
         "needs other tools' exports and logs (ChatGPT, llm, Claude Code, Codex, Open WebUI); "
         "the importer tests cover each"
