@@ -33,6 +33,7 @@ class Hint:
     TRASH = "trash"
     REPAIR = "repair"
     FORMAT = "format"
+    KEEP = "keep"
 
 
 class FolikoError(Exception):
@@ -84,6 +85,18 @@ class NotInTrashError(UsageError):
 
 class ImagesRefusedError(UsageError):
     """A model server that says it cannot take the images attached to a turn."""
+
+
+class NothingToCompactError(UsageError):
+    """A compaction asked for when no message is left to fold into the summary."""
+
+    def __init__(self, session_id: str, why: str):
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} has nothing to compact: {why}",
+            fix="keep fewer of its last turns verbatim",
+            hint=Hint.KEEP,
+        )
 
 
 class StorageConfigError(UsageError):

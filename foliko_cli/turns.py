@@ -40,10 +40,28 @@ def drop_turns(messages: list[dict[str, Any]], turns: int, *, session_id: str) -
     return keep_turns(messages, total - turns, session_id=session_id)
 
 
+def turns_before(messages: list[dict[str, Any]], position: int) -> int:
+    """How many turns begin before ``position``: the number of the turn (from 1)
+    that holds the message there."""
+    return sum(1 for message in messages[:position] if message.get("role") == "user")
+
+
 def cut_compression(state: dict[str, Any], kept: int) -> dict[str, Any]:
     """The compression state for a history cut to its first ``kept`` messages:
-    a summary standing for messages that are gone no longer applies."""
+    a summary standing for messages that are gone no longer applies, nor does a
+    compaction still waiting for a reply to be kept on (``compactions``)."""
     covered = state.get("covered", 0)
-    if isinstance(covered, int) and covered <= kept:
-        return dict(state)
-    return {}
+    if not (isinstance(covered, int) and covered <= kept):
+        return {}
+    state = dict(state)
+    if isinstance(state.get("compactions"), list):
+        state["compactions"] = [
+            entry
+            for entry in state["compactions"]
+            if isinstance(entry, dict) and _at_most(entry.get("covered"), kept)
+        ]
+    return state
+
+
+def _at_most(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value <= limit

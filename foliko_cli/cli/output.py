@@ -50,6 +50,7 @@ FLAGS = {
     Hint.TRASH: "foliko sessions trash list",
     Hint.REPAIR: "foliko storage check --repair",
     Hint.FORMAT: "--format",
+    Hint.KEEP: "--keep N",
 }
 
 
