@@ -10,14 +10,15 @@ A reply whose turn first summarised the history carries that call's usage
 as ``compression_usage`` (and its ``cost`` covers both): it is counted in
 the totals and shown apart as ``compression_input_tokens`` and
 ``compression_output_tokens``. So is the summarising call of a compaction
-asked for between turns (``sessions compact``): its usage and cost are on
-its entry, among the ``compactions`` of the next turn's reply, or of the
-compression state until that turn.
+asked for between turns (``sessions compact``), though it is not a reply:
+its usage and cost are on its entry (among the ``compactions`` of the next
+turn's reply, or of the compression state until that turn), counted under
+its own model and time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -37,44 +38,55 @@ def message_usage(message: dict[str, Any]) -> dict[str, int | float] | None:
         return None
     counters = _numbers(message.get("usage"))
     compression = _numbers(message.get("compression_usage"))
-    manual, manual_cost = _manual(message.get("compactions"))
-    for key, value in manual.items():
-        compression[key] = compression.get(key, 0) + value
     for key in _FIRST_KEYS:
         if key in compression:
             counters[key] = counters.get(key, 0) + compression[key]
             counters[f"compression_{key}"] = compression[key]
     cost = message.get("cost", counters.pop("cost", None))
-    if manual_cost:
-        cost = (cost if _number(cost) else 0) + manual_cost
     if _number(cost):
         counters["cost"] = cost
     return counters or None
 
 
-def _manual(entries: Any) -> tuple[dict[str, int | float], float]:
-    """The summed usage and cost of the compactions among ``entries`` that were
-    asked for (a turn's own are in its ``compression_usage`` and ``cost``)."""
-    usage: dict[str, int | float] = {}
-    cost = 0.0
-    for entry in entries if isinstance(entries, list) else ():
-        if isinstance(entry, dict) and entry.get("trigger") == "manual":
-            for key, value in _numbers(entry.get("usage")).items():
-                usage[key] = usage.get(key, 0) + value
-            cost += entry["cost"] if _number(entry.get("cost")) else 0
-    return usage, cost
-
-
-def waiting_usage(compression_state: dict[str, Any]) -> dict[str, int | float] | None:
-    """The counters of the compactions asked for since the last turn (not yet on a
-    reply), as ``message_usage`` counts them; None if none."""
-    usage, cost = _manual(compression_state.get("compactions"))
-    if not usage and not cost:
+def compaction_usage(entry: Any) -> dict[str, int | float] | None:
+    """The counters of a compaction asked for (``trigger`` manual), as
+    ``message_usage`` counts a reply's compression; None for any other (a
+    turn's own compactions are counted on its reply)."""
+    if not isinstance(entry, dict) or entry.get("trigger") != "manual":
         return None
-    stand_in: dict[str, Any] = {"role": "assistant", "compression_usage": usage}
-    if cost:
-        stand_in["cost"] = cost
-    return message_usage(stand_in)
+    usage = _numbers(entry.get("usage"))
+    counters: dict[str, int | float] = {}
+    for key in _FIRST_KEYS:
+        if key in usage:
+            counters[key] = counters[f"compression_{key}"] = usage[key]
+    if _number(entry.get("cost")):
+        counters["cost"] = entry["cost"]
+    return counters or None
+
+
+def _entries(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _counted(
+    messages: Iterable[dict[str, Any]], compression_state: dict[str, Any] | None = None
+) -> Iterator[tuple[Any, Any, dict[str, int | float], int]]:
+    """``(created_at, model, counters, replies)`` of each reply with counters and
+    of each compaction asked for (``replies`` 0), the waiting ones last."""
+    for message in messages:
+        counters = message_usage(message)
+        if counters is not None:
+            yield message.get("created_at"), message.get("model"), counters, 1
+        if message.get("role") == "assistant":
+            yield from _compactions(message.get("compactions"))
+    yield from _compactions((compression_state or {}).get("compactions"))
+
+
+def _compactions(entries: Any) -> Iterator[tuple[Any, Any, dict[str, int | float], int]]:
+    for entry in _entries(entries):
+        counters = compaction_usage(entry)
+        if counters is not None:
+            yield entry.get("at"), entry.get("model"), counters, 0
 
 
 def _numbers(usage: Any) -> dict[str, int | float]:
@@ -112,16 +124,11 @@ def ordered(totals: dict[str, Any]) -> dict[str, Any]:
 def usage_totals(
     messages: Iterable[dict[str, Any]], compression_state: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """One session's totals (``sessions show --json``), with the compactions its
-    ``compression_state`` holds for the next reply."""
+    """One session's totals (``sessions show --json``), the compactions waiting
+    in its ``compression_state`` included."""
     totals: dict[str, Any] = {"replies": 0}
-    for message in messages:
-        counters = message_usage(message)
-        if counters is not None:
-            add(totals, counters)
-    waiting = waiting_usage(compression_state or {})
-    if waiting is not None:
-        add(totals, waiting, replies=0)
+    for _, _, counters, replies in _counted(messages, compression_state):
+        add(totals, counters, replies)
     return ordered(totals)
 
 
@@ -139,7 +146,9 @@ def summarise(
     groups: dict[str, dict[str, Any]] = {}
     total: dict[str, Any] = {"replies": 0}
     for record in records:
-        for created, model, counters, replies in _counted(record):
+        for created, model, counters, replies in _counted(
+            record.messages, record.compression_state
+        ):
             if since is not None and not (_number(created) and created >= since):
                 continue
             if by == "session":
@@ -152,20 +161,6 @@ def summarise(
             add(total, counters, replies)
     rows = [{by: key, **ordered(groups[key])} for key in sorted(groups)]
     return {"by": by, "rows": rows, "total": ordered(total)}
-
-
-def _counted(record: SessionRecord) -> Iterable[tuple[Any, Any, dict[str, int | float], int]]:
-    """``(created_at, model, counters, replies)`` of each reply with counters, then
-    of each compaction waiting for the next one."""
-    for message in record.messages:
-        counters = message_usage(message)
-        if counters is not None:
-            yield message.get("created_at"), message.get("model"), counters, 1
-    waiting = record.compression_state.get("compactions")
-    for entry in waiting if isinstance(waiting, list) else ():
-        counters = waiting_usage({"compactions": [entry]})
-        if counters is not None:
-            yield entry.get("at"), entry.get("model"), counters, 0
 
 
 def with_usage(data: dict[str, Any], record: Any) -> dict[str, Any]:

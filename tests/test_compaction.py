@@ -310,3 +310,23 @@ def test_a_summary_from_before_the_log_is_listed_as_one_entry(tmp_path):
 
     assert (entry["number"], entry["summary"], entry["covered"]) == (None, "earlier", 2)
     assert (entry["turns"], entry["status"], entry["usage"]) == ([1, 1], "active", None)
+
+
+class Summariser(Recording):
+    name = "summariser"
+
+
+def test_a_compaction_counts_under_its_own_model_and_time_after_the_next_turn(tmp_path):
+    with Foliko("memory", Recording(), home=tmp_path) as foliko:
+        chat_turns(foliko, "s", 3)
+        entry = foliko.compact("s", keep=1, model=Summariser())
+        foliko.chat("s", "next")
+        by_model = {row["model"]: row for row in foliko.usage(by="model")["rows"]}
+        later = foliko.usage(since=entry["at"] + 1)["total"]
+
+    assert entry["model"] == "summariser"
+    assert by_model["summariser"]["replies"] == 0
+    assert by_model["summariser"]["compression_input_tokens"] == 1000
+    assert "compression_input_tokens" not in by_model["echo"]
+    assert by_model["echo"]["replies"] == 4
+    assert "compression_input_tokens" not in later, "counted at its own time, not the reply's"

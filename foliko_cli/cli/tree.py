@@ -69,10 +69,10 @@ def _last(rows: list[dict[str, Any]], index: int, depth: int) -> bool:
 def tree(ctx: click.Context, session_ids: list[str], fmt: str | None) -> None:
     """Show which session was forked from which, and after which turn.
 
-    With ID, only its family: its first stored ancestor and every session
-    forked from that. Forks made by chat --from, the serve APIs and imported
-    branches (ID.branch-N) all count. A fork whose parent is gone (deleted or
-    renamed) is a root that still names it.
+    With ID, only its family: its oldest ancestor still stored and every
+    session forked from that. Forks made by chat --from, the serve APIs and
+    imported branches (ID.branch-N) all count. A fork whose parent is gone
+    (deleted or renamed) is a root that still names it.
 
     \b
     Examples:

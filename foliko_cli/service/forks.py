@@ -20,8 +20,8 @@ class ForksMixin:
     """``session_tree``."""
 
     async def session_tree(self, session_id: str | None = None) -> list[dict[str, Any]]:
-        """Every session (or only ``session_id``'s family: its first ancestor still
-        stored and everything forked from that), depth first, each a row:
+        """Every session (or only ``session_id``'s family: its oldest ancestor
+        still stored and everything forked from that), depth first, each a row:
         ``session_id``, ``parent`` (the id it was forked from; None for an
         original), ``turn`` (how many of the parent's turns it shares whole) and
         ``message`` (where its own messages begin), ``depth`` (0 for a root),

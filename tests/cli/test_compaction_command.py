@@ -46,6 +46,9 @@ def test_compact_show_and_uncompact(run):
         "the model's view begins at message 5\n"
     )
     assert orjson.loads(ok(run("sessions", "show", "s1", "--compactions", "--json"))) == [entry]
+    usage = orjson.loads(ok(run("sessions", "show", "s1", "--json")))["usage"]
+    assert usage["compression_input_tokens"] == entry["usage"]["input_tokens"] > 0
+    assert usage["replies"] == 3
 
     listed = ok(run("sessions", "show", "s1", "--compactions")).splitlines()
     assert listed[0].startswith("compaction 1 · ")
