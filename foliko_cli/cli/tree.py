@@ -30,28 +30,24 @@ def label(row: dict[str, Any]) -> str:
 
 def drawn(rows: list[dict[str, Any]]) -> list[str]:
     """The rows (depth first) as ``tree`` draws a directory: ├── └── │."""
-    lines = []
+    last = [True] * len(rows)  # no later sibling
+    below: set[int] = set()  # depths met since the tree last climbed above them
+    for index in range(len(rows) - 1, -1, -1):
+        depth = rows[index]["depth"]
+        last[index] = depth not in below
+        below = {d for d in below if d < depth} | {depth}
+    lines: list[str] = []
+    open_levels: list[bool] = []  # for each ancestor level: does a sibling follow?
     for index, row in enumerate(rows):
         depth = row["depth"]
-        if depth == 0:
+        del open_levels[max(0, depth - 1) :]
+        if depth:
+            rails = "".join("│   " if more else "    " for more in open_levels)
+            lines.append(rails + ("└── " if last[index] else "├── ") + label(row))
+            open_levels.append(not last[index])
+        else:
             lines.append(label(row))
-            continue
-        prefix = "".join(
-            "    " if _last(rows, index, level) else "│   " for level in range(1, depth)
-        )
-        lines.append(prefix + ("└── " if _last(rows, index, depth) else "├── ") + label(row))
     return lines
-
-
-def _last(rows: list[dict[str, Any]], index: int, depth: int) -> bool:
-    """Whether the ancestor at ``depth`` of row ``index`` (or the row itself) has
-    no later sibling: no row at that depth follows before the tree climbs above it."""
-    for row in rows[index + 1 :]:
-        if row["depth"] < depth:
-            return True
-        if row["depth"] == depth:
-            return False
-    return True
 
 
 @click.command()
