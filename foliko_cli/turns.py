@@ -8,6 +8,7 @@ turn and are always kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from foliko_cli.errors import UsageError
@@ -46,20 +47,29 @@ def turns_before(messages: list[dict[str, Any]], position: int) -> int:
     return sum(1 for message in messages[:position] if message.get("role") == "user")
 
 
-def cut_compression(state: dict[str, Any], kept: int) -> dict[str, Any]:
-    """The compression state for a history cut to its first ``kept`` messages:
-    a summary standing for messages that are gone no longer applies, nor does a
-    compaction still waiting for a reply to be kept on (``compactions``)."""
+def cut_compression(
+    state: dict[str, Any], kept: int, dropped: Iterable[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """The compression state for a history cut to its first ``kept`` messages
+    (``dropped``: the messages that went): a summary standing for messages
+    that are gone no longer applies. The compactions still in effect that a
+    dropped reply kept, and those waiting for a reply, wait for the next one
+    (``compactions``)."""
     covered = state.get("covered", 0)
     if not (isinstance(covered, int) and covered <= kept):
         return {}
     state = dict(state)
-    if isinstance(state.get("compactions"), list):
-        state["compactions"] = [
-            entry
-            for entry in state["compactions"]
-            if isinstance(entry, dict) and _at_most(entry.get("covered"), kept)
-        ]
+    carried = [m.get("compactions") for m in dropped if m.get("role") == "assistant"]
+    waiting = [
+        entry
+        for entries in [*carried, state.get("compactions")]
+        if isinstance(entries, list)
+        for entry in entries
+        if isinstance(entry, dict) and _at_most(entry.get("covered"), kept)
+    ]
+    state.pop("compactions", None)
+    if waiting:
+        state["compactions"] = waiting
     return state
 
 

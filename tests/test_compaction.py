@@ -330,3 +330,25 @@ def test_a_compaction_counts_under_its_own_model_and_time_after_the_next_turn(tm
     assert "compression_input_tokens" not in by_model["echo"]
     assert by_model["echo"]["replies"] == 4
     assert "compression_input_tokens" not in later, "counted at its own time, not the reply's"
+
+
+def test_a_compaction_in_effect_stays_listed_when_its_reply_goes(foliko):
+    """rewind, regenerate and a fork can drop the reply that keeps a compaction
+    whose summary still holds: it then waits for the next reply again."""
+    chat_turns(foliko, "s", 3)
+    entry = foliko.compact("s", keep=1)
+    foliko.chat("s", "turn 4")  # its reply now keeps the compaction
+    early = foliko.fork_session("s", "early", turns=3)
+
+    assert early.compression_state["covered"] == entry["covered"]
+    assert foliko.compactions("early") == [entry]
+    rewound = foliko.rewind_session("s")
+    assert [e["number"] for e in rewound.compression_state["compactions"]] == [1]
+    assert foliko.compactions("s") == [entry]
+    foliko.chat("s", "turn 4 again")
+    foliko.chat("s", None, regenerate=True)
+    assert foliko.compactions("s") == [entry]
+    [carrier] = [m for m in foliko.get_session("s").messages if m.get("compactions")]
+    assert carrier["content"] == "turn 4 again"
+    by_session = {row["session"]: row for row in foliko.usage()["rows"]}
+    assert by_session["s"]["compression_input_tokens"] == 1000, "counted once"

@@ -101,7 +101,7 @@ def forked(
             "last_active": now,
             **fork_origin(source.session_id, source.messages, kept),
         },
-        compression_state=cut_compression(source.compression_state, kept),
+        compression_state=cut_compression(source.compression_state, kept, source.messages[kept:]),
     )
 
 

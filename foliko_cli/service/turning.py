@@ -260,7 +260,9 @@ class TurnsMixin:
             messages=record.messages[:kept],
             variables=record.variables,
             metadata=record.metadata,
-            compression_state=cut_compression(record.compression_state, kept),
+            compression_state=cut_compression(
+                record.compression_state, kept, record.messages[kept:]
+            ),
         )
         parts = tuple(replaced.get("attachments") or ())
         if message or not parts:
