@@ -291,16 +291,35 @@ class AgentChatHandler:
                 session.revision = revision
 
     async def compact(
-        self, session_id: str, *, request: RequestContext | None = None
+        self,
+        session_id: str,
+        *,
+        request: RequestContext | None = None,
+        keep: int | None = None,
     ) -> dict[str, Any]:
-        """Compress the session's history now, as a full window would, and save
-        it; return the session's compression state (``summary``, ``covered``)."""
+        """Compress the session's history now: all but its last ``keep`` turns, or
+        (None) as a full window would. Save it and return the compaction (see
+        compression.py), which waits in the compression state for the next
+        turn's reply; NothingToCompactError, and nothing saved, when there is
+        nothing to fold in."""
         request = request or self.framework.get_request_context() or RequestContext()
 
         async def work(session: SessionContext) -> tuple[dict[str, Any], bool]:
+            await self.learn_context_window()
             session.system_prompt = self.build_system_prompt(session)
-            await self._compress(session, request, force=True)
-            return dict(session.compression_state), False
+            entry = await self.compressor.compact(
+                session,
+                session.system_prompt,
+                self.model,
+                time.monotonic() + request.remaining(),
+                keep=keep,
+            )
+            cost = turn_cost(entry["usage"], self.model.price)
+            if cost is not None:
+                entry["cost"] = cost
+            state = session.compression_state
+            state["compactions"] = [*_pending(state), entry]
+            return entry, False
 
         return await self._in_session(session_id, request, work)
 
@@ -494,6 +513,7 @@ class AgentChatHandler:
         *,
         force: bool = False,
         spent: dict[str, int] | None = None,
+        made: list[dict[str, Any]] | None = None,
     ) -> bool:
         return await self.compressor.compress_if_needed(
             session,
@@ -502,6 +522,7 @@ class AgentChatHandler:
             time.monotonic() + request.remaining(),
             force=force,
             spent=spent,
+            made=made,
         )
 
     async def _call_within_window(
@@ -512,10 +533,11 @@ class AgentChatHandler:
         turn: TurnOptions,
         events: asyncio.Queue | None,
         spent: dict[str, int],
+        made: list[dict[str, Any]],
     ) -> ModelResponse:
         """Call the model; when the prompt overflows its window, learn the window
         (from the error, or below the prompt's estimate), compress, and retry once.
-        A compression's model call is added to ``spent``."""
+        A compression's model call is added to ``spent``, the compaction to ``made``."""
         model_request = self.model_request(session, specs, request, turn)
         try:
             return await self._call_model(model_request, events)
@@ -527,7 +549,7 @@ class AgentChatHandler:
             if exc.window:
                 self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
-            await self._compress(session, request, force=True, spent=spent)
+            await self._compress(session, request, force=True, spent=spent, made=made)
             model_request = self.model_request(session, specs, request, turn)
             self._check_fits(model_request, session)
             try:
@@ -624,18 +646,22 @@ class AgentChatHandler:
         usage: dict[str, int] = {}
         compression: dict[str, int] = {}
         spent: dict[str, int] = {}  # by compression, not yet on a reply
+        made: list[dict[str, Any]] = _pending(session.compression_state)  # compactions, likewise
+        session.compression_state.pop("compactions", None)
         response = ModelResponse(text="")
         step = 0
         handed_back = False
         while step < self.max_steps:
             step += 1
             if turn.compress:
-                await self._compress(session, request, spent=spent)
+                await self._compress(session, request, spent=spent, made=made)
             else:
                 model_request = self.model_request(session, specs, request, turn)
                 self._check_fits(model_request, session, compressed=False)
             called = time.monotonic()
-            response = await self._call_within_window(session, specs, request, turn, events, spent)
+            response = await self._call_within_window(
+                session, specs, request, turn, events, spent, made
+            )
             if choice not in (None, "auto"):
                 turn = turn._replace(options={**turn.options, "tool_choice": "auto"})
                 choice = "auto"
@@ -654,6 +680,9 @@ class AgentChatHandler:
             if spent:
                 reply["compression_usage"] = dict(spent)
                 compression = summed(compression, spent)
+            if made:
+                reply["compactions"] = list(made)
+                made.clear()
             cost = turn_cost(summed(response.usage, spent), self.model.price)
             spent.clear()
             if cost is not None:
@@ -747,6 +776,12 @@ class AgentChatHandler:
         if response is None:
             raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
         return response
+
+
+def _pending(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The compactions asked for since the last turn, waiting for its reply."""
+    waiting = state.get("compactions")
+    return [e for e in waiting if isinstance(e, dict)] if isinstance(waiting, list) else []
 
 
 def _checked_tool_choice(options: Mapping[str, Any], specs: list[dict[str, Any]]) -> Any:

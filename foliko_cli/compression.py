@@ -8,6 +8,18 @@ oldest uncovered messages (up to a user message, so a tool call is never
 separated from its result) are summarised by the model, folding in the
 previous summary; when summarising fails, they are simply dropped
 (truncation). Both count as a compression.
+
+Each compression is also written down, as a *compaction*: its ``number``
+(the session's ``compression_count`` after it), ``at`` (ms), ``trigger``
+(``auto``: a turn needed it; ``manual``: asked for, ``sessions compact``),
+``method``, ``model``, ``from`` (the first message it folded in; those
+before were in the previous summary), ``covered``, ``summary``, the
+summarising call's ``usage`` and, with prices, ``cost``. A turn keeps the
+compactions it made on its reply (``compactions``, beside
+``compression_usage``); one asked for between turns waits in
+``compression_state["compactions"]`` until the next turn's first reply takes
+it. So the state stays small however often a session is compressed, and a
+turn writes each summary once.
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ import orjson
 
 from foliko_cli.clock import now_ms
 from foliko_cli.context.session import SessionContext
-from foliko_cli.errors import FolikoError
+from foliko_cli.errors import FolikoError, NothingToCompactError
 from foliko_cli.models.base import ModelProvider, ModelRequest
 from foliko_cli.tokens import TokenCounter, estimate_tokens
 
@@ -124,10 +136,11 @@ class Compressor:
         *,
         force: bool = False,
         spent: dict[str, int] | None = None,
+        made: list[dict[str, Any]] | None = None,
     ) -> bool:
         """Compress when the request would pass THRESHOLD of the budget (or ``force``:
         the server said the request does not fit). The summarising call's usage
-        is added to ``spent``.
+        is added to ``spent``, the compaction appended to ``made``.
 
         The verbatim tail takes at most KEEP_SHARE and the summary SUMMARY_SHARE
         of the room the system prompt and tools leave, so a compressed request
@@ -135,32 +148,111 @@ class Compressor:
         """
         prompt, messages = self.view(session, system)
         total = self.tokens(prompt, messages)
-        state = session.compression_state
-        state["last_token_count"] = total
+        session.compression_state["last_token_count"] = total
         if total <= self.budget * THRESHOLD and not force:
             return False
+        covered = self._start(session)
+        cut = self._cut(session.messages, covered, self.room(system))
+        entry = await self._fold(session, system, model, covered, cut, deadline, "auto")
+        if entry is None:
+            return False
+        if spent is not None:
+            for key, value in entry["usage"].items():
+                spent[key] = spent.get(key, 0) + value
+        if made is not None:
+            made.append(entry)
+        return True
+
+    async def compact(
+        self,
+        session: SessionContext,
+        system: str | None,
+        model: ModelProvider,
+        deadline: float | None = None,
+        *,
+        keep: int | None = None,
+    ) -> dict[str, Any]:
+        """Compress now (a manual compaction): everything before the last ``keep``
+        turns, or (None) what a full window would. Return the compaction;
+        NothingToCompactError when no message is left to fold in."""
+        covered = self._start(session)
+        messages = session.messages
+        starts = [i for i in range(covered, len(messages)) if messages[i]["role"] == "user"]
+        if keep is None:
+            cut = self._cut(messages, covered, self.room(system))
+        elif keep == 0:
+            cut = len(messages)
+            if messages and messages[-1].get("tool_calls"):  # its results are still to come
+                cut = starts[-1] if starts else covered
+        else:
+            cut = starts[len(starts) - keep] if keep <= len(starts) else covered
+        entry = await self._fold(session, system, model, covered, cut, deadline, "manual")
+        if entry is not None:
+            return entry
+        since = " since its last compaction" if session.compression_state.get("summary") else ""
+        if covered == len(messages):
+            why = "it has no messages" if not since else "it has no message" + since
+        elif keep is not None:
+            why = f"it has {len(starts)} turn(s){since}, and keeping the last {keep} keeps them all"
+        else:
+            why = f"its {len(starts)} turn(s){since} fit in the part of the window kept verbatim"
+        raise NothingToCompactError(session.session_id, why)
+
+    def _start(self, session: SessionContext) -> int:
+        """Where the messages after the summary begin in ``session.messages``; a
+        state that no longer fits the history is dropped."""
+        state = session.compression_state
         covered = state.get("covered", 0) - session.message_offset
         if not 0 <= covered <= len(session.messages):
             covered = 0
             state.pop("summary", None)
-        room = self.room(system)
-        cut = self._cut(session.messages, covered, room)
+        return covered
+
+    async def _fold(
+        self,
+        session: SessionContext,
+        system: str | None,
+        model: ModelProvider,
+        covered: int,
+        cut: int,
+        deadline: float | None,
+        trigger: str,
+    ) -> dict[str, Any] | None:
+        """Fold the messages from ``covered`` to ``cut`` into the summary; return the
+        compaction, or None when there are none."""
         if cut <= covered:
-            return False
+            return None
+        state = session.compression_state
+        usage: dict[str, int] = {}
+        limit = int(self.room(system) * SUMMARY_SHARE)
         older = session.messages[covered:cut]
         summary, method = await self._summarise(
-            state.get("summary"), older, model, int(room * SUMMARY_SHARE), deadline, spent
+            state.get("summary"), older, model, limit, deadline, usage
         )
+        now = now_ms()
+        offset = session.message_offset
         state.update(
             summary=summary,
-            covered=session.message_offset + cut,
+            covered=offset + cut,
             method=method,
-            last_compressed_at=now_ms(),
+            last_compressed_at=now,
             pending_compression=False,
         )
-        session.metadata["compression_count"] = session.metadata.get("compression_count", 0) + 1
+        number = session.metadata.get("compression_count", 0) + 1
+        session.metadata["compression_count"] = number
         state["last_token_count"] = self.tokens(*self.view(session, system))
-        return True
+        entry = {
+            "number": number,
+            "at": now,
+            "trigger": trigger,
+            "method": method,
+            "model": model.name,
+            "from": offset + covered,
+            "covered": offset + cut,
+            "summary": summary,
+            "usage": usage,
+        }
+        return entry
 
     async def _summarise(
         self,
@@ -169,7 +261,7 @@ class Compressor:
         model: ModelProvider,
         limit: int,
         deadline: float | None,
-        spent: dict[str, int] | None,
+        spent: dict[str, int],
     ) -> tuple[str | None, str]:
         parts = []
         if previous:
@@ -186,9 +278,8 @@ class Compressor:
             response = await model.generate(request)
         except (FolikoError, OSError, ValueError, RuntimeError):
             return previous, "truncation"
-        if spent is not None:
-            for key, value in response.usage.items():
-                spent[key] = spent.get(key, 0) + value
+        for key, value in response.usage.items():
+            spent[key] = spent.get(key, 0) + value
         summary = response.text.strip()
         if not summary:
             return previous, "truncation"

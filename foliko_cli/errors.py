@@ -36,6 +36,7 @@ class Hint:
     PARAMETER = "parameter"
     TEMPLATES = "templates"
     EDIT_TEMPLATE = "edit_template"
+    KEEP = "keep"
 
 
 class FolikoError(Exception):
@@ -87,6 +88,18 @@ class NotInTrashError(UsageError):
 
 class ImagesRefusedError(UsageError):
     """A model server that says it cannot take the images attached to a turn."""
+
+
+class NothingToCompactError(UsageError):
+    """A compaction asked for when no message is left to fold into the summary."""
+
+    def __init__(self, session_id: str, why: str):
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} has nothing to compact: {why}",
+            fix="keep fewer of its last turns verbatim",
+            hint=Hint.KEEP,
+        )
 
 
 class StorageConfigError(UsageError):

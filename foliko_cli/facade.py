@@ -31,7 +31,17 @@ T = TypeVar("T")
 
 INTERRUPTED = "interrupted before the operation finished"
 READS = frozenset(
-    {"get_session", "list_sessions", "session_ids", "get_variables", "search", "usage", "info"}
+    {
+        "get_session",
+        "list_sessions",
+        "session_ids",
+        "get_variables",
+        "search",
+        "usage",
+        "info",
+        "compactions",
+        "session_tree",
+    }
 )
 """Operations that only read: they may run without an event loop (see ``_without_loop``)."""
 INTERRUPTED_TURN = "interrupted; the turn was not saved"
@@ -225,6 +235,10 @@ class Foliko:
     rename_session = _blocking("rename_session")
     fork_session = _blocking("fork_session")
     rewind_session = _blocking("rewind_session")
+    compact = _blocking("compact")
+    compactions = _blocking("compactions")
+    uncompact = _blocking("uncompact")
+    session_tree = _blocking("session_tree")
     latest_session_id = _blocking("latest_session_id")
     clear_session = _blocking("clear_session")
     import_sessions = _blocking("import_sessions")

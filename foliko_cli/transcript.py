@@ -42,8 +42,12 @@ def _title(record: SessionRecord) -> str:
     )
 
 
-def markdown(record: SessionRecord, *, first_seq: int | None = None) -> Iterator[str]:
-    """The session as Markdown; ``first_seq`` numbers messages when only a tail is given."""
+def markdown(
+    record: SessionRecord, *, first_seq: int | None = None, view_start: int = 0
+) -> Iterator[str]:
+    """The session as Markdown; ``first_seq`` numbers messages when only a tail is
+    given; a ``view_start`` above 0 is marked before that message (the model's
+    view begins there: the messages before are in the compression summary)."""
     start = record.first_seq if first_seq is None else first_seq
     meta = record.metadata
     yield f"# Session {_title(record)}"
@@ -54,8 +58,17 @@ def markdown(record: SessionRecord, *, first_seq: int | None = None) -> Iterator
     for key, value in sorted(record.variables.items()):
         yield f"- variable `{key}` = `{orjson.dumps(value).decode()}`"
     for seq, message in enumerate(record.messages, start=start):
+        if seq == view_start and seq:
+            yield ""
+            yield f"> {view_begins(seq)}"
         yield ""
         yield from _markdown_message(seq, message)
+
+
+def view_begins(seq: int) -> str:
+    """The note that marks where the model's view of a compacted session begins."""
+    before = "message 1 is" if seq == 1 else f"messages 1–{seq} are"
+    return f"The model's view begins here: {before} in the summary."
 
 
 def _markdown_message(seq: int, message: dict[str, Any]) -> Iterator[str]:

@@ -8,6 +8,7 @@ turn and are always kept.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from foliko_cli.errors import UsageError
@@ -40,10 +41,37 @@ def drop_turns(messages: list[dict[str, Any]], turns: int, *, session_id: str) -
     return keep_turns(messages, total - turns, session_id=session_id)
 
 
-def cut_compression(state: dict[str, Any], kept: int) -> dict[str, Any]:
-    """The compression state for a history cut to its first ``kept`` messages:
-    a summary standing for messages that are gone no longer applies."""
+def turns_before(messages: list[dict[str, Any]], position: int) -> int:
+    """How many turns begin before ``position``: the number of the turn (from 1)
+    that holds the message there."""
+    return sum(1 for message in messages[:position] if message.get("role") == "user")
+
+
+def cut_compression(
+    state: dict[str, Any], kept: int, dropped: Iterable[dict[str, Any]] = ()
+) -> dict[str, Any]:
+    """The compression state for a history cut to its first ``kept`` messages
+    (``dropped``: the messages that went): a summary standing for messages
+    that are gone no longer applies. The compactions still in effect that a
+    dropped reply kept, and those waiting for a reply, wait for the next one
+    (``compactions``)."""
     covered = state.get("covered", 0)
-    if isinstance(covered, int) and covered <= kept:
-        return dict(state)
-    return {}
+    if not (isinstance(covered, int) and covered <= kept):
+        return {}
+    state = dict(state)
+    carried = [m.get("compactions") for m in dropped if m.get("role") == "assistant"]
+    waiting = [
+        entry
+        for entries in [*carried, state.get("compactions")]
+        if isinstance(entries, list)
+        for entry in entries
+        if isinstance(entry, dict) and _at_most(entry.get("covered"), kept)
+    ]
+    state.pop("compactions", None)
+    if waiting:
+        state["compactions"] = waiting
+    return state
+
+
+def _at_most(value: Any, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value <= limit

@@ -53,6 +53,7 @@ FLAGS = {
     Hint.PARAMETER: "-p/--param NAME VALUE",
     Hint.TEMPLATES: "foliko templates list",
     Hint.EDIT_TEMPLATE: "foliko templates edit NAME",
+    Hint.KEEP: "--keep N",
 }
 
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import click
 
+from foliko_cli.errors import UsageError
+
 INT64 = range(-(2**63), 2**63)
 
 
@@ -230,6 +232,19 @@ def storage_option(command: Callable) -> Callable:
     """``--storage`` among the command's own options (every command gets it
     anyway, after its own, from ``adopt``)."""
     return click.option("--storage", **_global_settings("storage"))(command)
+
+
+def one_session(session_ids: list[str], usage: str) -> str:
+    """The one id ``sessions_argument`` gave; ``usage`` is the command's, after
+    ``foliko sessions``."""
+    if len(session_ids) != 1:
+        what = "name one session" if not session_ids else "name only one session"
+        raise UsageError(f"{what}: foliko sessions {usage}")
+    return session_ids[0]
+
+
+def json_flag(help: str):
+    return click.option("--json", "as_json", is_flag=True, help=help)
 
 
 def sessions_argument(*, many: bool = False):

@@ -26,6 +26,8 @@ from foliko_cli.cli.output import (
 from foliko_cli.cli.params import (
     Duration,
     complete_session_ids,
+    json_flag,
+    one_session,
     parse_json_value,
     sessions_argument,
     storage_option,
@@ -35,19 +37,8 @@ from foliko_cli.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError
 from foliko_cli.exporters import FORMATS as EXPORT_FORMATS
 from foliko_cli.importers import FORMATS
-from foliko_cli.storage.record import record_to_dict, summary_to_dict
+from foliko_cli.storage.record import covered_messages, record_to_dict, summary_to_dict
 from foliko_cli.usage import with_usage
-
-
-def one_session(session_ids: list[str], usage: str) -> str:
-    if len(session_ids) != 1:
-        what = "name one session" if not session_ids else "name only one session"
-        raise UsageError(f"{what}: foliko sessions {usage}")
-    return session_ids[0]
-
-
-def json_flag(help: str):
-    return click.option("--json", "as_json", is_flag=True, help=help)
 
 
 @click.group()
@@ -127,23 +118,44 @@ ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool
     default=True,
     help="On a terminal, page long output through $PAGER (default: less -FRX).",
 )
+@click.option(
+    "--compactions",
+    is_flag=True,
+    help="List the session's compactions instead: each summary, the turns it stands "
+    "for and its model call's usage (a JSON list with --json).",
+)
 @storage_option
 @click.pass_context
 def show(
-    ctx: click.Context, session_ids: list[str], tail: int | None, fmt: str | None, pager: bool
+    ctx: click.Context,
+    session_ids: list[str],
+    tail: int | None,
+    fmt: str | None,
+    pager: bool,
+    compactions: bool,
 ) -> None:
     """Show a session's messages, variables and metadata.
 
-    --json prints {session_id, messages, variables, metadata}.
+    --json prints {session_id, messages, variables, metadata}. In a compacted
+    session, a line marks the message where the model's view begins (the
+    messages before it are in the summary).
 
     \b
     Examples:
       foliko sessions show s1
       foliko sessions show -s s1 --json --tail 2
       foliko sessions show s1 --format markdown > s1.md
+      foliko sessions show s1 --compactions
     """
     session_id = one_session(session_ids, "show ID")
+    if compactions:
+        from foliko_cli.cli.compaction import print_compactions
+
+        entries = open_facade(ctx).compactions(session_id)
+        print_compactions(session_id, entries, fmt == "json")
+        return
     record = open_facade(ctx).get_session(session_id)
+    view_start = covered_messages(record, len(record.messages))
     data = record_to_dict(record)
     if tail is not None:
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
@@ -156,7 +168,7 @@ def show(
 
         first = len(record.messages) - len(data["messages"])
         record.messages = data["messages"]
-        lines = transcript.markdown(record, first_seq=first)
+        lines = transcript.markdown(record, first_seq=first, view_start=view_start)
         shown = (paint(line, "cyan") if line.startswith("#") else line for line in lines)
         page("\n".join(shown) + "\n", enabled=pager)
         return
@@ -169,9 +181,16 @@ def show(
     ]
     if meta.get("system_prompt"):
         lines.append(f"system    {meta['system_prompt']}")
+    if view_start:
+        lines.append(f"view      from message {view_start + 1} (see --compactions)")
     for key, value in sorted(record.variables.items()):
         lines.append(f"var       {key} = {orjson.dumps(value).decode()}")
-    for message in data["messages"]:
+    first = len(record.messages) - len(data["messages"])
+    for seq, message in enumerate(data["messages"], start=first):
+        if seq == view_start and seq:
+            from foliko_cli.transcript import view_begins
+
+            lines.append(f"\n── {view_begins(seq)} ──")
         label = message["role"]
         if message.get("tool_calls"):
             label += " → " + ", ".join(c["name"] for c in message["tool_calls"])
@@ -583,8 +602,13 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
         facade.update_variables(session_id, {}, unset=(words[0],))
 
 
+from foliko_cli.cli.compaction import compact, uncompact  # noqa: E402
 from foliko_cli.cli.history import search  # noqa: E402
+from foliko_cli.cli.tree import tree  # noqa: E402
 
 sessions.add_command(search)
+sessions.add_command(compact)
+sessions.add_command(uncompact)
+sessions.add_command(tree)
 sessions.add_command(trash)
 sessions.add_command(restore)

@@ -29,7 +29,13 @@ from typing import Any, NamedTuple
 import orjson
 
 from foliko_cli.errors import UsageError
-from foliko_cli.storage.record import SessionRecord, check_session_id, content_hash, new_metadata
+from foliko_cli.storage.record import (
+    SessionRecord,
+    check_session_id,
+    content_hash,
+    fork_origin,
+    new_metadata,
+)
 
 HEAD_BYTES = 256 * 1024
 SNIFFED = 8  # the items of a JSON export sniffing looks at
@@ -216,15 +222,27 @@ class Imported:
         if self.main_only:
             self.leave_out(LEFT_OUT_BRANCH, len(branches))
             return
+        main = conversation.messages
         for number, messages in enumerate(branches, start=1):
             branch_id = f"{session_id}{BRANCH_SUFFIX}{number}"
-            branch_meta = {**meta, "forked_from": session_id}
             try:
                 check_session_id(branch_id)
             except UsageError as exc:
                 self.problem(f"{where}, branch {number}", exc.problem)
                 continue
-            self._keep(where, _record(branch_id, messages, conversation, branch_meta), branch_id)
+            branch = _record(branch_id, messages, conversation, meta)
+            branch.metadata.update(fork_origin(session_id, main, _shared(main, messages)))
+            self._keep(where, branch, branch_id)
+
+    def link_forks(self) -> None:
+        """Record where each conversation that its tool forked from another one
+        of this import leaves that one's history (``fork_origin``)."""
+        by_id = {record.session_id: record for record in self.records}
+        for record in self.records:
+            parent = by_id.get(record.metadata.get("forked_from"))
+            if parent is not None and "forked_at_message" not in record.metadata:
+                shared = _shared(parent.messages, record.messages)
+                record.metadata.update(fork_origin(parent.session_id, parent.messages, shared))
 
     def _keep(self, where: str, record: SessionRecord, session_id: str) -> None:
         digest = content_hash(record)
@@ -251,6 +269,19 @@ def _distinct_branches(
             continue
         kept.append(branch)
     return kept
+
+
+def _shared(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> int:
+    """How many messages two lines of one conversation begin with alike."""
+    count = 0
+    for one, other in zip(first, second, strict=False):
+        if any(one.get(key) != other.get(key) for key in _SAME):
+            break
+        count += 1
+    return count
+
+
+_SAME = ("role", "content", "tool_calls", "tool_call_id")
 
 
 def _record(

@@ -71,6 +71,8 @@ def _read_file(source: Source, fmt: str | None, main_only: bool) -> Imported:
             f"format, one of {others}",
             hint=Hint.FORMAT,
         ) from None
+    if told != "foliko":  # foliko's own export holds what it held, as it was
+        imported.link_forks()
     return imported
 
 
@@ -99,6 +101,7 @@ def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Import
             module.read(source, imported)
         except UsageError as exc:
             imported.problem(source.name, exc.problem)
+    imported.link_forks()
     return imported
 
 

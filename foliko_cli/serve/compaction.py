@@ -21,6 +21,7 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
+from foliko_cli.errors import NothingToCompactError
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, service
@@ -84,11 +85,13 @@ async def compact(request: Request):
     session_id = ids.unstored_scope()[1:]
     await scratch.create_session(session_id, messages=history, summary=summary)
     try:
-        state = await scratch.compact(session_id, model=model)
+        compacted = await scratch.compact(session_id, model=model)
+    except NothingToCompactError:  # it all fits the part of the window kept verbatim
+        compacted = {"covered": 0, "summary": summary}
     finally:
         await scratch.delete_sessions([session_id])
-    covered = min(max(0, int(state.get("covered") or 0)), len(history))
-    summary = state.get("summary") or summary
+    covered = min(max(0, int(compacted.get("covered") or 0)), len(history))
+    summary = compacted.get("summary") or summary
     output = [compaction_item(summary)] if summary else []
     output += it.history_items(history[covered:], covered, ids.unstored_scope())
     return JSON(

@@ -18,6 +18,14 @@ def _ref(name: str) -> dict[str, Any]:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+TURN_RANGE = {
+    "type": ["array", "null"],
+    "items": {"type": "integer"},
+    "minItems": 2,
+    "maxItems": 2,
+}
+
+
 def _list_of(item: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
@@ -29,6 +37,15 @@ def _list_of(item: dict[str, Any]) -> dict[str, Any]:
             "last_id": {"type": ["string", "null"]},
             "has_more": {"type": "boolean"},
         },
+    }
+
+
+def _plain_list(item: dict[str, Any]) -> dict[str, Any]:
+    """A whole list (no pages)."""
+    return {
+        "type": "object",
+        "required": ["object", "data"],
+        "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": item}},
     }
 
 
@@ -217,6 +234,40 @@ SCHEMAS: dict[str, Any] = {
             "created_at": {"type": "integer"},
             "updated_at": {"type": "integer"},
             "preview": {"type": "string"},
+            "error": {"type": "string"},
+        },
+    },
+    "Compaction": {
+        "type": "object",
+        "required": ["number", "covered", "summary", "turns", "new_turns", "status"],
+        "properties": {
+            "number": {"type": ["integer", "null"]},
+            "at": {"type": ["integer", "null"]},
+            "trigger": {"enum": ["auto", "manual", None]},
+            "method": {"enum": ["summary", "truncation", None]},
+            "model": {"type": ["string", "null"]},
+            "from": {"type": "integer"},
+            "covered": {"type": "integer"},
+            "summary": {"type": ["string", "null"]},
+            "usage": {"type": ["object", "null"]},
+            "cost": {"type": "number"},
+            "turns": TURN_RANGE,
+            "new_turns": TURN_RANGE,
+            "status": {"enum": ["active", "folded", "undone"]},
+        },
+    },
+    "ForkRow": {
+        "type": "object",
+        "required": ["session_id", "parent", "turn", "message", "depth", "parent_missing"],
+        "properties": {
+            "session_id": {"type": "string"},
+            "parent": {"type": ["string", "null"]},
+            "turn": {"type": ["integer", "null"]},
+            "message": {"type": ["integer", "null"]},
+            "depth": {"type": "integer"},
+            "parent_missing": {"type": "boolean"},
+            "message_count": {"type": "integer"},
+            "created_at": {"type": "integer"},
             "error": {"type": "string"},
         },
     },
@@ -645,6 +696,59 @@ def document() -> dict[str, Any]:
                     _ref("Session"),
                     params=[SESSION],
                     body={"type": "object", "properties": {"variables": {"type": "boolean"}}},
+                    tag=sess,
+                )
+            },
+            session_path + "/compact": {
+                "post": _op(
+                    "Compress its history now (sessions compact --json)",
+                    _ref("Compaction"),
+                    params=[SESSION],
+                    body={
+                        "type": "object",
+                        "properties": {
+                            "keep": {"type": "integer", "minimum": 0},
+                            "model": {"type": "string"},
+                        },
+                    },
+                    tag=sess,
+                )
+            },
+            session_path + "/compactions": {
+                "get": _op(
+                    "Its compactions (sessions show --compactions --json)",
+                    _plain_list(_ref("Compaction")),
+                    params=[SESSION],
+                    tag=sess,
+                )
+            },
+            session_path + "/uncompact": {
+                "post": _op(
+                    "Send the whole history again from the next turn (sessions uncompact)",
+                    {
+                        "type": "object",
+                        "required": ["uncompacted", "messages"],
+                        "properties": {
+                            "uncompacted": {"type": "string"},
+                            "messages": {"type": "integer"},
+                        },
+                    },
+                    params=[SESSION],
+                    tag=sess,
+                )
+            },
+            session_path + "/tree": {
+                "get": _op(
+                    "Its fork family (sessions tree ID --json)",
+                    _plain_list(_ref("ForkRow")),
+                    params=[SESSION],
+                    tag=sess,
+                )
+            },
+            "/v1/tree": {
+                "get": _op(
+                    "Every session's fork tree (sessions tree --json)",
+                    _plain_list(_ref("ForkRow")),
                     tag=sess,
                 )
             },

@@ -1,7 +1,9 @@
 """``/v1/sessions``: the CLI's session commands over HTTP, in their JSON shapes.
 
 Rows are those of ``sessions list --json``, a session that of ``sessions
-show --json``; ``export`` is one session as ``sessions export`` writes it.
+show --json``; ``export`` is one session as ``sessions export`` writes it;
+``compact``, ``compactions``, ``uncompact`` and ``tree`` answer what those
+commands print with ``--json`` (lists as ``{"object": "list", "data"}``).
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from foliko_cli.serve.common import JSON, json_body, query_int, service
+from foliko_cli.serve.common import JSON, field, json_body, query_int, service
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.storage.record import record_to_dict, summary_to_dict
 from foliko_cli.usage import with_usage
@@ -96,6 +98,41 @@ async def clear_session(request: Request):
     return JSON(record_to_dict(record))
 
 
+async def compact_session(request: Request):
+    """``{"keep": N, "model": M}`` (both optional): the compaction, as ``sessions
+    compact --json`` prints it."""
+    data = await json_body(request)
+    keep = field(data, "keep", int)
+    if keep is not None and keep < 0:
+        raise ApiError(400, "keep must be a whole number of turns, 0 or more", param="keep")
+    model = field(data, "model", str)
+    return JSON(await service(request).compact(_id(request), keep=keep, model=model))
+
+
+async def list_compactions(request: Request):
+    """As ``sessions show --compactions --json`` lists them."""
+    return JSON(_listed(await service(request).compactions(_id(request))))
+
+
+async def uncompact_session(request: Request):
+    record = await service(request).uncompact(_id(request))
+    return JSON({"uncompacted": record.session_id, "messages": record.first_seq})
+
+
+async def family_tree(request: Request):
+    """The session's family, as ``sessions tree ID --json`` lists it."""
+    return JSON(_listed(await service(request).session_tree(_id(request))))
+
+
+async def whole_tree(request: Request):
+    """Every session, as ``sessions tree --json`` lists them."""
+    return JSON(_listed(await service(request).session_tree()))
+
+
+def _listed(rows: list) -> dict:
+    return {"object": "list", "data": rows}
+
+
 async def get_vars(request: Request):
     return JSON(await service(request).get_variables(_id(request)))
 
@@ -162,6 +199,11 @@ routes = [
     Route(_ONE + "/rename", rename_session, methods=["POST"]),
     Route(_ONE + "/fork", fork_session, methods=["POST"]),
     Route(_ONE + "/clear", clear_session, methods=["POST"]),
+    Route(_ONE + "/compact", compact_session, methods=["POST"]),
+    Route(_ONE + "/compactions", list_compactions, methods=["GET"]),
+    Route(_ONE + "/uncompact", uncompact_session, methods=["POST"]),
+    Route(_ONE + "/tree", family_tree, methods=["GET"]),
+    Route("/v1/tree", whole_tree, methods=["GET"]),
     Route(_ONE, show_session, methods=["GET"]),
     Route(_ONE, delete_session, methods=["DELETE"]),
 ]

@@ -31,6 +31,8 @@ from foliko_cli.service.common import (
     default_home,
     log_notice,
 )
+from foliko_cli.service.compaction import CompactionMixin
+from foliko_cli.service.forks import ForksMixin
 from foliko_cli.service.maintenance import MaintenanceMixin
 from foliko_cli.service.sessions import SessionsMixin
 from foliko_cli.service.tooling import ToolsMixin
@@ -49,7 +51,15 @@ if TYPE_CHECKING:
 __all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]
 
 
-class AsyncFoliko(ToolsMixin, TurnsMixin, SessionsMixin, TrashMixin, MaintenanceMixin):
+class AsyncFoliko(
+    ToolsMixin,
+    TurnsMixin,
+    SessionsMixin,
+    CompactionMixin,
+    ForksMixin,
+    TrashMixin,
+    MaintenanceMixin,
+):
     def __init__(
         self,
         storage: Any = None,

@@ -14,6 +14,7 @@ from foliko_cli.storage.record import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionSummary,
+    fork_origin,
 )
 from foliko_cli.storage.record import is_internal as is_internal
 from foliko_cli.turns import cut_compression, keep_turns
@@ -83,7 +84,8 @@ def forked(
     source: SessionRecord, target_id: str, turns: int | None, upto: int | None = None
 ) -> SessionRecord:
     """A new session ``target_id`` holding ``source``'s history: all of it, its
-    first ``turns`` turns, or its first ``upto`` messages."""
+    first ``turns`` turns, or its first ``upto`` messages. Its metadata records
+    the fork (``fork_origin``)."""
     kept = len(source.messages)
     if turns is not None:
         kept = keep_turns(source.messages, turns, session_id=source.session_id)
@@ -98,9 +100,9 @@ def forked(
             **source.metadata,
             "created_at": now,
             "last_active": now,
-            "forked_from": source.session_id,
+            **fork_origin(source.session_id, source.messages, kept),
         },
-        compression_state=cut_compression(source.compression_state, kept),
+        compression_state=cut_compression(source.compression_state, kept, source.messages[kept:]),
     )
 
 

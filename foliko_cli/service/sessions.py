@@ -197,7 +197,11 @@ class SessionsMixin:
                 saved_at=now_ms(),
             )
             rewritten.messages, unchanged = change(record.messages)
-            rewritten.compression_state = cut_compression(record.compression_state, unchanged)
+            still = {id(message) for message in rewritten.messages[unchanged:]}
+            dropped = [m for m in record.messages[unchanged:] if id(m) not in still]
+            rewritten.compression_state = cut_compression(
+                record.compression_state, unchanged, dropped
+            )
 
             async def write() -> int:
                 return await self.storage.save(rewritten, expected_revision=before)

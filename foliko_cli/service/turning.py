@@ -204,21 +204,6 @@ class TurnsMixin:
         ):
             yield event
 
-    async def compact(
-        self,
-        session_id: str,
-        *,
-        model: str | ModelProvider | None = None,
-        agent: str | None = None,
-        timeout: float | None = None,
-    ) -> dict[str, Any]:
-        """Compress the session's history now, as a full context window would, and
-        save it; the compression state (``summary``, ``covered``: the messages the
-        summary stands for) is returned. The messages themselves stay."""
-        check_session_id(session_id)
-        handler = await self.handler(model, agent)
-        return await handler.compact(session_id, request=self.request(timeout))
-
     async def _prepare(
         self,
         session_id: str,
@@ -275,7 +260,9 @@ class TurnsMixin:
             messages=record.messages[:kept],
             variables=record.variables,
             metadata=record.metadata,
-            compression_state=cut_compression(record.compression_state, kept),
+            compression_state=cut_compression(
+                record.compression_state, kept, record.messages[kept:]
+            ),
         )
         parts = tuple(replaced.get("attachments") or ())
         if message or not parts:

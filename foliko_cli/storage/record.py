@@ -397,6 +397,21 @@ def covered_by(compression_state: dict[str, Any], total: int) -> int:
     return covered if isinstance(covered, int) and 0 <= covered <= total else 0
 
 
+def fork_origin(parent: str, messages: list[dict[str, Any]], kept: int) -> dict[str, Any]:
+    """The metadata that records a fork of session ``parent``, whose history is
+    ``messages``, sharing its first ``kept`` messages: ``forked_from``,
+    ``forked_at_message`` (where the fork's own messages begin) and
+    ``forked_at_turn`` (how many of the parent's turns it shares whole; a turn
+    is a user message and the messages up to the next one)."""
+    starts = [i for i, message in enumerate(messages) if message.get("role") == "user"]
+    ends = [*starts[1:], len(messages)]
+    return {
+        "forked_from": parent,
+        "forked_at_message": kept,
+        "forked_at_turn": sum(1 for end in ends if end <= kept),
+    }
+
+
 def record_to_dict(record: SessionRecord) -> dict[str, Any]:
     """The public JSON form (``sessions show --json``, export)."""
     return {

@@ -85,6 +85,11 @@ RUN: dict[str, Run | str] = {
         ),
     ),
     "foliko sessions list [--sort": "a synopsis of each command's options, not commands",
+    "foliko sessions compact s1 --keep 1": Run(
+        setup=seeded(["s1"])
+        + "foliko chat -s s1 'a second turn' > /dev/null\n"
+        + "foliko chat -s s2 --from s1 --turns 1 'a fork' > /dev/null\n"
+    ),
     "foliko sessions search deploy": Run(
         setup=seeded(["ops"]) + "foliko chat -s ops 'Größe' > /dev/null\n"
     ),

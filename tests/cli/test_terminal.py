@@ -279,3 +279,13 @@ def test_roles_and_errors_are_coloured_on_a_terminal_only(spawn, invoke):
     assert "\x1b[" not in no_colour.before
     piped = invoke("sessions", "show", "c")
     assert "\x1b[" not in piped.stdout and "[user]" in piped.stdout
+
+
+def test_sessions_tree_is_drawn_on_a_terminal_and_rows_in_a_pipe(spawn, invoke):
+    echo = {"FOLIKO_MODEL": "echo"}
+    assert invoke("chat", "-s", "root", "one", env=echo).exit_code == 0
+    assert invoke("chat", "-s", "twig", "--from", "root", "two", env=echo).exit_code == 0
+    drawn = [line for line in ended(spawn("sessions", "tree")).splitlines() if line]
+    assert drawn == ["root · 2 message(s)", "└── twig · 4 message(s) · forked after turn 1"]
+    piped = invoke("sessions", "tree").stdout.splitlines()
+    assert piped == ["session_id\tparent\tturn", "root\t\t", "twig\troot\t1"]

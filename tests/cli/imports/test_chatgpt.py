@@ -147,6 +147,11 @@ def test_the_shown_branch_is_the_session_and_the_others_are_forks(invoke, show, 
     assert turns(edited)[2:] == [("user", "Three days"), ("assistant", "Day 1: Asakusa")]
     assert turns(regenerated)[3:] == [("assistant", "First draft")]
     assert edited["metadata"]["forked_from"] == regenerated["metadata"]["forked_from"] == TRIP
+    fork_points = [
+        (branch["metadata"]["forked_at_message"], branch["metadata"]["forked_at_turn"])
+        for branch in (edited, regenerated)
+    ]
+    assert fork_points == [(2, 1), (3, 1)], "an edited prompt, a regenerated answer"
     assert edited["metadata"]["title"] == "Tokyo trip"
     second = show("conv-2")
     assert second["metadata"]["title"] == "Größe"

@@ -233,6 +233,9 @@ def test_a_turn_off_the_thread_is_a_branch_and_a_forked_thread_keeps_its_id(
     fork = show(logged["fork"])
     assert turns(fork) == [("user", "pick a colour"), ("assistant", "Blue.")]
     assert fork["metadata"]["forked_from"] == logged["colours"]
+    for forked in (branch, fork):
+        meta = forked["metadata"]
+        assert (meta["forked_at_message"], meta["forked_at_turn"]) == (2, 1), "after 1 turn"
     assert fork["metadata"]["title"] == "colour fork"
     assert fork["messages"][1]["created_at"] == colours["messages"][1]["created_at"]
 
