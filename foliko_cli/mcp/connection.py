@@ -10,6 +10,12 @@ through the session from their own tasks. Whatever the SDK raises when a
 server dies (an ``ExceptionGroup`` from its task groups) ends inside the
 supervisor and becomes the connection's state and reason: nothing reaches a
 turn but a tool error.
+
+While it runs, the supervisor also keeps the tool list current: a
+``tools/list_changed`` notification (on a 2026-07-28 connection, through a
+``subscriptions/listen`` stream it keeps open) makes it list the tools again
+and hand them to ``on_tools``. A server's question to the user (an
+elicitation) goes to ``on_elicit``.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ import asyncio
 import math
 import os
 import tempfile
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from foliko_cli.errors import ToolError
+from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
 from foliko_cli.mcp.config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.results import result_text
 from foliko_cli.mcp.transport import open_transport, scrub
@@ -40,6 +48,8 @@ class ServerTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    read_only: bool = False
+    """The tool's annotations say it does not modify its environment (``readOnlyHint``)."""
 
 
 class _WatchedReadStream:
@@ -106,6 +116,15 @@ def _keep_sdk_logs_off_stderr() -> None:
         logger.addHandler(logging.NullHandler())
 
 
+def _load_sdk() -> None:
+    """Import what a connection uses, before its start-up is timed: on a loaded
+    machine the import alone takes seconds, and ``startup_timeout`` is the server's."""
+    import anyio  # noqa: F401
+    import mcp_types  # noqa: F401
+    from mcp import Client  # noqa: F401
+    from mcp.client import stdio, streamable_http  # noqa: F401
+
+
 def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -113,15 +132,26 @@ def _innermost(exc: BaseException) -> BaseException:
 
 
 class ServerConnection:
-    """States: ``idle`` (not started), ``ready``, ``exited`` (died after starting),
-    ``failed`` (could not start; ``error`` says why) and ``closed``."""
+    """States: ``idle`` (not started), ``cached`` (not started, its tools known
+    from the last time it listed them), ``ready``, ``exited`` (died after
+    starting), ``failed`` (could not start; ``error`` says why) and ``closed``."""
 
-    def __init__(self, config: ServerConfig):
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        on_tools: Callable[[ServerConnection], None] | None = None,
+        on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
+    ):
         self.config = config
         self.state = "idle"
         self.error: str | None = None
         self.tools: list[ServerTool] = []
+        """What the server lists (or, before it starts, what it listed last time)."""
         self.restarts = 0
+        self.on_tools = on_tools
+        self.on_elicit = on_elicit
+        self._tools_changed: Any = None
         self._client: Any = None
         self._scope: Any = None
         self._task: asyncio.Task | None = None
@@ -149,7 +179,7 @@ class ServerConnection:
                 await self._stop()
                 self.restarts += 1
                 self.state = "idle"
-            if self.state == "idle":
+            if self.state in ("idle", "cached"):
                 self._settled = asyncio.Event()
                 self._task = asyncio.get_running_loop().create_task(
                     self._supervise(self._settled), name=f"mcp server {self.name}"
@@ -174,6 +204,7 @@ class ServerConnection:
         started = False
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
             try:
+                _load_sdk()
                 import anyio
 
                 ended = anyio.Event()
@@ -185,8 +216,12 @@ class ServerConnection:
                         scope.deadline = math.inf
                         started = True
                         self.state, self.error = "ready", None
+                        self._listed()
                         settled.set()
-                        await ended.wait()
+                        async with anyio.create_task_group() as watching:
+                            watching.start_soon(self._follow_tool_list, watching)
+                            await ended.wait()
+                            watching.cancel_scope.cancel()
                 if self._stopping:
                     pass
                 elif started:
@@ -217,9 +252,65 @@ class ServerConnection:
             _Watched(transport.streams, ended),
             client_info=Implementation(name=CLIENT_NAME, version=__version__),
             cache=None,
+            message_handler=self._on_message,
+            elicitation_callback=self._on_elicitation,
         )
         self._client = await stack.enter_async_context(client)
         self.tools = await self._list_tools(self._client)
+
+    def _listed(self) -> None:
+        if self.on_tools is not None:
+            self.on_tools(self)
+
+    # the tool list and the server's questions
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification) and self._tools_changed is not None:
+            self._tools_changed.set()
+
+    async def _follow_tool_list(self, watching: Any) -> None:
+        """List the tools again each time the server says they changed."""
+        import anyio
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        client = self._client
+        self._tools_changed = anyio.Event()
+        capability = client.server_capabilities.tools
+        if (
+            client.protocol_version in MODERN_PROTOCOL_VERSIONS
+            and capability
+            and (capability.list_changed)
+        ):
+            watching.start_soon(self._listen, client)
+        while True:
+            await self._tools_changed.wait()
+            self._tools_changed = anyio.Event()
+            try:
+                self.tools = await self._list_tools(client)
+            except Exception:
+                return  # the connection is going away; its supervisor says why
+            self._listed()
+
+    async def _listen(self, client: Any) -> None:
+        """A 2026-07-28 server sends ``tools/list_changed`` only on a listen stream."""
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                async for _ in changes:
+                    self._tools_changed.set()
+        except Exception:
+            return  # no stream, or it was lost: the tools are listed again at the next start
+
+    async def _on_elicitation(self, context: Any, params: Any) -> Any:
+        from mcp_types import ElicitResult
+
+        if getattr(params, "mode", "form") == "url":
+            request = Elicitation(self.name, params.message, "url", url=params.url)
+        else:
+            request = Elicitation(self.name, params.message, schema=params.requested_schema)
+        answer = DECLINE if self.on_elicit is None else await self.on_elicit(request)
+        return ElicitResult(action=answer.action, content=answer.content)
 
     @staticmethod
     async def _list_tools(client: Any) -> list[ServerTool]:
@@ -231,7 +322,8 @@ class ServerConnection:
                 schema = dict(tool.input_schema or {})
                 schema.setdefault("type", "object")
                 description = tool.description or tool.title or f"Tool {tool.name}."
-                tools.append(ServerTool(tool.name, description, schema))
+                read_only = bool(tool.annotations and tool.annotations.read_only_hint)
+                tools.append(ServerTool(tool.name, description, schema, read_only))
             cursor = page.next_cursor
             if cursor is None:
                 break
