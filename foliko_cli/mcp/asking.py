@@ -108,7 +108,8 @@ class Field:
 
     def describe(self) -> str:
         """The field's name, title, type (or choices) and whether it is required."""
-        label = self.name + (f" ({self.title})" if self.title and self.title != self.name else "")
+        titled = self.title and self.title.lower() != self.name.lower()
+        label = self.name + (f" ({self.title})" if titled else "")
         if self.kind in ("enum", "multi"):
             listed = ", ".join(f"{n}) {c.title}" for n, c in enumerate(self.choices, 1))
             kind = "one of" if self.kind == "enum" else "any of, separated by commas"

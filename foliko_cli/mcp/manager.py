@@ -225,6 +225,13 @@ class MCPManager:
         """The answer to a server's question, by the policy of its config (or the
         interaction's): ask the user, accept the defaults, or decline."""
         policy = self.interaction.elicitation or self.configs[request.server].elicitation
+        if request.mode == "url":
+            self._warn(
+                f"MCP server {request.server!r} asked to send the user to {request.url} "
+                f"({request.message}); foliko declines URL-mode requests: open it yourself "
+                "if you trust it"
+            )
+            return DECLINE
         if policy == "ask":
             asker = self.interaction.asker
             answer = None if asker is None else await asker.elicit(request)

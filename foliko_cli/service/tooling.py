@@ -211,6 +211,7 @@ class ToolsMixin:
         from foliko_cli.chat import AgentChatHandler
 
         await self._load_global_tools()
+        await self._follow_mcp_changes()
         return AgentChatHandler(
             self.framework,
             provider,
@@ -232,7 +233,8 @@ class ToolsMixin:
                 self._announce_default_model()
             handler = await self._make_handler(self._provider(chosen), agent)
             self._handlers[key] = handler
-        await self._follow_mcp_changes()
+        else:
+            await self._follow_mcp_changes()
         return handler
 
     def request(self, timeout: float | None = None, **options: Any) -> RequestContext:
