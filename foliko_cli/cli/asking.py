@@ -144,7 +144,7 @@ class PipeAsker:
             note(
                 f"MCP tool {call.name!r} was refused: its calls need approval and stdin is not "
                 f'a terminal to ask on; pass --yes, or set approve = "always" (or approve = '
-                f"[{call.tool!r}]) in [mcp_servers.{call.server}]"
+                f'["{call.tool}"]) in [mcp_servers.{call.server}]'
             )
         return "unasked"
 

@@ -21,10 +21,11 @@ elicitation) goes to ``on_elicit``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,31 @@ class ServerTool:
     input_schema: dict[str, Any]
     read_only: bool = False
     """The tool's annotations say it does not modify its environment (``readOnlyHint``)."""
+
+
+class _Call:
+    """A call in flight: its ``call_timeout`` and the turn's request, both stopped
+    while a question of the server's waits on the user."""
+
+    def __init__(self, deadline: asyncio.Timeout, request: Any):
+        self.deadline = deadline
+        self.request = request
+
+    @contextlib.contextmanager
+    def waiting_on_user(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        when = self.deadline.when()
+        left = None if when is None else when - loop.time()
+        self.deadline.reschedule(None)
+        try:
+            if self.request is None:
+                yield
+            else:
+                with self.request.waiting_on_user():
+                    yield
+        finally:
+            if left is not None:
+                self.deadline.reschedule(loop.time() + left)
 
 
 class _WatchedReadStream:
@@ -152,6 +178,7 @@ class ServerConnection:
         self.on_tools = on_tools
         self.on_elicit = on_elicit
         self._tools_changed: Any = None
+        self._calls: list[_Call] = []
         self._client: Any = None
         self._scope: Any = None
         self._task: asyncio.Task | None = None
@@ -309,7 +336,10 @@ class ServerConnection:
             request = Elicitation(self.name, params.message, "url", url=params.url)
         else:
             request = Elicitation(self.name, params.message, schema=params.requested_schema)
-        answer = DECLINE if self.on_elicit is None else await self.on_elicit(request)
+        with contextlib.ExitStack() as waiting:
+            for call in list(self._calls):
+                waiting.enter_context(call.waiting_on_user())
+            answer = DECLINE if self.on_elicit is None else await self.on_elicit(request)
         return ElicitResult(action=answer.action, content=answer.content)
 
     @staticmethod
@@ -364,18 +394,25 @@ class ServerConnection:
 
     # calling
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        """The result's text; any failure raises ToolError, for the model to read."""
+    async def call(self, tool: str, arguments: dict[str, Any], request: Any = None) -> str:
+        """The result's text; any failure raises ToolError, for the model to read.
+
+        ``call_timeout`` (and the timeout of ``request``, the turn's
+        RequestContext) does not run while the server's question waits on the user.
+        """
         where = f"MCP server {self.name!r}"
         if not await self.start() or self._client is None:
             raise ToolError(f"{where} is not available: {self.error}")
         client = self._client
+        call = _Call(asyncio.timeout(self.config.call_timeout), request)
+        self._calls.append(call)
         try:
-            result = await client.call_tool(
-                tool, arguments, read_timeout_seconds=self.config.call_timeout
-            )
+            async with call.deadline:
+                result = await client.call_tool(tool, arguments)
         except Exception as exc:
             raise ToolError(self._call_problem(tool, exc)) from None
+        finally:
+            self._calls.remove(call)
         text = scrub(result_text(result), self._secrets)
         if result.is_error:
             raise ToolError(f"{tool} on {where} reported an error: {text}")

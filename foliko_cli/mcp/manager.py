@@ -15,6 +15,7 @@ answers the server's elicitations the same way (``asking.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -185,9 +186,10 @@ class MCPManager:
         connection = self.connection(server)
 
         async def execute(arguments: dict[str, Any], context: Any) -> str:
-            await self.authorize(connection, tool, exposed, arguments)
+            request = getattr(context, "request", None)
+            await self.authorize(connection, tool, exposed, arguments, request)
             try:
-                return await connection.call(tool.name, arguments)
+                return await connection.call(tool.name, arguments, request)
             finally:
                 for warning in self._new_warnings([connection]):
                     self.notify(warning)
@@ -197,15 +199,25 @@ class MCPManager:
     # approval and elicitation
 
     async def authorize(
-        self, connection: ServerConnection, tool: ServerTool, exposed: str, arguments: dict
+        self,
+        connection: ServerConnection,
+        tool: ServerTool,
+        exposed: str,
+        arguments: dict,
+        request: Any = None,
     ) -> None:
-        """Return when the call may run; else raise the ToolError the model reads."""
+        """Return when the call may run; else raise the ToolError the model reads.
+        The time the user takes to answer does not count toward ``request``'s timeout."""
         config = connection.config
         if self.interaction.approve_all or config.approves(tool.name) or tool.read_only:
             return
         asker = self.interaction.asker
         call = ToolCall(config.name, tool.name, exposed, dict(arguments))
-        decision = "unasked" if asker is None else await asker.approve(call)
+        if asker is None:
+            decision = "unasked"
+        else:
+            with request.waiting_on_user() if request is not None else contextlib.nullcontext():
+                decision = await asker.approve(call)
         if decision == "approved":
             return
         if decision == "declined":
@@ -213,7 +225,7 @@ class MCPManager:
         if asker is None:
             self._warn(
                 f"MCP tool {exposed!r} was refused: it needs approval and there is no one to "
-                f'ask; approve it with approve = "always" or approve = [{tool.name!r}] in '
+                f'ask; approve it with approve = "always" or approve = ["{tool.name}"] in '
                 f"[mcp_servers.{config.name}]"
             )
         raise ToolError(
