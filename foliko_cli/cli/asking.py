@@ -13,13 +13,17 @@ from __future__ import annotations
 import os
 import select
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from foliko_cli.cli.output import note
-from foliko_cli.mcp.asking import Answer, Decision, Elicitation, Field, ToolCall, fields
+from foliko_cli.mcp.asking import Answer
 from foliko_cli.tools import in_worker_thread
+
+if TYPE_CHECKING:
+    from foliko_cli.mcp.asking import Decision, Elicitation, ToolCall
+    from foliko_cli.mcp.forms import Field
 
 SHOWN_ARGUMENTS = 400
 READ_SIZE = 65536
@@ -79,8 +83,10 @@ class TerminalAsker:
             note("answer y, n or a")
 
     async def elicit(self, request: Elicitation) -> Answer | None:
+        from foliko_cli.mcp.forms import fields
+
         try:
-            form = fields(request.schema)
+            form = fields(request.schema or {})
         except ValueError as exc:
             note(
                 f"MCP server {request.server!r} asked a question foliko cannot show ({exc}); "

@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import math
 import os
-import tempfile
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -228,6 +227,8 @@ class ServerConnection:
         self._stopping = False
 
     async def _supervise(self, settled: asyncio.Event) -> None:
+        import tempfile
+
         started = False
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
             try:

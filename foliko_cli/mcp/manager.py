@@ -21,14 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from foliko_cli.errors import ToolError, UsageError
-from foliko_cli.mcp.asking import (
-    DECLINE,
-    Answer,
-    Elicitation,
-    Interaction,
-    ToolCall,
-    defaults_answer,
-)
+from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, ToolCall
 from foliko_cli.mcp.config import ServerConfig, server_configs
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
@@ -254,8 +247,10 @@ class MCPManager:
                 f'is no one to ask; elicitation = "defaults" in [mcp_servers.{request.server}] '
                 "accepts its defaults instead"
             )
-        elif policy == "defaults" and request.mode == "form":
-            return defaults_answer(request.schema)
+        elif policy == "defaults":
+            from foliko_cli.mcp.forms import defaults_answer
+
+            return defaults_answer(request.schema or {})
         return DECLINE
 
     def _warn(self, message: str) -> None:

@@ -13,7 +13,8 @@ import pytest
 from mcp_support import asking_server, write_config
 
 from foliko_cli.facade import Foliko
-from foliko_cli.mcp.asking import Answer, defaults_answer, fields
+from foliko_cli.mcp.asking import Answer
+from foliko_cli.mcp.forms import defaults_answer, fields
 
 ORDER = "/tool u__order"
 
@@ -248,3 +249,51 @@ def test_the_time_the_user_takes_counts_toward_no_timeout(tmp_path: Path):
         reply = facade.chat("s", "/tool u__paint", timeout=2)
     assert reply.message == 'u__paint returned: accept {"colour":"red","coats":1}'
     assert user.asked == ["approve u__paint", "elicit Which paint?"]
+
+
+# the reference server (@modelcontextprotocol/server-everything, 2025-11-25: a
+# mid-call elicitation/create request, and every kind of field the spec has)
+
+
+@pytest.fixture
+def reference(everything_bin: Path, tmp_path: Path) -> None:
+    server = {"command": str(everything_bin), "args": ["stdio"]}
+    write_config(tmp_path / "foliko.toml", {"everything": server})
+
+
+def test_the_reference_servers_form_in_a_pipe_is_declined(reference, invoke):
+    done = invoke("chat", "-s", "s", "--yes", "/tool everything__trigger-elicitation-request")
+    assert "User declined to provide the requested information" in done.stdout
+    assert "MCP server 'everything' asked a question and it was declined" in done.stderr
+
+
+def test_the_reference_servers_form_on_a_terminal(reference, spawn):
+    child = spawn(
+        "chat", "-s", "s", "--no-stream", "--yes", "/tool everything__trigger-elicitation-request"
+    )
+    child.expect_exact("MCP server 'everything' asks: Please provide inputs for the following")
+    child.expect_exact("name (String): string, required: ")
+    child.sendline("Ada")
+    for _ in range(12):  # the other fields: Enter keeps a default or leaves a field out
+        child.sendline("")
+    child.expect_exact(
+        "send name = Ada, firstLine = It was a dark and stormy night., integer = 42, "
+        "number = 3.14, untitledSingleSelectEnum = Monica, untitledMultipleSelectEnum = Guitar, "
+        "titledSingleSelectEnum = Superman, titledMultipleSelectEnum = Tuna, "
+        "legacyTitledEnum = Cats? [Y]es"
+    )
+    child.sendline("y")
+    child.expect_exact("User provided the requested information")
+    child.expect_exact("Name: Ada")
+    child.expect(pexpect.EOF)
+
+
+def test_a_url_mode_request_is_declined_and_its_url_shown(reference, invoke):
+    call = '/tool everything__trigger-url-elicitation {"url": "https://example.com/consent"}'
+    done = invoke("chat", "-s", "s", "--yes", call)
+    assert "User declined to open the URL" in done.stdout
+    assert done.stderr.splitlines()[-1] == (
+        "foliko: MCP server 'everything' asked to send the user to https://example.com/consent "
+        "(Please open the link to complete this action.); foliko declines URL-mode requests: "
+        "open it yourself if you trust it"
+    )
