@@ -13,9 +13,10 @@ turn but a tool error.
 
 While it runs, the supervisor also keeps the tool list current: a
 ``tools/list_changed`` notification (on a 2026-07-28 connection, through a
-``subscriptions/listen`` stream it keeps open) makes it list the tools again
-and hand them to ``on_tools``. A server's question to the user (an
-elicitation) goes to ``on_elicit``.
+``subscriptions/listen`` stream it keeps open) is passed to ``on_changed``
+at once and makes the supervisor list the tools again and hand them to
+``on_tools``. A server's question to the user (an elicitation) goes to
+``on_elicit``.
 """
 
 from __future__ import annotations
@@ -166,6 +167,7 @@ class ServerConnection:
         config: ServerConfig,
         *,
         on_tools: Callable[[ServerConnection], None] | None = None,
+        on_changed: Callable[[ServerConnection], None] | None = None,
         on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
     ):
         self.config = config
@@ -175,6 +177,7 @@ class ServerConnection:
         """What the server lists (or, before it starts, what it listed last time)."""
         self.restarts = 0
         self.on_tools = on_tools
+        self.on_changed = on_changed
         self.on_elicit = on_elicit
         self._tools_changed: Any = None
         self._calls: list[_Call] = []
@@ -241,15 +244,15 @@ class ServerConnection:
                 with scope:
                     async with AsyncExitStack() as stack:
                         await self._connect(stack, errlog, ended)
+                        watching = await stack.enter_async_context(anyio.create_task_group())
+                        await watching.start(self._follow_tool_list, watching)
                         scope.deadline = math.inf
                         started = True
                         self.state, self.error = "ready", None
                         self._listed()
                         settled.set()
-                        async with anyio.create_task_group() as watching:
-                            watching.start_soon(self._follow_tool_list, watching)
-                            await ended.wait()
-                            watching.cancel_scope.cancel()
+                        await ended.wait()
+                        watching.cancel_scope.cancel()
                 if self._stopping:
                     pass
                 elif started:
@@ -268,6 +271,7 @@ class ServerConnection:
                 settled.set()
 
     async def _connect(self, stack: AsyncExitStack, errlog: Any, ended: Any) -> None:
+        import anyio
         from mcp import Client
         from mcp_types import Implementation
 
@@ -284,6 +288,7 @@ class ServerConnection:
             elicitation_callback=self._on_elicitation,
         )
         self._client = await stack.enter_async_context(client)
+        self._tools_changed = anyio.Event()  # a change announced from now on is followed
         self.tools = await self._list_tools(self._client)
 
     def _listed(self) -> None:
@@ -295,23 +300,30 @@ class ServerConnection:
     async def _on_message(self, message: Any) -> None:
         from mcp_types import ToolListChangedNotification
 
-        if isinstance(message, ToolListChangedNotification) and self._tools_changed is not None:
+        if isinstance(message, ToolListChangedNotification):
+            self._tool_list_changed()
+
+    def _tool_list_changed(self) -> None:
+        """The list known is outdated from now on (``on_changed``, at once: the
+        process may end before the tools are listed again)."""
+        if self.on_changed is not None:
+            self.on_changed(self)
+        if self._tools_changed is not None:
             self._tools_changed.set()
 
-    async def _follow_tool_list(self, watching: Any) -> None:
-        """List the tools again each time the server says they changed."""
+    async def _follow_tool_list(self, watching: Any, *, task_status: Any) -> None:
+        """List the tools again each time the server says they changed; started
+        (``task_status``) once a 2026-07-28 server's listen stream is open, so
+        that no change is announced before foliko listens."""
         import anyio
         from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
         client = self._client
-        self._tools_changed = anyio.Event()
         capability = client.server_capabilities.tools
-        if (
-            client.protocol_version in MODERN_PROTOCOL_VERSIONS
-            and capability
-            and (capability.list_changed)
-        ):
-            watching.start_soon(self._listen, client)
+        announces = capability is not None and bool(capability.list_changed)
+        if announces and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            await watching.start(self._listen, client)
+        task_status.started()
         while True:
             await self._tools_changed.wait()
             self._tools_changed = anyio.Event()
@@ -321,14 +333,19 @@ class ServerConnection:
                 return  # the connection is going away; its supervisor says why
             self._listed()
 
-    async def _listen(self, client: Any) -> None:
+    async def _listen(self, client: Any, *, task_status: Any) -> None:
         """A 2026-07-28 server sends ``tools/list_changed`` only on a listen stream."""
+        listening = False
         try:
             async with client.listen(tools_list_changed=True) as changes:
+                task_status.started()
+                listening = True
                 async for _ in changes:
-                    self._tools_changed.set()
+                    self._tool_list_changed()
         except Exception:
-            return  # no stream, or it was lost: the tools are listed again at the next start
+            pass  # no stream, or it was lost: the tools are listed again at the next start
+        if not listening:
+            task_status.started()
 
     async def _on_elicitation(self, context: Any, params: Any) -> Any:
         from mcp_types import ElicitResult
@@ -410,6 +427,9 @@ class ServerConnection:
         try:
             async with call.deadline:
                 result = await client.call_tool(tool, arguments)
+                # What the server announced before it answered (tools/list_changed)
+                # waits in tasks of its own: let them run before the turn goes on.
+                await asyncio.sleep(0)
         except Exception as exc:
             raise ToolError(self._call_problem(tool, exc)) from None
         finally:
@@ -421,11 +441,11 @@ class ServerConnection:
 
     def _call_problem(self, tool: str, exc: Exception) -> str:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED
 
         where = f"MCP server {self.name!r}"
         code = exc.error.code if isinstance(exc, MCPError) else None
-        if code == REQUEST_TIMEOUT or isinstance(exc, TimeoutError):
+        if isinstance(exc, TimeoutError):  # the call's deadline (call_timeout)
             return (
                 f"{tool} on {where} did not finish within {self.config.call_timeout:g}s "
                 "(call_timeout) and was cancelled"

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import ToolError, UsageError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, ToolCall
@@ -26,6 +26,9 @@ from foliko_cli.mcp.config import ServerConfig, server_configs
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
 from foliko_cli.tools import Tool
+
+if TYPE_CHECKING:
+    from foliko_cli.mcp.cache import ToolCache
 
 
 class MCPManager:
@@ -51,17 +54,15 @@ class MCPManager:
         self.shared = shared
         self.interaction = interaction or Interaction()
         self.notify = notify or (lambda message: None)
-        self.generation = 0
-        """Grows each time a server's tool list changes (tools built before are outdated)."""
+        self._generation = 0
         self._lists: dict[str, list[ServerTool]] = {}
         self._connections: dict[str, ServerConnection] = {}
         self._warned: set[str] = shared._warned if shared is not None else set()
+        self.cache: ToolCache | None = None
         if home is not None:
             from foliko_cli.mcp.cache import ToolCache
 
-            self.cache: Any = ToolCache(home)
-        else:
-            self.cache = None
+            self.cache = ToolCache(home)
 
     def enabled(self) -> list[str]:
         """The servers every chat gets (``enabled = true``, the default)."""
@@ -84,7 +85,10 @@ class MCPManager:
             return self.shared.connection(name)
         if name not in self._connections:
             connection = ServerConnection(
-                self.configs[name], on_tools=self._listed, on_elicit=self.elicit
+                self.configs[name],
+                on_tools=self._listed,
+                on_changed=self._outdated,
+                on_elicit=self.elicit,
             )
             cached = self.cache.load(connection.config) if self.cache is not None else None
             if cached is not None:
@@ -99,7 +103,18 @@ class MCPManager:
             self.cache.store(connection.config, connection.tools)
         if self._lists.get(connection.name) != connection.tools:
             self._lists[connection.name] = connection.tools
-            self.generation += 1
+            self._generation += 1
+
+    def _outdated(self, connection: ServerConnection) -> None:
+        """The server said its tools changed: its cached list goes before it is
+        listed again (should this process end first, the next one starts it)."""
+        if self.cache is not None:
+            self.cache.forget(connection.config)
+
+    @property
+    def generation(self) -> int:
+        """Grows each time a server's tool list changes (the tools built before are outdated)."""
+        return self._generation + (self.shared.generation if self.shared is not None else 0)
 
     async def start(self, names: Iterable[str]) -> list[str]:
         """Start the servers (together); return one warning per problem not yet reported."""
@@ -229,7 +244,6 @@ class MCPManager:
     async def elicit(self, request: Elicitation) -> Answer:
         """The answer to a server's question, by the policy of its config (or the
         interaction's): ask the user, accept the defaults, or decline."""
-        policy = self.interaction.elicitation or self.configs[request.server].elicitation
         if request.mode == "url":
             self._warn(
                 f"MCP server {request.server!r} asked to send the user to {request.url} "
@@ -237,6 +251,7 @@ class MCPManager:
                 "if you trust it"
             )
             return DECLINE
+        policy = self.interaction.elicitation or self.configs[request.server].elicitation
         if policy == "ask":
             asker = self.interaction.asker
             answer = None if asker is None else await asker.elicit(request)

@@ -69,7 +69,12 @@ class ToolsMixin:
         the servers not marked ``per_user``."""
         if self._mcp is None:
             from foliko_cli.mcp.asking import Interaction
+            from foliko_cli.mcp.config import ELICITATION_CHOICES
             from foliko_cli.mcp.manager import MCPManager
+
+            elicitation = self._interaction[2]
+            if elicitation is not None and elicitation not in ELICITATION_CHOICES:
+                raise ValueError(f"elicitation must be one of {ELICITATION_CHOICES}")
 
             shared = self._mcp_share.mcp if self._mcp_share is not None else None
             self._mcp = MCPManager(

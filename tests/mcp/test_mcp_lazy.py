@@ -115,12 +115,22 @@ def test_tools_list_changed_refreshes_the_list_and_the_next_turn(tmp_path: Path)
     with _facade(tmp_path, servers) as facade:
         assert "u__grown" not in _offered(facade)
         assert facade.chat("s", "/tool u__grow").message == "u__grow returned: grew"
-        _wait(lambda: b'"grown"' in _entries(tmp_path)[0].read_bytes(), "the cache to follow")
-        assert "u__grown" in _offered(facade)
+        # the list is fetched again in the background: each turn gives the loop a moment
+        _wait(lambda: "u__grown" in _offered(facade), "the next turn to be offered the new tool")
         assert facade.chat("s", "/tool u__grown").message == "u__grown returned: grown here"
+    assert b'"grown"' in _entries(tmp_path)[0].read_bytes()
     with _facade(tmp_path, servers) as later:
         assert "u__grown" in _offered(later)
         assert later.mcp.status("u")["state"] == "cached"
+
+
+def test_a_process_that_ends_right_after_tools_list_changed_leaves_no_stale_list(
+    tmp_path: Path, invoke
+):
+    write_config(tmp_path / "foliko.toml", {"u": asking_server(approve="always")})
+    assert invoke("chat", "-s", "s", "/tool u__grow").stdout == "u__grow returned: grew\n"
+    offered = orjson.loads(invoke("chat", "-s", "s", "--dry-run", "hi").stdout)["tools"]
+    assert "u__grown" in [tool["name"] for tool in offered]
 
 
 def test_the_startup_timeout_does_not_count_loading_the_mcp_package(
