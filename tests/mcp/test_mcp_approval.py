@@ -86,16 +86,6 @@ def test_a_library_without_an_asker_refuses_and_notifies(tmp_path: Path):
     ]
 
 
-def test_a_bad_approve_value_exits_2(configure, invoke):
-    configure(approve="sometimes")
-    result = invoke("chat", "-s", "s", "hi")
-    assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == (
-        'foliko: error: [mcp_servers.u] \'approve\' must be "ask", "always" or a list of tool '
-        "names; fix the config"
-    )
-
-
 QUESTION = 'MCP server \'u\' wants to run note {"text":"x"}'
 ALLOW = "allow it? [y]es, [N]o, [a]lways (this tool, this run): "
 

@@ -58,16 +58,6 @@ def test_a_service_that_must_decline_declines_over_the_config(tmp_path: Path):
         assert f.chat("s", "/tool u__paint").message == "u__paint returned: decline"
 
 
-def test_a_bad_elicitation_value_exits_2(configure, invoke):
-    configure(elicitation="yes")
-    result = invoke("chat", "-s", "s", "hi")
-    assert result.exit_code == 2
-    assert result.stderr.splitlines()[-1] == (
-        'foliko: error: [mcp_servers.u] \'elicitation\' must be "ask", "defaults" or '
-        '"decline"; fix the config'
-    )
-
-
 def _answer_the_order(child, count: str = "3") -> None:
     child.expect_exact("MCP server 'u' asks: What do you order?")
     child.expect_exact("count: how many to order")
