@@ -125,3 +125,19 @@ def test_always_on_a_terminal_approves_the_tool_for_the_rest_of_the_loop(configu
     child.expect_exact("> ")
     child.sendeof()
     child.expect(pexpect.EOF)
+
+
+def test_ctrl_c_at_a_question_cancels_the_turn_and_the_next_line_is_the_loops(configure, spawn):
+    configure()
+    child = spawn("chat", "-s", "s")
+    child.expect_exact("> ")
+    child.sendline(NOTE)
+    child.expect_exact(ALLOW)
+    child.sendintr()
+    child.expect_exact("turn cancelled; nothing saved")
+    child.expect_exact("> ")
+    child.sendline("hello again")
+    child.expect_exact("hello again")
+    child.expect_exact("> ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
