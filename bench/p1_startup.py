@@ -1,13 +1,18 @@
 """P1: a whole `foliko` process against the floor of importing its basics.
 
-Three commands, timed alternately as real processes: the floor
+Four commands, timed alternately as real processes: the floor
 ``python -c "import click, sqlite3, orjson"`` (the venv's interpreter), one
 ``foliko chat -s S "hi"`` turn (echo model, SQLite, a short session in a
-fresh FOLIKO_HOME) and ``foliko sessions list``. Target: each foliko command
-takes at most 2x the floor. Also reports the top of ``-X importtime``.
+fresh FOLIKO_HOME), ``foliko sessions list``, and the same chat turn with one
+stdio MCP server configured (tests/mcp/stdio_server.py) that the turn does
+not call. Targets: each foliko command takes at most 2x the floor; the turn
+with the MCP server at most 1.1x the turn without (its tool list is cached,
+so it is not started). Also reports the top of ``-X importtime``.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from common import (
     PYTHON,
@@ -22,9 +27,11 @@ from common import (
 )
 
 LIMIT = 2.0
+MCP_LIMIT = 1.1
 SESSION = "bench"
 FLOOR = [PYTHON, "-c", "import click, sqlite3, orjson"]
 TOP = 15
+MCP_SERVER = Path(__file__).resolve().parents[1] / "tests" / "mcp" / "stdio_server.py"
 
 
 def importtime_top(argv: list[str], env: dict[str, str], top: int = TOP) -> list[list]:
@@ -44,20 +51,26 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     runs = 3 if quick else 21
     home = ws.fresh("p1-home")
     env = ws.env(FOLIKO_HOME=str(home), FOLIKO_MODEL="echo")
+    config = home / "mcp.toml"
+    config.write_text(f'[mcp_servers.bench]\ncommand = "{PYTHON}"\nargs = ["{MCP_SERVER}"]\n')
+    mcp_env = {**env, "FOLIKO_CONFIG": str(config)}
     chat = foliko("chat", "-s", SESSION, "hi")
+    mcp_chat = foliko("chat", "-s", SESSION + "-mcp", "hi")
     listing = foliko("sessions", "list")
     target = f"<= {LIMIT:g}x floor"
     try:
-        for _ in range(2):  # create the database and the session; warm the page cache
+        for _ in range(2):  # create the database and the sessions; warm the page cache
             run_process(chat, env)
+            run_process(mcp_chat, mcp_env)  # the first lists the server's tools
         run_process(listing, env)
         run_process(FLOOR, env)
-        log(f"P1: {runs} runs each of the floor, chat and sessions list")
+        log(f"P1: {runs} runs each of the floor, chat, sessions list and chat with MCP")
         times = interleaved(
             {
                 "floor": lambda: run_process(FLOOR, env),
                 "chat": lambda: run_process(chat, env),
                 "list": lambda: run_process(listing, env),
+                "mcp": lambda: run_process(mcp_chat, mcp_env),
             },
             runs,
         )
@@ -73,6 +86,17 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         result.ratio = result.median / floor.median
         result.met = result.ratio <= LIMIT
         results.append(result)
+    with_mcp = Result(
+        "P1",
+        'foliko chat -s S "hi" with one stdio MCP server, no call',
+        "s",
+        times["mcp"],
+        ratio_label="of chat",
+        target=f"<= {MCP_LIMIT:g}x chat",
+    )
+    with_mcp.ratio = with_mcp.median / results[1].median
+    with_mcp.met = with_mcp.ratio <= MCP_LIMIT
+    results.append(with_mcp)
     try:
         command = ["-m", "foliko_cli", "chat", "-s", SESSION, "hi"]
         results[1].details["importtime"] = {

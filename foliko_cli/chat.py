@@ -372,8 +372,9 @@ class AgentChatHandler:
             ):
                 session = self.framework.get_or_create_session_context(session_id)
                 try:
-                    async with asyncio.timeout(request.remaining()):
-                        return await self._transaction(session, request, work, committed, trash)
+                    async with asyncio.timeout(request.remaining()) as deadline:
+                        with request.follow(deadline):
+                            return await self._transaction(session, request, work, committed, trash)
                 except TimeoutError:
                     if committed:
                         return committed[0]

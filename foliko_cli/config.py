@@ -104,7 +104,16 @@ MODEL_KEYS = (
 AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description", "mcp_servers")
 MCP_STDIO_KEYS = ("command", "args", "env", "cwd")
 MCP_HTTP_KEYS = ("url", "headers")
-MCP_COMMON_KEYS = ("tools", "exclude", "startup_timeout", "call_timeout", "enabled", "per_user")
+MCP_COMMON_KEYS = (
+    "tools",
+    "exclude",
+    "startup_timeout",
+    "call_timeout",
+    "enabled",
+    "per_user",
+    "approve",
+    "elicitation",
+)
 TABLE_KEYS = {
     "models": MODEL_KEYS,
     "agents": AGENT_KEYS,

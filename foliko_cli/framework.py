@@ -298,6 +298,9 @@ class Framework(EventEmitter):
     def register_tool(self, tool: Tool) -> None:
         self.tools.register(tool)
 
+    def unregister_tool(self, name: str) -> bool:
+        return self.tools.unregister(name)
+
     def resolve_tools(self) -> dict[str, Tool]:
         """Global tools, overridden by the current agent's tools of the same name."""
         tools = {tool.name: tool for tool in self.tools.all()}

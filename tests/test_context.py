@@ -550,3 +550,17 @@ def test_two_threads_creating_one_session_share_it():
     second.join()
     assert results[0] is results[1]
     assert manager.ref_count("s") == 2
+
+
+def test_time_waiting_on_the_user_is_not_counted_and_a_followed_deadline_moves():
+    async def scenario() -> float:
+        request = RequestContext(timeout=0.3)
+        async with asyncio.timeout(request.remaining()) as deadline:
+            with request.follow(deadline):
+                with request.waiting_on_user():
+                    assert deadline.when() is None
+                    await asyncio.sleep(0.5)  # a person reading the question
+                assert not request.is_timeout()
+                return request.remaining()
+
+    assert 0 < asyncio.run(scenario()) <= 0.3

@@ -55,11 +55,20 @@ def settings_for(ctx: click.Context, **flags) -> Settings:
     return settings
 
 
-def open_facade(ctx: click.Context, **flags) -> Foliko:
-    """A facade for this invocation, closed when the command ends."""
+def open_facade(ctx: click.Context, *, yes: bool = False, ask: bool = True, **flags) -> Foliko:
+    """A facade for this invocation, closed when the command ends; ``yes``
+    approves every MCP tool call of the run (--yes); ``ask`` False: the MCP
+    servers' questions are never put to the user (stdin is not theirs)."""
     settings = settings_for(ctx, **flags)
     check_home(settings)
     user = (ctx.find_root().obj or {}).get("user")
-    facade = Foliko.from_settings(settings, notify=note, user=user)
+    interaction: dict = {"approve_all": yes}
+    if not ask:
+        interaction["elicitation"] = "decline"
+    elif settings.mcp_servers:
+        from foliko_cli.cli.asking import asker
+
+        interaction["asker"] = asker()
+    facade = Foliko.from_settings(settings, notify=note, user=user, **interaction)
     ctx.call_on_close(facade.close)
     return facade

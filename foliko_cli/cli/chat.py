@@ -18,6 +18,7 @@ from foliko_cli.cli.params import (
     storage_option,
     timeout_option,
     var_options,
+    yes_option,
 )
 from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter, turn_notes
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
@@ -298,6 +299,7 @@ def emit_json_quietly(value: dict) -> None:
     help="Print, as JSON, what the model would be sent (the HTTP request itself "
     "included); send nothing, save nothing.",
 )
+@yes_option
 @storage_option
 @click.pass_context
 def chat(
@@ -327,6 +329,7 @@ def chat(
     functions: tuple[str, ...],
     show_usage: bool,
     dry_run: bool,
+    yes: bool,
 ) -> None:
     """Run one chat turn in session ID and print the reply.
 
@@ -413,7 +416,7 @@ def chat(
             from foliko_cli.cli.templates import turn_tools
 
             offered = turn_tools(tools, functions, chosen)
-        facade = open_facade(ctx, model=model, timeout=timeout)
+        facade = open_facade(ctx, model=model, timeout=timeout, yes=yes)
         if continue_latest:
             session_id = facade.latest_session_id()
         if text is None and not regenerate:

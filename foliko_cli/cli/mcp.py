@@ -137,5 +137,5 @@ def serve_sessions(ctx: click.Context) -> None:
         ) from None
     from foliko_cli.mcp_server.stdio import serve_stdio
 
-    facade = open_facade(ctx)
+    facade = open_facade(ctx, ask=False)  # stdin carries the protocol
     facade.run(serve_stdio(facade.service))

@@ -173,6 +173,16 @@ def timeout_option(help: str):
     return click.option("--timeout", type=Timeout(), metavar="SECONDS", help=help)
 
 
+def yes_option(command: Callable) -> Callable:
+    return click.option(
+        "-y",
+        "--yes",
+        is_flag=True,
+        help="Approve every MCP tool call of this run (no question on a terminal, "
+        "no refusal in a pipe).",
+    )(command)
+
+
 GLOBAL_OPTIONS = {
     "storage": ("NAME|URL", "Session storage (as 'foliko --storage'); env: FOLIKO_STORAGE."),
     "user": ("NAME", "Act on this user's sessions (as 'foliko --user')."),

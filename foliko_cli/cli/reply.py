@@ -33,6 +33,8 @@ class ReplyWriter:
     def on_event(self, event: dict) -> None:
         if event["type"] == "delta":
             self.write(event["text"])
+        elif event["type"] == "tool_call":
+            self.end_line()  # a question about the call (approval) starts on its own line
 
     def end_line(self) -> None:
         """End a partly written line, so that what follows starts on its own."""

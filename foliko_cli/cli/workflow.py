@@ -8,7 +8,13 @@ import click
 
 from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import data_format_option, emit_json, error, note
-from foliko_cli.cli.params import session_option, storage_option, timeout_option, var_options
+from foliko_cli.cli.params import (
+    session_option,
+    storage_option,
+    timeout_option,
+    var_options,
+    yes_option,
+)
 from foliko_cli.errors import ExitCode
 
 
@@ -38,6 +44,7 @@ def workflow() -> None:
     is_flag=True,
     help="Continue a failed run from its failed step (steps done are skipped).",
 )
+@yes_option
 @data_format_option
 @storage_option
 @click.pass_context
@@ -49,6 +56,7 @@ def run(
     model: str | None,
     timeout: float | None,
     resume: bool,
+    yes: bool,
     fmt: str,
 ) -> None:
     """Run FILE's steps in session ID, in order; stop at the first failure.
@@ -69,7 +77,7 @@ def run(
     definition = load_workflow(file)
     if model is not None:
         definition = dataclasses.replace(definition, model=model)
-    facade = open_facade(ctx, model=model, timeout=timeout)
+    facade = open_facade(ctx, model=model, timeout=timeout, yes=yes)
 
     def report(step, output) -> None:
         note(f"step {step.name!r} done")

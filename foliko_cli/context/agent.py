@@ -24,6 +24,9 @@ class AgentContext:
     def register_tool(self, tool: Any) -> None:
         self.tools[tool.name] = tool
 
+    def unregister_tool(self, name: str) -> bool:
+        return self.tools.pop(name, None) is not None
+
     def get_tool(self, name: str) -> Any:
         return self.tools.get(name)
 

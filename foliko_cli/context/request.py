@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from foliko_cli.clock import new_request_id, new_trace_id
 
@@ -12,7 +13,12 @@ DEFAULT_TIMEOUT = 120.0
 
 
 class RequestContext:
-    """Identifies one request; ``timeout`` and ``elapsed()`` are in seconds."""
+    """Identifies one request; ``timeout`` and ``elapsed()`` are in seconds.
+
+    The timeout measures foliko and the servers it waits on, not a person:
+    time spent ``waiting_on_user`` (a question about a tool call) is not
+    counted, and the deadlines that ``follow`` the request move with it.
+    """
 
     def __init__(
         self,
@@ -34,6 +40,9 @@ class RequestContext:
         self.cancelled = False
         self._started = time.monotonic()
         self._on_cancel: list[Callable[[], object]] = []
+        self._waited = 0.0
+        self._waiting_since: float | None = None
+        self._deadlines: list[Any] = []
 
     def __repr__(self) -> str:
         return (
@@ -44,11 +53,48 @@ class RequestContext:
     def elapsed(self) -> float:
         return time.monotonic() - self._started
 
+    def _counted(self) -> float:
+        """The elapsed time less the time spent waiting on the user."""
+        now = time.monotonic()
+        waiting = now - self._waiting_since if self._waiting_since is not None else 0.0
+        return now - self._started - self._waited - waiting
+
     def remaining(self) -> float:
-        return max(0.0, self.timeout - self.elapsed())
+        return max(0.0, self.timeout - self._counted())
 
     def is_timeout(self) -> bool:
-        return self.elapsed() > self.timeout
+        return self._counted() > self.timeout
+
+    @contextlib.contextmanager
+    def follow(self, deadline: Any) -> Iterator[None]:
+        """Keep ``deadline`` (an ``asyncio.Timeout``) at the end of the remaining
+        time while the block runs, also across waits on the user."""
+        self._deadlines.append(deadline)
+        try:
+            yield
+        finally:
+            self._deadlines.remove(deadline)
+
+    @contextlib.contextmanager
+    def waiting_on_user(self) -> Iterator[None]:
+        """The block's time does not count toward the timeout."""
+        if self._waiting_since is not None:
+            yield
+            return
+        self._waiting_since = time.monotonic()
+        for deadline in self._deadlines:
+            deadline.reschedule(None)
+        try:
+            yield
+        finally:
+            self._waited += time.monotonic() - self._waiting_since
+            self._waiting_since = None
+            if self._deadlines:
+                import asyncio
+
+                end = asyncio.get_running_loop().time() + self.remaining()
+                for deadline in self._deadlines:
+                    deadline.reschedule(end)
 
     def on_cancel(self, callback: Callable[[], object]) -> None:
         """Run ``callback`` when the request is cancelled (at once if it already is)."""

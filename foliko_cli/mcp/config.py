@@ -20,6 +20,8 @@ REFERENCE = re.compile(r"\$\{([^}]*)\}")
 VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 DEFAULT_STARTUP_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 60.0
+APPROVE_CHOICES = ("ask", "always")
+ELICITATION_CHOICES = ("ask", "defaults", "decline")
 
 
 class UnsetVariableError(Exception):
@@ -43,6 +45,14 @@ class ServerConfig:
     per_user: bool = False
     """Each user of ``foliko serve`` gets a connection of their own (a server
     that keeps state between calls); otherwise one connection serves all."""
+    approve: str | tuple[str, ...] = "ask"
+    """``"ask"``: a call is put to the user first unless the tool says it is
+    read-only; ``"always"``: never asked; a tuple: those tools are approved
+    (the others asked about as with ``"ask"``)."""
+    elicitation: str = "ask"
+    """What a question from the server gets: ``"ask"`` the user (when there is
+    one to ask, else a decline), ``"defaults"`` the fields' defaults when every
+    required field has one (else a decline), ``"decline"`` a decline."""
 
     @property
     def transport(self) -> str:
@@ -58,6 +68,11 @@ class ServerConfig:
 
         url, query, _ = (self.url or "").partition("?")
         return shown(url) + ("?***" if query else "")
+
+    def approves(self, tool: str) -> bool:
+        """Whether ``approve`` lets a call of ``tool`` run without asking."""
+        approved = self.approve
+        return approved == "always" or (isinstance(approved, tuple) and tool in approved)
 
     def offers(self, tool: str) -> bool:
         """Whether the allow-list (``tools``) and ``exclude`` let the model see ``tool``."""
@@ -149,6 +164,18 @@ def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
             if not isinstance(entry[key], bool):
                 raise _problem(name, key, "must be true or false")
             options[key] = entry[key]
+    if "approve" in entry:
+        approve = entry["approve"]
+        if isinstance(approve, list):
+            options["approve"] = _strings(name, "approve", approve)
+        elif approve in APPROVE_CHOICES:
+            options["approve"] = approve
+        else:
+            raise _problem(name, "approve", 'must be "ask", "always" or a list of tool names')
+    if "elicitation" in entry:
+        if entry["elicitation"] not in ELICITATION_CHOICES:
+            raise _problem(name, "elicitation", 'must be "ask", "defaults" or "decline"')
+        options["elicitation"] = entry["elicitation"]
     return ServerConfig(name=name, **options)
 
 

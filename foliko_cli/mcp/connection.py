@@ -10,19 +10,28 @@ through the session from their own tasks. Whatever the SDK raises when a
 server dies (an ``ExceptionGroup`` from its task groups) ends inside the
 supervisor and becomes the connection's state and reason: nothing reaches a
 turn but a tool error.
+
+While it runs, the supervisor also keeps the tool list current: a
+``tools/list_changed`` notification (on a 2026-07-28 connection, through a
+``subscriptions/listen`` stream it keeps open) is passed to ``on_changed``
+at once and makes the supervisor list the tools again and hand them to
+``on_tools``. A server's question to the user (an elicitation) goes to
+``on_elicit``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import os
-import tempfile
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from foliko_cli.errors import ToolError
+from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
 from foliko_cli.mcp.config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.results import result_text
 from foliko_cli.mcp.transport import open_transport, scrub
@@ -40,6 +49,33 @@ class ServerTool:
     name: str
     description: str
     input_schema: dict[str, Any]
+    read_only: bool = False
+    """The tool's annotations say it does not modify its environment (``readOnlyHint``)."""
+
+
+class _Call:
+    """A call in flight: its ``call_timeout`` and the turn's request, both stopped
+    while a question of the server's waits on the user."""
+
+    def __init__(self, deadline: asyncio.Timeout, request: Any):
+        self.deadline = deadline
+        self.request = request
+
+    @contextlib.contextmanager
+    def waiting_on_user(self) -> Iterator[None]:
+        loop = asyncio.get_running_loop()
+        when = self.deadline.when()
+        left = None if when is None else when - loop.time()
+        self.deadline.reschedule(None)
+        try:
+            if self.request is None:
+                yield
+            else:
+                with self.request.waiting_on_user():
+                    yield
+        finally:
+            if left is not None:
+                self.deadline.reschedule(loop.time() + left)
 
 
 class _WatchedReadStream:
@@ -106,6 +142,15 @@ def _keep_sdk_logs_off_stderr() -> None:
         logger.addHandler(logging.NullHandler())
 
 
+def _load_sdk() -> None:
+    """Import what a connection uses, before its start-up is timed: on a loaded
+    machine the import alone takes seconds, and ``startup_timeout`` is the server's."""
+    import anyio  # noqa: F401
+    import mcp_types  # noqa: F401
+    from mcp import Client  # noqa: F401
+    from mcp.client import stdio, streamable_http  # noqa: F401
+
+
 def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -113,15 +158,29 @@ def _innermost(exc: BaseException) -> BaseException:
 
 
 class ServerConnection:
-    """States: ``idle`` (not started), ``ready``, ``exited`` (died after starting),
-    ``failed`` (could not start; ``error`` says why) and ``closed``."""
+    """States: ``idle`` (not started), ``cached`` (not started, its tools known
+    from the last time it listed them), ``ready``, ``exited`` (died after
+    starting), ``failed`` (could not start; ``error`` says why) and ``closed``."""
 
-    def __init__(self, config: ServerConfig):
+    def __init__(
+        self,
+        config: ServerConfig,
+        *,
+        on_tools: Callable[[ServerConnection], None] | None = None,
+        on_changed: Callable[[ServerConnection], None] | None = None,
+        on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
+    ):
         self.config = config
         self.state = "idle"
         self.error: str | None = None
         self.tools: list[ServerTool] = []
+        """What the server lists (or, before it starts, what it listed last time)."""
         self.restarts = 0
+        self.on_tools = on_tools
+        self.on_changed = on_changed
+        self.on_elicit = on_elicit
+        self._tools_changed: Any = None
+        self._calls: list[_Call] = []
         self._client: Any = None
         self._scope: Any = None
         self._task: asyncio.Task | None = None
@@ -149,7 +208,7 @@ class ServerConnection:
                 await self._stop()
                 self.restarts += 1
                 self.state = "idle"
-            if self.state == "idle":
+            if self.state in ("idle", "cached"):
                 self._settled = asyncio.Event()
                 self._task = asyncio.get_running_loop().create_task(
                     self._supervise(self._settled), name=f"mcp server {self.name}"
@@ -171,9 +230,12 @@ class ServerConnection:
         self._stopping = False
 
     async def _supervise(self, settled: asyncio.Event) -> None:
+        import tempfile
+
         started = False
         with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as errlog:
             try:
+                _load_sdk()
                 import anyio
 
                 ended = anyio.Event()
@@ -182,11 +244,15 @@ class ServerConnection:
                 with scope:
                     async with AsyncExitStack() as stack:
                         await self._connect(stack, errlog, ended)
+                        watching = await stack.enter_async_context(anyio.create_task_group())
+                        await watching.start(self._follow_tool_list, watching)
                         scope.deadline = math.inf
                         started = True
                         self.state, self.error = "ready", None
+                        self._listed()
                         settled.set()
                         await ended.wait()
+                        watching.cancel_scope.cancel()
                 if self._stopping:
                     pass
                 elif started:
@@ -205,6 +271,7 @@ class ServerConnection:
                 settled.set()
 
     async def _connect(self, stack: AsyncExitStack, errlog: Any, ended: Any) -> None:
+        import anyio
         from mcp import Client
         from mcp_types import Implementation
 
@@ -217,9 +284,81 @@ class ServerConnection:
             _Watched(transport.streams, ended),
             client_info=Implementation(name=CLIENT_NAME, version=__version__),
             cache=None,
+            message_handler=self._on_message,
+            elicitation_callback=self._on_elicitation,
         )
         self._client = await stack.enter_async_context(client)
+        self._tools_changed = anyio.Event()  # a change announced from now on is followed
         self.tools = await self._list_tools(self._client)
+
+    def _listed(self) -> None:
+        if self.on_tools is not None:
+            self.on_tools(self)
+
+    # the tool list and the server's questions
+
+    async def _on_message(self, message: Any) -> None:
+        from mcp_types import ToolListChangedNotification
+
+        if isinstance(message, ToolListChangedNotification):
+            self._tool_list_changed()
+
+    def _tool_list_changed(self) -> None:
+        """The list known is outdated from now on (``on_changed``, at once: the
+        process may end before the tools are listed again)."""
+        if self.on_changed is not None:
+            self.on_changed(self)
+        if self._tools_changed is not None:
+            self._tools_changed.set()
+
+    async def _follow_tool_list(self, watching: Any, *, task_status: Any) -> None:
+        """List the tools again each time the server says they changed; started
+        (``task_status``) once a 2026-07-28 server's listen stream is open, so
+        that no change is announced before foliko listens."""
+        import anyio
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        client = self._client
+        capability = client.server_capabilities.tools
+        announces = capability is not None and bool(capability.list_changed)
+        if announces and client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            await watching.start(self._listen, client)
+        task_status.started()
+        while True:
+            await self._tools_changed.wait()
+            self._tools_changed = anyio.Event()
+            try:
+                self.tools = await self._list_tools(client)
+            except Exception:
+                return  # the connection is going away; its supervisor says why
+            self._listed()
+
+    async def _listen(self, client: Any, *, task_status: Any) -> None:
+        """A 2026-07-28 server sends ``tools/list_changed`` only on a listen stream."""
+        listening = False
+        try:
+            async with client.listen(tools_list_changed=True) as changes:
+                task_status.started()
+                listening = True
+                async for _ in changes:
+                    self._tool_list_changed()
+        except Exception:
+            pass  # no stream, or it was lost: the tools are listed again at the next start
+        if not listening:
+            task_status.started()
+
+    async def _on_elicitation(self, context: Any, params: Any) -> Any:
+        from mcp_types import ElicitResult
+
+        if getattr(params, "mode", "form") == "url":
+            request = Elicitation(self.name, params.message, "url", url=params.url)
+        else:
+            request = Elicitation(self.name, params.message, schema=params.requested_schema)
+        with contextlib.ExitStack() as waiting:
+            for call in list(self._calls):
+                waiting.enter_context(call.waiting_on_user())
+            answer = DECLINE if self.on_elicit is None else await self.on_elicit(request)
+        return ElicitResult(action=answer.action, content=answer.content)
 
     @staticmethod
     async def _list_tools(client: Any) -> list[ServerTool]:
@@ -231,7 +370,8 @@ class ServerConnection:
                 schema = dict(tool.input_schema or {})
                 schema.setdefault("type", "object")
                 description = tool.description or tool.title or f"Tool {tool.name}."
-                tools.append(ServerTool(tool.name, description, schema))
+                read_only = bool(tool.annotations and tool.annotations.read_only_hint)
+                tools.append(ServerTool(tool.name, description, schema, read_only))
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -272,18 +412,28 @@ class ServerConnection:
 
     # calling
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> str:
-        """The result's text; any failure raises ToolError, for the model to read."""
+    async def call(self, tool: str, arguments: dict[str, Any], request: Any = None) -> str:
+        """The result's text; any failure raises ToolError, for the model to read.
+
+        ``call_timeout`` (and the timeout of ``request``, the turn's
+        RequestContext) does not run while the server's question waits on the user.
+        """
         where = f"MCP server {self.name!r}"
         if not await self.start() or self._client is None:
             raise ToolError(f"{where} is not available: {self.error}")
         client = self._client
+        call = _Call(asyncio.timeout(self.config.call_timeout), request)
+        self._calls.append(call)
         try:
-            result = await client.call_tool(
-                tool, arguments, read_timeout_seconds=self.config.call_timeout
-            )
+            async with call.deadline:
+                result = await client.call_tool(tool, arguments)
+                # What the server announced before it answered (tools/list_changed)
+                # waits in tasks of its own: let them run before the turn goes on.
+                await asyncio.sleep(0)
         except Exception as exc:
             raise ToolError(self._call_problem(tool, exc)) from None
+        finally:
+            self._calls.remove(call)
         text = scrub(result_text(result), self._secrets)
         if result.is_error:
             raise ToolError(f"{tool} on {where} reported an error: {text}")
@@ -291,11 +441,11 @@ class ServerConnection:
 
     def _call_problem(self, tool: str, exc: Exception) -> str:
         from mcp.shared.exceptions import MCPError
-        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+        from mcp_types import CONNECTION_CLOSED
 
         where = f"MCP server {self.name!r}"
         code = exc.error.code if isinstance(exc, MCPError) else None
-        if code == REQUEST_TIMEOUT or isinstance(exc, TimeoutError):
+        if isinstance(exc, TimeoutError):  # the call's deadline (call_timeout)
             return (
                 f"{tool} on {where} did not finish within {self.config.call_timeout:g}s "
                 "(call_timeout) and was cancelled"

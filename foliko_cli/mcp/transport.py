@@ -76,6 +76,8 @@ def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
     if config.command is not None:
         from mcp.client.stdio import StdioServerParameters, stdio_client
 
+        from foliko_cli.mcp.group import ending_group
+
         environment = child_environment(config)
         parameters = StdioServerParameters(
             command=config.command,
@@ -84,7 +86,8 @@ def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
             cwd=os.path.expanduser(config.cwd) if config.cwd else None,
         )
         return Transport(
-            stdio_client(parameters, errlog=errlog), _expanded_values(config, environment)
+            ending_group(stdio_client(parameters, errlog=errlog)),
+            _expanded_values(config, environment),
         )
     import httpx2
 

@@ -16,13 +16,18 @@ if TYPE_CHECKING:
     from foliko_cli.serve.quotas import Quotas
 
 
+UNATTENDED = {"elicitation": "decline"}
+"""A server asks no one: an MCP tool call that needs approval is refused (unless
+the config approves it) and every elicitation is declined."""
+
+
 class Services:
     def __init__(self, settings: Settings, *, notify=None):
         self.settings = settings
         self.notify = notify
-        self.base = AsyncFoliko.from_settings(settings, notify=notify)
+        self.base = AsyncFoliko.from_settings(settings, notify=notify, **UNATTENDED)
         self.ephemeral = AsyncFoliko.from_settings(
-            settings._replace(storage="memory", trash_keep=0), notify=notify
+            settings._replace(storage="memory", trash_keep=0), notify=notify, **UNATTENDED
         )
         capacity, idle = limits_from_env()
         self.users = UserServices(self._build_user, capacity, idle)
@@ -32,7 +37,10 @@ class Services:
     def _build_user(self, user: str) -> AsyncFoliko:
         scoped = UserScopedStorage(self.base.storage, user, owns_inner=False)
         return AsyncFoliko.from_settings(
-            self.settings._replace(storage=scoped), notify=self.notify, mcp_share=self.base
+            self.settings._replace(storage=scoped),
+            notify=self.notify,
+            mcp_share=self.base,
+            **UNATTENDED,
         )
 
     def lease(self, user: str) -> Lease:

@@ -44,6 +44,7 @@ from foliko_cli.storage.base import SessionStorageAdapter
 if TYPE_CHECKING:
     from foliko_cli.chat import AgentChatHandler
     from foliko_cli.config import Settings
+    from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.skills import SkillSet
 
@@ -79,6 +80,9 @@ class AsyncFoliko(
         user: str | None = None,
         mcp_share: AsyncFoliko | None = None,
         trash_keep: int | str = DEFAULT_KEEP_MS,
+        asker: Asker | None = None,
+        approve_all: bool = False,
+        elicitation: str | None = None,
     ):
         self.home = Path(home).expanduser() if home is not None else default_home()
         if storage is None:
@@ -110,6 +114,9 @@ class AsyncFoliko(
         self.mcp_servers = mcp_servers or {}
         self._mcp: MCPManager | None = None
         self._mcp_share = mcp_share
+        self._interaction = (asker, approve_all, elicitation)
+        self._mcp_offered: dict[str | None, tuple[list[str], list[str]]] = {}
+        self._mcp_generation = 0
         self.trash_keep = _keep_ms(trash_keep)
         self._trash_purged_at = 0
 

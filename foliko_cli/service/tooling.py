@@ -44,8 +44,7 @@ class ToolsMixin:
             for reference in self.tools:
                 self.framework.register_tool(load_tool(reference))
         if self.mcp_servers:
-            for tool in await self.mcp_tools(self.mcp.enabled()):
-                self.framework.register_tool(tool)
+            await self._offer_mcp_tools(None, self.mcp.enabled())
         self._tools_loaded = True
 
     async def agent_context(self, name: str) -> AgentContext:
@@ -57,8 +56,7 @@ class ToolsMixin:
         for warning in build_agent(context, config, self.skills()):
             self.notify(warning)
         if config.mcp_servers:
-            for tool in await self.mcp_tools(list(config.mcp_servers), owner=f"agent {name!r}"):
-                context.register_tool(tool)
+            await self._offer_mcp_tools(name, list(config.mcp_servers))
         return context
 
     # MCP servers (F12)
@@ -70,10 +68,22 @@ class ToolsMixin:
         A service built with ``mcp_share`` uses that service's connections for
         the servers not marked ``per_user``."""
         if self._mcp is None:
+            from foliko_cli.mcp.asking import Interaction
+            from foliko_cli.mcp.config import ELICITATION_CHOICES
             from foliko_cli.mcp.manager import MCPManager
 
+            elicitation = self._interaction[2]
+            if elicitation is not None and elicitation not in ELICITATION_CHOICES:
+                raise ValueError(f"elicitation must be one of {ELICITATION_CHOICES}")
+
             shared = self._mcp_share.mcp if self._mcp_share is not None else None
-            self._mcp = MCPManager(self.mcp_servers, shared=shared)
+            self._mcp = MCPManager(
+                self.mcp_servers,
+                shared=shared,
+                home=self.home,
+                interaction=Interaction(*self._interaction),
+                notify=self.notify,
+            )
         return self._mcp
 
     async def start_mcp_servers(self, names: list[str] | None = None) -> None:
@@ -99,9 +109,34 @@ class ToolsMixin:
         return self.mcp.tool_rows(self.mcp.configs)
 
     async def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
-        """The tools of these servers, each started once for this service's life."""
-        await self.start_mcp_servers(self.mcp.check(names, owner))
-        return self.mcp.tools(names)
+        """The tools of these servers: a server whose tool list is cached starts
+        when a tool of it is first called, any other now (once for this
+        service's life); problems go to ``notify``."""
+        for warning in await self.mcp.prepare(self.mcp.check(names, owner)):
+            self.notify(warning)
+        return self.mcp.tools(names, beside=self.mcp.enabled())
+
+    async def _offer_mcp_tools(self, agent: str | None, names: list[str]) -> None:
+        """Register the servers' tools for every turn (``agent`` None) or the
+        agent's turns, in place of those registered from them before."""
+        owner = "the config" if agent is None else f"agent {agent!r}"
+        tools = await self.mcp_tools(names, owner=owner)
+        self._mcp_generation = self.mcp.generation
+        framework = self.framework
+        holder = framework if agent is None else framework.get_or_create_agent_context(agent)
+        for name in self._mcp_offered.get(agent, ((), ()))[1]:
+            holder.unregister_tool(name)
+        for tool in tools:
+            holder.register_tool(tool)
+        self._mcp_offered[agent] = (names, [tool.name for tool in tools])
+
+    async def _follow_mcp_changes(self) -> None:
+        """Offer the tools again after a server's list changed (it said so, or
+        started with another list than the one cached)."""
+        if self._mcp is None or self._mcp.generation == self._mcp_generation:
+            return
+        for agent, (names, _) in list(self._mcp_offered.items()):
+            await self._offer_mcp_tools(agent, list(names))
 
     async def tool_rows(self) -> list[dict[str, Any]]:
         """Every tool a chat may use: built-ins, enabled plugins (the one in effect
@@ -181,6 +216,7 @@ class ToolsMixin:
         from foliko_cli.chat import AgentChatHandler
 
         await self._load_global_tools()
+        await self._follow_mcp_changes()
         return AgentChatHandler(
             self.framework,
             provider,
@@ -202,6 +238,8 @@ class ToolsMixin:
                 self._announce_default_model()
             handler = await self._make_handler(self._provider(chosen), agent)
             self._handlers[key] = handler
+        else:
+            await self._follow_mcp_changes()
         return handler
 
     def request(self, timeout: float | None = None, **options: Any) -> RequestContext:

@@ -9,8 +9,10 @@ FOLIKO_REQUIRE_SERVICES=1, where that is a failure.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from foliko_cli.cli.main import cli
 EVERYTHING_PACKAGE = "@modelcontextprotocol/server-everything"
 NPM_CACHE = CACHE_ROOT / "npm"
 LISTEN_TIMEOUT_S = 30
+PROMPT_WAIT_S = 60
 
 
 @pytest.fixture
@@ -37,6 +40,33 @@ def invoke():
         return runner.invoke(cli, list(args), env=env, catch_exceptions=False)
 
     return run
+
+
+@pytest.fixture
+def spawn(foliko_home: Path):
+    """The installed foliko on a pseudo-terminal (pexpect), in the test's directory."""
+    pexpect = pytest.importorskip("pexpect")
+    children = []
+
+    def start(*args: str):
+        env = {**os.environ, "FOLIKO_HOME": str(foliko_home), "FOLIKO_MODEL": "echo"}
+        child = pexpect.spawn(
+            str(Path(sys.executable).with_name("foliko")),
+            list(args),
+            env=env,
+            encoding="utf-8",
+            echo=False,
+            timeout=PROMPT_WAIT_S,
+            dimensions=(24, 200),
+            # SIGINT stays ignored across exec under nohup: give the child its default back
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.close(force=True)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 STDIO_SERVER = HERE / "stdio_server.py"
+ASKING_SERVER = HERE / "asking_server.py"
 
 
 def toml_value(value: object) -> str:
@@ -44,3 +45,8 @@ def write_config(path: Path, servers: dict[str, dict], agents: dict[str, dict] |
 def stdio_server(**options: object) -> dict:
     """The config of the test server in stdio_server.py."""
     return {"command": sys.executable, "args": [str(STDIO_SERVER)], **options}
+
+
+def asking_server(**options: object) -> dict:
+    """The config of the test server in asking_server.py."""
+    return {"command": sys.executable, "args": [str(ASKING_SERVER)], **options}

@@ -38,6 +38,15 @@ def invoke(*args: str):
         ({"url": "http://h/mcp", "cwd": "/srv"}, "'cwd' applies only to a server with 'command'"),
         ({"url": "ftp://h/mcp"}, "'url' must start with http:// or https://"),
         ({"command": "x", "tools": ["a"], "exclude": ["b"]}, "cannot be combined with 'tools'"),
+        (
+            {"command": "x", "approve": "sometimes"},
+            '\'approve\' must be "ask", "always" or a list of tool names',
+        ),
+        ({"command": "x", "approve": ["a", 1]}, "'approve' must be a list of strings"),
+        (
+            {"command": "x", "elicitation": "yes"},
+            '\'elicitation\' must be "ask", "defaults" or "decline"',
+        ),
     ],
 )
 def test_a_bad_table_exits_2_naming_table_and_key(tmp_path: Path, table: dict, message: str):

@@ -20,7 +20,9 @@ EXIT_WAIT_S = 15
 
 
 def _facade(home: Path, servers: dict, **options) -> Foliko:
-    return Foliko("memory", "echo", home=home, mcp_servers=servers, **options)
+    """Every call approved, as with --yes: these tests are about calls (approval
+    has test_mcp_approval.py)."""
+    return Foliko("memory", "echo", home=home, mcp_servers=servers, approve_all=True, **options)
 
 
 @pytest.fixture(scope="module")

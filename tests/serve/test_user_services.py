@@ -1,6 +1,10 @@
 """Per-user services are a bounded cache; MCP servers are shared between users
 unless marked ``per_user`` (then bounded by the cache); a request in flight
-keeps its service."""
+keeps its service.
+
+A server whose tool list is cached starts when a tool of it is first called,
+so the turns that must start a user's server call one (``CALL``; the config
+offers it on HTTP turns and approves it, as foliko serve never asks)."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from .servers import wait_until
 
 STDIO_SERVER = Path(__file__).parents[1] / "mcp" / "stdio_server.py"
 USERS = [f"user{n}" for n in range(6)]
+CALL = '/tool tools__add {"a": 1, "b": 1}'
 
 
 def keys_file(tmp_path: Path) -> Path:
@@ -28,10 +33,12 @@ def keys_file(tmp_path: Path) -> Path:
 def config(tmp_path: Path, *, per_user: bool) -> Path:
     path = tmp_path / "config.toml"
     path.write_text(
+        'serve_tools = ["tools__add"]\n'
         "[mcp_servers.tools]\n"
         f'command = "{sys.executable}"\n'
         f'args = ["{STDIO_SERVER}"]\n'
         f"per_user = {'true' if per_user else 'false'}\n"
+        'approve = "always"\n'
     )
     return path
 
@@ -99,7 +106,7 @@ def test_users_share_one_mcp_server_and_see_only_their_sessions(start_server, tm
 def test_per_user_servers_are_bounded_by_the_cache(start_server, tmp_path):
     server = start(start_server, tmp_path, per_user=True, FOLIKO_SERVE_USER_CACHE="2")
     for user in USERS:
-        turn(server, user, "s")
+        assert turn(server, user, "s", text=CALL) == "tools__add returned: 2"
     wait_until(lambda: mcp_processes(server) == 2, what="the evicted users' MCP servers to stop")
 
 
@@ -109,8 +116,10 @@ def test_an_idle_service_is_closed(start_server, tmp_path):
     assert mcp_processes(server) == 1
     wait_until(lambda: mcp_processes(server) == 0, what="the idle user's MCP server to stop")
     assert turn(server, "user0", "s", text="back") == "back"
+    assert mcp_processes(server) == 0, "its tool list is cached: it starts when called"
+    assert turn(server, "user0", "s", text=CALL) == "tools__add returned: 2"
     assert mcp_processes(server) == 1
-    assert sessions_of(server, "user0") == [("s", 4)]
+    assert sessions_of(server, "user0") == [("s", 8)]
 
 
 def test_a_request_in_flight_keeps_its_evicted_service(start_server, tmp_path, model_server):
@@ -130,7 +139,7 @@ def test_a_request_in_flight_keeps_its_evicted_service(start_server, tmp_path, m
     slow.start()
     try:
         assert model_server.wait_for_requests(1)
-        turn(server, "user1", "s")  # user0's service leaves the cache, but is in use
+        turn(server, "user1", "s", text=CALL)  # user0's service leaves the cache, but is in use
         assert mcp_processes(server) == 2
     finally:
         held.set()

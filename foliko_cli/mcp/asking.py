@@ -1,0 +1,69 @@
+"""Questions for the user: approving a tool call, and answering a server's elicitation.
+
+The core never prints and never reads a terminal. The application gives the
+service an ``Asker``; the MCP manager puts each question to it, or, with no
+asker (a library, ``foliko serve``) or an asker that cannot ask (a pipe),
+answers by the server's config: a call that needs approval is refused, an
+elicitation declined (or, with ``elicitation = "defaults"``, accepted with
+the fields' defaults). The forms themselves are read by ``forms.py``.
+
+This module is imported by every turn that has MCP servers: it holds only
+small types.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NamedTuple, Protocol
+
+Decision = Literal["approved", "declined", "unasked"]
+"""An asker's answer to a call: approved, declined by the user, or not asked (no one to ask)."""
+
+
+class ToolCall(NamedTuple):
+    """A call that needs the user's approval: ``tool`` as the server names it,
+    ``name`` as the model called it."""
+
+    server: str
+    tool: str
+    name: str
+    arguments: dict[str, Any]
+
+
+class Elicitation(NamedTuple):
+    """A server's question (MCP 2025-11-25 client/elicitation): in form mode
+    ``schema`` is the ``requestedSchema``; in URL mode ``url`` is the page."""
+
+    server: str
+    message: str
+    mode: Literal["form", "url"] = "form"
+    schema: dict[str, Any] | None = None
+    url: str | None = None
+
+
+class Answer(NamedTuple):
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] | None = None
+
+
+DECLINE = Answer("decline")
+
+
+class Asker(Protocol):
+    """What an application supplies to put questions to its user."""
+
+    async def approve(self, call: ToolCall) -> Decision: ...
+
+    async def elicit(self, request: Elicitation) -> Answer | None:
+        """The user's answer, or None when there is no one to ask."""
+        ...
+
+
+class Interaction(NamedTuple):
+    """How a service's MCP servers reach the user: ``asker`` (None: no one to
+    ask), ``approve_all`` (every call of this run is approved, as on request of
+    the user) and ``elicitation`` (a policy over every server's own, e.g.
+    ``"decline"`` for a server that must never be asked)."""
+
+    asker: Asker | None = None
+    approve_all: bool = False
+    elicitation: str | None = None

@@ -1,0 +1,102 @@
+"""Each server's tool list, kept between runs so a turn offers its tools without starting it.
+
+One small JSON file per server config in ``FOLIKO_HOME/mcp-tools/`` (mode
+0600), named by a hash of what makes the server the one it is: its
+command, arguments, environment and working directory, or its URL and
+headers, all as the config writes them (a ``${VAR}`` stays unexpanded, so
+no secret is hashed or stored). Editing those keys makes a new entry;
+``tools``, ``exclude``, timeouts and approval do not, as they change what
+foliko offers, not what the server lists.
+
+An entry is good for ``TTL_SECONDS``. Whenever the server runs it lists its
+tools and its entry is rewritten: when it starts, and when it says its list
+changed (``tools/list_changed``). A missing, outdated or unreadable entry is a
+miss, and the server is started to list its tools; a cache that cannot be
+written is skipped (the server then starts on every turn, as without it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from foliko_cli.mcp.config import ServerConfig
+from foliko_cli.mcp.connection import ServerTool
+
+DIRECTORY = "mcp-tools"
+FORMAT = 1
+TTL_SECONDS = 24 * 3600
+
+
+def config_key(config: ServerConfig) -> str:
+    """The hash that names ``config``'s entry. A stdio server without an absolute
+    ``cwd`` runs relative to foliko's working directory, which is then part of it."""
+    if config.command is not None:
+        identity: dict[str, Any] = {
+            "command": config.command,
+            "args": list(config.args),
+            "env": sorted(config.env),
+            "cwd": os.path.join(os.getcwd(), os.path.expanduser(config.cwd or "")),
+        }
+    else:
+        identity = {"url": config.url, "headers": sorted(config.headers)}
+    return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+class ToolCache:
+    def __init__(self, home: Path):
+        self.directory = Path(home) / DIRECTORY
+
+    def path(self, config: ServerConfig) -> Path:
+        return self.directory / f"{config_key(config)}.json"
+
+    def load(self, config: ServerConfig, now: float | None = None) -> list[ServerTool] | None:
+        """The tools last listed by this server, or None when there is no fresh entry."""
+        try:
+            entry = orjson.loads(self.path(config).read_bytes())
+            if entry.get("format") != FORMAT:
+                return None
+            age = (time.time() if now is None else now) - entry["listed_at"]
+            if not 0 <= age <= TTL_SECONDS:
+                return None
+            return [
+                ServerTool(t["name"], t["description"], t["input_schema"], bool(t["read_only"]))
+                for t in entry["tools"]
+            ]
+        except (OSError, orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+            return None
+
+    def store(self, config: ServerConfig, tools: list[ServerTool]) -> None:
+        entry = {
+            "format": FORMAT,
+            "server": config.name,
+            "listed_at": time.time(),
+            "tools": [
+                {
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.input_schema,
+                    "read_only": t.read_only,
+                }
+                for t in tools
+            ],
+        }
+        path = self.path(config)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        with contextlib.suppress(OSError):
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(orjson.dumps(entry))
+            os.replace(temporary, path)
+
+    def forget(self, config: ServerConfig) -> None:
+        """Drop the entry (the server could not start: its tools are not offered)."""
+        with contextlib.suppress(OSError):
+            self.path(config).unlink(missing_ok=True)

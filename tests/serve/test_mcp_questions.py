@@ -1,0 +1,46 @@
+"""foliko serve asks no one: an MCP tool call that needs approval is refused
+unless the config approves it, and every elicitation is declined, even where
+the config says ``elicitation = "defaults"``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import httpx2 as httpx
+
+ASKING_SERVER = Path(__file__).parents[1] / "mcp" / "asking_server.py"
+
+
+def _reply(server, text: str) -> str:
+    response = httpx.post(
+        server.url + "/v1/chat/completions",
+        json={"model": "echo", "messages": [{"role": "user", "content": text}]},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["message"]["content"]
+
+
+def test_serve_refuses_unapproved_calls_and_declines_questions(start_server, tmp_path):
+    config = tmp_path / "config.toml"
+    config.write_text(
+        'serve_tools = ["u__note", "u__paint", "u__look"]\n'
+        "[mcp_servers.u]\n"
+        f'command = "{sys.executable}"\n'
+        f'args = ["{ASKING_SERVER}"]\n'
+        'approve = ["paint"]\n'
+        'elicitation = "defaults"\n'
+    )
+    server = start_server(env={"FOLIKO_CONFIG": str(config)})
+    assert _reply(server, '/tool u__note {"text": "x"}') == (
+        "u__note returned: error: u__note needs the user's approval and there was no one to "
+        "ask; it was not run (the user can approve it in foliko's config)"
+    )
+    assert _reply(server, "/tool u__look") == "u__look returned: looked"
+    assert _reply(server, "/tool u__paint") == "u__paint returned: decline"
+    server.stop()
+    assert (
+        "MCP tool 'u__note' was refused: it needs approval and there is no one to ask; approve "
+        'it with approve = "always" or approve = ["note"] in [mcp_servers.u]'
+    ) in server.stderr
