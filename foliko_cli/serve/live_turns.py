@@ -5,7 +5,8 @@ The body: ``message``; ``model``; ``attachments``, a list of ``{name, data}``
 (base64: an image or a UTF-8 text file); ``regenerate`` (replace the last
 turn by a new answer to its message, or with ``message``, by a turn of that
 message: edit and resend); ``create`` (the session must not exist yet: the
-turn creates it, titled after its message).
+turn creates it, titled after its message); ``system``, the session's own
+system prompt from this turn on (kept in the turn's write).
 
 A turn that fails before it holds its session is an error answer (400, 404,
 409, ...). Otherwise the answer is server-sent events, one JSON object per
@@ -117,6 +118,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         request=request_context(request, svc),
         regenerate=regenerate,
         attachments=attachments,
+        system=field(data, "system", str),
         **target,
     )
 
