@@ -58,9 +58,9 @@ _running: dict[tuple[str | None, str], LiveTurn] = {}
 
 
 def title_of(message: str | None, names: list[str]) -> str:
-    """A new session's title: its first message's first line, shortened."""
+    """A new session's title: its first message's first line of text, shortened."""
     for line in (message or "").splitlines():
-        line = " ".join(line.split())
+        line = " ".join(line.lstrip("#>*-+ \t").split())  # a heading's or a list's marks
         if line:
             return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1] + "…"
     return names[0] if names else "New session"
@@ -152,7 +152,12 @@ class LiveTurn:
             return True
         if not self.started.done() or not self.started.result():
             return False
-        record = await turn.service.get_session(turn.session_id)  # type: ignore[arg-type]
+        from foliko_cli.errors import SessionNotFoundError
+
+        try:
+            record = await turn.service.get_session(turn.session_id)  # type: ignore[arg-type]
+        except SessionNotFoundError:  # the turn was to create it
+            return False
         stored = record.messages[turn.start : turn.start + 1]
         return bool(stored) and stored[0].get("request_id") == turn.options["request"].request_id
 

@@ -77,7 +77,14 @@ export async function streamTurn(sessionId, body, onEvent, signal) {
   const decoder = new TextDecoder();
   let buffer = "";
   for (;;) {
-    const {done, value} = await reader.read();
+    let chunk;
+    try {
+      chunk = await reader.read();
+    } catch (error) {
+      if (error.name === "AbortError") throw error;
+      throw new ApiError("the connection to the server broke off: reload to see what was saved", 0, "cut");
+    }
+    const {done, value} = chunk;
     if (done) break;
     buffer += decoder.decode(value, {stream: true});
     let end;

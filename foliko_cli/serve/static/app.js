@@ -399,13 +399,14 @@ async function send({regenerate = false} = {}) {
     body.create = true;
     if (state.draftSystem) body.system = state.draftSystem;
   }
-  const run = {controller: new AbortController(), turnId: null, text, attachments: state.attachments, editing};
+  const run = {controller: new AbortController(), turnId: null, text, attachments: state.attachments, editing, regenerate};
   state.running.set(sessionId, run);
   showError(null);
-  // what the person typed stays theirs until the turn is under way
-  $("message").value = "";
-  state.attachments = [];
-  renderChips();
+  if (!regenerate) { // given back if nothing of the turn is saved
+    $("message").value = "";
+    state.attachments = [];
+    renderChips();
+  }
   if (creating) {
     state.current = sessionId;
     state.record = {session_id: sessionId, messages: [], metadata: {}};
@@ -456,7 +457,7 @@ async function finishTurn(sessionId, run, outcome, creating) {
     return;
   }
   // nothing of the turn was saved: give back what was typed, show what is stored
-  if (here) {
+  if (here && !run.regenerate) {
     $("message").value = run.text;
     state.attachments = run.attachments;
     state.editing = run.editing;
@@ -670,6 +671,12 @@ function fromHash() {
   const at = params.get("m");
   return id ? {id, at: at !== null && /^\d+$/.test(at) ? Number(at) : null} : null;
 }
+
+window.addEventListener("hashchange", () => { // a link to a session, or back and forward
+  const wanted = fromHash();
+  if (wanted) openSession(wanted.id, wanted.at).catch(showError);
+  else newSession();
+});
 
 async function start() {
   try {

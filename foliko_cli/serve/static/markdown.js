@@ -305,7 +305,7 @@ function closingDelimiter(text, delim, from) {
     }
     if (text.startsWith(delim, i) && i > from && !/\s/.test(text[i - 1])) {
       if (delim.length === 1 && text[i + 1] === delim) { i++; continue; }
-      if (delim === "_" && /[\p{L}\p{N}]/u.test(text[i + 1] || "")) continue;
+      if (delim[0] === "_" && /[\p{L}\p{N}]/u.test(text[i + delim.length] || "")) continue;
       return i;
     }
   }
