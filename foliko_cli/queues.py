@@ -29,6 +29,10 @@ class SessionQueues:
     def __len__(self) -> int:
         return len(self._queues)
 
+    def busy(self, session_id: str) -> bool:
+        """Whether a turn holds or waits for ``session_id`` in this process now."""
+        return session_id in self._queues
+
     @contextlib.asynccontextmanager
     async def hold(self, session_id: str, wait: float) -> AsyncIterator[None]:
         queue = self._queues.get(session_id)

@@ -12,8 +12,9 @@ A turn that fails before it holds its session is an error answer (400, 404,
 409, ...). Otherwise the answer is server-sent events, one JSON object per
 ``data:`` line, each with its ``type``:
 
-- ``waiting``: the turn has not started after WAIT_NOTICE_S: another turn
-  holds the session, and this one waits for it (up to its timeout);
+- ``waiting``: another turn holds the session (one of this worker's, or one
+  that keeps it from starting for WAIT_NOTICE_S, as long as the CLI waits
+  before it says so), and this one waits for it, up to its timeout;
 - ``started``: it holds the session; ``turn_id`` names it for a cancel;
 - ``delta`` (``text``), ``tool_call``, ``tool_result``: as they happen;
 - ``done``: ``position`` and ``messages``, the turn's messages as stored
@@ -49,7 +50,7 @@ from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.turns import Turn
 from foliko_cli.storage.record import SessionRecord, new_metadata
 
-WAIT_NOTICE_S = 0.5
+WAIT_NOTICE_S = 1.0
 MAX_ATTACHMENTS = 20
 TITLE_LENGTH = 60
 _END = object()
@@ -171,7 +172,7 @@ class LiveTurn:
                 yield _sse(
                     {
                         "type": "waiting",
-                        "message": "this session is busy with another turn; "
+                        "message": "another turn is running in this session; "
                         "this one starts when it ends (stop it to give up)",
                     }
                 )
@@ -223,10 +224,11 @@ def _ending() -> bytes:
 async def create_turn(request: Request):
     turn = plan(request, await json_body(request))
     setattr(request.state, LOG_SESSION, turn.session_id)
+    busy = turn.service.framework.session_queues.busy(turn.session_id)  # type: ignore[arg-type]
     live = LiveTurn(turn, request.app.state.services, request.state.ids.request_id)
     _running[(turn.user, live.turn_id)] = live
     try:
-        await asyncio.wait({live.started}, timeout=WAIT_NOTICE_S)
+        await asyncio.wait({live.started}, timeout=0.05 if busy else WAIT_NOTICE_S)
         if live.started.done() and not live.started.result():
             live.forget()
             await asyncio.gather(live.task, return_exceptions=True)

@@ -1,11 +1,13 @@
 // The messages of the open session, rendered incrementally: a window of them
 // is in the page, and more are added as the reader scrolls towards either end
-// (a session of thousands of messages opens and scrolls as fast as a short one).
+// (a session of thousands of messages opens and scrolls as fast as a short one;
+// the browser skips laying out those out of view: content-visibility in app.css).
 
 import {copyText, renderMarkdown} from "./markdown.js";
 
 const CHUNK = 40;
 const CONTEXT = 5; // messages shown before a search hit
+const MARGIN = 600; // px from an end of the rendered messages that renders more
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -83,15 +85,22 @@ export class Transcript {
     this.later = button("Show later messages", () => this.renderLater());
     this.later.classList.add("more");
     scroller.replaceChildren(this.earlier, this.list, this.later);
-    this.observer = new IntersectionObserver((entries) => {
-      for (const entry of entries) {
-        if (!entry.isIntersecting) continue;
-        if (entry.target === this.earlier) this.renderEarlier();
-        else this.renderLater();
+    this.checking = false;
+    scroller.addEventListener("scroll", () => this.schedule(), {passive: true});
+  }
+
+  // near an end of what is rendered: render more there (once a frame at most)
+  schedule() {
+    if (this.checking) return;
+    this.checking = true;
+    requestAnimationFrame(() => {
+      this.checking = false;
+      const s = this.scroller;
+      if (this.first > 0 && s.scrollTop < MARGIN) this.renderEarlier();
+      else if (this.end < this.messages.length && s.scrollHeight - s.scrollTop - s.clientHeight < MARGIN) {
+        this.renderLater();
       }
-    }, {root: scroller, rootMargin: "600px 0px"});
-    this.observer.observe(this.earlier);
-    this.observer.observe(this.later);
+    });
   }
 
   // Show ``messages``: their end, or around message ``at`` (which is marked).
@@ -118,6 +127,7 @@ export class Transcript {
         target.focus({preventScroll: true});
       }
     }
+    this.schedule();
   }
 
   range(from, to) {
@@ -140,6 +150,7 @@ export class Transcript {
     this.first = from;
     this.scroller.scrollTop += this.scroller.scrollHeight - before;
     this.refreshEnds();
+    this.schedule();
   }
 
   renderLater() {
@@ -148,6 +159,7 @@ export class Transcript {
     this.list.append(...this.range(this.end, to));
     this.end = to;
     this.refreshEnds();
+    this.schedule();
   }
 
   // every message to the end in the page (before a turn adds to it)
