@@ -104,9 +104,9 @@ class TurnsMixin:
         """One turn; ``new`` starts the session over (the old one goes to the trash:
         ``TurnResult.trashed``), ``fork_from`` copies another
         first (its first ``turns`` turns, or its first ``upto`` messages, when
-        given); ``regenerate`` replaces the
-        session's last turn by a new answer to its user message (``message``
-        None) or to ``message`` (the last message edited), in one write. ``attachments`` are paths, http(s) URLs or
+        given); ``regenerate`` replaces the session's last turn by a new answer
+        to its user message (``message`` None) or to ``message`` (that message
+        edited), in one write. ``attachments`` are paths, http(s) URLs or
         ``Attachment`` bytes (see ``foliko_cli.attachments``).
 
         ``options`` are model options (``temperature``, ``max_tokens``, ...)

@@ -116,7 +116,9 @@ def test_cancel_closing_and_a_busy_session(start_server, model_server):
     server = start_server(env=env)
     client = httpx.Client(base_url=server.url, timeout=30)
     release = threading.Event()
-    stalled = Reply(events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3)
+    stalled = Reply(
+        events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3
+    )
     model_server.queue(stalled, stalled)
     body = {"message": "slow", "model": "openai:m", "create": True}
     try:
@@ -152,7 +154,9 @@ def test_cancel_closing_and_a_busy_session(start_server, model_server):
                 assert waiting["type"] == "waiting" and "another turn" in waiting["message"]
                 holding.close()  # the other turn ends: this one runs
                 assert [e["type"] for e in events_in(lines)] == ["started", "delta", "done"]
-        assert [m["content"] for m in messages(client, "live-busy")] == ["first"] * 2 + ["second"] * 2
+        assert [m["content"] for m in messages(client, "live-busy")] == ["first"] * 2 + [
+            "second"
+        ] * 2
     finally:
         release.set()
         client.close()

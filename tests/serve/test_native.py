@@ -18,7 +18,9 @@ def test_list_pages_like_the_cli(http, server):
     first = http.get("/v1/sessions", params={"limit": 2}).json()
     assert first["has_more"] and len(first["data"]) == 2
     rest = http.get("/v1/sessions", params={"limit": 1000, "after": first["last_id"]}).json()
-    assert [{k: v for k, v in row.items() if k != "title"} for row in first["data"] + rest["data"]] == everything
+    assert [
+        {k: v for k, v in row.items() if k != "title"} for row in first["data"] + rest["data"]
+    ] == everything
 
 
 def test_show_matches_sessions_show_json(http, server):

@@ -32,7 +32,9 @@ ARGS = [
     "--no-first-run",
 ]
 AXE = "axe-core@4.10.3"
-ARTEFACTS = Path(os.environ.get("FOLIKO_TEST_ARTEFACTS") or Path(__file__).parents[2] / "test-artefacts")
+ARTEFACTS = Path(
+    os.environ.get("FOLIKO_TEST_ARTEFACTS") or Path(__file__).parents[2] / "test-artefacts"
+)
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 PNG = base64.b64decode(
@@ -130,7 +132,9 @@ def axe_violations(page, axe_script: Path) -> list[dict]:
     """What axe-core finds of serious or critical impact in the page as it is."""
     if not page.evaluate("typeof window.axe !== 'undefined'"):
         page.add_script_tag(path=str(axe_script))
-    found = page.evaluate("axe.run(document, {resultTypes: ['violations']}).then(r => r.violations)")
+    found = page.evaluate(
+        "axe.run(document, {resultTypes: ['violations']}).then(r => r.violations)"
+    )
     return [
         {"id": v["id"], "nodes": [n["target"] for n in v["nodes"]]}
         for v in found
@@ -152,6 +156,24 @@ def stored(http, session_id: str) -> dict:
 
 def no_sideways_scroll(page) -> bool:
     return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+
+
+def hand_over(target, how: str, name: str, data: bytes, media_type: str) -> None:
+    """Files as a person gives them: ``drop`` them on ``target`` or ``paste`` them in."""
+    target.evaluate(
+        """(node, [how, name, bytes, type]) => {
+            const data = new DataTransfer();
+            data.items.add(new File([new Uint8Array(bytes)], name, {type}));
+            const options = {bubbles: true, cancelable: true};
+            if (how === "paste") {
+                node.dispatchEvent(new ClipboardEvent("paste", {...options, clipboardData: data}));
+            } else {
+                node.dispatchEvent(new DragEvent("dragover", {...options, dataTransfer: data}));
+                node.dispatchEvent(new DragEvent("drop", {...options, dataTransfer: data}));
+            }
+        }""",
+        [how, name, list(data), media_type],
+    )
 
 
 MARKDOWN = """## Plan
@@ -176,16 +198,16 @@ print('hi')
 
 XSS = [
     "<script>window.__xss = 'script'</script>",
-    '<img src=x onerror="window.__xss = \'img\'">',
+    "<img src=x onerror=\"window.__xss = 'img'\">",
     "<svg onload=\"window.__xss = 'svg'\"></svg>",
     "[x](javascript:window.__xss='link')",
     "[x](JaVaScRiPt:window.__xss='case')",
     "![x](javascript:window.__xss='image')",
-    '<a href="javascript:window.__xss=\'a\'">a</a>',
+    "<a href=\"javascript:window.__xss='a'\">a</a>",
     "<iframe src=\"javascript:window.__xss='iframe'\"></iframe>",
     "```\n</code></pre><img src=x onerror=\"window.__xss='fence'\">\n```",
     "| <img src=x onerror=\"window.__xss='cell'\"> |\n|---|\n| x |",
-    '<details open ontoggle="window.__xss=\'details\'">',
+    "<details open ontoggle=\"window.__xss='details'\">",
     "`<img src=x onerror=\"window.__xss='code'\">`",
 ]
 
@@ -216,9 +238,13 @@ def test_a_conversation_from_the_first_load(browser, web, http):
     box.press("Enter")
     first = page.get_by_role("article", name="assistant message 2")
     expect(first).to_contain_text("for the trip")
-    expect(first.locator(".usage")).to_have_text(re.compile(r"^echo · \d+ in · \d+ out · \d+\.\d\d s$"))
+    expect(first.locator(".usage")).to_have_text(
+        re.compile(r"^echo · \d+ in · \d+ out · \d+\.\d\d s$")
+    )
     expect(page.get_by_role("article", name=re.compile("^user"))).to_have_count(1)
-    link = page.get_by_role("navigation", name="Sessions").get_by_role("link", name=re.compile("Packing list"))
+    link = page.get_by_role("navigation", name="Sessions").get_by_role(
+        "link", name=re.compile("Packing list")
+    )
     expect(link).to_have_attribute("aria-current", "page")
     session_id = link.get_attribute("data-id")
     assert session_id.startswith("conv_")
@@ -266,7 +292,9 @@ def test_a_conversation_from_the_first_load(browser, web, http):
 
     before = stored(http, session_id)["messages"]
     page.get_by_role("button", name="Regenerate").click()
-    wait_until(lambda: stored(http, session_id)["messages"][-1]["request_id"] != before[-1]["request_id"])
+    wait_until(
+        lambda: stored(http, session_id)["messages"][-1]["request_id"] != before[-1]["request_id"]
+    )
     again = stored(http, session_id)["messages"]
     assert len(again) == 4 and again[2]["content"] == MARKDOWN
     expect(page.get_by_role("article")).to_have_count(4)
@@ -277,9 +305,13 @@ def test_a_conversation_from_the_first_load(browser, web, http):
     expect(page.get_by_role("button", name="Cancel edit")).to_be_visible()
     box.fill("Edited question")
     box.press("Enter")
-    expect(page.get_by_role("article", name="assistant message 4")).to_have_text(re.compile("Edited question"))
+    expect(page.get_by_role("article", name="assistant message 4")).to_have_text(
+        re.compile("Edited question")
+    )
     expect(page.get_by_role("article")).to_have_count(4)
-    assert [m["content"] for m in stored(http, session_id)["messages"]][2:] == ["Edited question"] * 2
+    assert [m["content"] for m in stored(http, session_id)["messages"]][2:] == [
+        "Edited question"
+    ] * 2
 
     page.get_by_role("button", name="System prompt").click()
     dialog = page.get_by_role("dialog", name="System prompt")
@@ -343,7 +375,9 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
 
     page = ready(open_page(browser, web.url, csp=False))
     sessions = page.get_by_role("navigation", name="Sessions")
-    expect(sessions.get_by_role("link", name=re.compile("^Tokyo trip"))).to_have_count(3)  # and branches
+    expect(sessions.get_by_role("link", name=re.compile("^Tokyo trip"))).to_have_count(
+        3
+    )  # and branches
     assert axe_violations(page, axe_script) == []
     screenshot(page, "first-load-desktop")
 
@@ -410,33 +444,14 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     page.set_input_files(
         "#files", files=[{"name": "notes.txt", "mimeType": "text/plain", "buffer": b"picked words"}]
     )
-    page.locator("#main").evaluate(
-        """main => {
-            const data = new DataTransfer();
-            data.items.add(new File(['dropped words'], 'dropped.md', {type: 'text/markdown'}));
-            main.dispatchEvent(new DragEvent('dragover', {dataTransfer: data, bubbles: true, cancelable: true}));
-            main.dispatchEvent(new DragEvent('drop', {dataTransfer: data, bubbles: true, cancelable: true}));
-        }"""
-    )
+    hand_over(page.locator("#main"), "drop", "dropped.md", b"dropped words", "text/markdown")
     box = page.get_by_role("textbox", name="Message")
-    box.evaluate(
-        """box => {
-            const data = new DataTransfer();
-            data.items.add(new File(['pasted words'], 'pasted.txt', {type: 'text/plain'}));
-            box.dispatchEvent(new ClipboardEvent('paste', {clipboardData: data, bubbles: true, cancelable: true}));
-        }"""
-    )
+    hand_over(box, "paste", "pasted.txt", b"pasted words", "text/plain")
     chips = page.locator("#chips .chip")
     expect(chips).to_have_count(3)
     page.get_by_role("button", name="Remove pasted.txt").click()
     expect(chips).to_have_count(2)
-    box.evaluate(
-        """box => {
-            const data = new DataTransfer();
-            data.items.add(new File(['pasted words'], 'pasted.txt', {type: 'text/plain'}));
-            box.dispatchEvent(new ClipboardEvent('paste', {clipboardData: data, bubbles: true, cancelable: true}));
-        }"""
-    )
+    hand_over(box, "paste", "pasted.txt", b"pasted words", "text/plain")
     box.fill("three files")
     box.press("Enter")
     reply = page.get_by_role("article", name="assistant message 2")
@@ -463,9 +478,7 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     page.emulate_media(color_scheme="light")
     expect(page.locator("body")).to_have_css("background-color", "rgb(255, 255, 255)")
 
-    phone = ready(
-        open_page(browser, web.url, PHONE, csp=False, is_mobile=True, has_touch=True)
-    )
+    phone = ready(open_page(browser, web.url, PHONE, csp=False, is_mobile=True, has_touch=True))
     expect(phone.get_by_role("textbox", name="Message")).to_be_visible()
     expect(phone.get_by_role("button", name="Send")).to_be_visible()
     assert no_sideways_scroll(phone)
@@ -488,7 +501,9 @@ def test_stop_a_busy_session_and_an_image(browser, web, http, upstream):
     from playwright.sync_api import expect
 
     release = threading.Event()
-    upstream.queue(Reply(events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3))
+    upstream.queue(
+        Reply(events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3)
+    )
     page = ready(open_page(browser, web.url))
     page.get_by_role("combobox", name="Model").select_option("slow")
     box = page.get_by_role("textbox", name="Message")
@@ -515,23 +530,20 @@ def test_stop_a_busy_session_and_an_image(browser, web, http, upstream):
         box.press("Enter")
         expect(page.get_by_role("status")).to_contain_text("Session busy")
         expect(page.get_by_role("button", name="Stop")).to_be_visible()
-    expect(page.get_by_role("article", name="assistant message 4")).to_contain_text("after the other")
+    expect(page.get_by_role("article", name="assistant message 4")).to_contain_text(
+        "after the other"
+    )
     assert [m["content"] for m in stored(http, "busy-s")["messages"]][-1] == "after the other"
 
     upstream.queue(Reply(events=openai_stream_events(["a tiny picture"])))
     page.get_by_role("combobox", name="Model").select_option("slow")
-    box.evaluate(
-        """(box, bytes) => {
-            const data = new DataTransfer();
-            data.items.add(new File([new Uint8Array(bytes)], 'dot.png', {type: 'image/png'}));
-            box.dispatchEvent(new ClipboardEvent('paste', {clipboardData: data, bubbles: true, cancelable: true}));
-        }""",
-        list(PNG),
-    )
+    hand_over(box, "paste", "dot.png", PNG, "image/png")
     expect(page.locator("#chips .chip")).to_have_count(1)
     box.fill("what is this?")
     box.press("Enter")
-    expect(page.get_by_role("article", name="assistant message 6")).to_contain_text("a tiny picture")
+    expect(page.get_by_role("article", name="assistant message 6")).to_contain_text(
+        "a tiny picture"
+    )
     expect(page.get_by_role("article", name="user message 5").locator("img.thumb")).to_have_count(1)
     sent = upstream.requests[-1].body["messages"][-1]["content"]
     assert any(part.get("type") == "image_url" for part in sent)
@@ -578,5 +590,7 @@ def test_the_key_is_asked_once_and_shows_only_its_users_sessions(browser, start_
     box = page.get_by_role("textbox", name="Message")
     box.fill("from the browser")
     box.press("Enter")
-    expect(page.get_by_role("article", name="assistant message 2")).to_contain_text("from the browser")
+    expect(page.get_by_role("article", name="assistant message 2")).to_contain_text(
+        "from the browser"
+    )
     assert page.errors == []
