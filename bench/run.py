@@ -1,4 +1,4 @@
-"""Run every benchmark (SPEC §7, P1–P5; P6–P8 foliko serve), print one table, save the raw results.
+"""Run every benchmark (SPEC §7, P1–P5; P6–P8 foliko serve; PAGE its web app), print one table, save the raw results.
 
     .venv/bin/python bench/run.py            # full sizes (make bench)
     .venv/bin/python bench/run.py --quick    # tiny sizes: a smoke run
@@ -25,6 +25,7 @@ import p5_concurrency
 import p6_serve
 import p7_overhead
 import p8_users
+import page
 import search
 from common import Workspace, format_details, format_table, log, settle, write_json
 
@@ -37,6 +38,7 @@ BENCHMARKS = {
     "P6": p6_serve.run,
     "P7": p7_overhead.run,
     "P8": p8_users.run,
+    "PAGE": page.run,
     "SEARCH": search.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
@@ -54,7 +56,7 @@ def main() -> None:
     chosen = [name.strip().upper() for name in args.only.split(",")] if args.only else BENCHMARKS
     unknown = [name for name in chosen if name not in BENCHMARKS]
     if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, SEARCH")
+        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, PAGE, SEARCH")
     workspace = Workspace(args.keep)
     log(f"data in {workspace.root}")
     load = os.getloadavg()[0]

@@ -38,6 +38,7 @@ def test_every_benchmark_runs_at_tiny_sizes_and_reports(tmp_path):
         "P6",
         "P7",
         "P8",
+        "PAGE",
         "SEARCH",
     }
     for figure in report["results"]:

@@ -692,6 +692,7 @@ async function start() {
   } else if (state.current === null) {
     newSession();
   }
+  document.documentElement.dataset.readyAt = String(Math.round(performance.now()));
   document.documentElement.dataset.ready = "true";
 }
 
