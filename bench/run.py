@@ -1,4 +1,5 @@
-"""Run every benchmark (SPEC §7, P1–P5; P6–P8 foliko serve; PAGE its web app), print one table, save the raw results.
+"""Run every benchmark (SPEC §7, P1–P5; P6–P8 foliko serve; PAGE its web app),
+print one table, save the raw results.
 
     .venv/bin/python bench/run.py            # full sizes (make bench)
     .venv/bin/python bench/run.py --quick    # tiny sizes: a smoke run

@@ -12,6 +12,7 @@ from foliko_cli import __version__
 
 OBJECT: dict[str, Any] = {"type": "object"}
 ERROR = {"$ref": "#/components/schemas/Error"}
+NULLABLE_TEXT: dict[str, Any] = {"type": ["string", "null"]}
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -39,11 +40,14 @@ def _op(
     body: dict[str, Any] | None = None,
     params: list[dict[str, Any]] | None = None,
     stream: bool = False,
+    events: dict[str, Any] | None = None,
     tag: str,
 ) -> dict[str, Any]:
+    """One operation; ``stream``: it may answer with server-sent events, each
+    an ``events`` object when that is given."""
     content: dict[str, Any] = {"application/json": {"schema": answer}}
-    if stream:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+    if stream or events is not None:
+        content["text/event-stream"] = {"schema": events or {"type": "string"}}
     operation: dict[str, Any] = {
         "summary": summary,
         "tags": [tag],
@@ -315,7 +319,6 @@ FORK_BODY = {
         "upto": {"type": "integer", "minimum": 0, "description": "Keep its first upto messages."},
     },
 }
-NULLABLE_TEXT = {"type": ["string", "null"]}
 SETTINGS = {
     "type": "object",
     "required": ["session_id", "title", "system_prompt"],
@@ -361,9 +364,11 @@ TURN_BODY = {
 }
 TURN_EVENTS = {
     "type": "object",
-    "description": "Events (text/event-stream): waiting, started (turn_id), delta, "
-    "tool_call, tool_result, then done (position, messages, usage, duration_ms), "
-    "cancelled or error.",
+    "required": ["data"],
+    "properties": {"data": {"type": "string", "contentMediaType": "application/json"}},
+    "description": "Each event's data is a JSON object whose type is waiting, started "
+    "(turn_id), delta, tool_call or tool_result, then done (position, messages, usage, "
+    "duration_ms), cancelled or error.",
 }
 TRASH_ROW = {
     "type": "object",
@@ -725,10 +730,10 @@ def document() -> dict[str, Any]:
             session_path + "/turns": {
                 "post": _op(
                     "Run one turn, its events streamed (the web app's turns)",
-                    TURN_EVENTS,
+                    OBJECT,
                     params=[SESSION],
                     body=TURN_BODY,
-                    stream=True,
+                    events=TURN_EVENTS,
                     tag=sess,
                 )
             },
