@@ -181,7 +181,14 @@ export class Transcript {
   }
 
   toBottom() {
-    this.scroller.scrollTop = this.scroller.scrollHeight;
+    // again once the messages coming into view have their real heights (until
+    // they are laid out, content-visibility gives them an estimate)
+    const s = this.scroller;
+    s.scrollTop = s.scrollHeight;
+    requestAnimationFrame(() => {
+      s.scrollTop = s.scrollHeight;
+      requestAnimationFrame(() => { s.scrollTop = s.scrollHeight; });
+    });
   }
 
   articleFor(message, index) {
