@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 from foliko_cli.errors import SessionBusyError
 
+IN_THIS_PROCESS = "another turn in this process"
+
 
 class _Queue:
     def __init__(self) -> None:
@@ -46,7 +48,7 @@ class SessionQueues:
                 async with asyncio.timeout(wait):
                     await queue.lock.acquire()
             except TimeoutError:
-                raise SessionBusyError(session_id, wait, "another turn in this process") from None
+                raise SessionBusyError(session_id, wait, IN_THIS_PROCESS) from None
             try:
                 yield
             finally:

@@ -8,13 +8,15 @@ message: edit and resend); ``create`` (the session must not exist yet: the
 turn creates it, titled after its message); ``system``, the session's own
 system prompt from this turn on (kept in the turn's write).
 
-A turn that fails before it holds its session is an error answer (400, 404,
-409, ...). Otherwise the answer is server-sent events, one JSON object per
-``data:`` line, each with its ``type``:
+A turn that fails before it holds its session, and before it is known to
+wait for it, is an error answer (400, 404, 409, ...). Otherwise the answer is
+server-sent events, one JSON object per ``data:`` line, each with its
+``type``:
 
-- ``waiting``: another turn holds the session (one of this worker's, or one
-  that keeps it from starting for WAIT_NOTICE_S, as long as the CLI waits
-  before it says so), and this one waits for it, up to its timeout;
+- ``waiting``: another turn holds the session (``holder`` says which, when
+  known), and this one waits for it, up to its timeout: sent at once when the
+  holder is a turn of this worker, after a second for one elsewhere (when
+  the CLI says it waits);
 - ``started``: it holds the session; ``turn_id`` names it for a cancel;
 - ``delta`` (``text``), ``tool_call``, ``tool_result``: as they happen;
 - ``done``: ``position`` and ``messages``, the turn's messages as stored
@@ -43,6 +45,7 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
+from foliko_cli.framework import listening_for_waits
 from foliko_cli.serve.access_log import LOG_SESSION
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
@@ -50,7 +53,6 @@ from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.turns import Turn
 from foliko_cli.storage.record import SessionRecord, new_metadata
 
-WAIT_NOTICE_S = 1.0
 MAX_ATTACHMENTS = 20
 TITLE_LENGTH = 60
 _END = object()
@@ -131,8 +133,25 @@ class LiveTurn:
         self.turn = turn
         self.turn_id = turn_id
         self.events: asyncio.Queue[Any] = asyncio.Queue()
-        self.started = asyncio.get_running_loop().create_future()
-        self.task = asyncio.ensure_future(self._run(services))
+        loop = asyncio.get_running_loop()
+        self.started = loop.create_future()
+        self.waiting = loop.create_future()
+        with listening_for_waits(self._waiting):
+            self.task = asyncio.ensure_future(self._run(services))
+
+    def _waiting(self, session_id: str, holder: str | None) -> None:
+        if self.waiting.done() or session_id != self.turn.session_id:
+            return
+        self.waiting.set_result(holder)
+        who = f" (held by {holder})" if holder else ""
+        self.events.put_nowait(
+            {
+                "type": "waiting",
+                "holder": holder,
+                "message": f"another turn is running in this session{who}; this one "
+                "starts when it ends (stop it to give up)",
+            }
+        )
 
     async def _run(self, services: Any) -> None:
         try:
@@ -166,16 +185,8 @@ class LiveTurn:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
 
-    async def stream(self, waiting: bool) -> AsyncIterator[bytes]:
+    async def stream(self) -> AsyncIterator[bytes]:
         try:
-            if waiting:
-                yield _sse(
-                    {
-                        "type": "waiting",
-                        "message": "another turn is running in this session; "
-                        "this one starts when it ends (stop it to give up)",
-                    }
-                )
             while (event := await self.events.get()) is not _END:
                 yield _sse(self._shown(event))
             await asyncio.gather(self.task, return_exceptions=True)
@@ -224,11 +235,10 @@ def _ending() -> bytes:
 async def create_turn(request: Request):
     turn = plan(request, await json_body(request))
     setattr(request.state, LOG_SESSION, turn.session_id)
-    busy = turn.service.framework.session_queues.busy(turn.session_id)  # type: ignore[arg-type]
     live = LiveTurn(turn, request.app.state.services, request.state.ids.request_id)
     _running[(turn.user, live.turn_id)] = live
     try:
-        await asyncio.wait({live.started}, timeout=0.05 if busy else WAIT_NOTICE_S)
+        await asyncio.wait({live.started, live.waiting}, return_when=asyncio.FIRST_COMPLETED)
         if live.started.done() and not live.started.result():
             live.forget()
             await asyncio.gather(live.task, return_exceptions=True)
@@ -238,7 +248,7 @@ async def create_turn(request: Request):
         if not live.task.done():
             await live.stop()
         raise
-    return EventStream(live.stream(waiting=not live.started.done()), _ending)
+    return EventStream(live.stream(), _ending)
 
 
 async def cancel_turn(request: Request):

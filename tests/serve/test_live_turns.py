@@ -119,14 +119,16 @@ def test_cancel_closing_and_a_busy_session(start_server, model_server):
     stalled = Reply(
         events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3
     )
-    model_server.queue(stalled, stalled)
+    second_release = threading.Event()
+    slow = Reply(
+        events=openai_stream_events(["slow ", "answer"]), stall=second_release, stall_after=3
+    )
+    model_server.queue(stalled, stalled, slow)
     body = {"message": "slow", "model": "openai:m", "create": True}
     try:
         with client.stream("POST", "/v1/sessions/live-cancel/turns", json=body) as response:
             lines = response.iter_lines()
             first = next_event(lines)
-            if first["type"] == "waiting":  # a loaded machine: more than a second to start
-                first = next_event(lines)
             assert first["type"] == "started"
             assert next_event(lines) == {"type": "delta", "text": "partial "}
             path = f"/v1/sessions/live-cancel/turns/{first['turn_id']}/cancel"
@@ -137,7 +139,7 @@ def test_cancel_closing_and_a_busy_session(start_server, model_server):
         assert gone.status_code == 404 and "close its stream" in gone.json()["error"]["message"]
 
         with client.stream("POST", "/v1/sessions/live-close/turns", json=body) as response:
-            assert next_event(response.iter_lines())["type"] in ("waiting", "started")
+            assert next_event(response.iter_lines())["type"] == "started"
             assert model_server.wait_for_requests(2)
         # the stream closed: the turn stops and its session is never written
         release.set()
@@ -151,12 +153,26 @@ def test_cancel_closing_and_a_busy_session(start_server, model_server):
                 assert response.status_code == 200
                 lines = response.iter_lines()
                 waiting = next_event(lines)
-                assert waiting["type"] == "waiting" and "another turn" in waiting["message"]
+                assert waiting["type"] == "waiting" and waiting["holder"] == "pid 4242 on the-test"
+                assert "another turn is running in this session" in waiting["message"]
                 holding.close()  # the other turn ends: this one runs
                 assert [e["type"] for e in events_in(lines)] == ["started", "delta", "done"]
-        assert [m["content"] for m in messages(client, "live-busy")] == ["first"] * 2 + [
-            "second"
-        ] * 2
+        slow_turn = {"message": "slow one", "model": "openai:m"}
+        with client.stream("POST", "/v1/sessions/live-busy/turns", json=slow_turn) as slow:
+            slow_lines = slow.iter_lines()
+            assert next_event(slow_lines)["type"] == "started"
+            queued = {"message": "queued"}
+            with client.stream("POST", "/v1/sessions/live-busy/turns", json=queued) as response:
+                lines = response.iter_lines()
+                assert next_event(lines)["holder"] == "another turn in this process"
+                second_release.set()
+                assert [e["type"] for e in events_in(lines)] == ["started", "delta", "done"]
+            assert events_in(slow_lines)[-1]["type"] == "done"
+        assert [m["content"] for m in messages(client, "live-busy")] == [
+            *["first", "first", "second", "second"],
+            *["slow one", "slow answer", "queued", "queued"],
+        ]
     finally:
         release.set()
+        second_release.set()
         client.close()
