@@ -1,4 +1,5 @@
-"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL: foliko serve), print a table, save the runs.
+"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL: foliko serve; PAGE its web app),
+print one table, save the raw results.
 
     .venv/bin/python bench/run.py            # full sizes (make bench)
     .venv/bin/python bench/run.py --quick    # tiny sizes: a smoke run
@@ -25,6 +26,7 @@ import p5_concurrency
 import p6_serve
 import p7_overhead
 import p8_users
+import page
 import search
 import stall
 from common import Workspace, format_details, format_table, log, settle, write_json
@@ -38,6 +40,7 @@ BENCHMARKS = {
     "P6": p6_serve.run,
     "P7": p7_overhead.run,
     "P8": p8_users.run,
+    "PAGE": page.run,
     "SEARCH": search.run,
     "STALL": stall.run,
 }
@@ -56,7 +59,9 @@ def main() -> None:
     chosen = [name.strip().upper() for name in args.only.split(",")] if args.only else BENCHMARKS
     unknown = [name for name in chosen if name not in BENCHMARKS]
     if unknown:
-        parser.error(f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, SEARCH, STALL")
+        parser.error(
+            f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, PAGE, SEARCH, STALL"
+        )
     workspace = Workspace(args.keep)
     log(f"data in {workspace.root}")
     load = os.getloadavg()[0]

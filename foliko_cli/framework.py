@@ -22,7 +22,7 @@ from foliko_cli.completion import run_to_completion
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.errors import AgentNotFoundError, SessionBusyError
 from foliko_cli.events import EventEmitter
-from foliko_cli.queues import SessionQueues
+from foliko_cli.queues import IN_THIS_PROCESS, SessionQueues
 from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolRegistry, ToolResult, run_tool
 
@@ -31,6 +31,28 @@ T = TypeVar("T")
 WAIT_NOTICE_AFTER = 1.0
 SESSION_CREATED = "session:context-created"
 SESSION_DESTROYED = "session:context-destroyed"
+_wait_listener: contextvars.ContextVar[Callable[[str, str | None], None] | None] = (
+    contextvars.ContextVar("foliko_wait_listener", default=None)
+)
+
+
+@contextlib.contextmanager
+def listening_for_waits(listener: Callable[[str, str | None], None]) -> Iterator[None]:
+    """Tell ``listener(session_id, holder)`` when work started inside this block
+    (in this task, and the tasks it starts meanwhile) waits for a session that
+    something else holds: at once for a holder in this process, after
+    WAIT_NOTICE_AFTER for one elsewhere (as ``on_wait`` is told)."""
+    token = _wait_listener.set(listener)
+    try:
+        yield
+    finally:
+        _wait_listener.reset(token)
+
+
+def _tell_waiting(session_id: str, holder: str | None) -> None:
+    listener = _wait_listener.get()
+    if listener is not None:
+        listener(session_id, holder)
 
 
 class Framework(EventEmitter):
@@ -97,6 +119,8 @@ class Framework(EventEmitter):
         """
         wait = timeout if wait is None else wait
         deadline = time.monotonic() + wait
+        if self.session_queues.busy(session_id):
+            _tell_waiting(session_id, IN_THIS_PROCESS)
         async with self.session_queues.hold(session_id, wait):
             lock = await self._storage_lock(session_id, deadline, timeout)
             try:
@@ -124,6 +148,7 @@ class Framework(EventEmitter):
                 told = True
                 if self.on_wait is not None:
                     self.on_wait(session_id, exc.holder)
+                _tell_waiting(session_id, exc.holder)
             else:
                 return lock
 

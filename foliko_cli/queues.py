@@ -7,6 +7,8 @@ from collections.abc import AsyncIterator
 
 from foliko_cli.errors import SessionBusyError
 
+IN_THIS_PROCESS = "another turn in this process"
+
 
 class _Queue:
     def __init__(self) -> None:
@@ -29,6 +31,10 @@ class SessionQueues:
     def __len__(self) -> int:
         return len(self._queues)
 
+    def busy(self, session_id: str) -> bool:
+        """Whether a turn holds or waits for ``session_id`` in this process now."""
+        return session_id in self._queues
+
     @contextlib.asynccontextmanager
     async def hold(self, session_id: str, wait: float) -> AsyncIterator[None]:
         queue = self._queues.get(session_id)
@@ -42,7 +48,7 @@ class SessionQueues:
                 async with asyncio.timeout(wait):
                     await queue.lock.acquire()
             except TimeoutError:
-                raise SessionBusyError(session_id, wait, "another turn in this process") from None
+                raise SessionBusyError(session_id, wait, IN_THIS_PROCESS) from None
             try:
                 yield
             finally:

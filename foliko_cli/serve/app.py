@@ -26,10 +26,14 @@ from foliko_cli.serve import (
     compaction,
     completions,
     conversations,
+    live_turns,
     page,
     responses,
+    search,
+    session_settings,
     sessions,
     stored_completions,
+    trash,
     websocket,
 )
 from foliko_cli.serve.access_log import AccessLogMiddleware
@@ -135,6 +139,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *completions.routes,
             *compaction.routes,
             *responses.routes,
+            *live_turns.routes,
             *websocket.routes,
             Route("/healthz", healthz, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),
@@ -142,6 +147,9 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *conversations.routes,
             *stored_completions.routes,
             *sessions.routes,
+            *session_settings.routes,
+            *search.routes,
+            *trash.routes,
             Route("/mcp", mcp, methods=["POST"]),  # stateless: no GET stream, no DELETE
             Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never
         ],

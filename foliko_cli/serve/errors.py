@@ -17,6 +17,7 @@ from foliko_cli.errors import (
     InvalidSessionIdError,
     ModelError,
     ModelRejectedError,
+    NotInTrashError,
     SessionBusyError,
     SessionNotFoundError,
     StorageError,
@@ -104,7 +105,7 @@ class Status(NamedTuple):
 
 def status_of(exc: FolikoError) -> Status:
     """The HTTP status and error code of a foliko error, and whether a retry may help."""
-    if isinstance(exc, SessionNotFoundError):
+    if isinstance(exc, SessionNotFoundError | NotInTrashError):
         return Status(404, "not_found")
     if isinstance(exc, SessionExistsError):
         return Status(409, "session_exists")

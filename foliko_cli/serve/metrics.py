@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from foliko_cli.chat import TurnResult
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-APIS = ("responses", "chat", "websocket", "mcp")
+APIS = ("responses", "chat", "websocket", "mcp", "sessions")
 TURN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 

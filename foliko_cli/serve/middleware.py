@@ -6,7 +6,7 @@ answer): it is what the turn's messages store and what groups them into one
 response, so no client can merge two turns by sending one id twice. A
 client's ``X-Client-Request-Id`` is sent back as it came; a W3C
 ``traceparent`` becomes the trace id the turn stores. With API keys, every
-route but the page, ``/healthz`` and ``/openapi.json`` needs
+route but the page (and its ``/app/`` files), ``/healthz`` and ``/openapi.json`` needs
 ``Authorization: Bearer KEY``; the user it names is put in the scope's state.
 """
 
@@ -25,6 +25,7 @@ from foliko_cli.serve.auth import KeyRing
 from foliko_cli.serve.errors import BodyTooLarge, error_body
 
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json", "/favicon.ico"})
+PUBLIC_PREFIX = "/app/"  # the web app's scripts and style sheet
 _TRACEPARENT = re.compile(r"\A00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}\Z")
 _CLIENT_ID = re.compile(r"\A[\x21-\x7e]{1,512}\Z")
 
@@ -37,6 +38,10 @@ def segment_path(raw_path: bytes) -> str:
     ``id`` convertor decodes the rest (see common.py)."""
     segments = raw_path.decode("ascii", "replace").split("/")
     return "/".join(unquote(s).replace("%", "%25").replace("/", "%2F") for s in segments)
+
+
+def _public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
 
 
 class TraceIds:
@@ -88,7 +93,7 @@ class RequestMiddleware:
                 message["headers"] = [*message.get("headers", ()), *extra]
             await send(message)
 
-        if self.keys is not None and scope["path"] not in PUBLIC_PATHS:
+        if self.keys is not None and not _public(scope["path"]):
             user = self.keys.user_for(headers.get("authorization"))
             if user is None:
                 message = (

@@ -12,6 +12,7 @@ from foliko_cli import __version__
 
 OBJECT: dict[str, Any] = {"type": "object"}
 ERROR = {"$ref": "#/components/schemas/Error"}
+NULLABLE_TEXT: dict[str, Any] = {"type": ["string", "null"]}
 
 
 def _ref(name: str) -> dict[str, Any]:
@@ -56,11 +57,14 @@ def _op(
     body: dict[str, Any] | None = None,
     params: list[dict[str, Any]] | None = None,
     stream: bool = False,
+    events: dict[str, Any] | None = None,
     tag: str,
 ) -> dict[str, Any]:
+    """One operation; ``stream``: it may answer with server-sent events, each
+    an ``events`` object when that is given."""
     content: dict[str, Any] = {"application/json": {"schema": answer}}
-    if stream:
-        content["text/event-stream"] = {"schema": {"type": "string"}}
+    if stream or events is not None:
+        content["text/event-stream"] = {"schema": events or {"type": "string"}}
     operation: dict[str, Any] = {
         "summary": summary,
         "tags": [tag],
@@ -234,6 +238,7 @@ SCHEMAS: dict[str, Any] = {
             "created_at": {"type": "integer"},
             "updated_at": {"type": "integer"},
             "preview": {"type": "string"},
+            "title": NULLABLE_TEXT,
             "error": {"type": "string"},
         },
     },
@@ -357,6 +362,93 @@ MODELS = {
     },
 }
 NAME_BODY = {"type": "object", "required": ["to"], "properties": {"to": {"type": "string"}}}
+FORK_BODY = {
+    "type": "object",
+    "required": ["to"],
+    "properties": {
+        "to": {"type": "string"},
+        "upto": {"type": "integer", "minimum": 0, "description": "Keep its first upto messages."},
+    },
+}
+SETTINGS = {
+    "type": "object",
+    "required": ["session_id", "title", "system_prompt"],
+    "properties": {
+        "session_id": {"type": "string"},
+        "title": NULLABLE_TEXT,
+        "system_prompt": NULLABLE_TEXT,
+    },
+}
+SETTINGS_BODY = {
+    "type": "object",
+    "minProperties": 1,
+    "additionalProperties": False,
+    "properties": {
+        "title": {"type": ["string", "null"], "maxLength": 200},
+        "system_prompt": {"type": ["string", "null"], "maxLength": 100_000},
+    },
+}
+TURN_BODY = {
+    "type": "object",
+    "properties": {
+        "message": {"type": "string"},
+        "model": {"type": "string"},
+        "system": {"type": "string", "description": "The session's own system prompt from now on."},
+        "regenerate": {
+            "type": "boolean",
+            "description": "Replace the last turn: a new answer to its message, or to message.",
+        },
+        "create": {"type": "boolean", "description": "A new session, titled after its message."},
+        "attachments": {
+            "type": "array",
+            "maxItems": 20,
+            "items": {
+                "type": "object",
+                "required": ["name", "data"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "data": {"type": "string", "contentEncoding": "base64"},
+                },
+            },
+        },
+    },
+}
+TURN_EVENTS = {
+    "type": "object",
+    "required": ["data"],
+    "properties": {"data": {"type": "string", "contentMediaType": "application/json"}},
+    "description": "Each event's data is a JSON object whose type is waiting, started "
+    "(turn_id), delta, tool_call or tool_result, then done (position, messages, usage, "
+    "duration_ms), cancelled or error.",
+}
+TRASH_ROW = {
+    "type": "object",
+    "required": ["id", "session_id", "reason", "removed_at", "expires_at"],
+    "properties": {
+        "id": {"type": "string"},
+        "session_id": {"type": "string"},
+        "reason": {"type": "string"},
+        "removed_at": {"type": "integer"},
+        "expires_at": {"type": "integer"},
+        "message_count": {"type": "integer"},
+        "last_used": {"type": "integer"},
+    },
+}
+SEARCH_HIT = {
+    "type": "object",
+    "required": ["session_id", "seq", "role", "snippet", "matches", "title"],
+    "properties": {
+        "session_id": {"type": "string"},
+        "seq": {"type": "integer"},
+        "role": {"type": "string"},
+        "created_at": {"type": "integer"},
+        "snippet": {"type": "string"},
+        "marked": {"type": "string"},
+        "matches": {"type": "array", "items": {"type": "array", "items": {"type": "integer"}}},
+        "score": {"type": "number"},
+        "title": NULLABLE_TEXT,
+    },
+}
 SESSION_HEADER = {
     "name": "X-Session-Id",
     "in": "header",
@@ -672,7 +764,87 @@ def document() -> dict[str, Any]:
                 "get": _op(
                     "A session (sessions show --json)", _ref("Session"), params=[SESSION], tag=sess
                 ),
-                "delete": _op("Delete it", OBJECT, params=[SESSION], tag=sess),
+                "delete": _op(
+                    "Delete it (into the trash, when in_trash says so)",
+                    OBJECT,
+                    params=[SESSION],
+                    tag=sess,
+                ),
+                "patch": _op(
+                    "Set its title or its own system prompt (null removes either)",
+                    SETTINGS,
+                    params=[SESSION],
+                    body=SETTINGS_BODY,
+                    tag=sess,
+                ),
+            },
+            session_path + "/turns": {
+                "post": _op(
+                    "Run one turn, its events streamed (the web app's turns)",
+                    OBJECT,
+                    params=[SESSION],
+                    body=TURN_BODY,
+                    events=TURN_EVENTS,
+                    tag=sess,
+                )
+            },
+            session_path + "/turns/{turn_id}/cancel": {
+                "post": _op(
+                    "Stop a running turn: nothing of it is saved (cancelled false: it was)",
+                    OBJECT,
+                    params=[SESSION, _path("turn_id", "The turn id its started event gave.")],
+                    tag=sess,
+                )
+            },
+            "/v1/search": {
+                "get": _op(
+                    "Messages by their text, best first (sessions search --json)",
+                    {
+                        "type": "object",
+                        "required": ["object", "data", "unreadable"],
+                        "properties": {
+                            "object": {"const": "list"},
+                            "data": {"type": "array", "items": SEARCH_HIT},
+                            "unreadable": {"type": "array", "items": {"type": "string"}},
+                        },
+                    },
+                    params=[
+                        {
+                            **_query(
+                                "q",
+                                {"type": "string", "minLength": 1},
+                                'Words, "phrases" and prefix*.',
+                            ),
+                            "required": True,
+                        },
+                        _query("limit", {"type": "integer", "minimum": 1, "maximum": 200}, "Hits."),
+                    ],
+                    tag=sess,
+                )
+            },
+            "/v1/trash": {
+                "get": _op(
+                    "What the trash holds, latest first; keep_ms is the undo window",
+                    {
+                        "type": "object",
+                        "required": ["object", "data", "keep_ms"],
+                        "properties": {
+                            "object": {"const": "list"},
+                            "data": {"type": "array", "items": TRASH_ROW},
+                            "keep_ms": {"type": "integer"},
+                        },
+                    },
+                    tag=sess,
+                )
+            },
+            "/v1/trash/{name}/restore": {
+                "post": _op(
+                    "Restore a session (its latest removal) or an entry, as itself or as",
+                    OBJECT,
+                    params=[_path("name", "A session id or a trash entry id.")],
+                    body={"type": "object", "properties": {"as": {"type": "string"}}},
+                    tag=sess,
+                )
             },
             session_path + "/export": {
                 "get": _op(
@@ -688,7 +860,13 @@ def document() -> dict[str, Any]:
                 )
             },
             session_path + "/fork": {
-                "post": _op("Copy it", _ref("Session"), params=[SESSION], body=NAME_BODY, tag=sess)
+                "post": _op(
+                    "Copy it, or its first upto messages",
+                    _ref("Session"),
+                    params=[SESSION],
+                    body=FORK_BODY,
+                    tag=sess,
+                )
             },
             session_path + "/clear": {
                 "post": _op(

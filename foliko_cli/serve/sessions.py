@@ -23,7 +23,8 @@ def shown(record):
 
 
 async def list_sessions(request: Request):
-    """Most recently updated first; ``after`` is the last id of the previous page."""
+    """Most recently updated first; ``after`` is the last id of the previous page.
+    Each row also has the session's ``title`` (None when it has none)."""
     limit = query_int(request, "limit", 100, 1, 1000)
     after = request.query_params.get("after")
     summaries = await service(request).list_sessions(sort="updated")
@@ -33,6 +34,9 @@ async def list_sessions(request: Request):
             raise ApiError(400, f"after: no session {after!r} in this list", param="after")
         summaries = summaries[ids.index(after) + 1 :]
     page = [summary_to_dict(s) for s in summaries[:limit]]
+    titles = await service(request).session_titles([row["session_id"] for row in page])
+    for row in page:
+        row["title"] = titles.get(row["session_id"])
     return JSON(
         {
             "object": "list",
@@ -62,18 +66,23 @@ async def export_session(request: Request):
 async def delete_session(request: Request):
     from foliko_cli.errors import SessionNotFoundError
 
-    deleted, _ = await service(request).delete_sessions([_id(request)])
+    svc = service(request)
+    deleted, _ = await svc.delete_sessions([_id(request)])
     if not deleted:
         raise SessionNotFoundError(_id(request))
-    return JSON({"session_id": _id(request), "deleted": True})
+    in_trash = svc.trash_keep > 0  # restore it from /v1/trash within the undo window
+    return JSON({"session_id": _id(request), "deleted": True, "in_trash": in_trash})
 
 
-async def _target(request: Request) -> str:
-    data = await json_body(request)
+def _target_of(data: dict) -> str:
     target = data.get("to")
     if not isinstance(target, str):
         raise ApiError(400, 'give the new name as {"to": NAME}', param="to")
     return target
+
+
+async def _target(request: Request) -> str:
+    return _target_of(await json_body(request))
 
 
 async def rename_session(request: Request):
@@ -84,8 +93,12 @@ async def rename_session(request: Request):
 
 
 async def fork_session(request: Request):
-    target = await _target(request)
-    record = await service(request).fork_session(_id(request), target)
+    """A copy named ``to``: all of it, or with ``upto``, its first ``upto`` messages."""
+    data = await json_body(request)
+    upto = field(data, "upto", int)
+    if upto is not None and upto < 0:
+        raise ApiError(400, "upto must be a number of messages, 0 or more", param="upto")
+    record = await service(request).fork_session(_id(request), _target_of(data), upto=upto)
     return JSON(record_to_dict(record))
 
 

@@ -68,6 +68,21 @@ class SessionsMixin:
         summaries.sort(key=key, reverse=reverse)
         return summaries[:limit] if limit is not None else summaries
 
+    async def session_titles(self, session_ids: list[str]) -> dict[str, str]:
+        """The titles (``metadata["title"]``: an import's, or one given) of those of
+        ``session_ids`` that have one, read without their histories; a damaged or
+        vanished session has none."""
+        titles = {}
+        for session_id in session_ids:
+            try:
+                state = await capabilities.load_state(self.storage, session_id)
+            except CorruptSessionError:
+                continue
+            title = state.metadata.get("title") if state is not None else None
+            if isinstance(title, str) and title:
+                titles[session_id] = title
+        return titles
+
     async def session_ids(self) -> list[str]:
         """Every session's id but foliko's own (``is_internal``), sorted."""
         return sorted(s for s in await self.storage.list() if not is_internal(s))

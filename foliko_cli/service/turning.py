@@ -104,9 +104,9 @@ class TurnsMixin:
         """One turn; ``new`` starts the session over (the old one goes to the trash:
         ``TurnResult.trashed``), ``fork_from`` copies another
         first (its first ``turns`` turns, or its first ``upto`` messages, when
-        given); ``regenerate`` replaces the
-        session's last turn by a new answer to its user message (``message``
-        is then None), in one write. ``attachments`` are paths, http(s) URLs or
+        given); ``regenerate`` replaces the session's last turn by a new answer
+        to its user message (``message`` None) or to ``message`` (that message
+        edited), in one write. ``attachments`` are paths, http(s) URLs or
         ``Attachment`` bytes (see ``foliko_cli.attachments``).
 
         ``options`` are model options (``temperature``, ``max_tokens``, ...)
@@ -244,17 +244,22 @@ class TurnsMixin:
         self, session_id: str, message: str | None, turn: dict[str, Any], options: dict[str, Any]
     ) -> tuple[str, TurnSetup]:
         """The setup that replaces the session's last turn by a new answer to its
-        user message, sent again with its attachments."""
-        if message is not None or options["new"] or options["fork_from"] is not None:
+        user message, sent again with its attachments; given ``message``, that
+        message stands in for the user message (edit and resend)."""
+        if options["new"] or options["fork_from"] is not None:
             raise UsageError(
-                "regenerating a turn reuses its message",
-                fix="give no message, and neither start over nor fork",
+                "regenerating a turn replaces the session's own last turn",
+                fix="neither start over nor fork",
             )
         setup = await self._turn_setup(session_id, **options, **turn)
         record = await self.get_session(session_id)
         kept = drop_turns(record.messages, 1, session_id=session_id)
         replaced = record.messages[kept]
-        message = str(replaced.get("content") or "")
+        parts = tuple(replaced.get("attachments") or ())
+        if message is None:
+            message = str(replaced.get("content") or "")
+        else:  # the text attachments were in the content just edited
+            parts = tuple(part for part in parts if part.get("type") == "image")
         start_from = SessionRecord(
             session_id,
             messages=record.messages[:kept],
@@ -264,7 +269,6 @@ class TurnsMixin:
                 record.compression_state, kept, record.messages[kept:]
             ),
         )
-        parts = tuple(replaced.get("attachments") or ())
         if message or not parts:
             check_message_text(message)
         return message, setup._replace(

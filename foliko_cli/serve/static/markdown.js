@@ -1,0 +1,405 @@
+// A small, safe Markdown renderer: it builds DOM nodes and sets only their
+// text, never HTML, so HTML in a message is shown as the text it is and never
+// runs. Blocks: paragraphs, ATX headings, fenced and indented code (with a
+// copy button), block quotes, nested lists (task items too), GFM tables,
+// rules. Inline: code, strong, emphasis, strikethrough, links and autolinks
+// (http, https and mailto only; images are shown as links: the page loads
+// nothing from elsewhere), hard breaks, backslash escapes. An unclosed fence
+// (a reply still streaming) is a code block to the end.
+
+const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^\s`]*)[^`]*$/;
+const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
+const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
+const QUOTE = /^ {0,3}> ?(.*)$/;
+const ITEM = /^( {0,12})([-*+]|\d{1,9}[.)])([ \t]+(.*))?$/;
+const DELIMITER_ROW = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
+const SAFE_URL = /^(https?:\/\/|mailto:)/i;
+const PUNCTUATION = /[!-/:-@[-`{-~]/;
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+const blank = (line) => /^\s*$/.test(line);
+const indentOf = (line) => line.match(/^ */)[0].length;
+const expandTabs = (line) => line.replace(/^\t+/, (tabs) => "    ".repeat(tabs.length));
+
+function startsBlock(line) {
+  return FENCE.test(line) || HEADING.test(line) || RULE.test(line) || QUOTE.test(line) ||
+    ITEM.test(line);
+}
+
+export function codeBlock(code, language) {
+  const box = el("div", "code");
+  const head = el("div", "code-head");
+  head.append(el("span", "code-lang", language || "text"));
+  const copy = el("button", "copy", "Copy");
+  copy.type = "button";
+  copy.setAttribute("aria-label", "Copy code");
+  copy.addEventListener("click", () => copyText(code, copy));
+  head.append(copy);
+  const pre = el("pre");
+  const inner = el("code", null, code);
+  if (language) inner.dataset.language = language;
+  pre.append(inner);
+  pre.tabIndex = 0; // scrollable with the keyboard
+  box.append(head, pre);
+  return box;
+}
+
+export async function copyText(text, button) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    const area = el("textarea");
+    area.value = text;
+    document.body.append(area);
+    area.select();
+    document.execCommand("copy");
+    area.remove();
+  }
+  if (button) {
+    const label = button.textContent;
+    button.textContent = "Copied";
+    setTimeout(() => { button.textContent = label; }, 1500);
+  }
+}
+
+function splitRow(line) {
+  let text = line.trim();
+  if (text.startsWith("|")) text = text.slice(1);
+  if (text.endsWith("|") && !text.endsWith("\\|")) text = text.slice(0, -1);
+  const cells = [];
+  let cell = "";
+  let inCode = false;
+  for (let i = 0; i < text.length; i++) {
+    const char = text[i];
+    if (char === "\\" && text[i + 1] === "|") { cell += "|"; i++; continue; }
+    if (char === "`") inCode = !inCode;
+    if (char === "|" && !inCode) { cells.push(cell.trim()); cell = ""; continue; }
+    cell += char;
+  }
+  cells.push(cell.trim());
+  return cells;
+}
+
+function table(lines, start) {
+  const header = splitRow(lines[start]);
+  const aligns = splitRow(lines[start + 1]).map((cell) => {
+    const left = cell.startsWith(":"), right = cell.endsWith(":");
+    return left && right ? "center" : right ? "right" : left ? "left" : "";
+  });
+  const wrap = el("div", "table-wrap");
+  wrap.tabIndex = 0;
+  const node = el("table");
+  const head = el("thead");
+  const headRow = el("tr");
+  header.forEach((cell, i) => {
+    const th = el("th");
+    if (aligns[i]) th.style.textAlign = aligns[i];
+    th.append(inline(cell));
+    headRow.append(th);
+  });
+  head.append(headRow);
+  node.append(head);
+  const body = el("tbody");
+  let i = start + 2;
+  for (; i < lines.length && !blank(lines[i]) && lines[i].includes("|"); i++) {
+    const row = el("tr");
+    const cells = splitRow(lines[i]);
+    header.forEach((_, column) => {
+      const td = el("td");
+      if (aligns[column]) td.style.textAlign = aligns[column];
+      td.append(inline(cells[column] || ""));
+      row.append(td);
+    });
+    body.append(row);
+  }
+  if (body.children.length) node.append(body);
+  wrap.append(node);
+  return [wrap, i];
+}
+
+function list(lines, start) {
+  const first = lines[start].match(ITEM);
+  const ordered = /\d/.test(first[2]);
+  const node = el(ordered ? "ol" : "ul");
+  if (ordered && parseInt(first[2], 10) !== 1) node.start = parseInt(first[2], 10);
+  const baseIndent = first[1].length;
+  const markerKind = ordered ? first[2].slice(-1) : first[2];
+  let i = start;
+  let loose = false;
+  const items = [];
+  while (i < lines.length) {
+    const match = lines[i].match(ITEM);
+    if (!match || match[1].length !== baseIndent) break;
+    const kind = /\d/.test(match[2]) ? match[2].slice(-1) : match[2];
+    if (kind !== markerKind) break;
+    const contentIndent = baseIndent + match[2].length + Math.min((match[3] || " ").length - (match[4] || "").length, 4);
+    const body = [match[4] || ""];
+    i++;
+    let sawBlank = false;
+    while (i < lines.length) {
+      const line = lines[i];
+      if (blank(line)) { body.push(""); sawBlank = true; i++; continue; }
+      const indent = indentOf(line);
+      if (indent >= contentIndent) { body.push(line.slice(contentIndent)); i++; sawBlank = false; continue; }
+      if (sawBlank || startsBlock(line)) break;
+      body.push(line.trim()); // a lazy continuation of the paragraph
+      i++;
+    }
+    let trailingBlank = false;
+    while (body.length > 1 && blank(body[body.length - 1])) { body.pop(); trailingBlank = true; }
+    if (body.slice(1).some(blank) || (trailingBlank && i < lines.length && ITEM.test(lines[i]))) loose = true;
+    items.push(body);
+  }
+  for (const body of items) {
+    const li = el("li");
+    const task = body[0].match(/^\[([ xX])\][ \t]+(.*)$/);
+    if (task) {
+      const box = el("input");
+      box.type = "checkbox";
+      box.disabled = true;
+      box.checked = task[1] !== " ";
+      li.className = "task";
+      li.append(box, " ");
+      body[0] = task[2];
+    }
+    const blocks = parseBlocks(body);
+    if (!loose && blocks.length && blocks[0].tagName === "P") {
+      li.append(...blocks[0].childNodes);
+      li.append(...blocks.slice(1));
+    } else {
+      li.append(...blocks);
+    }
+    node.append(li);
+  }
+  return [node, i];
+}
+
+function parseBlocks(rawLines) {
+  const lines = rawLines.map(expandTabs);
+  const blocks = [];
+  let i = 0;
+  while (i < lines.length) {
+    const line = lines[i];
+    if (blank(line)) { i++; continue; }
+    let match;
+    if ((match = line.match(FENCE))) {
+      const fence = match[1];
+      const indent = indentOf(line);
+      const code = [];
+      i++;
+      while (i < lines.length) {
+        const closing = lines[i].match(/^ {0,3}(`{3,}|~{3,})[ \t]*$/);
+        if (closing && closing[1][0] === fence[0] && closing[1].length >= fence.length) { i++; break; }
+        code.push(lines[i].slice(Math.min(indent, indentOf(lines[i]))));
+        i++;
+      }
+      blocks.push(codeBlock(code.join("\n"), match[2]));
+      continue;
+    }
+    if (indentOf(line) >= 4) {
+      const code = [];
+      while (i < lines.length && (indentOf(lines[i]) >= 4 || blank(lines[i]))) code.push(lines[i++].slice(4));
+      while (code.length && blank(code[code.length - 1])) code.pop();
+      blocks.push(codeBlock(code.join("\n"), ""));
+      continue;
+    }
+    if ((match = line.match(HEADING))) {
+      const heading = el("h" + Math.min(match[1].length + 2, 6), "md-h" + match[1].length);
+      heading.append(inline(match[2] || ""));
+      blocks.push(heading);
+      i++;
+      continue;
+    }
+    if (RULE.test(line)) { blocks.push(el("hr")); i++; continue; }
+    if (QUOTE.test(line)) {
+      const quoted = [];
+      while (i < lines.length && (match = lines[i].match(QUOTE))) { quoted.push(match[1]); i++; }
+      const quote = el("blockquote");
+      quote.append(...parseBlocks(quoted));
+      blocks.push(quote);
+      continue;
+    }
+    if (ITEM.test(line)) {
+      const [node, next] = list(lines, i);
+      blocks.push(node);
+      i = next;
+      continue;
+    }
+    if (line.includes("|") && i + 1 < lines.length && DELIMITER_ROW.test(lines[i + 1]) && lines[i + 1].includes("-")) {
+      const [node, next] = table(lines, i);
+      blocks.push(node);
+      i = next;
+      continue;
+    }
+    const text = [line];
+    i++;
+    while (i < lines.length && !blank(lines[i]) && !startsBlock(lines[i]) &&
+      !(lines[i].includes("|") && i + 1 < lines.length && DELIMITER_ROW.test(lines[i + 1]))) {
+      text.push(lines[i]);
+      i++;
+    }
+    const paragraph = el("p");
+    paragraph.append(inline(text.map((l) => l.replace(/^ +/, "")).join("\n")));
+    blocks.push(paragraph);
+  }
+  return blocks;
+}
+
+function safeLink(href, children) {
+  const url = href.trim();
+  if (!SAFE_URL.test(url)) {
+    const span = el("span");
+    span.append(...children);
+    return span;
+  }
+  const link = el("a");
+  link.href = url;
+  link.rel = "noopener noreferrer nofollow";
+  link.target = "_blank";
+  link.append(...children);
+  return link;
+}
+
+// the closing ``]`` of the link text opened at ``start``, nesting respected
+function closingBracket(text, start) {
+  let depth = 0;
+  for (let i = start; i < text.length; i++) {
+    if (text[i] === "\\") { i++; continue; }
+    if (text[i] === "[") depth++;
+    else if (text[i] === "]" && --depth === 0) return i;
+  }
+  return -1;
+}
+
+function linkTarget(text, start) {
+  if (text[start] !== "(") return null;
+  let depth = 0;
+  for (let i = start; i < text.length; i++) {
+    if (text[i] === "\\") { i++; continue; }
+    if (text[i] === "(") depth++;
+    else if (text[i] === ")" && --depth === 0) {
+      const inside = text.slice(start + 1, i).trim();
+      const href = inside.match(/^<([^>]*)>|^(\S*)/);
+      return {href: href[1] !== undefined ? href[1] : href[2], end: i + 1};
+    }
+  }
+  return null;
+}
+
+const DELIMS = ["**", "__", "~~", "*", "_"];
+const TAGS = {"**": "strong", "__": "strong", "~~": "del", "*": "em", "_": "em"};
+
+function closingDelimiter(text, delim, from) {
+  for (let i = from; i < text.length; i++) {
+    if (text[i] === "\\") { i++; continue; }
+    if (text[i] === "`") {
+      const run = text.slice(i).match(/^`+/)[0];
+      const close = text.indexOf(run, i + run.length);
+      if (close > 0) { i = close + run.length - 1; continue; }
+    }
+    if (text.startsWith(delim, i) && i > from && !/\s/.test(text[i - 1])) {
+      if (delim.length === 1 && text[i + 1] === delim) { i++; continue; }
+      if (delim[0] === "_" && /[\p{L}\p{N}]/u.test(text[i + delim.length] || "")) continue;
+      return i;
+    }
+  }
+  return -1;
+}
+
+export function inline(text) {
+  const out = document.createDocumentFragment();
+  let buffer = "";
+  const flush = () => { if (buffer) { out.append(buffer); buffer = ""; } };
+  for (let i = 0; i < text.length;) {
+    const char = text[i];
+    if (char === "\\" && PUNCTUATION.test(text[i + 1] || "")) { buffer += text[i + 1]; i += 2; continue; }
+    if (char === "\\" && text[i + 1] === "\n") { flush(); out.append(el("br")); i += 2; continue; }
+    if (char === "\n") {
+      if (/ {2,}$/.test(buffer)) { buffer = buffer.replace(/ +$/, ""); flush(); out.append(el("br")); }
+      else buffer += "\n";
+      i++;
+      continue;
+    }
+    if (char === "`") {
+      const run = text.slice(i).match(/^`+/)[0];
+      const close = text.indexOf(run, i + run.length);
+      if (close > 0 && text[close + run.length] !== "`") {
+        let code = text.slice(i + run.length, close).replace(/\n/g, " ");
+        if (/^ .* $/.test(code) && code.trim()) code = code.slice(1, -1);
+        flush();
+        out.append(el("code", null, code));
+        i = close + run.length;
+        continue;
+      }
+      buffer += run;
+      i += run.length;
+      continue;
+    }
+    if (char === "!" && text[i + 1] === "[") {
+      const end = closingBracket(text, i + 1);
+      const target = end > 0 ? linkTarget(text, end + 1) : null;
+      if (target) {
+        flush();
+        const alt = text.slice(i + 2, end) || target.href;
+        out.append(safeLink(target.href, ["image: ", alt]));
+        i = target.end;
+        continue;
+      }
+    }
+    if (char === "[") {
+      const end = closingBracket(text, i);
+      const target = end > 0 ? linkTarget(text, end + 1) : null;
+      if (target) {
+        flush();
+        out.append(safeLink(target.href, [inline(text.slice(i + 1, end))]));
+        i = target.end;
+        continue;
+      }
+    }
+    if (char === "<") {
+      const auto = text.slice(i).match(/^<((?:https?:\/\/|mailto:)[^\s<>]+)>/i);
+      if (auto) { flush(); out.append(safeLink(auto[1], [auto[1]])); i += auto[0].length; continue; }
+    }
+    if ((char === "h" || char === "H") && !/[\p{L}\p{N}]$/u.test(buffer)) {
+      const bare = text.slice(i).match(/^https?:\/\/[^\s<>]+/i);
+      if (bare) {
+        let url = bare[0];
+        while (/[.,:;!?'")\]]$/.test(url) && !(url.endsWith(")") && url.split("(").length > url.split(")").length - 1)) url = url.slice(0, -1);
+        flush();
+        out.append(safeLink(url, [url]));
+        i += url.length;
+        continue;
+      }
+    }
+    const delim = DELIMS.find((d) => text.startsWith(d, i));
+    if (delim && text[i + delim.length] && !/\s/.test(text[i + delim.length]) &&
+        !(delim[0] === "_" && /[\p{L}\p{N}]$/u.test(buffer))) {
+      const close = closingDelimiter(text, delim, i + delim.length);
+      if (close > 0) {
+        flush();
+        const node = el(TAGS[delim]);
+        node.append(inline(text.slice(i + delim.length, close)));
+        out.append(node);
+        i = close + delim.length;
+        continue;
+      }
+    }
+    buffer += char;
+    i++;
+  }
+  flush();
+  return out;
+}
+
+// ``text`` rendered into a fragment of block nodes
+export function renderMarkdown(text) {
+  const fragment = document.createDocumentFragment();
+  fragment.append(...parseBlocks(String(text).replace(/\r\n?/g, "\n").split("\n")));
+  return fragment;
+}
