@@ -36,4 +36,5 @@ def test_every_benchmark_runs_at_tiny_sizes_and_reports(tmp_path):
     assert {r["bench"] for r in report["results"]} == expected
     for figure in report["results"]:
         assert figure["runs"], figure["figure"]
-        assert all(t > 0 for t in figure["runs"]), figure["figure"]
+        if figure["unit"] in ("s", "turns/s"):  # a count or a difference may be 0
+            assert all(t > 0 for t in figure["runs"]), figure["figure"]
