@@ -36,6 +36,7 @@ NOT_SAVED = {
     "stream": "--stream",
     "show_usage": "-u/--usage",
     "dry_run": "--dry-run",
+    "yes": "-y/--yes",
 }
 """chat's options a template does not keep: with --save, each is refused."""
 

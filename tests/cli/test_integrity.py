@@ -179,18 +179,31 @@ def test_search_goes_on_past_a_bad_file_and_names_it(invoke, json_store):
     assert only.stderr.startswith("foliko: error: session 'd' is damaged (")
 
 
-@pytest.mark.parametrize("hole", ["no-content", "message-lost"])
-def test_search_of_sqlite_with_a_bad_row_names_it_and_finds_the_rest(invoke, foliko_home, hole):
+def test_search_of_sqlite_with_a_bad_row_names_it_and_finds_the_rest(invoke, foliko_home):
     for sid in ("victim", "intact"):
         assert invoke("chat", "-s", sid, "alpha one").exit_code == 0
         assert invoke("chat", "-s", sid, "alpha two").exit_code == 0
-    damage.damage_at("sqlite", foliko_home, "victim", hole)
+    damage.damage_at("sqlite", foliko_home, "victim", "message-lost")
     found = invoke("sessions", "search", "alpha", "--json")
     assert found.exit_code == 0, found.stderr
     assert {hit["session_id"] for hit in orjson.loads(found.stdout)} == {"intact"}
     (line,) = found.stderr.splitlines()
     assert line.startswith("foliko: session 'victim' was left out of the search: it is damaged (")
     assert "Traceback" not in found.stderr
+
+
+def test_search_of_sqlite_reads_the_kept_text_of_a_message_whose_body_lost_its_content(
+    invoke, foliko_home
+):
+    """Search reads the text kept with the index, not the body: a hit in a message
+    whose stored body was damaged is still found, and show names the damage."""
+    for sid in ("victim", "intact"):
+        assert invoke("chat", "-s", sid, "alpha one").exit_code == 0
+    damage.damage_at("sqlite", foliko_home, "victim", "no-content")
+    found = invoke("sessions", "search", "alpha", "--json")
+    assert (found.exit_code, found.stderr) == (0, "")
+    assert {hit["session_id"] for hit in orjson.loads(found.stdout)} == {"intact", "victim"}
+    assert invoke("sessions", "show", "victim").exit_code == 3
 
 
 BAD_URLS = [

@@ -102,7 +102,7 @@ def test_the_server_s_own_origin_and_a_link_to_the_page_pass(http, server, victi
     assert messages(http, "own") == ["injected", "injected"]
     link = {"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "navigate"}
     page = http.get("/", headers=link)
-    assert page.status_code == 200 and "<script>" in page.text
+    assert page.status_code == 200 and '<script type="module"' in page.text
     assert http.get("/v1/sessions", headers=link).status_code == 403
 
 
