@@ -70,11 +70,9 @@ class MaintenanceMixin:
             asked *= 4
 
     async def _search(self, query: SearchQuery) -> list[SearchHit]:
-        from foliko_cli.storage.search import Searchable, scan_search
+        from foliko_cli.storage.search import search
 
-        if isinstance(self.storage, Searchable):
-            return await self.storage.search(query)
-        return await scan_search(self.storage, query)
+        return await search(self.storage, query)
 
     async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
         """Token and cost totals of the assistant messages written at or after
