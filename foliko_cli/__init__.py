@@ -36,8 +36,8 @@ _EXPORTS = {
     "SessionStorageAdapter": "foliko_cli.storage.base",
     "StoredProblem": "foliko_cli.storage.base",
     "ProblemKind": "foliko_cli.storage.base",
-    "ConflictError": "foliko_cli.storage.base",
-    "SessionExistsError": "foliko_cli.storage.base",
+    "ConflictError": "foliko_cli.errors",
+    "SessionExistsError": "foliko_cli.errors",
     "open_storage": "foliko_cli.storage",
     "SessionRecord": "foliko_cli.storage.record",
     "SessionState": "foliko_cli.storage.record",
@@ -105,12 +105,14 @@ if TYPE_CHECKING:
     from foliko_cli.context.request import RequestContext
     from foliko_cli.context.session import SessionContext
     from foliko_cli.errors import (
+        ConflictError,
         CorruptSessionError,
         ExitCode,
         FolikoError,
         Interrupted,
         ModelError,
         SessionBusyError,
+        SessionExistsError,
         SessionNotFoundError,
         StorageConfigError,
         StorageError,
@@ -123,13 +125,7 @@ if TYPE_CHECKING:
     from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
     from foliko_cli.service import AsyncFoliko, ImportReport
     from foliko_cli.storage import open_storage
-    from foliko_cli.storage.base import (
-        ConflictError,
-        ProblemKind,
-        SessionExistsError,
-        SessionStorageAdapter,
-        StoredProblem,
-    )
+    from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter, StoredProblem
     from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
     from foliko_cli.tools import Tool, ToolContext, ToolResult
 

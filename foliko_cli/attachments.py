@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import AttachmentError
 from foliko_cli.fences import fence_for
 from foliko_cli.redaction import redact_url
 
@@ -33,10 +33,6 @@ MAX_TEXT_BYTES = 4 * 1024 * 1024
 IMAGE_KINDS = "png, jpeg, webp or gif"
 STDIN_NAME = "stdin"
 _LANGUAGE = re.compile(r"^[A-Za-z0-9+#-]{1,16}$")
-
-
-class AttachmentError(UsageError):
-    """An attachment that cannot be read or is of a kind foliko cannot send."""
 
 
 class Attachment(NamedTuple):

@@ -25,7 +25,13 @@ from foliko_cli.completion import run_to_completion
 from foliko_cli.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.context.session import SessionCheckpoint
-from foliko_cli.errors import ContextOverflowError, TurnTimeoutError, UsageError
+from foliko_cli.errors import (
+    ConflictError,
+    ContextOverflowError,
+    SessionExistsError,
+    TurnTimeoutError,
+    UsageError,
+)
 from foliko_cli.framework import Framework
 from foliko_cli.models.base import (
     ModelProvider,
@@ -35,7 +41,6 @@ from foliko_cli.models.base import (
     forced_tool,
 )
 from foliko_cli.prompts import turn_system_prompt
-from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.tools import Tool, ToolResult
 
@@ -590,7 +595,8 @@ class AgentChatHandler:
         """The turn's user message; an image for a model that takes none is refused."""
         if not attachments:
             return {"role": "user", "content": text}
-        from foliko_cli.attachments import IMAGE_KINDS, AttachmentError
+        from foliko_cli.attachments import IMAGE_KINDS
+        from foliko_cli.errors import AttachmentError
 
         image = next((p for p in attachments if p.get("type") == "image"), None)
         if image is not None and not self.model.accepts_images:

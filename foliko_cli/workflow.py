@@ -19,30 +19,13 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.errors import FolikoError, Hint, UsageError
+from foliko_cli.errors import FolikoError, Hint, StepFailed, UsageError, WorkflowError
 
 STATE_VARIABLE = "_workflow"
 STEP_KINDS = ("prompt", "tool", "set")
 STEP_KEYS = {"name", "prompt", "tool", "args", "set", "save_as", "description"}
 TOP_KEYS = {"name", "description", "steps", "vars", "model", "agent"}
 _TEMPLATE = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*\}\}")
-
-
-class WorkflowError(UsageError):
-    """The workflow file is unreadable or invalid (exit 2)."""
-
-
-class StepFailed(FolikoError):
-    """A step failed; the exit code is that of the underlying error."""
-
-    def __init__(self, step: str, position: int, total: int, cause: Exception):
-        self.step = step
-        self.exit_code = getattr(cause, "exit_code", FolikoError.exit_code)
-        super().__init__(
-            f"workflow step {step!r} ({position} of {total}) failed: {cause}",
-            fix="fix it and resume the workflow to continue from this step",
-            hint=Hint.RESUME,
-        )
 
 
 @dataclass(frozen=True)

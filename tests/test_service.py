@@ -349,7 +349,7 @@ def test_a_blocking_tool_cannot_hold_a_turn_past_its_deadline(tmp_path):
 
 
 def test_a_splice_of_a_session_that_moved_since_it_was_read_changes_nothing(tmp_path):
-    from foliko_cli.storage.base import ConflictError
+    from foliko_cli.errors import ConflictError
 
     async def main():
         async with AsyncFoliko(storage="sqlite", model="echo", home=tmp_path) as foliko:

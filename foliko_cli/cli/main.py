@@ -14,13 +14,12 @@ from foliko_cli.cli.output import error, render
 from foliko_cli.cli.params import GLOBAL_OPTIONS, CommandContext, adopt
 from foliko_cli.cli.stdout import (
     ClosedPipe,
-    OutputError,
     flush_stdout,
     guard_stdout,
     output_failure,
     stdout_failed,
 )
-from foliko_cli.errors import ExitCode, FolikoError
+from foliko_cli.errors import ExitCode, FolikoError, OutputError
 
 
 class OneLineUsageError(click.ClickException):

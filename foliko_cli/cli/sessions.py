@@ -34,7 +34,7 @@ from foliko_cli.cli.params import (
 )
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import ExitCode, UsageError
+from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
 from foliko_cli.exporters import FORMATS as EXPORT_FORMATS
 from foliko_cli.importers import FORMATS
 from foliko_cli.storage.record import covered_messages, record_to_dict, summary_to_dict
@@ -585,7 +585,7 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
         key = words[0]
         variables = facade.get_variables(session_id)
         if key not in variables:
-            raise UsageError(f"variable {key!r} is not set in session {session_id!r}")
+            raise VariableNotSetError(f"variable {key!r} is not set in session {session_id!r}")
         found = variables[key]
         if fmt == "json" or not isinstance(found, str):
             found = orjson.dumps(found).decode()

@@ -36,6 +36,7 @@ from foliko_cli.errors import (
     ImagesRefusedError,
     ModelError,
     ModelRejectedError,
+    ModelTimeoutError,
     UsageError,
 )
 from foliko_cli.models import http1
@@ -281,7 +282,9 @@ class HttpModelClient:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ModelError(f"{self.where} did not answer in time; raise the turn's timeout")
+                raise ModelTimeoutError(
+                    f"{self.where} did not answer in time; raise the turn's timeout"
+                )
             delay = None
             try:
                 response = await self._post(path, endpoint, payload, remaining)

@@ -61,6 +61,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 
 from foliko_cli.clock import now_ms
+from foliko_cli.errors import ConflictError
 from foliko_cli.serve import ids
 from foliko_cli.serve.common import JSON, field, keep_service, query_int, service
 from foliko_cli.serve.errors import ApiError, error_event
@@ -70,7 +71,6 @@ from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import SessionState, new_metadata
 

@@ -187,15 +187,13 @@ async def put_var(request: Request):
 
 
 async def delete_var(request: Request):
-    from foliko_cli.errors import UsageError
+    from foliko_cli.errors import VariableNotSetError
 
     key = request.path_params["key"]
     try:
         await service(request).update_variables(_id(request), {}, unset=(key,))
-    except UsageError as exc:
-        if "is not set" in str(exc):
-            raise ApiError(404, f"variable {key!r} is not set", code="variable_not_found") from None
-        raise
+    except VariableNotSetError:
+        raise ApiError(404, f"variable {key!r} is not set", code="variable_not_found") from None
     return JSON({"key": key, "deleted": True})
 
 

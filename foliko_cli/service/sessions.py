@@ -7,9 +7,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, UsageError
+from foliko_cli.errors import (
+    ConflictError,
+    CorruptSessionError,
+    SessionExistsError,
+    SessionNotFoundError,
+    UsageError,
+    VariableNotSetError,
+)
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import ConflictError, SessionExistsError
 from foliko_cli.storage.record import (
     SessionRecord,
     SessionState,
@@ -475,7 +481,7 @@ class SessionsMixin:
                 record = SessionRecord(session_id, metadata=new_metadata())
             missing = [key for key in unset if key not in record.variables]
             if missing:
-                raise UsageError(
+                raise VariableNotSetError(
                     f"variable {missing[0]!r} is not set in session {session_id!r}",
                     fix="list the session's variables",
                 )

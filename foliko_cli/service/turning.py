@@ -6,9 +6,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import RequestContext
-from foliko_cli.errors import UsageError
+from foliko_cli.errors import SessionExistsError, UsageError
 from foliko_cli.models.base import ModelProvider
-from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.record import (
     SessionRecord,
     check_session_id,

@@ -16,9 +16,13 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
-from foliko_cli.storage.base import (
+from foliko_cli.errors import (
+    CorruptSessionError,
     SessionExistsError,
+    SessionNotFoundError,
+    StorageError,
+)
+from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,
     check_expected,

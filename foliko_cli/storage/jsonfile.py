@@ -52,11 +52,16 @@ from typing import Any, NamedTuple
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, Hint, SessionNotFoundError, StorageError
-from foliko_cli.storage.base import (
+from foliko_cli.errors import (
     ConflictError,
-    ProblemKind,
+    CorruptSessionError,
+    Hint,
     SessionExistsError,
+    SessionNotFoundError,
+    StorageError,
+)
+from foliko_cli.storage.base import (
+    ProblemKind,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,

@@ -7,10 +7,9 @@ import threading
 from typing import Any
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError
+from foliko_cli.errors import ConflictError, CorruptSessionError
 from foliko_cli.queues import SessionQueues
 from foliko_cli.storage.base import (
-    ConflictError,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,

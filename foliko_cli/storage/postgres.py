@@ -52,17 +52,13 @@ from urllib.parse import unquote
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
     StorageConfigError,
     StorageError,
     UsageError,
 )
-from foliko_cli.storage.base import (
-    SessionExistsError,
-    SessionStorageAdapter,
-    StoredProblem,
-    expected_list,
-)
+from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem, expected_list
 from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (

@@ -17,7 +17,11 @@ from typing import Any, NamedTuple
 import orjson
 
 from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, InvalidSessionIdError, UsageError
+from foliko_cli.errors import (
+    CorruptSessionError,
+    InvalidRecordError,
+    InvalidSessionIdError,
+)
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 MAX_SESSION_ID_LENGTH = 256
@@ -27,17 +31,6 @@ MAX_TIMESTAMP = 2**53
 MIN_INT, MAX_INT = -(2**63), 2**64 - 1  # what orjson writes and reads back exactly
 _DIGITS_AS_ZERO = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
 _NINETEEN_DIGITS = b"0" * 19
-
-
-class InvalidRecordError(UsageError):
-    """A record given to ``save`` that does not have the canonical shape."""
-
-    def __init__(self, session_id: str, reason: str):
-        self.session_id = session_id
-        self.reason = reason
-        super().__init__(
-            f"cannot store session {session_id!r}: {reason}; nothing was saved: fix the data"
-        )
 
 
 class SessionRecord:

@@ -51,15 +51,15 @@ import orjson
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
     StorageConfigError,
     StorageError,
 )
 from foliko_cli.storage.base import (
-    ConflictError,
-    SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,

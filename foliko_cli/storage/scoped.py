@@ -16,18 +16,15 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
     UsageError,
 )
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import (
-    ConflictError,
-    SessionExistsError,
-    SessionStorageAdapter,
-    StoredProblem,
-)
+from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
 
 if TYPE_CHECKING:

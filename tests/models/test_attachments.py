@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from foliko_cli import attachments
-from foliko_cli.attachments import Attachment, AttachmentError, classify, compose, image_type
-from foliko_cli.errors import ImagesRefusedError, UsageError
+from foliko_cli.attachments import Attachment, classify, compose, image_type
+from foliko_cli.errors import AttachmentError, ImagesRefusedError, UsageError
 from foliko_cli.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 

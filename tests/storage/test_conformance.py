@@ -13,19 +13,16 @@ import pytest
 
 from foliko_cli.clock import now_ms
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     ExitCode,
+    InvalidRecordError,
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
 )
 from foliko_cli.storage import capabilities, trash
-from foliko_cli.storage.base import ConflictError, SessionExistsError
-from foliko_cli.storage.record import (
-    InvalidRecordError,
-    SessionRecord,
-    SessionState,
-    content_hash,
-)
+from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
 
 from . import damage
 from .services import in_threads

@@ -14,9 +14,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from foliko_cli.errors import CorruptSessionError, StorageError
+from foliko_cli.errors import CorruptSessionError, SessionExistsError, StorageError
 from foliko_cli.storage import open_storage
-from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.jsonfile import (
     JsonStorage,
     file_name,

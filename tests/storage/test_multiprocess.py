@@ -165,7 +165,7 @@ RACER = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from foliko_cli.storage import open_storage
-    from foliko_cli.storage.base import ConflictError
+    from foliko_cli.errors import ConflictError
     from foliko_cli.storage.record import SessionState
 
     async def main():

@@ -26,12 +26,12 @@ from foliko_cli.errors import (
     ExitCode,
     InvalidSessionIdError,
     SessionBusyError,
+    SessionExistsError,
     StorageConfigError,
     StorageError,
 )
 from foliko_cli.storage import capabilities
 from foliko_cli.storage import postgres as postgres_module
-from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
 from foliko_cli.storage.record import SessionRecord, content_hash
 from foliko_cli.storage.sql import writes

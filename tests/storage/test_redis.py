@@ -24,13 +24,13 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     ExitCode,
     SessionBusyError,
     StorageConfigError,
     StorageError,
 )
-from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.record import SessionRecord, content_hash
 from foliko_cli.storage.redis import RedisStorage, hash_tag
 
