@@ -176,3 +176,11 @@ class SessionStorageAdapter(ABC):
     async def close(self) -> None:
         """Release every connection and file this adapter holds."""
         return None
+
+
+class SavesInBatches:
+    """For a backend whose native write is ``save_many`` (``BatchSave``): ``save``
+    is a batch of one, so the two can never mean different things."""
+
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]  # type: ignore[attr-defined]

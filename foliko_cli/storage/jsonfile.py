@@ -62,6 +62,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.storage.base import (
     ProblemKind,
+    SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -143,7 +144,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-class JsonStorage(SessionStorageAdapter):
+class JsonStorage(SavesInBatches, SessionStorageAdapter):
     name = "json"
 
     def __init__(self, directory: str | os.PathLike[str]):
@@ -459,9 +460,6 @@ class JsonStorage(SessionStorageAdapter):
         if not isinstance(revision, int):
             raise CorruptSessionError(session_id, str(path), "revision is not an integer")
         return max(revision, 1)
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

@@ -10,6 +10,7 @@ from foliko_cli.clock import now_ms
 from foliko_cli.errors import ConflictError, CorruptSessionError
 from foliko_cli.queues import SessionQueues
 from foliko_cli.storage.base import (
+    SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -28,7 +29,7 @@ from foliko_cli.storage.record import (
 )
 
 
-class MemoryStorage(SessionStorageAdapter):
+class MemoryStorage(SavesInBatches, SessionStorageAdapter):
     """Records are deep-copied in and out, so callers never share state with it.
     A write's revision check and the write hold one lock (threads may share it)."""
 
@@ -56,9 +57,6 @@ class MemoryStorage(SessionStorageAdapter):
         """Its count must be its messages' (only a hand-made change breaks that)."""
         count = record.metadata.get("message_count")
         check_count(record.session_id, self.name, count=count, found=len(record.messages))
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

@@ -58,7 +58,12 @@ from foliko_cli.errors import (
     StorageError,
     UsageError,
 )
-from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem, expected_list
+from foliko_cli.storage.base import (
+    SavesInBatches,
+    SessionStorageAdapter,
+    StoredProblem,
+    expected_list,
+)
 from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.poll import poll
 from foliko_cli.storage.record import (
@@ -192,7 +197,7 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-class PostgresStorage(SessionStorageAdapter):
+class PostgresStorage(SavesInBatches, SessionStorageAdapter):
     name = "postgresql"
 
     def __init__(
@@ -411,9 +416,6 @@ class PostgresStorage(SessionStorageAdapter):
         *columns, count, seqs, bodies = row
         check_sequence(session_id, self.location, seqs or (), count=count)
         return record_from_row(session_id, tuple(columns), bodies or (), self.location)
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

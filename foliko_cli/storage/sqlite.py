@@ -36,6 +36,7 @@ import orjson
 from foliko_cli.errors import CorruptSessionError, Hint, StorageError
 from foliko_cli.storage.base import (
     ProblemKind,
+    SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -142,7 +143,7 @@ def _text_row(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-class SQLiteStorage(SessionStorageAdapter):
+class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     name = "sqlite"
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -364,9 +365,6 @@ class SQLiteStorage(SessionStorageAdapter):
 
     def _record(self, session_id: str, row, bodies: list, *, first_seq: int = 0) -> SessionRecord:
         return record_from_row(session_id, tuple(row), bodies, self.path, first_seq=first_seq)
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,
