@@ -55,6 +55,9 @@ _MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_erro
 
 
 class TurnResult(NamedTuple):
+    """What a finished turn returns (SPEC F3). ``success`` is always True: a turn
+    that fails raises instead (the seed's shape keeps the field)."""
+
     success: bool
     message: str
     step_count: int

@@ -61,9 +61,7 @@ def test_serve_answers_by_the_class_whatever_the_message_says():
     ("status", "expected"),
     [(400, (400, "model_rejected_request", False)), (401, (502, "model_error", False))],
 )
-def test_a_refusal_by_the_provider_is_the_client_s_fault_unless_it_refuses_foliko(
-    status, expected
-):
+def test_a_refusal_by_the_provider_is_the_client_s_fault_unless_it_refuses_foliko(status, expected):
     from foliko_cli.serve.errors import status_of
 
     assert status_of(errors.ModelRejectedError("no", status)) == expected

@@ -100,7 +100,7 @@ def test_fifty_concurrent_turns_on_ten_sessions_keep_every_history_whole(tmp_pat
         return results, records
 
     results, records = asyncio.run(main())
-    assert all(r.success and r.message == f"m{i}" for i, r in enumerate(results))
+    assert all(r.message == f"m{i}" for i, r in enumerate(results))
     assert sorted(records) == [f"s{i}" for i in range(10)]
     for sid, record in records.items():
         contents = [m["content"] for m in record.messages]
