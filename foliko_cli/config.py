@@ -213,10 +213,6 @@ def skill_dirs(cwd: Path, env: Mapping[str, str] | None = None) -> list[Path]:
     return [config_dir(env) / "skills", cwd / ".foliko" / "skills"]
 
 
-def foliko_home(env: Mapping[str, str] | None = None) -> Path:
-    return load_settings(env=env).home
-
-
 def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
     """The file's settings, or {} when it does not exist; bad files exit 2.
 
