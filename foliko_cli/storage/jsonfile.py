@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
@@ -60,6 +60,18 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     StorageError,
 )
+from foliko_cli.messages.exact_json import loads
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    new_metadata,
+    next_revision,
+    preview_of,
+)
+from foliko_cli.messages.seed import record_from_seed, record_to_seed
 from foliko_cli.storage.base import (
     ProblemKind,
     SavesInBatches,
@@ -72,19 +84,6 @@ from foliko_cli.storage.filelock import SessionFileLocks
 from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    checked_append,
-    checked_for_write,
-    loads,
-    new_metadata,
-    next_revision,
-    preview_of,
-    record_from_seed,
-    record_to_seed,
-)
 
 SUFFIX = ".json"
 TEMP_SUFFIX = ".tmp"

@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     SessionBusyError,
     SessionExistsError,
@@ -57,6 +57,15 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
     UsageError,
+)
+from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    next_revision,
 )
 from foliko_cli.storage.base import (
     SavesInBatches,
@@ -66,15 +75,6 @@ from foliko_cli.storage.base import (
 )
 from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.poll import poll
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    check_session_id,
-    checked_append,
-    checked_for_write,
-    next_revision,
-)
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
@@ -21,8 +21,9 @@ from foliko_cli.errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
+from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage import capabilities, trash
-from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
 
 from . import damage
 from .services import in_threads
