@@ -158,6 +158,12 @@ class MCPServerError(FolikoError):
     exit_code = ExitCode.MODEL
 
 
+class MCPLoginError(UsageError):
+    """An MCP server that needs the user to log in (OAuth) before it can be used.
+
+    It stops the turn even when raised by a tool: only the user can fix it."""
+
+
 class UnknownModelError(UsageError):
     pass
 
