@@ -213,8 +213,9 @@ class MCPManager:
                 _stop_for_login([connection])
                 raise
             finally:
-                for warning in self._new_warnings([connection]):
-                    self.notify(warning)
+                if connection.login_problem is None:
+                    for warning in self._new_warnings([connection]):
+                        self.notify(warning)
 
         return Tool(exposed, tool.description, execute, tool.input_schema)
 

@@ -12,7 +12,8 @@ client_secret_basic, client_secret_post or none). The resource server is at
 ``insufficient_scope`` (a step-up).
 
 OAUTH_TEST_OPTIONS (JSON) sets ``expires_in``, ``refresh`` (false: refresh
-grants fail), ``registration`` (false: no registration endpoint), ``clients``
+grants fail), ``registration`` (false: no registration endpoint), ``cimd``
+(Client ID Metadata Documents are supported), ``clients``
 ({id: {"secret": ..., "method": ...}}, pre-registered), ``auth_methods``
 (token_endpoint_auth_methods_supported) and ``grant_admin`` (false: the
 scope admin is never granted). ``POST /test/revoke`` revokes every token;
@@ -117,7 +118,17 @@ async def metadata(request: Request) -> Response:
     }
     if OPTIONS.get("registration", True):
         document["registration_endpoint"] = f"{BASE}/register"
+    if OPTIONS.get("cimd"):
+        document["client_id_metadata_document_supported"] = True
     return JSONResponse(document)
+
+
+def _client(client_id: str) -> dict | None:
+    """A registered client, or (``cimd``) a Client ID Metadata Document's URL,
+    taken as a public client without fetching it (the tests are offline)."""
+    if OPTIONS.get("cimd") and client_id.startswith("https://"):
+        return {"client_secret": None, "token_endpoint_auth_method": "none", "redirect_uris": None}
+    return clients.get(client_id)
 
 
 @server.custom_route("/register", methods=["POST"])
@@ -154,7 +165,7 @@ def _loopback_match(registered: list[str] | None, uri: str) -> bool:
 async def authorize(request: Request) -> Response:
     query = dict(request.query_params)
     log.append({"event": "authorize", "query": query})
-    client = clients.get(query.get("client_id", ""))
+    client = _client(query.get("client_id", ""))
     if client is None:
         return _error(400, "invalid_client", "unknown client")
     redirect_uri = query.get("redirect_uri", "")
@@ -191,7 +202,7 @@ def _client_auth(request: Request, form: dict) -> tuple[str | None, str]:
         )
     else:
         client_id, secret, method = form.get("client_id", ""), None, "none"
-    client = clients.get(client_id)
+    client = _client(client_id)
     if client is None or client["token_endpoint_auth_method"] != method:
         return None, method
     if method != "none" and client["client_secret"] != secret:

@@ -19,9 +19,9 @@ What the SDK leaves to the application, done here:
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Callable
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -86,17 +86,19 @@ class _Foliko:
     def _setup(
         self, config: ServerConfig, store: TokenFile, login: Login | None, problem: Any
     ) -> None:
-        from mcp.client.auth.oauth2 import OAuthContext
-
-        class Context(OAuthContext):
-            def update_token_expiry(self, token: Any) -> None:
-                super().update_token_expiry(token)
-                if self.token_expiry_time is not None:
-                    self.token_expiry_time -= REFRESH_MARGIN
-
-        context = self.context  # type: ignore[has-type]
-        self.context = Context(**{f.name: getattr(context, f.name) for f in fields(context)})
         self.config, self.store, self.login, self.problem = config, store, login, problem
+        self.refused_with: int | None = None
+
+    def _refresh_if_due(self) -> None:
+        """Make the SDK refresh a token that expires within the margin (half its
+        lifetime for a short-lived one), so that no request meets an expired one."""
+        context = self.context
+        tokens, expiry = context.current_tokens, context.token_expiry_time
+        if tokens is None or expiry is None or not context.can_refresh_token():
+            return
+        margin = min(REFRESH_MARGIN, tokens.expires_in / 2) if tokens.expires_in else REFRESH_MARGIN
+        if expiry - time.time() < margin:
+            context.token_expiry_time = 1.0  # in the past: the SDK refreshes first
 
     def _restore(self) -> None:
         """What the token file remembers of an earlier process's discovery and
@@ -108,7 +110,7 @@ class _Foliko:
         data = self.store._read()
         expires_at = data.get("expires_at")
         if self.context.current_tokens is not None and isinstance(expires_at, int | float):
-            self.context.token_expiry_time = expires_at - REFRESH_MARGIN
+            self.context.token_expiry_time = expires_at
         try:
             if data.get("oauth_metadata") and self.context.oauth_metadata is None:
                 self.context.oauth_metadata = OAuthMetadata.model_validate(data["oauth_metadata"])
@@ -119,6 +121,7 @@ class _Foliko:
                 self.context.auth_server_url = data.get("auth_server_url")
         except ValueError:
             pass
+        self._refresh_if_due()
 
     def _remember_discovery(self) -> None:
         data = self.store._read()
@@ -134,6 +137,23 @@ class _Foliko:
             data["auth_server_url"] = context.auth_server_url
         data.pop("scope_wanted", None)
         self.store._write(data)
+
+    async def _auth_flow(self, request: Any) -> Any:
+        """The SDK's flow, noting the status of the request it authorizes (401:
+        no valid token; 403: a step-up)."""
+        self._refresh_if_due()
+        flow = super()._auth_flow(request)  # type: ignore[misc]
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                if outgoing is request:
+                    self.refused_with = response.status_code
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
 
     def _choose_auth_method(self) -> None:
         client = self.context.client_info
@@ -232,10 +252,15 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
                 data = self.store._read()
                 data["scope_wanted"] = metadata.scope
                 self.store._write(data)
+                if self.refused_with == 403:
+                    raise self._refuse(
+                        f"MCP server {name!r} needs more scope ({metadata.scope}) for this "
+                        f"request; run {command}"
+                    )
                 self.store.forget_tokens()
                 raise self._refuse(
-                    f"MCP server {name!r} refused foliko's authorization (it expired, was "
-                    f"revoked or lacks a scope); run {command}"
+                    f"MCP server {name!r} refused foliko's token (it expired or was "
+                    f"revoked); run {command}"
                 )
             self._choose_auth_method()
             return await super()._perform_authorization()
