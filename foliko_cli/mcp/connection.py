@@ -297,6 +297,11 @@ class ServerConnection:
         self.tools = await self._list_tools(self._client)
 
     @property
+    def protocol_version(self) -> str | None:
+        """The protocol version negotiated with the running server."""
+        return None if self._client is None else self._client.protocol_version
+
+    @property
     def login_problem(self) -> str | None:
         """Why the server cannot be used until the user logs in (OAuth), if so."""
         problem = getattr(self._auth, "problem", None)
