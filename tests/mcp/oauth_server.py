@@ -102,7 +102,38 @@ def _error(status: int, error: str, description: str = "") -> JSONResponse:
     return JSONResponse({"error": error, "error_description": description}, status_code=status)
 
 
+DISCOVERY = OPTIONS.get("discovery", "header")
+"""How the client must find the authorization server: ``header`` (the 401's
+``resource_metadata``), ``root`` (only the root well-known protected-resource
+URL), ``legacy`` (no protected-resource metadata: the 2025-03-26 fallback to
+the server's origin) or ``oidc`` (authorization-server metadata only as
+OpenID Connect discovery)."""
+PRM_PATH = "/.well-known/oauth-protected-resource/mcp"
+
+
+@server.custom_route("/.well-known/oauth-protected-resource", methods=["GET"])
+async def root_resource_metadata(request: Request) -> Response:
+    if DISCOVERY != "root":
+        return _error(404, "not_found")
+    return JSONResponse(
+        {"resource": RESOURCE, "authorization_servers": [BASE], "scopes_supported": ["mcp"]}
+    )
+
+
+@server.custom_route("/.well-known/openid-configuration", methods=["GET"])
+async def openid_configuration(request: Request) -> Response:
+    if DISCOVERY != "oidc":
+        return _error(404, "not_found")
+    return await metadata(request)
+
+
 @server.custom_route("/.well-known/oauth-authorization-server", methods=["GET"])
+async def oauth_authorization_server(request: Request) -> Response:
+    if DISCOVERY == "oidc":
+        return _error(404, "not_found")
+    return await metadata(request)
+
+
 async def metadata(request: Request) -> Response:
     document = {
         "issuer": BASE,
@@ -280,6 +311,22 @@ async def show_log(request: Request) -> Response:
     return JSONResponse(log)
 
 
+def _without_resource_metadata(send):
+    """``send`` with the ``resource_metadata`` parameter cut from a 401's
+    WWW-Authenticate (the client must look for the metadata itself)."""
+
+    async def sending(message):
+        if message["type"] == "http.response.start" and message["status"] == 401:
+            headers = [
+                (name, b"Bearer" if name.lower() == b"www-authenticate" else value)
+                for name, value in message["headers"]
+            ]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
 class StepUp:
     """Answers a call of ``admin`` with 403 insufficient_scope unless the token has ``admin``."""
 
@@ -287,9 +334,19 @@ class StepUp:
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] != "/mcp" or scope["method"] != "POST":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        if scope["path"].startswith("/.well-known/"):
+            log.append({"event": "discovery", "path": scope["path"]})
+        if scope["path"] == PRM_PATH and DISCOVERY in ("root", "legacy"):
+            await JSONResponse({"error": "not_found"}, status_code=404)(scope, receive, send)
+            return
+        if scope["path"] != "/mcp" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        if DISCOVERY != "header":
+            send = _without_resource_metadata(send)
         chunks = []
         while True:
             message = await receive()

@@ -118,6 +118,52 @@ def test_login_in_the_browser_then_a_chat_calls_the_protected_tool(oauth):
     assert token not in (called.stdout + called.stderr).decode()
 
 
+@pytest.mark.parametrize(
+    ("discovery", "paths"),
+    [
+        (
+            "header",  # RFC 9728: the 401 names the resource metadata
+            [
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-authorization-server",
+            ],
+        ),
+        (
+            "root",  # no resource_metadata: the path-based URL, then the root one
+            [
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-authorization-server",
+            ],
+        ),
+        (
+            "legacy",  # no protected-resource metadata: the 2025-03-26 fallback to the origin
+            [
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-authorization-server",
+            ],
+        ),
+        (
+            "oidc",  # the authorization server publishes OpenID Connect discovery only
+            [
+                "/.well-known/oauth-protected-resource/mcp",
+                "/.well-known/oauth-authorization-server",
+                "/.well-known/openid-configuration",
+            ],
+        ),
+    ],
+)
+def test_the_authorization_server_is_discovered(oauth, discovery: str, paths: list[str]):
+    server = oauth.start({"discovery": discovery})
+    logged_in(oauth)
+    assert [entry["path"] for entry in server.log("discovery")] == paths
+    assert oauth.visited()[0]["resource"] == server.url
+    called = oauth.call()
+    assert called.returncode == 0, called.stderr
+    assert b"hello from the protected server" in called.stdout
+
+
 def test_a_token_about_to_expire_is_refreshed_before_use(oauth):
     server = oauth.start()
     logged_in(oauth)
