@@ -292,6 +292,8 @@ async def token(request: Request) -> Response:
         grant = refresh_tokens.pop(form.get("refresh_token", ""), None)
         if grant is None or not OPTIONS.get("refresh", True) or grant["client_id"] != client_id:
             return _error(400, "invalid_grant", "refresh token not accepted")
+        for spent in [access for access, held in tokens.items() if held is grant]:
+            del tokens[spent]  # the pair rotates: the old access token goes too
         return JSONResponse(_issue(client_id, grant["scopes"], form.get("resource")))
     if grant_type == "client_credentials":
         scopes = (form.get("scope") or "mcp").split()

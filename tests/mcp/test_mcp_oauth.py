@@ -180,6 +180,35 @@ def test_a_token_about_to_expire_is_refreshed_before_use(oauth):
     assert stat.S_IMODE(oauth.token_file.stat().st_mode) == 0o600
 
 
+def test_a_process_takes_the_tokens_another_one_refreshed(oauth):
+    """Two processes, one token file: the second refreshes (the pair rotates),
+    the first then uses the new pair instead of failing with its spent one."""
+    import asyncio
+
+    from foliko_cli.mcp.config import server_config
+    from foliko_cli.mcp.connection import ServerConnection
+
+    server = oauth.start()
+    logged_in(oauth)
+    config = server_config("safe", {"url": server.url, "auth": "oauth"})
+
+    async def both() -> str:
+        first = ServerConnection(config, home=oauth.home)
+        second = ServerConnection(config, home=oauth.home)
+        try:
+            assert await first.start(), first.error
+            oauth.expire_in(10)
+            assert await second.start(), second.error
+            return await first.call("whoami", {})
+        finally:
+            await first.aclose()
+            await second.aclose()
+
+    assert asyncio.run(both()) == "hello from the protected server"
+    grants = [entry["grant_type"] for entry in server.log("token")]
+    assert grants == ["authorization_code", "refresh_token"]
+
+
 def test_an_expired_token_that_cannot_be_refreshed_stops_a_piped_turn(oauth):
     oauth.start({"refresh": False})
     logged_in(oauth)

@@ -89,6 +89,14 @@ class _Foliko:
         self.config, self.store, self.login, self.problem = config, store, login, problem
         self.refused_with: int | None = None
 
+    async def _adopt_newer(self) -> None:
+        """Take the tokens another foliko process refreshed meanwhile (with a
+        rotating refresh token, the one this process holds is spent)."""
+        if getattr(self, "_initialized", False) and self.store.newer_tokens():
+            self.context.current_tokens = await self.store.get_tokens()
+            expires_at = self.store.expires_at()
+            self.context.token_expiry_time = expires_at
+
     def _refresh_if_due(self) -> None:
         """Make the SDK refresh a token that expires within the margin (half its
         lifetime for a short-lived one), so that no request meets an expired one."""
@@ -141,6 +149,7 @@ class _Foliko:
     async def _auth_flow(self, request: Any) -> Any:
         """The SDK's flow, noting the status of the request it authorizes (401:
         no valid token; 403: a step-up)."""
+        await self._adopt_newer()
         self._refresh_if_due()
         flow = super()._auth_flow(request)  # type: ignore[misc]
         try:
@@ -257,7 +266,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
                         f"MCP server {name!r} needs more scope ({metadata.scope}) for this "
                         f"request; run {command}"
                     )
-                self.store.forget_tokens()
+                self.store.forget_tokens(unless_newer=True)
                 raise self._refuse(
                     f"MCP server {name!r} refused foliko's token (it expired or was "
                     f"revoked); run {command}"

@@ -28,6 +28,9 @@ class TokenFile:
     def __init__(self, path: Path, server_url: str):
         self.path = path
         self.server_url = server_url
+        self.seen: str | None = None
+        """The access token this process last read or wrote: another process
+        that refreshed meanwhile left a different one."""
 
     def _read(self) -> dict[str, Any]:
         try:
@@ -65,13 +68,16 @@ class TokenFile:
 
         tokens = self._read().get("tokens")
         try:
-            return OAuthToken.model_validate(tokens) if tokens else None
+            token = OAuthToken.model_validate(tokens) if tokens else None
         except ValueError:
             return None
+        self.seen = token.access_token if token is not None else None
+        return token
 
     async def set_tokens(self, tokens: Any) -> None:
         data = self._read()
         data["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
+        self.seen = tokens.access_token
         expires_in = tokens.expires_in
         data["expires_at"] = None if expires_in is None else time.time() + int(expires_in)
         self._write(data)
@@ -90,8 +96,16 @@ class TokenFile:
         data["client"] = client_info.model_dump(mode="json", exclude_none=True)
         self._write(data)
 
-    def forget_tokens(self) -> None:
-        """The tokens go; a dynamic registration stays (it is no secret of the user's)."""
+    def newer_tokens(self) -> bool:
+        """Whether another process stored other tokens since this one last looked."""
+        tokens = self._read().get("tokens")
+        return isinstance(tokens, dict) and tokens.get("access_token") not in (None, self.seen)
+
+    def forget_tokens(self, *, unless_newer: bool = False) -> None:
+        """The tokens go (with ``unless_newer``, only those this process knows);
+        a dynamic registration stays (it is no secret of the user's)."""
+        if unless_newer and self.newer_tokens():
+            return
         data = self._read()
         if "tokens" in data or "expires_at" in data:
             data.pop("tokens", None)
