@@ -13,7 +13,8 @@ client_secret_basic, client_secret_post or none). The resource server is at
 
 OAUTH_TEST_OPTIONS (JSON) sets ``expires_in``, ``refresh`` (false: refresh
 grants fail), ``registration`` (false: no registration endpoint), ``cimd``
-(Client ID Metadata Documents are supported), ``clients``
+(Client ID Metadata Documents are supported), ``deny`` (the user refuses
+at /authorize), ``clients``
 ({id: {"secret": ..., "method": ...}}, pre-registered), ``auth_methods``
 (token_endpoint_auth_methods_supported) and ``grant_admin`` (false: the
 scope admin is never granted). ``POST /test/revoke`` revokes every token;
@@ -204,6 +205,10 @@ async def authorize(request: Request) -> Response:
         return _error(400, "invalid_request", "redirect_uri not registered")
     if query.get("response_type") != "code" or query.get("code_challenge_method") != "S256":
         return _error(400, "invalid_request", "PKCE S256 is required")
+    if OPTIONS.get("deny"):
+        back = {"error": "access_denied", "error_description": "the user said no"}
+        back["state"] = query.get("state", "")
+        return RedirectResponse(f"{redirect_uri}?{urlencode(back)}", status_code=302)
     scopes = (query.get("scope") or "").split()
     if not OPTIONS.get("grant_admin", True):
         scopes = [scope for scope in scopes if scope != "admin"]

@@ -367,3 +367,41 @@ def test_a_wrong_client_secret_fails_without_showing_it(oauth):
     (line,) = done.stderr.decode().strip().splitlines()
     assert "login to MCP server 'safe' failed" in line
     assert "not-the-secret" not in line
+
+
+def test_a_token_revoked_while_the_server_runs_stops_the_next_call(oauth):
+    from foliko_cli.errors import MCPLoginError
+    from foliko_cli.facade import Foliko
+
+    server = oauth.start()
+    logged_in(oauth)
+    table = {"url": server.url, "auth": "oauth", "approve": "always"}
+    with Foliko("memory", "echo", home=oauth.home, mcp_servers={"safe": table}) as facade:
+        first = facade.chat("s", "/tool safe__whoami {}")
+        assert first.message == "safe__whoami returned: hello from the protected server"
+        kept = len(facade.get_session("s").messages)
+        server.revoke()
+        with pytest.raises(MCPLoginError, match=r"expired or was revoked.*run foliko mcp login"):
+            facade.chat("s", "/tool safe__whoami {}")
+        assert len(facade.get_session("s").messages) == kept  # the stopped turn is not saved
+
+
+def test_a_refused_authorization_is_one_line(oauth):
+    oauth.start({"deny": True})
+    done = oauth.run("mcp", "login", "safe")
+    assert done.returncode == 1, done.stderr
+    line = done.stderr.decode().strip().splitlines()[-1]
+    assert line == (
+        "foliko: error: login to MCP server 'safe' failed: "
+        "AuthorizationDenied: access_denied: the user said no"
+    )
+    assert not oauth.stored().get("tokens")
+
+
+def test_the_redirect_port_can_be_fixed(oauth):
+    from oauth_support import free_port
+
+    port = free_port()
+    oauth.start(redirect_port=port)
+    logged_in(oauth)
+    assert oauth.visited()[0]["redirect_uri"] == f"http://127.0.0.1:{port}/callback"
