@@ -115,7 +115,7 @@ class _Foliko:
             raise self.problem
         from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
 
-        data = self.store._read()
+        data = self.store.read()
         expires_at = data.get("expires_at")
         if self.context.current_tokens is not None and isinstance(expires_at, int | float):
             self.context.token_expiry_time = expires_at
@@ -132,7 +132,7 @@ class _Foliko:
         self._refresh_if_due()
 
     def _remember_discovery(self) -> None:
-        data = self.store._read()
+        data = self.store.read()
         context = self.context
         if context.oauth_metadata is not None:
             data["oauth_metadata"] = context.oauth_metadata.model_dump(
@@ -144,7 +144,7 @@ class _Foliko:
             )
             data["auth_server_url"] = context.auth_server_url
         data.pop("scope_wanted", None)
-        self.store._write(data)
+        self.store.write(data)
 
     async def _auth_flow(self, request: Any) -> Any:
         """The SDK's flow, noting the status of the request it authorizes (401:
@@ -254,13 +254,13 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
                 raise self._refuse(f"MCP server {name!r} needs a login; run {command}")
 
         async def _perform_authorization(self) -> Any:
-            wanted = self.store._read().get("scope_wanted")
+            wanted = self.store.read().get("scope_wanted")
             metadata = self.context.client_metadata
             metadata.scope = _scopes(metadata.scope, configured_scope, wanted)
             if self.login is None:
-                data = self.store._read()
+                data = self.store.read()
                 data["scope_wanted"] = metadata.scope
-                self.store._write(data)
+                self.store.write(data)
                 if self.refused_with == 403:
                     raise self._refuse(
                         f"MCP server {name!r} needs more scope ({metadata.scope}) for this "

@@ -32,7 +32,7 @@ class TokenFile:
         """The access token this process last read or wrote: another process
         that refreshed meanwhile left a different one."""
 
-    def _read(self) -> dict[str, Any]:
+    def read(self) -> dict[str, Any]:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
@@ -41,7 +41,7 @@ class TokenFile:
             return {}
         return data
 
-    def _write(self, data: dict[str, Any]) -> None:
+    def write(self, data: dict[str, Any]) -> None:
         """Written whole to a private temporary file, then renamed over the old one."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -57,16 +57,16 @@ class TokenFile:
             raise
 
     def expires_at(self) -> float | None:
-        value = self._read().get("expires_at")
+        value = self.read().get("expires_at")
         return float(value) if isinstance(value, int | float) else None
 
     def has_tokens(self) -> bool:
-        return bool(self._read().get("tokens"))
+        return bool(self.read().get("tokens"))
 
     async def get_tokens(self) -> Any:
         from mcp.shared.auth import OAuthToken
 
-        tokens = self._read().get("tokens")
+        tokens = self.read().get("tokens")
         try:
             token = OAuthToken.model_validate(tokens) if tokens else None
         except ValueError:
@@ -75,30 +75,30 @@ class TokenFile:
         return token
 
     async def set_tokens(self, tokens: Any) -> None:
-        data = self._read()
+        data = self.read()
         data["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
         self.seen = tokens.access_token
         expires_in = tokens.expires_in
         data["expires_at"] = None if expires_in is None else time.time() + int(expires_in)
-        self._write(data)
+        self.write(data)
 
     async def get_client_info(self) -> Any:
         from mcp.shared.auth import OAuthClientInformationFull
 
-        client = self._read().get("client")
+        client = self.read().get("client")
         try:
             return OAuthClientInformationFull.model_validate(client) if client else None
         except ValueError:
             return None
 
     async def set_client_info(self, client_info: Any) -> None:
-        data = self._read()
+        data = self.read()
         data["client"] = client_info.model_dump(mode="json", exclude_none=True)
-        self._write(data)
+        self.write(data)
 
     def newer_tokens(self) -> bool:
         """Whether another process stored other tokens since this one last looked."""
-        tokens = self._read().get("tokens")
+        tokens = self.read().get("tokens")
         return isinstance(tokens, dict) and tokens.get("access_token") not in (None, self.seen)
 
     def forget_tokens(self, *, unless_newer: bool = False) -> None:
@@ -106,11 +106,11 @@ class TokenFile:
         a dynamic registration stays (it is no secret of the user's)."""
         if unless_newer and self.newer_tokens():
             return
-        data = self._read()
+        data = self.read()
         if "tokens" in data or "expires_at" in data:
             data.pop("tokens", None)
             data.pop("expires_at", None)
-            self._write(data)
+            self.write(data)
 
     def remove(self) -> bool:
         """Forget everything; True when there was a file."""
