@@ -1,4 +1,5 @@
-"""Every error foliko reports, each with the exit code it maps to (SPEC §4).
+"""Every error foliko reports, each with the exit code it maps to (SPEC §4) and
+the HTTP status and error code ``foliko serve`` answers it with.
 
 A message names the problem and, in words a library user can act on, the
 fix. Where the fix is a setting, the error also carries a ``hint`` (one of
@@ -48,6 +49,11 @@ class FolikoError(Exception):
 
     exit_code: int = ExitCode.MODEL
     hint: str | None = None
+    http_status: int = 500
+    code: str = "internal_error"
+    retryable: bool = False
+    """Whether sending the same request again may succeed (serve tells the
+    OpenAI SDKs not to retry when it cannot)."""
 
     def __init__(self, message: str = "", *, fix: str | None = None, hint: str | None = None):
         self.problem = message
@@ -61,13 +67,18 @@ class UsageError(FolikoError):
     """Bad input from the user: an option, an id, a message, a URL."""
 
     exit_code = ExitCode.USAGE
+    http_status = 400
+    code = "invalid_request"
 
 
 class InvalidSessionIdError(UsageError):
-    pass
+    code = "invalid_session_id"
 
 
 class SessionNotFoundError(UsageError):
+    http_status = 404
+    code = "not_found"
+
     def __init__(self, session_id: str):
         self.session_id = session_id
         super().__init__(
@@ -78,6 +89,9 @@ class SessionNotFoundError(UsageError):
 
 
 class NotInTrashError(UsageError):
+    http_status = 404
+    code = "not_found"
+
     def __init__(self, name: str, *, gone: bool = False):
         self.name = name
         what = "is no longer in the trash (restored or emptied meanwhile)"
@@ -88,6 +102,43 @@ class NotInTrashError(UsageError):
 
 class ImagesRefusedError(UsageError):
     """A model server that says it cannot take the images attached to a turn."""
+
+
+class VariableNotSetError(UsageError):
+    """A session variable asked for (or to unset) that the session does not hold."""
+
+    http_status = 404
+    code = "variable_not_found"
+
+
+class SessionExistsError(UsageError):
+    http_status = 409
+    code = "session_exists"
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(
+            f"session {session_id!r} already exists; choose another name or delete it first"
+        )
+
+
+class InvalidRecordError(UsageError):
+    """A record given to ``save`` that does not have the canonical shape."""
+
+    def __init__(self, session_id: str, reason: str):
+        self.session_id = session_id
+        self.reason = reason
+        super().__init__(
+            f"cannot store session {session_id!r}: {reason}; nothing was saved: fix the data"
+        )
+
+
+class AttachmentError(UsageError):
+    """An attachment that cannot be read or is of a kind foliko cannot send."""
+
+
+class WorkflowError(UsageError):
+    """The workflow file is unreadable or invalid (exit 2)."""
 
 
 class NothingToCompactError(UsageError):
@@ -108,6 +159,31 @@ class StorageConfigError(UsageError):
 
 class StorageError(FolikoError):
     exit_code = ExitCode.STORAGE
+    http_status = 503
+    code = "storage_error"
+    retryable = True
+
+
+class ConflictError(StorageError):
+    """A compare-and-set write found another revision than the one it expected.
+
+    ``found`` is 0 when the session no longer exists. Nothing was written: read
+    it again, then decide (no retry of the same write can succeed).
+    """
+
+    http_status = 409
+    code = "conflict"
+    retryable = False
+
+    def __init__(self, session_id: str, expected: int, found: int):
+        self.session_id = session_id
+        self.expected = expected
+        self.found = found
+        if found:
+            what = f"changed while this operation ran (revision {found}, expected {expected})"
+        else:
+            what = f"was deleted while this operation ran (expected revision {expected})"
+        super().__init__(f"session {session_id!r} {what}; nothing was saved: run it again")
 
 
 class ServeStartError(FolikoError):
@@ -116,10 +192,20 @@ class ServeStartError(FolikoError):
     exit_code = ExitCode.STORAGE
 
 
+class OutputError(FolikoError):
+    """The results could not be written to standard output (exit 3)."""
+
+    exit_code = ExitCode.STORAGE
+
+
 class CorruptSessionError(StorageError):
     """A stored session that is damaged: it cannot be parsed, or what is stored does
     not add up (storage/integrity.py). Every read raises it and nothing writes to
     the session until a repair moves it aside or it is deleted."""
+
+    http_status = 500
+    code = "session_damaged"
+    retryable = False  # a repair or a delete mends it, never a retry
 
     def __init__(self, session_id: str, where: str, reason: str):
         self.session_id = session_id
@@ -134,6 +220,9 @@ class CorruptSessionError(StorageError):
 
 class SessionBusyError(FolikoError):
     exit_code = ExitCode.BUSY
+    http_status = 409
+    code = "session_busy"
+    retryable = True
 
     def __init__(self, session_id: str, waited: float, holder: str | None):
         self.session_id = session_id
@@ -150,6 +239,9 @@ class ModelError(FolikoError):
     """The model provider failed or was misconfigured."""
 
     exit_code = ExitCode.MODEL
+    http_status = 502
+    code = "model_error"
+    retryable = True
 
 
 class MCPServerError(FolikoError):
@@ -161,14 +253,22 @@ class MCPServerError(FolikoError):
 class MCPLoginError(UsageError):
     """An MCP server that needs the user to log in (OAuth) before it can be used.
 
-    It stops the turn even when raised by a tool: only the user can fix it."""
+    It stops the turn even when raised by a tool: only the user can fix it
+    (under ``foliko serve``, whoever runs the server)."""
+
+    http_status = 503
+    code = "mcp_login_required"
 
 
 class UnknownModelError(UsageError):
-    pass
+    http_status = 404
+    code = "model_not_found"
 
 
 class TurnTimeoutError(ModelError):
+    http_status = 504
+    code = "timeout"
+
     def __init__(self, timeout: float):
         self.timeout = timeout
         super().__init__(
@@ -190,10 +290,29 @@ class AgentNotFoundError(UsageError):
         )
 
 
+class StepFailed(FolikoError):
+    """A workflow step failed; the exit code and HTTP status are the underlying error's."""
+
+    def __init__(self, step: str, position: int, total: int, cause: Exception):
+        self.step = step
+        self.cause = cause
+        for name in ("exit_code", "http_status", "code", "retryable"):
+            if hasattr(cause, name):
+                setattr(self, name, getattr(cause, name))
+        super().__init__(
+            f"workflow step {step!r} ({position} of {total}) failed: {cause}",
+            fix="fix it and resume the workflow to continue from this step",
+            hint=Hint.RESUME,
+        )
+
+
 class Interrupted(FolikoError):
     """SIGINT or SIGTERM stopped an operation; ``message`` says what was kept."""
 
     exit_code = ExitCode.INTERRUPTED
+    http_status = 503
+    code = "shutting_down"
+    retryable = True
 
     def __init__(self, message: str, *, signal_number: int = 2):
         self.signal_number = signal_number
@@ -202,16 +321,33 @@ class Interrupted(FolikoError):
         super().__init__(message)
 
 
+class ModelTimeoutError(ModelError):
+    """The provider did not answer within the turn's time."""
+
+    http_status = 504
+    code = "timeout"
+
+
 class ModelRejectedError(ModelError):
-    """The provider refused the request with a status no retry changes (``status``)."""
+    """The provider refused the request with a status no retry changes (``status``):
+    a refusal of the request itself is the client's 400, the provider's refusal of
+    foliko (its key, its permissions) or its own failure a 502."""
+
+    retryable = False
 
     def __init__(self, message: str, status: int):
         self.status = status
+        if 400 <= status < 500 and status not in (401, 403):
+            self.http_status, self.code = 400, "model_rejected_request"
         super().__init__(message)
 
 
 class ContextOverflowError(ModelError):
     """The prompt does not fit the model's context window; ``window`` when the server said."""
+
+    http_status = 400
+    code = "context_length_exceeded"
+    retryable = False
 
     def __init__(self, message: str, window: int | None = None):
         self.window = window
@@ -220,3 +356,6 @@ class ContextOverflowError(ModelError):
 
 class InvalidReplyError(ModelError):
     """The reply does not follow the JSON Schema the turn asked for."""
+
+    code = "invalid_reply"
+    retryable = False

@@ -13,9 +13,9 @@ import pytest
 import foliko_cli.context.request as request_module
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.context.request import DEFAULT_TIMEOUT
+from foliko_cli.engine.tools import Tool
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.storage.record import SessionRecord
-from foliko_cli.tools import Tool
 
 
 def user(text: str) -> dict:
@@ -564,3 +564,29 @@ def test_time_waiting_on_the_user_is_not_counted_and_a_followed_deadline_moves()
                 return request.remaining()
 
     assert 0 < asyncio.run(scenario()) <= 0.3
+
+
+def test_a_context_s_save_never_overwrites_a_write_it_did_not_read():
+    from foliko_cli.errors import ConflictError, SessionExistsError
+
+    async def scenario():
+        storage = MemoryStorage()
+        first = SessionContext("s1", storage)
+        first.add_message(user("a"))
+        await first.save_to_storage()
+        second = SessionContext("s1", storage)
+        await second.load_from_storage()
+        second.add_message(user("from second"))
+        await second.save_to_storage()
+
+        first.add_message(user("lost?"))
+        with pytest.raises(ConflictError):
+            await first.save_to_storage()
+        stranger = SessionContext("s1", storage)
+        stranger.add_message(user("never read it"))
+        with pytest.raises(SessionExistsError):
+            await stranger.save_to_storage()
+        stored = await storage.load("s1")
+        assert [m["content"] for m in stored.messages] == ["a", "from second"]
+
+    asyncio.run(scenario())

@@ -16,54 +16,19 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "foliko_cli"
 
-# Highest first. A module belongs to the first layer with a prefix it matches.
+# Highest first; each layer is a folder. A module belongs to the first layer
+# with a prefix it matches.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("foliko_cli.cli", "foliko_cli.serve", "foliko_cli.__main__")),
     ("the MCP server", ("foliko_cli.mcp_server",)),
-    ("sync facade", ("foliko_cli.facade",)),
     ("service", ("foliko_cli.service",)),
-    (
-        "features over the engine",
-        ("foliko_cli.workflow", "foliko_cli.agents", "foliko_cli.dryrun", "foliko_cli.mcp"),
-    ),
-    ("turn engine", ("foliko_cli.chat",)),
-    ("framework", ("foliko_cli.framework",)),
-    (
-        "turn parts",
-        (
-            "foliko_cli.compression",
-            "foliko_cli.prompts",
-            "foliko_cli.turns",
-            "foliko_cli.skills",
-            "foliko_cli.plugins",
-            "foliko_cli.tools",
-        ),
-    ),
+    ("MCP client", ("foliko_cli.mcp",)),
+    ("engine", ("foliko_cli.engine",)),
     ("contexts", ("foliko_cli.context",)),
-    (
-        "history and template formats",
-        (
-            "foliko_cli.transcript",
-            "foliko_cli.importers",
-            "foliko_cli.exporters",
-            "foliko_cli.usage",
-            "foliko_cli.templates",
-        ),
-    ),
-    ("providers and backends", ("foliko_cli.models", "foliko_cli.storage", "foliko_cli.config")),
-    ("message parts", ("foliko_cli.attachments", "foliko_cli.fences")),
-    (
-        "leaves",
-        (
-            "foliko_cli.errors",
-            "foliko_cli.clock",
-            "foliko_cli.events",
-            "foliko_cli.completion",
-            "foliko_cli.tokens",
-            "foliko_cli.queues",
-            "foliko_cli.redaction",
-        ),
-    ),
+    ("formats", ("foliko_cli.formats",)),
+    ("providers and backends", ("foliko_cli.models", "foliko_cli.storage")),
+    ("messages", ("foliko_cli.messages",)),
+    ("common", ("foliko_cli.common", "foliko_cli.errors", "foliko_cli._version")),
 ]
 
 

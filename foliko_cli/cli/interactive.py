@@ -108,7 +108,8 @@ def attach(source: str, attached: list[str]) -> None:
     """Add a file (checked now: it must be one foliko can attach) or an http(s) URL
     (fetched when the message is sent) to the next message; a problem is one
     line, and nothing is attached."""
-    from foliko_cli.attachments import AttachmentError, is_url, read_file
+    from foliko_cli.errors import AttachmentError
+    from foliko_cli.messages.attachments import is_url, read_file
 
     if not source:
         note("/attach needs a file or an http(s) URL: /attach PATH")

@@ -14,13 +14,12 @@ from foliko_cli.cli.output import error, render
 from foliko_cli.cli.params import GLOBAL_OPTIONS, CommandContext, adopt
 from foliko_cli.cli.stdout import (
     ClosedPipe,
-    OutputError,
     flush_stdout,
     guard_stdout,
     output_failure,
     stdout_failed,
 )
-from foliko_cli.errors import ExitCode, FolikoError
+from foliko_cli.errors import ExitCode, FolikoError, OutputError
 
 
 class OneLineUsageError(click.ClickException):
@@ -134,7 +133,7 @@ class LazyGroup(FolikoGroup):
         "tools": ("foliko_cli.cli.agents", "tools"),
         "mcp": ("foliko_cli.cli.mcp", "mcp"),
         "workflow": ("foliko_cli.cli.workflow", "workflow"),
-        "completion": ("foliko_cli.cli.completion", "completion"),
+        "completion": ("foliko_cli.cli.shell_completion", "completion"),
         "usage": ("foliko_cli.cli.history", "usage"),
         "serve": ("foliko_cli.cli.serve", "serve"),
         "templates": ("foliko_cli.cli.templates", "templates"),

@@ -23,7 +23,7 @@ def _yes_no(value: bool) -> str:
 def _complete_servers(ctx: click.Context, param, incomplete: str) -> list[str]:
     """Server names from the config; silent when the config cannot be read."""
     try:
-        from foliko_cli.config import load_settings
+        from foliko_cli.common.settings import load_settings
 
         names = load_settings().mcp_servers
     except Exception:
@@ -143,7 +143,7 @@ def serve_sessions(ctx: click.Context) -> None:
 
 def _oauth_config(ctx: click.Context, server: str):
     from foliko_cli.cli.app import settings_for
-    from foliko_cli.mcp.config import server_config
+    from foliko_cli.mcp.server_config import server_config
 
     settings = settings_for(ctx)
     entry = settings.mcp_servers.get(server)

@@ -16,13 +16,7 @@ import os
 import sys
 from typing import Any
 
-from foliko_cli.errors import ExitCode, FolikoError
-
-
-class OutputError(FolikoError):
-    """The results could not be written to standard output (exit 3)."""
-
-    exit_code = ExitCode.STORAGE
+from foliko_cli.errors import OutputError
 
 
 class ClosedPipe(Exception):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
+from foliko_cli.errors import ConflictError
 
 if TYPE_CHECKING:
+    from foliko_cli.messages.record import SessionRecord
     from foliko_cli.storage.base import SessionStorageAdapter
-    from foliko_cli.storage.record import SessionRecord
 
 _MISSING = object()
 
@@ -149,7 +150,7 @@ class SessionContext:
     # storage
 
     def to_record(self) -> SessionRecord:
-        from foliko_cli.storage.record import SessionRecord
+        from foliko_cli.messages.record import SessionRecord
 
         return SessionRecord(
             session_id=self.session_id,
@@ -192,15 +193,20 @@ class SessionContext:
         return True
 
     async def save_to_storage(self) -> None:
-        """Replace the stored session with this one (its whole history)."""
+        """Replace the stored session with this one (its whole history), if it is
+        still the revision this context read (0: it must not exist yet): a write
+        by anyone else meanwhile is a ConflictError (SessionExistsError), never
+        lost."""
         storage = self._require_storage()
         record = self.to_record()
         if self.message_offset:
             stored = await storage.load(self.session_id)
+            if stored is not None and stored.revision != self.revision:
+                raise ConflictError(self.session_id, self.revision, stored.revision)
             earlier = stored.messages[: self.message_offset] if stored else []
             record.messages = earlier + record.messages
             record.first_seq = 0
-        self.revision = await storage.save(record)
+        self.revision = await storage.save(record, expected_revision=self.revision)
 
     async def delete_from_storage(self) -> bool:
         return await self._require_storage().delete(self.session_id)

@@ -32,8 +32,8 @@ from typing import Any
 
 from foliko_cli.errors import ToolError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
-from foliko_cli.mcp.config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.results import result_text
+from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.transport import open_transport, scrub
 
 CLIENT_NAME = "foliko"

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
-from foliko_cli.mcp.config import REFERENCE, ServerConfig, expand
+from foliko_cli.mcp.server_config import REFERENCE, ServerConfig, expand
 
 SAFE_VARIABLES = (
     "PATH",
@@ -104,10 +104,10 @@ def open_transport(
     }
     auth = None
     if config.auth == "oauth":
-        from foliko_cli.config import foliko_home
+        from foliko_cli.common.settings import load_settings
         from foliko_cli.mcp.oauth.provider import build_auth
 
-        auth = build_auth(config, home or foliko_home(), login)
+        auth = build_auth(config, home or load_settings().home, login)
     client = httpx2.AsyncClient(
         headers=headers,
         auth=auth,

@@ -31,16 +31,17 @@ from typing import Any
 import httpx2
 import orjson
 
+from foliko_cli.common.redaction import redact_url
 from foliko_cli.errors import (
     ContextOverflowError,
     ImagesRefusedError,
     ModelError,
     ModelRejectedError,
+    ModelTimeoutError,
     UsageError,
 )
 from foliko_cli.models import http1
 from foliko_cli.models.base import WIRE, RequestWired
-from foliko_cli.redaction import redact_url
 
 Answer = httpx2.Response | http1.Response
 READ_ERRORS = (httpx2.HTTPError, http1.TransportError)
@@ -281,7 +282,9 @@ class HttpModelClient:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ModelError(f"{self.where} did not answer in time; raise the turn's timeout")
+                raise ModelTimeoutError(
+                    f"{self.where} did not answer in time; raise the turn's timeout"
+                )
             delay = None
             try:
                 response = await self._post(path, endpoint, payload, remaining)

@@ -9,23 +9,9 @@ import orjson
 from starlette.responses import Response
 
 from foliko_cli.errors import (
-    ContextOverflowError,
-    CorruptSessionError,
     FolikoError,
     Interrupted,
-    InvalidReplyError,
-    InvalidSessionIdError,
-    ModelError,
-    ModelRejectedError,
-    NotInTrashError,
-    SessionBusyError,
-    SessionNotFoundError,
-    StorageError,
-    TurnTimeoutError,
-    UnknownModelError,
-    UsageError,
 )
-from foliko_cli.storage.base import ConflictError, SessionExistsError
 
 _TYPES = {
     400: "invalid_request_error",
@@ -91,12 +77,6 @@ def error_response(
     )
 
 
-def _provider_timeout(exc: FolikoError) -> bool:
-    """A provider that ran out of the turn's time (models/http.py raises a plain
-    ModelError for it, whichever of the two deadlines fires first)."""
-    return isinstance(exc, ModelError) and "did not answer in time" in str(exc)
-
-
 class Status(NamedTuple):
     status: int
     code: str
@@ -104,40 +84,9 @@ class Status(NamedTuple):
 
 
 def status_of(exc: FolikoError) -> Status:
-    """The HTTP status and error code of a foliko error, and whether a retry may help."""
-    if isinstance(exc, SessionNotFoundError | NotInTrashError):
-        return Status(404, "not_found")
-    if isinstance(exc, SessionExistsError):
-        return Status(409, "session_exists")
-    if isinstance(exc, ConflictError):
-        return Status(409, "conflict")  # what was read is gone: read it again, then decide
-    if isinstance(exc, SessionBusyError):
-        return Status(409, "session_busy", retry=True)
-    if isinstance(exc, InvalidSessionIdError):
-        return Status(400, "invalid_session_id")
-    if isinstance(exc, UnknownModelError):
-        return Status(404, "model_not_found")
-    if isinstance(exc, UsageError):
-        return Status(400, "invalid_request")
-    if isinstance(exc, TurnTimeoutError) or _provider_timeout(exc):
-        return Status(504, "timeout", retry=True)
-    if isinstance(exc, InvalidReplyError):
-        return Status(502, "invalid_reply")
-    if isinstance(exc, ContextOverflowError):
-        return Status(400, "context_length_exceeded")
-    if isinstance(exc, ModelRejectedError):
-        if 400 <= exc.status < 500 and exc.status not in (401, 403):
-            return Status(400, "model_rejected_request")
-        return Status(502, "model_error")
-    if isinstance(exc, ModelError):
-        return Status(502, "model_error", retry=True)
-    if isinstance(exc, CorruptSessionError):
-        return Status(500, "session_damaged")  # no retry mends it: a repair or a delete does
-    if isinstance(exc, StorageError):
-        return Status(503, "storage_error", retry=True)
-    if isinstance(exc, Interrupted):
-        return Status(503, "shutting_down", retry=True)
-    return Status(500, "internal_error")
+    """The HTTP status and error code of a foliko error, and whether a retry may
+    help: what the error's class says (errors.py)."""
+    return Status(exc.http_status, exc.code, exc.retryable)
 
 
 def foliko_error_response(exc: FolikoError) -> Response:

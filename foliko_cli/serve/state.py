@@ -5,14 +5,14 @@ not stored (Chat Completions without a session, ``store: false``)."""
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from foliko_cli.serve.user_services import Lease, UserServices, limits_from_env
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.scoped import UserScopedStorage
 
 if TYPE_CHECKING:
-    from foliko_cli.config import Settings
+    from foliko_cli.common.settings import Settings
     from foliko_cli.serve.quotas import Quotas
 
 
@@ -74,22 +74,3 @@ class Services:
 
 def scratch_id() -> str:
     return "scratch-" + os.urandom(8).hex()
-
-
-async def unstored_turn(
-    services: Services,
-    history: list[dict[str, Any]],
-    run,
-    *,
-    system_prompt: str | None = None,
-):
-    """Run ``run(service, session_id)`` on a scratch copy of ``history`` that is
-    dropped afterwards (nothing reaches the configured storage)."""
-    service = services.ephemeral
-    session_id = scratch_id()
-    metadata = {"system_prompt": system_prompt} if system_prompt else None
-    await service.create_session(session_id, messages=history, metadata=metadata)
-    try:
-        return await run(service, session_id)
-    finally:
-        await service.delete_sessions([session_id])

@@ -14,13 +14,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from foliko_cli.chat import TurnResult
+from foliko_cli.engine.handler import TurnResult
+from foliko_cli.errors import ConflictError
 from foliko_cli.serve import ids
 from foliko_cli.serve.metrics import METRICS
 from foliko_cli.serve.quotas import turn_tokens
 from foliko_cli.serve.state import Services, scratch_id
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage.base import ConflictError
 
 
 class Turn:

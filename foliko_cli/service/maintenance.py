@@ -6,14 +6,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
+from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.messages.record import ROLES, SessionRecord
 from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.base import StoredProblem
-from foliko_cli.storage.record import (
-    ROLES,
-    SessionRecord,
-    check_session_id,
-    is_internal,
-)
 
 if TYPE_CHECKING:
     from foliko_cli.storage.migrate import MigrationReport
@@ -70,16 +66,14 @@ class MaintenanceMixin:
             asked *= 4
 
     async def _search(self, query: SearchQuery) -> list[SearchHit]:
-        from foliko_cli.storage.search import Searchable, scan_search
+        from foliko_cli.storage.search import search
 
-        if isinstance(self.storage, Searchable):
-            return await self.storage.search(query)
-        return await scan_search(self.storage, query)
+        return await search(self.storage, query)
 
     async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
         """Token and cost totals of the assistant messages written at or after
         ``since`` (ms), per ``session``, ``model`` or UTC ``day``, and in all."""
-        from foliko_cli.usage import GROUPINGS, summarise
+        from foliko_cli.messages.usage import GROUPINGS, summarise
 
         if by not in GROUPINGS:
             raise UsageError(f"unknown grouping {by!r}", fix=f"use one of {', '.join(GROUPINGS)}")

@@ -13,20 +13,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     CorruptSessionError,
     NotInTrashError,
     SessionNotFoundError,
     UsageError,
 )
+from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.messages.record import SessionRecord, SessionState
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    check_session_id,
-    is_internal,
-)
 
 if TYPE_CHECKING:
     from foliko_cli.storage.trash import TrashEntry

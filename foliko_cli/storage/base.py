@@ -11,32 +11,8 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, NamedTuple
 
-from foliko_cli.errors import (
-    StorageError,
-    UsageError,
-)
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-)
-
-
-class ConflictError(StorageError):
-    """A compare-and-set write found another revision than the one it expected.
-
-    ``found`` is 0 when the session no longer exists. Nothing was written.
-    """
-
-    def __init__(self, session_id: str, expected: int, found: int):
-        self.session_id = session_id
-        self.expected = expected
-        self.found = found
-        if found:
-            what = f"changed while this operation ran (revision {found}, expected {expected})"
-        else:
-            what = f"was deleted while this operation ran (expected revision {expected})"
-        super().__init__(f"session {session_id!r} {what}; nothing was saved: run it again")
+from foliko_cli.errors import ConflictError, SessionExistsError
+from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 
 
 def check_expected(session_id: str, expected: int | None, found: int) -> None:
@@ -60,14 +36,6 @@ def expected_list(
     if len(expected_revisions) != len(records):
         raise ValueError("save_many needs one expected revision per record")
     return list(expected_revisions)
-
-
-class SessionExistsError(UsageError):
-    def __init__(self, session_id: str):
-        self.session_id = session_id
-        super().__init__(
-            f"session {session_id!r} already exists; choose another name or delete it first"
-        )
 
 
 class ProblemKind:
@@ -204,3 +172,11 @@ class SessionStorageAdapter(ABC):
     async def close(self) -> None:
         """Release every connection and file this adapter holds."""
         return None
+
+
+class SavesInBatches:
+    """For a backend whose native write is ``save_many`` (``BatchSave``): ``save``
+    is a batch of one, so the two can never mean different things."""
+
+    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]  # type: ignore[attr-defined]

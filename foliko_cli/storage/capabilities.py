@@ -15,21 +15,20 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, SessionNotFoundError, StorageError
-from foliko_cli.storage.base import (
+from foliko_cli.common.clock import now_ms
+from foliko_cli.errors import (
+    CorruptSessionError,
     SessionExistsError,
+    SessionNotFoundError,
+    StorageError,
+)
+from foliko_cli.messages.record import SessionRecord, covered_messages, relabelled
+from foliko_cli.messages.stored import content_hash, stored_content_hash
+from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
     expected_list,
-)
-from foliko_cli.storage.record import (
-    SessionRecord,
-    content_hash,
-    covered_messages,
-    relabelled,
-    stored_content_hash,
 )
 
 ContentDigest = tuple[int, str]

@@ -51,12 +51,30 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError, Hint, SessionNotFoundError, StorageError
-from foliko_cli.storage.base import (
+from foliko_cli.common.clock import now_ms
+from foliko_cli.errors import (
     ConflictError,
-    ProblemKind,
+    CorruptSessionError,
+    Hint,
     SessionExistsError,
+    SessionNotFoundError,
+    StorageError,
+)
+from foliko_cli.messages.exact_json import loads
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    new_metadata,
+    next_revision,
+    preview_of,
+)
+from foliko_cli.messages.seed import record_from_seed, record_to_seed
+from foliko_cli.storage.base import (
+    ProblemKind,
+    SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -66,19 +84,6 @@ from foliko_cli.storage.filelock import SessionFileLocks
 from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    checked_append,
-    checked_for_write,
-    loads,
-    new_metadata,
-    next_revision,
-    preview_of,
-    record_from_seed,
-    record_to_seed,
-)
 
 SUFFIX = ".json"
 TEMP_SUFFIX = ".tmp"
@@ -138,7 +143,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-class JsonStorage(SessionStorageAdapter):
+class JsonStorage(SavesInBatches, SessionStorageAdapter):
     name = "json"
 
     def __init__(self, directory: str | os.PathLike[str]):
@@ -454,9 +459,6 @@ class JsonStorage(SessionStorageAdapter):
         if not isinstance(revision, int):
             raise CorruptSessionError(session_id, str(path), "revision is not an integer")
         return max(revision, 1)
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

@@ -6,18 +6,9 @@ import copy
 import threading
 from typing import Any
 
-from foliko_cli.clock import now_ms
-from foliko_cli.errors import CorruptSessionError
-from foliko_cli.queues import SessionQueues
-from foliko_cli.storage.base import (
-    ConflictError,
-    SessionStorageAdapter,
-    StoredProblem,
-    check_expected,
-    expected_list,
-)
-from foliko_cli.storage.integrity import check_count
-from foliko_cli.storage.record import (
+from foliko_cli.common.clock import now_ms
+from foliko_cli.errors import ConflictError, CorruptSessionError
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -27,9 +18,18 @@ from foliko_cli.storage.record import (
     next_revision,
     preview_of,
 )
+from foliko_cli.storage.base import (
+    SavesInBatches,
+    SessionStorageAdapter,
+    StoredProblem,
+    check_expected,
+    expected_list,
+)
+from foliko_cli.storage.integrity import check_count
+from foliko_cli.storage.queues import SessionQueues
 
 
-class MemoryStorage(SessionStorageAdapter):
+class MemoryStorage(SavesInBatches, SessionStorageAdapter):
     """Records are deep-copied in and out, so callers never share state with it.
     A write's revision check and the write hold one lock (threads may share it)."""
 
@@ -57,9 +57,6 @@ class MemoryStorage(SessionStorageAdapter):
         """Its count must be its messages' (only a hand-made change breaks that)."""
         count = record.metadata.get("message_count")
         check_count(record.session_id, self.name, count=count, found=len(record.messages))
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

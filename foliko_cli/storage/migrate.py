@@ -16,10 +16,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
+from foliko_cli.errors import (
+    ConflictError,
+    CorruptSessionError,
+    FolikoError,
+    SessionExistsError,
+    UsageError,
+)
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import ConflictError, SessionExistsError, SessionStorageAdapter
-from foliko_cli.storage.record import SessionRecord
+from foliko_cli.storage.base import SessionStorageAdapter
 
 BATCH_SIZE = 500
 

@@ -49,31 +49,32 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
     StorageConfigError,
     StorageError,
     UsageError,
 )
+from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    next_revision,
+)
 from foliko_cli.storage.base import (
-    SessionExistsError,
+    SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     expected_list,
 )
 from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.poll import poll
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    check_session_id,
-    checked_append,
-    checked_for_write,
-    next_revision,
-)
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
@@ -196,7 +197,7 @@ def _import_psycopg() -> Any:
     return psycopg
 
 
-class PostgresStorage(SessionStorageAdapter):
+class PostgresStorage(SavesInBatches, SessionStorageAdapter):
     name = "postgresql"
 
     def __init__(
@@ -415,9 +416,6 @@ class PostgresStorage(SessionStorageAdapter):
         *columns, count, seqs, bodies = row
         check_sequence(session_id, self.location, seqs or (), count=count)
         return record_from_row(session_id, tuple(columns), bodies or (), self.location)
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

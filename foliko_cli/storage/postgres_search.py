@@ -106,6 +106,9 @@ async def search(db: Executor, schema: str, query: SearchQuery) -> list[SearchHi
     if query.session_id is not None:
         filters.append("m.session_id = %s")
         params.append(query.session_id)
+    if query.session_prefix:
+        filters.append("starts_with(m.session_id, %s)")
+        params.append(query.session_prefix)
     if query.role is not None:
         filters.append("m.role = %s")
         params.append(query.role)

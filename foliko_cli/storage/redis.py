@@ -49,17 +49,28 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
     StorageConfigError,
     StorageError,
 )
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    new_metadata,
+    next_revision,
+    preview_of,
+)
+from foliko_cli.messages.stored import encode_message, record_from_parts
 from foliko_cli.storage.base import (
-    ConflictError,
-    SessionExistsError,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -67,18 +78,6 @@ from foliko_cli.storage.base import (
 )
 from foliko_cli.storage.integrity import damaged_summary, orphaned
 from foliko_cli.storage.poll import poll
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    checked_append,
-    checked_for_write,
-    encode_message,
-    new_metadata,
-    next_revision,
-    preview_of,
-    record_from_parts,
-)
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_PREFIX = "foliko"

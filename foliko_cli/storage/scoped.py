@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
     UsageError,
 )
+from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import (
-    ConflictError,
-    SessionExistsError,
-    SessionStorageAdapter,
-    StoredProblem,
-)
-from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
+from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.search import SearchHit, SearchQuery
 
 
 def user_prefix(user: str) -> str:
@@ -197,6 +197,23 @@ class UserScopedStorage(SessionStorageAdapter):
             raise ConflictError(source_id, exc.expected, exc.found) from None
         except CorruptSessionError as exc:
             raise self._owned(exc) from None
+
+    async def search(self, query: SearchQuery) -> list[SearchHit]:
+        """Through the index of what it wraps, kept to this user's sessions;
+        else a scan of this user's sessions alone."""
+        from foliko_cli.storage.search import Searchable, scan_search
+
+        if not isinstance(self.inner, Searchable):
+            return await scan_search(self, query)
+        told = query.on_unreadable
+        asked = query._replace(
+            session_id=None if query.session_id is None else self._stored(query.session_id),
+            session_prefix=self.prefix,
+            on_unreadable=None if told is None else (lambda exc: told(self._owned(exc))),
+        )
+        with self._own_name():
+            hits = await self.inner.search(asked)
+        return [hit._replace(session_id=self._own(hit.session_id)) for hit in hits]
 
     async def check(self) -> list[StoredProblem]:
         return [

@@ -49,6 +49,9 @@ class SearchQuery(NamedTuple):
     since: int | None = None
     limit: int = 20
     on_unreadable: Callable[[CorruptSessionError], None] | None = None
+    session_prefix: str | None = None
+    """Only sessions whose stored id begins with it (one user's, under a
+    ``UserScopedStorage``)."""
 
     def unreadable(self, damage: CorruptSessionError) -> None:
         """Leave ``damage`` out and report it, or raise it when the search is of
@@ -299,6 +302,13 @@ def wanted(message: dict[str, Any], query: SearchQuery) -> bool:
 def best_first(hits: list[SearchHit], limit: int) -> list[SearchHit]:
     hits.sort(key=lambda h: (-h.score, -h.created_at, h.session_id, h.seq))
     return hits[:limit]
+
+
+async def search(storage: Any, query: SearchQuery) -> list[SearchHit]:
+    """Through the backend's own index when it has one (``Searchable``), else a scan."""
+    if isinstance(storage, Searchable):
+        return await storage.search(query)
+    return await scan_search(storage, query)
 
 
 async def scan_search(storage: Any, query: SearchQuery) -> list[SearchHit]:

@@ -34,8 +34,19 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.errors import CorruptSessionError, Hint, StorageError
+from foliko_cli.messages.exact_json import loads
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    next_revision,
+)
+from foliko_cli.messages.seed import record_from_seed
 from foliko_cli.storage.base import (
     ProblemKind,
+    SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -51,16 +62,6 @@ from foliko_cli.storage.integrity import (
 )
 from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    checked_append,
-    checked_for_write,
-    loads,
-    next_revision,
-    record_from_seed,
-)
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
@@ -142,7 +143,7 @@ def _text_row(row: sqlite3.Row) -> dict[str, Any]:
     }
 
 
-class SQLiteStorage(SessionStorageAdapter):
+class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     name = "sqlite"
 
     def __init__(self, path: str | os.PathLike[str]):
@@ -364,9 +365,6 @@ class SQLiteStorage(SessionStorageAdapter):
 
     def _record(self, session_id: str, row, bodies: list, *, first_seq: int = 0) -> SessionRecord:
         return record_from_row(session_id, tuple(row), bodies, self.path, first_seq=first_seq)
-
-    async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]
 
     async def save_many(
         self,

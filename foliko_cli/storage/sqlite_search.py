@@ -118,9 +118,10 @@ def _indexed(db: sqlite3.Connection) -> bool:
     )
 
 
-def index_messages(db: sqlite3.Connection, session_id: str, first_seq: int, messages) -> None:
-    """Index ``messages`` just written to ``session_id`` from position ``first_seq``."""
-    index_records(db, [(session_id, first_seq, messages)])
+def successor(prefix: str) -> str:
+    """The least text after every text that begins with ``prefix``, in SQLite's
+    BINARY order (code-point order): its bounds as a range the index can use."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
 def index_records(db: sqlite3.Connection, batches) -> None:
@@ -205,6 +206,9 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
     if query.session_id is not None:
         filters.append("s.session_id = ?")
         params.append(query.session_id)
+    if query.session_prefix:
+        filters.append("s.session_id >= ? AND s.session_id < ?")
+        params += [query.session_prefix, successor(query.session_prefix)]
     if query.role is not None:
         filters.append("s.role = ?")
         params.append(query.role)

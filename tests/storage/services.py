@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from foliko_cli.storage.record import SessionRecord, SessionState
+from foliko_cli.messages.record import SessionRecord, SessionState
 
 if TYPE_CHECKING:
     from foliko_cli.storage.postgres import PostgresStorage
@@ -281,7 +281,7 @@ def in_threads(count: int, work: Any) -> list[Any]:
 def concurrent_appends(open_storage: Any, writers: int, turns: int) -> list[int]:
     """``writers`` threads, each with its own adapter from ``open_storage()``, append
     ``turns`` turns to session "shared", retrying on ConflictError; all revisions, sorted."""
-    from foliko_cli.storage.base import ConflictError
+    from foliko_cli.errors import ConflictError
 
     def write(worker: int) -> list[int]:
         storage = open_storage()

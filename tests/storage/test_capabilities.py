@@ -71,3 +71,34 @@ def test_the_generic_rename_creates_before_it_deletes(run):
     storage.save, storage.delete = saving, deleting
     run(capabilities.rename(storage, "old", "new"))
     assert order == [("save", "new"), ("delete", "old")]
+
+
+def every_capability() -> list[type]:
+    """Every capability protocol there is, found rather than listed: a new one is
+    covered by the wrapper test below the day it is written."""
+    import inspect
+
+    from foliko_cli.storage import search
+
+    found = [
+        value
+        for module in (capabilities, search)
+        for value in vars(module).values()
+        if inspect.isclass(value) and getattr(value, "_is_runtime_protocol", False)
+    ]
+    assert {"BatchSave", "Searchable"} <= {p.__name__ for p in found}
+    return found
+
+
+@pytest.mark.parametrize("inner", ["memory", "sqlite", "core-only"])
+def test_a_user_s_view_exposes_every_capability_of_what_it_wraps(tmp_path, inner):
+    from foliko_cli.storage.scoped import UserScopedStorage
+
+    wrapped = {
+        "memory": MemoryStorage(),
+        "sqlite": SQLiteStorage(tmp_path / "s.db"),
+        "core-only": CoreOnlyStorage(),
+    }[inner]
+    view = UserScopedStorage(wrapped, "alice", owns_inner=False)
+    forwarded = [p for p in every_capability() if isinstance(wrapped, p)]
+    assert [p.__name__ for p in forwarded if not isinstance(view, p)] == []

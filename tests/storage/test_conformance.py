@@ -11,21 +11,19 @@ import copy
 
 import pytest
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     ExitCode,
+    InvalidRecordError,
     SessionBusyError,
+    SessionExistsError,
     SessionNotFoundError,
 )
+from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage import capabilities, trash
-from foliko_cli.storage.base import ConflictError, SessionExistsError
-from foliko_cli.storage.record import (
-    InvalidRecordError,
-    SessionRecord,
-    SessionState,
-    content_hash,
-)
 
 from . import damage
 from .services import in_threads

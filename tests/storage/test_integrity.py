@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from foliko_cli.errors import CorruptSessionError
+from foliko_cli.errors import ConflictError, CorruptSessionError
 from foliko_cli.storage import integrity
-from foliko_cli.storage.base import ConflictError
 from foliko_cli.storage.sql import writes
 from foliko_cli.storage.sql.dialect import PostgresDialect
 from foliko_cli.storage.sql.executor import run_now

@@ -14,9 +14,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from foliko_cli.errors import CorruptSessionError, StorageError
+from foliko_cli.errors import CorruptSessionError, SessionExistsError, StorageError
+from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage import open_storage
-from foliko_cli.storage.base import SessionExistsError
 from foliko_cli.storage.jsonfile import (
     JsonStorage,
     file_name,
@@ -24,7 +25,6 @@ from foliko_cli.storage.jsonfile import (
     seed_file_name,
     session_id_from_stem,
 )
-from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
 
 from .test_conformance import NESTED_VARIABLES, ODD_IDS, RICH_MESSAGES, make_record, state, turn
 

@@ -24,14 +24,15 @@ import redis.asyncio
 from redis.crc import key_slot
 
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     ExitCode,
     SessionBusyError,
     StorageConfigError,
     StorageError,
 )
-from foliko_cli.storage.base import ConflictError
-from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage.redis import RedisStorage, hash_tag
 
 from .services import concurrent_appends, redis_storage, require_redis, sample_records, state, turn

@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 from foliko_cli.errors import UsageError
+from foliko_cli.messages.record import SessionRecord, SessionState, new_metadata
 from foliko_cli.storage import capabilities, open_storage
-from foliko_cli.storage.record import SessionRecord, SessionState, new_metadata
 from foliko_cli.storage.search import (
-    Searchable,
     SearchQuery,
     Term,
     parse_query,
-    scan_search,
+    search,
 )
 from foliko_cli.storage.sqlite import MIGRATIONS, SQLiteStorage
 
@@ -48,10 +47,7 @@ def messages(pairs, at: int = T0) -> list[dict]:
 
 
 def find(run, storage, text: str, **filters) -> list:
-    query = SearchQuery(text, parse_query(text), **filters)
-    if isinstance(storage, Searchable):
-        return run(storage.search(query))
-    return run(scan_search(storage, query))
+    return run(search(storage, SearchQuery(text, parse_query(text), **filters)))
 
 
 def where(hits) -> list[tuple[str, int]]:
@@ -427,3 +423,34 @@ def test_a_database_without_kept_texts_gets_them_when_the_migration_runs(tmp_pat
         reopened.db.execute(check)
     finally:
         run(reopened.close())
+
+
+@pytest.mark.parametrize("inner", ["sqlite", "postgres"])
+def test_a_user_s_search_uses_the_index_of_what_it_wraps_and_sees_only_theirs(
+    tmp_path, run, monkeypatch, inner
+):
+    from foliko_cli.storage import search as search_module
+    from foliko_cli.storage.scoped import UserScopedStorage
+
+    with contextlib.ExitStack() as stack:
+        if inner == "sqlite":
+            shared = SQLiteStorage(tmp_path / "shared.db")
+            stack.callback(lambda: run(shared.close()))
+        else:
+            services.require_postgres()
+            shared = stack.enter_context(services.postgres_storage())
+        alice = UserScopedStorage(shared, "alice", owns_inner=False)
+        bob = UserScopedStorage(shared, "bob", owns_inner=False)
+        run(alice.save(SessionRecord("ops", messages=messages(CONVERSATION))))
+        run(bob.save(SessionRecord("ops", messages=messages(CONVERSATION))))
+        run(bob.save(SessionRecord("bobs", messages=messages(CONVERSATION))))
+        run(shared.save(SessionRecord("~alicex~/ops", messages=messages(CONVERSATION))))
+
+        def no_scan(*args):
+            raise AssertionError("a user's search read every session")
+
+        monkeypatch.setattr(search_module, "scan_search", no_scan)
+        assert sorted(where(find(run, alice, "refused"))) == [("ops", 2), ("ops", 3)]
+        assert where(find(run, alice, "kubernetes", session_id="ops")) == [("ops", 0)]
+        assert find(run, alice, "kubernetes", session_id="bobs") == []
+        assert sorted(where(find(run, bob, "kubernetes"))) == [("bobs", 0), ("ops", 0)]

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from foliko_cli.errors import MCPServerError, UsageError
-from foliko_cli.mcp.config import ServerConfig
 from foliko_cli.mcp.oauth.store import TokenFile, token_path
+from foliko_cli.mcp.server_config import ServerConfig
 
 
 def _oauth_server(config: ServerConfig) -> None:

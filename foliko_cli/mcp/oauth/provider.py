@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from foliko_cli.mcp.config import ServerConfig
 from foliko_cli.mcp.oauth.loopback import Loopback
 from foliko_cli.mcp.oauth.store import TokenFile, token_path
+from foliko_cli.mcp.server_config import ServerConfig
 
 REFRESH_MARGIN = 60.0
 """An access token with less than this many seconds left is refreshed before use."""

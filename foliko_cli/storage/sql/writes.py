@@ -19,24 +19,20 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.clock import now_ms
-from foliko_cli.errors import SessionNotFoundError
-from foliko_cli.storage.base import (
-    ConflictError,
-    SessionExistsError,
-    check_expected,
-)
-from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
-from foliko_cli.storage.record import (
+from foliko_cli.common.clock import now_ms
+from foliko_cli.errors import ConflictError, SessionExistsError, SessionNotFoundError
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
     covered_by,
-    encode_message,
     new_metadata,
     next_revision,
     preview_of,
 )
+from foliko_cli.messages.stored import encode_message
+from foliko_cli.storage.base import check_expected
+from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.storage.sql.dialect import Dialect
 from foliko_cli.storage.sql.executor import Executor
 
