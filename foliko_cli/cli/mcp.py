@@ -139,3 +139,81 @@ def serve_sessions(ctx: click.Context) -> None:
 
     facade = open_facade(ctx, ask=False)  # stdin carries the protocol
     facade.run(serve_stdio(facade.service))
+
+
+def _oauth_config(ctx: click.Context, server: str):
+    from foliko_cli.cli.app import settings_for
+    from foliko_cli.mcp.server_config import server_config
+
+    settings = settings_for(ctx)
+    entry = settings.mcp_servers.get(server)
+    if entry is None:
+        known = ", ".join(sorted(settings.mcp_servers)) or "none configured"
+        raise UsageError(
+            f"unknown MCP server {server!r} (known: {known}); "
+            f"define it as [mcp_servers.{server}] in foliko.toml"
+        )
+    return settings, server_config(server, entry)
+
+
+def _show_authorization(url: str) -> None:
+    """Show the URL (the browser may not open, or be on another machine), then
+    open it with ``webbrowser``, which honours $BROWSER."""
+    import threading
+    import webbrowser
+
+    note(f"authorize foliko in your browser (opening it now) or at: {url}")
+    # A browser command may wait until the page is done; the redirect it ends
+    # with needs this process's event loop, so the command runs in a thread.
+    threading.Thread(target=_open_quietly, args=(webbrowser, url), daemon=True).start()
+
+
+def _open_quietly(webbrowser, url: str) -> None:
+    import contextlib
+
+    with contextlib.suppress(webbrowser.Error, OSError):
+        webbrowser.open(url)
+
+
+@mcp.command("login")
+@click.argument("server", shell_complete=_complete_servers)
+@click.pass_context
+def login(ctx: click.Context, server: str) -> None:
+    """Authorize foliko for SERVER (auth = "oauth"), in your browser.
+
+    The page opens in the browser ($BROWSER, else the system's); the
+    authorization comes back to a listener on 127.0.0.1. With grant =
+    "client_credentials" no browser is needed. The tokens are kept in
+    FOLIKO_HOME/mcp-auth/SERVER.json (readable by you only) and refreshed
+    before they expire.
+
+    \b
+    Example:
+      foliko mcp login github
+    """
+    import asyncio
+
+    from foliko_cli.mcp.oauth.login import login as authorize
+
+    settings, config = _oauth_config(ctx, server)
+    tools = asyncio.run(authorize(config, settings.home, _show_authorization))
+    note(f"logged in to MCP server {server!r} ({tools} tools)")
+
+
+@mcp.command("logout")
+@click.argument("server", shell_complete=_complete_servers)
+@click.pass_context
+def logout(ctx: click.Context, server: str) -> None:
+    """Forget SERVER's tokens and client registration.
+
+    \b
+    Example:
+      foliko mcp logout github
+    """
+    from foliko_cli.mcp.oauth.login import logout as forget
+
+    settings, config = _oauth_config(ctx, server)
+    if forget(config, settings.home):
+        note(f"logged out of MCP server {server!r}")
+    else:
+        note(f"MCP server {server!r} had no login to forget")

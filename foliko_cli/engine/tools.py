@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from foliko_cli.errors import ToolError
+from foliko_cli.errors import MCPLoginError, ToolError
 
 if TYPE_CHECKING:
     from foliko_cli.context import AgentContext, RequestContext, SessionContext
@@ -136,6 +136,8 @@ async def run_tool(
         return ToolResult(_render(value))
     except ToolError as exc:
         return ToolResult(f"error: {exc}", is_error=True)
+    except MCPLoginError:
+        raise
     except Exception as exc:
         return ToolResult(f"error: {name} failed: {type(exc).__name__}: {exc}", is_error=True)
 

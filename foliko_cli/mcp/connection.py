@@ -169,8 +169,12 @@ class ServerConnection:
         on_tools: Callable[[ServerConnection], None] | None = None,
         on_changed: Callable[[ServerConnection], None] | None = None,
         on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
+        home: Any = None,
     ):
         self.config = config
+        self.home = home
+        """Where an OAuth server's tokens live (``oauth/store.py``)."""
+        self._auth: Any = None
         self.state = "idle"
         self.error: str | None = None
         self.tools: list[ServerTool] = []
@@ -263,7 +267,8 @@ class ServerConnection:
             except UnsetVariableError as exc:
                 self._ended("failed", str(exc), None)
             except Exception as exc:
-                self._ended("exited" if started else "failed", self._describe(exc), errlog)
+                reason = self.login_problem or self._describe(exc)
+                self._ended("exited" if started else "failed", reason, errlog)
             finally:
                 self._client = None
                 if not started and self.state != "failed":
@@ -278,8 +283,8 @@ class ServerConnection:
         from foliko_cli import __version__
 
         _keep_sdk_logs_off_stderr()
-        transport = open_transport(self.config, errlog)
-        self._secrets = transport.secrets
+        transport = open_transport(self.config, errlog, self.home)
+        self._secrets, self._auth = transport.secrets, transport.auth
         client = Client(
             _Watched(transport.streams, ended),
             client_info=Implementation(name=CLIENT_NAME, version=__version__),
@@ -290,6 +295,17 @@ class ServerConnection:
         self._client = await stack.enter_async_context(client)
         self._tools_changed = anyio.Event()  # a change announced from now on is followed
         self.tools = await self._list_tools(self._client)
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The protocol version negotiated with the running server."""
+        return None if self._client is None else self._client.protocol_version
+
+    @property
+    def login_problem(self) -> str | None:
+        """Why the server cannot be used until the user logs in (OAuth), if so."""
+        problem = getattr(self._auth, "problem", None)
+        return None if problem is None else str(problem)
 
     def _listed(self) -> None:
         if self.on_tools is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.engine.tools import Tool
-from foliko_cli.errors import ToolError, UsageError
+from foliko_cli.errors import MCPLoginError, ToolError, UsageError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, ToolCall
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
@@ -29,6 +29,14 @@ from foliko_cli.mcp.server_config import ServerConfig, server_configs
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.cache import ToolCache
+
+
+def _stop_for_login(connections: Iterable[ServerConnection]) -> None:
+    """A server that needs the user's login stops the turn (a tool error would
+    leave the model to guess); the one line names the command that logs in."""
+    for connection in connections:
+        if connection.login_problem is not None:
+            raise MCPLoginError(connection.login_problem)
 
 
 class MCPManager:
@@ -59,6 +67,7 @@ class MCPManager:
         self._connections: dict[str, ServerConnection] = {}
         self._warned: set[str] = shared._warned if shared is not None else set()
         self.cache: ToolCache | None = None
+        self.home = home
         if home is not None:
             from foliko_cli.mcp.cache import ToolCache
 
@@ -89,6 +98,7 @@ class MCPManager:
                 on_tools=self._listed,
                 on_changed=self._outdated,
                 on_elicit=self.elicit,
+                home=self.home,
             )
             cached = self.cache.load(connection.config) if self.cache is not None else None
             if cached is not None:
@@ -129,6 +139,7 @@ class MCPManager:
         list is not cached; return the warnings ``start`` would."""
         connections = [self.connection(name) for name in dict.fromkeys(names)]
         await asyncio.gather(*(c.start() for c in connections if c.state in ("idle", "exited")))
+        _stop_for_login(connections)
         return self._new_warnings(connections)
 
     def _new_warnings(self, connections: list[ServerConnection]) -> list[str]:
@@ -198,9 +209,13 @@ class MCPManager:
             await self.authorize(connection, tool, exposed, arguments, request)
             try:
                 return await connection.call(tool.name, arguments, request)
+            except ToolError:
+                _stop_for_login([connection])
+                raise
             finally:
-                for warning in self._new_warnings([connection]):
-                    self.notify(warning)
+                if connection.login_problem is None:
+                    for warning in self._new_warnings([connection]):
+                        self.notify(warning)
 
         return Tool(exposed, tool.description, execute, tool.input_schema)
 
