@@ -445,6 +445,17 @@ def chat(
         "schema": reply_schema,
         "tools": offered,
     }
+    from foliko_cli.cli.prompting import is_prompt
+
+    if is_prompt(text):
+        from foliko_cli.cli.prompting import expand
+
+        try:
+            text, options = expand(facade, text, options)
+        except FolikoError as exc:
+            if as_json and not dry_run:
+                report_json_failure(exc, session_id, {}, stream=bool(stream))
+            raise
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
 

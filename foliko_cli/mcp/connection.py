@@ -28,11 +28,12 @@ import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from foliko_cli.errors import ToolError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
 from foliko_cli.mcp.config import ServerConfig, UnsetVariableError
+from foliko_cli.mcp.logs import log_level, log_notification
 from foliko_cli.mcp.results import result_text
 from foliko_cli.mcp.transport import open_transport, scrub
 
@@ -40,6 +41,8 @@ CLIENT_NAME = "foliko"
 _CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
 MAX_TOOL_PAGES = 100
 STDERR_TAIL_CHARS = 300
+T = TypeVar("T")
+Progress = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -286,6 +289,8 @@ class ServerConnection:
             cache=None,
             message_handler=self._on_message,
             elicitation_callback=self._on_elicitation,
+            logging_callback=self._on_log,
+            log_level=log_level(self.name),
         )
         self._client = await stack.enter_async_context(client)
         self._tools_changed = anyio.Event()  # a change announced from now on is followed
@@ -346,6 +351,9 @@ class ServerConnection:
             pass  # no stream, or it was lost: the tools are listed again at the next start
         if not listening:
             task_status.started()
+
+    async def _on_log(self, params: Any) -> None:
+        log_notification(self.name, params)
 
     async def _on_elicitation(self, context: Any, params: Any) -> Any:
         from mcp_types import ElicitResult
@@ -412,11 +420,18 @@ class ServerConnection:
 
     # calling
 
-    async def call(self, tool: str, arguments: dict[str, Any], request: Any = None) -> str:
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        request: Any = None,
+        progress: Progress | None = None,
+    ) -> str:
         """The result's text; any failure raises ToolError, for the model to read.
 
         ``call_timeout`` (and the timeout of ``request``, the turn's
         RequestContext) does not run while the server's question waits on the user.
+        ``progress`` gets the server's progress notifications for the call.
         """
         where = f"MCP server {self.name!r}"
         if not await self.start() or self._client is None:
@@ -426,7 +441,7 @@ class ServerConnection:
         self._calls.append(call)
         try:
             async with call.deadline:
-                result = await client.call_tool(tool, arguments)
+                result = await client.call_tool(tool, arguments, progress_callback=progress)
                 # What the server announced before it answered (tools/list_changed)
                 # waits in tasks of its own: let them run before the turn goes on.
                 await asyncio.sleep(0)
@@ -438,6 +453,18 @@ class ServerConnection:
         if result.is_error:
             raise ToolError(f"{tool} on {where} reported an error: {text}")
         return text
+
+    async def request(self, what: str, send: Callable[[Any], Awaitable[T]]) -> T:
+        """``send(client)`` on the started server within ``call_timeout`` (resources,
+        prompts); any failure raises ToolError, one line naming ``what``."""
+        where = f"MCP server {self.name!r}"
+        if not await self.start() or self._client is None:
+            raise ToolError(f"{where} is not available: {self.error}")
+        try:
+            async with asyncio.timeout(self.config.call_timeout):
+                return await send(self._client)
+        except Exception as exc:
+            raise ToolError(self._call_problem(what, exc)) from None
 
     def _call_problem(self, tool: str, exc: Exception) -> str:
         from mcp.shared.exceptions import MCPError

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import ToolError, UsageError
-from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, ToolCall
+from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, Progress, ToolCall
 from foliko_cli.mcp.config import ServerConfig, server_configs
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
@@ -196,9 +196,18 @@ class MCPManager:
         async def execute(arguments: dict[str, Any], context: Any) -> str:
             request = getattr(context, "request", None)
             await self.authorize(connection, tool, exposed, arguments, request)
+            show = getattr(self.interaction.asker, "progress", None)
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                show(Progress(server, exposed, done, total, message))
+
             try:
-                return await connection.call(tool.name, arguments, request)
+                return await connection.call(
+                    tool.name, arguments, request, progress if show is not None else None
+                )
             finally:
+                if show is not None:
+                    show(Progress(server, exposed, done=True))
                 for warning in self._new_warnings([connection]):
                     self.notify(warning)
 
