@@ -12,9 +12,9 @@ import orjson
 import pexpect
 import pytest
 from mcp_support import resources_server, write_config
-from resources_server import NOTES, TINY_PNG
 from mcp_types import CallToolResult, ImageContent, TextContent
 from models.mock_transport import Script, chat_reply
+from resources_server import NOTES, TINY_PNG
 
 from foliko_cli.attachments import AttachmentError, load_all
 from foliko_cli.facade import Foliko
