@@ -86,6 +86,13 @@ def _part(kind: str, name: str, media_type: str, data: bytes) -> dict[str, Any]:
     }
 
 
+def image_part(name: str, media_type: str, data: bytes) -> dict[str, Any]:
+    """An image part kept inline (its bytes as base64)."""
+    part = _part("image", name, media_type, data)
+    part["data"] = base64.b64encode(data).decode("ascii")
+    return part
+
+
 def classify(
     name: str, data: bytes, *, path: Path | None = None, label: str | None = None
 ) -> Loaded:

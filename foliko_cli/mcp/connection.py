@@ -34,8 +34,9 @@ from foliko_cli.errors import ToolError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
 from foliko_cli.mcp.config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.logs import log_level, log_notification
-from foliko_cli.mcp.results import result_text
+from foliko_cli.mcp.results import result_images, result_text
 from foliko_cli.mcp.transport import open_transport, scrub
+from foliko_cli.tools import ToolOutput
 
 CLIENT_NAME = "foliko"
 _CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
@@ -426,8 +427,9 @@ class ServerConnection:
         arguments: dict[str, Any],
         request: Any = None,
         progress: Progress | None = None,
-    ) -> str:
-        """The result's text; any failure raises ToolError, for the model to read.
+    ) -> str | ToolOutput:
+        """The result's text (with its images, if it has any); any failure raises
+        ToolError, for the model to read.
 
         ``call_timeout`` (and the timeout of ``request``, the turn's
         RequestContext) does not run while the server's question waits on the user.
@@ -452,7 +454,8 @@ class ServerConnection:
         text = scrub(result_text(result), self._secrets)
         if result.is_error:
             raise ToolError(f"{tool} on {where} reported an error: {text}")
-        return text
+        images = result_images(result, tool)
+        return ToolOutput(text, tuple(images)) if images else text
 
     async def request(self, what: str, send: Callable[[Any], Awaitable[T]]) -> T:
         """``send(client)`` on the started server within ``call_timeout`` (resources,

@@ -193,7 +193,7 @@ class MCPManager:
     def _tool(self, server: str, tool: ServerTool, exposed: str) -> Tool:
         connection = self.connection(server)
 
-        async def execute(arguments: dict[str, Any], context: Any) -> str:
+        async def execute(arguments: dict[str, Any], context: Any) -> Any:
             request = getattr(context, "request", None)
             await self.authorize(connection, tool, exposed, arguments, request)
             show = getattr(self.interaction.asker, "progress", None)

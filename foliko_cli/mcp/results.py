@@ -1,11 +1,15 @@
-"""A ``tools/call`` result as the text of a foliko tool result.
+"""A ``tools/call`` result as the text of a foliko tool result, and its images.
 
-Text blocks are kept as they are; images and audio are described (the model
-gets tool results as text); resource links and embedded resources are named
-by URI. Structured content follows as JSON unless a text block holds the
-same value: the spec asks a server that returns structured content to send
-its JSON as text too, and the model need not read it twice (a value that is
-not an object comes wrapped as ``{"result": value}``, the text being the
+Text blocks are kept as they are; images and audio are described in the
+text (every provider reads it); a png, jpeg, webp or gif image of at most
+``attachments.INLINE_LIMIT`` bytes (an image block, or an embedded resource
+blob) is also kept as an image part, for providers that take images in tool
+results. Resource links and embedded resources are named by URI.
+
+Structured content follows as JSON unless a text block holds the same
+value: the spec asks a server that returns structured content to send its
+JSON as text too, and the model need not read it twice (a value that is not
+an object comes wrapped as ``{"result": value}``, the text being the
 value). Next to prose, the JSON adds what the prose leaves out.
 """
 
@@ -61,6 +65,31 @@ def _holds(text: str, structured: Any) -> bool:
         and set(structured) == {"result"}
         and (value == structured["result"] or text == structured["result"])
     )
+
+
+def result_images(result: Any, name: str) -> list[dict[str, Any]]:
+    """The result's images as attachment parts named ``NAME-1.png``, ... (``name``: the tool)."""
+    from foliko_cli.attachments import INLINE_LIMIT, image_part, image_type
+
+    parts = []
+    for block in result.content or []:
+        kind = getattr(block, "type", None)
+        if kind == "image":
+            data = block.data
+        elif kind == "resource" and getattr(block.resource, "blob", None) is not None:
+            data = block.resource.blob
+        else:
+            continue
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        media_type = image_type(raw)
+        if media_type is None or len(raw) > INLINE_LIMIT:
+            continue
+        extension = media_type.split("/", 1)[1].replace("jpeg", "jpg")
+        parts.append(image_part(f"{name}-{len(parts) + 1}.{extension}", media_type, raw))
+    return parts
 
 
 def result_text(result: Any) -> str:

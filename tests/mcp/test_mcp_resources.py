@@ -13,7 +13,8 @@ import pexpect
 import pytest
 from mcp_support import resources_server, write_config
 from mcp_types import CallToolResult, ImageContent, TextContent
-from models.mock_transport import Script, chat_reply
+from models.fake_servers import anthropic_message, anthropic_protocol_problems
+from models.mock_transport import Script, chat_reply, json_response
 from resources_server import NOTES, TINY_PNG
 
 from foliko_cli.attachments import AttachmentError, load_all
@@ -235,6 +236,60 @@ def test_a_tool_result_keeps_prose_links_resources_images_and_structured_content
         "[structured content]",
         '{"city":"Oslo","celsius":21,"sky":"sunny"}',
     ]
+
+
+def _weather_turn(home: Path, spec: str, env: dict, path: str, replies: list) -> list[dict]:
+    script = Script()
+    script.queue(path, *replies)
+    model = build_model(model_spec(spec, None, env), env, transport=script.transport)
+    servers = {"r": resources_server(approve="always")}
+    with Foliko("sqlite", model, home=home, mcp_servers=servers) as foliko:
+        foliko.chat("s", "weather in Oslo?")
+        stored = next(m for m in foliko.get_session("s").messages if m["role"] == "tool")
+    assert [(p["type"], p["name"], p["media_type"]) for p in stored["attachments"]] == [
+        ("image", "weather-1.png", "image/png")
+    ]
+    return script.bodies(path)
+
+
+def test_a_tool_results_image_reaches_anthropic_as_an_image_block(foliko_home):
+    env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://models.test"}
+    call = anthropic_message(tool_uses=[("c1", "r__weather", {"city": "Oslo"})])
+    _, second = _weather_turn(
+        foliko_home,
+        "anthropic:claude-x",
+        env,
+        "/v1/messages",
+        [json_response(call.body), json_response(anthropic_message("sunny").body)],
+    )
+    (result,) = second["messages"][2]["content"]
+    assert result["type"] == "tool_result"
+    text, image = result["content"]
+    assert text["type"] == "text" and text["text"].startswith("It is sunny in Oslo.")
+    assert image == {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(TINY_PNG).decode(),
+        },
+    }
+    assert anthropic_protocol_problems(second["messages"]) == []
+
+
+def test_openai_gets_a_tool_results_image_described(foliko_home):
+    call = {"id": "c1", "type": "function"}
+    call["function"] = {"name": "r__weather", "arguments": '{"city": "Oslo"}'}
+    _, second = _weather_turn(
+        foliko_home,
+        "openai:vision",
+        ENV,
+        CHAT,
+        [chat_reply("", tool_calls=[call], finish_reason="tool_calls"), chat_reply("sunny")],
+    )
+    result = second["messages"][-1]
+    assert (result["role"], result["tool_call_id"]) == ("tool", "c1")
+    assert f"[image: image/png, {len(TINY_PNG)} bytes]" in result["content"]
 
 
 def test_structured_content_the_text_already_holds_is_not_repeated():
