@@ -29,6 +29,7 @@ _EXPORTS = {
     "ContextManager": "foliko_cli.context.manager",
     "Tool": "foliko_cli.tools",
     "ToolContext": "foliko_cli.tools",
+    "ToolOutput": "foliko_cli.tools",
     "ToolResult": "foliko_cli.tools",
     "ModelProvider": "foliko_cli.models.base",
     "ModelRequest": "foliko_cli.models.base",
@@ -89,6 +90,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolOutput",
     "ToolResult",
     "TurnResult",
     "TurnSetup",
@@ -127,7 +129,7 @@ if TYPE_CHECKING:
     from foliko_cli.storage import open_storage
     from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter, StoredProblem
     from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
-    from foliko_cli.tools import Tool, ToolContext, ToolResult
+    from foliko_cli.tools import Tool, ToolContext, ToolOutput, ToolResult
 
 
 def __getattr__(name: str) -> Any:
