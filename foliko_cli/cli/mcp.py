@@ -1,5 +1,5 @@
-"""``foliko mcp``: the MCP servers in the config, their state and their tools;
-``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
+"""``foliko mcp``: the MCP servers in the config, their state, tools, resources
+and prompts; ``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def mcp() -> None:
     Example:
       foliko mcp list
       foliko mcp tools files --json
+      foliko mcp resources files
+      foliko mcp prompts files
       foliko mcp serve
     """
 
