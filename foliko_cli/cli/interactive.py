@@ -120,12 +120,16 @@ def attach(source: str, attached: list[str]) -> None:
     if not source:
         note("/attach needs a file or an http(s) URL: /attach PATH")
         return
-    if not is_url(source) and not is_resource(source):
-        try:
+    try:
+        if is_resource(source):
+            from foliko_cli.mcp.resources import parse
+
+            parse(source)
+        elif not is_url(source):
             read_file(source)
-        except AttachmentError as exc:
-            note(f"{paint('error:', 'red', err=True)} {render(exc)}; nothing was attached")
-            return
+    except AttachmentError as exc:
+        note(f"{paint('error:', 'red', err=True)} {render(exc)}; nothing was attached")
+        return
     attached.append(source)
     note(f"{source} goes with the next message")
 

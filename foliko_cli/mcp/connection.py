@@ -459,15 +459,20 @@ class ServerConnection:
 
     async def request(self, what: str, send: Callable[[Any], Awaitable[T]]) -> T:
         """``send(client)`` on the started server within ``call_timeout`` (resources,
-        prompts); any failure raises ToolError, one line naming ``what``."""
+        prompts; the time a question of the server's waits on the user is not
+        counted); any failure raises ToolError, one line naming ``what``."""
         where = f"MCP server {self.name!r}"
         if not await self.start() or self._client is None:
             raise ToolError(f"{where} is not available: {self.error}")
+        call = _Call(asyncio.timeout(self.config.call_timeout), None)
+        self._calls.append(call)
         try:
-            async with asyncio.timeout(self.config.call_timeout):
+            async with call.deadline:
                 return await send(self._client)
         except Exception as exc:
             raise ToolError(self._call_problem(what, exc)) from None
+        finally:
+            self._calls.remove(call)
 
     def _call_problem(self, tool: str, exc: Exception) -> str:
         from mcp.shared.exceptions import MCPError

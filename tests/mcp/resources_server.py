@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import sys
+import time
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.prompts.base import AssistantMessage, UserMessage
@@ -54,6 +55,12 @@ if sys.argv[1:] != ["bare"]:
     def report() -> bytes:
         """A PDF (foliko cannot attach it)."""
         return b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n"
+
+    @server.resource("file:///slow.txt", name="slow", mime_type="text/plain")
+    def slow() -> str:
+        """Takes half a minute."""
+        time.sleep(30)
+        return "late"
 
     @server.resource("greeting://{name}", name="greeting", mime_type="text/plain")
     def greeting(name: str) -> str:

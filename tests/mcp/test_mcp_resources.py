@@ -57,6 +57,7 @@ def test_resources_are_listed_with_templates_and_how_to_attach_them(configure, i
         "file:///notes.md",
         "file:///dot.png",
         "file:///report.pdf",
+        "file:///slow.txt",
         "greeting://{name}",
     }
     notes = rows["file:///notes.md"]
@@ -193,6 +194,17 @@ def test_a_server_that_cannot_start_is_exit_2_for_its_resource(configure, invoke
     assert not _exists(foliko_home, "s")
 
 
+def test_a_resource_read_past_call_timeout_is_exit_2(configure, invoke, foliko_home):
+    configure(r=resources_server(call_timeout=1))
+    done = invoke("chat", "-s", "s", "-a", "mcp:r:file:///slow.txt", "read")
+    assert done.exit_code == 2
+    assert done.stderr.splitlines()[-1] == (
+        "foliko: error: cannot attach mcp:r:file:///slow.txt: resources/read on MCP server 'r' "
+        "did not finish within 1s (call_timeout) and was cancelled; list the server's resources"
+    )
+    assert not _exists(foliko_home, "s")
+
+
 def test_a_library_without_mcp_servers_refuses_a_resource():
     with pytest.raises(AttachmentError, match="cannot attach mcp:r:x: no MCP servers here"):
         asyncio.run(load_all(["mcp:r:x"]))
@@ -207,6 +219,9 @@ def test_the_interactive_loop_attaches_a_resource(configure, spawn):
     child.sendline("read")
     child.expect_exact("The answer is 42.")
     child.expect_exact("> ")
+    child.sendline("/attach mcp:r")
+    child.expect_exact("an MCP resource is named mcp:SERVER:URI")
+    child.expect_exact("nothing was attached")
     child.sendline("/attach mcp:r:file:///report.pdf")
     child.expect_exact("goes with the next message")
     child.sendline("again")
