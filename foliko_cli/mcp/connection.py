@@ -43,7 +43,7 @@ _CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
 MAX_TOOL_PAGES = 100
 STDERR_TAIL_CHARS = 300
 T = TypeVar("T")
-Progress = Callable[[float, float | None, str | None], Awaitable[None]]
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -426,7 +426,7 @@ class ServerConnection:
         tool: str,
         arguments: dict[str, Any],
         request: Any = None,
-        progress: Progress | None = None,
+        progress: ProgressCallback | None = None,
     ) -> str | ToolOutput:
         """The result's text (with its images, if it has any); any failure raises
         ToolError, for the model to read.

@@ -64,7 +64,7 @@ def _candidates(manager: MCPManager, reference: str) -> list[tuple[str, str]]:
     pairs = [
         (server, reference[len(server) + len(SEPARATOR) :])
         for server in manager.configs
-        if reference.startswith(server + SEPARATOR) and len(reference) > len(server) + 2
+        if reference.startswith(server + SEPARATOR) and len(reference) > len(server + SEPARATOR)
     ]
     return sorted(pairs, key=lambda pair: -len(pair[0]))
 
