@@ -291,7 +291,7 @@ def canonical_messages(session_id: str, count: int, start_ms: int) -> list[dict[
 
 
 def make_record(session_id: str, messages: int, index: int = 0):
-    from foliko_cli.storage.record import SessionRecord, new_metadata
+    from foliko_cli.messages.record import SessionRecord, new_metadata
 
     start = BASE_MS + index * 60_000
     saved_at = start + max(messages - 1, 0) * 1000

@@ -1,6 +1,6 @@
 """P2: the cost of one turn as the stored history grows (10, 1,000, 10,000 messages).
 
-In-process, through ``foliko_cli.facade.Foliko`` with the echo model, on the
+In-process, through ``foliko_cli.service.facade.Foliko`` with the echo model, on the
 SQLite and JSON backends. Two kinds of turn, timed on several sessions that
 each hold N stored messages:
 
@@ -60,7 +60,7 @@ def seed(ws: Workspace, backend: str, size: int, count: int) -> tuple[str, list[
 
 
 def measure(ws: Workspace, backend: str, size: int, count: int) -> dict[str, list[float]]:
-    from foliko_cli.facade import Foliko
+    from foliko_cli.service.facade import Foliko
 
     url, cold_ids, warm_ids = seed(ws, backend, size, count)
     home = ws.fresh(f"p2-{backend}-home")

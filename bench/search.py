@@ -58,7 +58,7 @@ def vocabulary() -> list[str]:
 
 
 def records(sessions: int, words: list[str]):
-    from foliko_cli.storage.record import SessionRecord, new_metadata
+    from foliko_cli.messages.record import SessionRecord, new_metadata
 
     rng = random.Random(11)
     weights = list(itertools.accumulate(1 / (rank + 1) for rank in range(len(words))))
@@ -86,7 +86,7 @@ def records(sessions: int, words: list[str]):
 def big_record(rng: random.Random, words: list[str], weights: list[float]):
     """A session whose one message is BIG_MESSAGE_BYTES of text, BIG_ONLY_WORD
     among its first words."""
-    from foliko_cli.storage.record import SessionRecord, new_metadata
+    from foliko_cli.messages.record import SessionRecord, new_metadata
 
     parts, size = [BIG_ONLY_WORD], len(BIG_ONLY_WORD)
     while size < BIG_MESSAGE_BYTES:

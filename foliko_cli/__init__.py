@@ -16,21 +16,21 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "Foliko": "foliko_cli.facade",
+    "Foliko": "foliko_cli.service.facade",
     "AsyncFoliko": "foliko_cli.service",
     "ImportReport": "foliko_cli.service",
-    "Framework": "foliko_cli.framework",
-    "AgentChatHandler": "foliko_cli.chat",
-    "TurnResult": "foliko_cli.chat",
-    "TurnSetup": "foliko_cli.chat",
+    "Framework": "foliko_cli.engine.framework",
+    "AgentChatHandler": "foliko_cli.engine.handler",
+    "TurnResult": "foliko_cli.engine.handler",
+    "TurnSetup": "foliko_cli.engine.handler",
     "RequestContext": "foliko_cli.context.request",
     "SessionContext": "foliko_cli.context.session",
     "AgentContext": "foliko_cli.context.agent",
     "ContextManager": "foliko_cli.context.manager",
-    "Tool": "foliko_cli.tools",
-    "ToolContext": "foliko_cli.tools",
-    "ToolOutput": "foliko_cli.tools",
-    "ToolResult": "foliko_cli.tools",
+    "Tool": "foliko_cli.engine.tools",
+    "ToolContext": "foliko_cli.engine.tools",
+    "ToolOutput": "foliko_cli.engine.tools",
+    "ToolResult": "foliko_cli.engine.tools",
     "ModelProvider": "foliko_cli.models.base",
     "ModelRequest": "foliko_cli.models.base",
     "ModelResponse": "foliko_cli.models.base",
@@ -40,9 +40,9 @@ _EXPORTS = {
     "ConflictError": "foliko_cli.errors",
     "SessionExistsError": "foliko_cli.errors",
     "open_storage": "foliko_cli.storage",
-    "SessionRecord": "foliko_cli.storage.record",
-    "SessionState": "foliko_cli.storage.record",
-    "SessionSummary": "foliko_cli.storage.record",
+    "SessionRecord": "foliko_cli.messages.record",
+    "SessionState": "foliko_cli.messages.record",
+    "SessionSummary": "foliko_cli.messages.record",
     "ExitCode": "foliko_cli.errors",
     "FolikoError": "foliko_cli.errors",
     "UsageError": "foliko_cli.errors",
@@ -101,7 +101,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from foliko_cli.chat import AgentChatHandler, TurnResult, TurnSetup
+    from foliko_cli.engine.handler import AgentChatHandler, TurnResult, TurnSetup
     from foliko_cli.context.agent import AgentContext
     from foliko_cli.context.manager import ContextManager
     from foliko_cli.context.request import RequestContext
@@ -122,14 +122,14 @@ if TYPE_CHECKING:
         TurnTimeoutError,
         UsageError,
     )
-    from foliko_cli.facade import Foliko
-    from foliko_cli.framework import Framework
+    from foliko_cli.service.facade import Foliko
+    from foliko_cli.engine.framework import Framework
     from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
     from foliko_cli.service import AsyncFoliko, ImportReport
     from foliko_cli.storage import open_storage
     from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter, StoredProblem
-    from foliko_cli.storage.record import SessionRecord, SessionState, SessionSummary
-    from foliko_cli.tools import Tool, ToolContext, ToolOutput, ToolResult
+    from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
+    from foliko_cli.engine.tools import Tool, ToolContext, ToolOutput, ToolResult
 
 
 def __getattr__(name: str) -> Any:

@@ -14,8 +14,8 @@ from typing import Any
 
 from models.images import png
 
-from foliko_cli.attachments import classify, fenced
-from foliko_cli.storage.record import SessionRecord
+from foliko_cli.messages.attachments import classify, fenced
+from foliko_cli.messages.record import SessionRecord
 
 T0 = 1_700_000_000_000
 IMAGE = classify("map.png", png(2, 2), label="map.png").part

@@ -12,14 +12,14 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.clock import now_ms
-from foliko_cli.compression import SUMMARY_HEADING, SUMMARY_SYSTEM, THRESHOLD, Compressor
+from foliko_cli.common.clock import now_ms
+from foliko_cli.engine.compression import SUMMARY_HEADING, SUMMARY_SYSTEM, THRESHOLD, Compressor
 from foliko_cli.errors import ModelError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models.base import ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.storage import capabilities
-from foliko_cli.tools import BUILTIN_TOOLS
+from foliko_cli.engine.tools import BUILTIN_TOOLS
 
 BUDGET = 600
 MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")
@@ -377,7 +377,7 @@ def test_cold_turns_on_a_compressed_session_read_only_its_recent_part(tmp_path):
     still appends after the whole stored history."""
     import asyncio
 
-    from foliko_cli.facade import Foliko
+    from foliko_cli.service.facade import Foliko
     from foliko_cli.storage.sqlite import SQLiteStorage
 
     for number in range(30):
@@ -415,7 +415,7 @@ def test_the_summarising_call_is_counted_in_the_turn_that_caused_it(tmp_path: Pa
     with facade(model, tmp_path) as foliko:
         results = [foliko.chat("s", text(turn)) for turn in range(14)]
         record = foliko.get_session("s")
-    from foliko_cli.usage import usage_totals
+    from foliko_cli.messages.usage import usage_totals
 
     compressed = [r for r in results if "compression" in r.usage]
     assert len(compressed) == len(model.summaries) >= 1

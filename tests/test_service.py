@@ -77,7 +77,7 @@ def test_a_read_that_needs_an_event_loop_runs_on_one():
 
     facade = Foliko.__new__(Foliko)
     facade.service = Waiting("memory", "echo")
-    from foliko_cli.facade import _LoopRunner
+    from foliko_cli.service.facade import _LoopRunner
 
     facade._loop = _LoopRunner()
     with facade:
@@ -142,7 +142,7 @@ def test_the_sync_facade_works_inside_a_running_event_loop(tmp_path):
 
 
 def test_a_tool_given_to_one_turn_is_offered_in_that_turn_only(tmp_path):
-    from foliko_cli.tools import Tool
+    from foliko_cli.engine.tools import Tool
 
     double = Tool("double", "Twice n.", lambda args, context: args["n"] * 2, {"type": "object"})
     with Foliko(storage="memory", model="echo", home=tmp_path) as foliko:
@@ -272,7 +272,7 @@ def memory_with(**overrides):
 
 def test_prune_keeps_a_session_that_was_used_while_it_waited(tmp_path):
     from foliko_cli.storage.memory import MemoryStorage
-    from foliko_cli.storage.record import SessionSummary
+    from foliko_cli.messages.record import SessionSummary
 
     async def stale_summaries(self):
         listed = await MemoryStorage.list_summaries(self)

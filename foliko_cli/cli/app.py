@@ -5,9 +5,9 @@ from __future__ import annotations
 import click
 
 from foliko_cli.cli.output import note
-from foliko_cli.config import TABLES, Settings, load_settings
+from foliko_cli.common.settings import TABLES, Settings, load_settings
 from foliko_cli.errors import StorageError, UsageError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 LOCAL_BACKENDS = ("json", "sqlite")
 

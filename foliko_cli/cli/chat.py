@@ -108,7 +108,7 @@ def attachment_sources(
     """
     if not values:
         return [], agent, False
-    from foliko_cli.attachments import STDIN_NAME, Attachment, is_url
+    from foliko_cli.messages.attachments import STDIN_NAME, Attachment, is_url
 
     sources: list = []
     piped = False
@@ -376,7 +376,7 @@ def chat(
             raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
         chosen = None
         if template is not None:
-            from foliko_cli.templates import load_template
+            from foliko_cli.formats.templates import load_template
 
             chosen = load_template(template)
         elif params:

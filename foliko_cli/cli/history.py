@@ -7,7 +7,7 @@ import click
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import damaged, emit_json, emit_rows, format_ms, format_option, note
 from foliko_cli.cli.params import Duration, complete_session_ids
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import CorruptSessionError
 
 

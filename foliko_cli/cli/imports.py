@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from foliko_cli.importers.base import LEFT_OUT_BRANCH, Imported
-from foliko_cli.importers.reading import read
+from foliko_cli.formats.importers.base import LEFT_OUT_BRANCH, Imported
+from foliko_cli.formats.importers.reading import read
 
 
 def read_source(source: str, fmt: str | None, main_only: bool) -> Imported:

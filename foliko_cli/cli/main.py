@@ -133,7 +133,7 @@ class LazyGroup(FolikoGroup):
         "tools": ("foliko_cli.cli.agents", "tools"),
         "mcp": ("foliko_cli.cli.mcp", "mcp"),
         "workflow": ("foliko_cli.cli.workflow", "workflow"),
-        "completion": ("foliko_cli.cli.completion", "completion"),
+        "completion": ("foliko_cli.cli.shell_completion", "completion"),
         "usage": ("foliko_cli.cli.history", "usage"),
         "serve": ("foliko_cli.cli.serve", "serve"),
         "templates": ("foliko_cli.cli.templates", "templates"),

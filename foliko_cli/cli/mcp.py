@@ -23,7 +23,7 @@ def _yes_no(value: bool) -> str:
 def _complete_servers(ctx: click.Context, param, incomplete: str) -> list[str]:
     """Server names from the config; silent when the config cannot be read."""
     try:
-        from foliko_cli.config import load_settings
+        from foliko_cli.common.settings import load_settings
 
         names = load_settings().mcp_servers
     except Exception:

@@ -77,7 +77,7 @@ class Duration(click.ParamType):
     def convert(self, value: Any, param, ctx) -> int:
         if isinstance(value, int):
             return value
-        from foliko_cli.clock import parse_duration
+        from foliko_cli.common.clock import parse_duration
 
         try:
             return parse_duration(str(value))
@@ -112,8 +112,8 @@ class KeyValue(click.ParamType):
 def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str]:
     """Session ids from the configured storage; silent when storage is unavailable."""
     try:
-        from foliko_cli.config import load_settings
-        from foliko_cli.facade import Foliko
+        from foliko_cli.common.settings import load_settings
+        from foliko_cli.service.facade import Foliko
 
         root = ctx.find_root()
         storage = (root.obj or {}).get("storage") or root.params.get("storage")

@@ -33,12 +33,12 @@ from foliko_cli.cli.params import (
     storage_option,
 )
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
-from foliko_cli.exporters import FORMATS as EXPORT_FORMATS
-from foliko_cli.importers import FORMATS
-from foliko_cli.storage.record import covered_messages, record_to_dict, summary_to_dict
-from foliko_cli.usage import with_usage
+from foliko_cli.formats.exporters import FORMATS as EXPORT_FORMATS
+from foliko_cli.formats.importers import FORMATS
+from foliko_cli.messages.record import covered_messages, record_to_dict, summary_to_dict
+from foliko_cli.messages.usage import with_usage
 
 
 @click.group()
@@ -164,7 +164,7 @@ def show(
         emit_json(with_usage(data, record))
         return
     if fmt == "markdown":
-        from foliko_cli import transcript
+        from foliko_cli.formats import transcript
 
         first = len(record.messages) - len(data["messages"])
         record.messages = data["messages"]
@@ -188,7 +188,7 @@ def show(
     first = len(record.messages) - len(data["messages"])
     for seq, message in enumerate(data["messages"], start=first):
         if seq == view_start and seq:
-            from foliko_cli.transcript import view_begins
+            from foliko_cli.formats.transcript import view_begins
 
             lines.append(f"\n── {view_begins(seq)} ──")
         label = message["role"]
@@ -199,7 +199,7 @@ def show(
         if message["content"]:
             lines.append(message["content"])
         if message.get("attachments"):
-            from foliko_cli.attachments import describe
+            from foliko_cli.messages.attachments import describe
 
             lines += [f"attached  {describe(part)}" for part in message["attachments"]]
     page("\n".join(lines) + "\n", enabled=pager)
@@ -365,7 +365,7 @@ def export(
       foliko sessions export s1 --format openai | jq '.[0].input'
       foliko sessions export --all --format chatgpt -o conversations.json
     """
-    from foliko_cli.exporters import writer
+    from foliko_cli.formats.exporters import writer
 
     if everything == bool(session_ids):
         raise UsageError("name the sessions to export, or pass --all (not both)")

@@ -15,8 +15,8 @@ from foliko_cli.cli.output import data_format_option, emit_json, emit_rows, list
 from foliko_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from foliko_cli.templates import Template
-    from foliko_cli.tools import Tool
+    from foliko_cli.formats.templates import Template
+    from foliko_cli.engine.tools import Tool
 
 NEW_TEMPLATE = "prompt: \n"
 NOT_SAVED = {
@@ -50,7 +50,7 @@ def turn_tools(
     """The tools one turn offers besides the configured ones: the template's, then
     ``-T`` names (a built-in, a plugin, module:function), then every function of the
     ``--functions`` files or code; a name given twice is refused."""
-    from foliko_cli.plugins import function_tools, is_code, load_tool
+    from foliko_cli.engine.plugins import function_tools, is_code, load_tool
 
     found: dict[str, tuple[Tool, str]] = {}
 
@@ -125,8 +125,8 @@ def save_from_chat(
     schema and tools as template NAME; no turn runs."""
     from foliko_cli.models.base import check_options
     from foliko_cli.models.schema import load_schema
-    from foliko_cli.plugins import is_code
-    from foliko_cli.templates import Template, check_name, save_template
+    from foliko_cli.engine.plugins import is_code
+    from foliko_cli.formats.templates import Template, check_name, save_template
 
     check_name(name)
     source = click.core.ParameterSource
@@ -193,7 +193,7 @@ def list_templates(fmt: str) -> None:
     Example:
       foliko templates list --json
     """
-    from foliko_cli.templates import load_template, saved_names
+    from foliko_cli.formats.templates import load_template, saved_names
 
     rows = []
     for name in saved_names():
@@ -225,7 +225,7 @@ def show_template(name: str, fmt: str) -> None:
     Example:
       foliko templates show summarise
     """
-    from foliko_cli.templates import load_template
+    from foliko_cli.formats.templates import load_template
 
     template = load_template(name)
     assert template.path is not None
@@ -246,7 +246,7 @@ def edit_template(name: str) -> None:
     Example:
       EDITOR=nano foliko templates edit summarise
     """
-    from foliko_cli.templates import load_template, template_path
+    from foliko_cli.formats.templates import load_template, template_path
 
     path = template_path(name)
     created = not path.exists()
@@ -283,7 +283,7 @@ def delete_templates(names: tuple[str, ...]) -> None:
     Example:
       foliko templates delete summarise
     """
-    from foliko_cli.templates import load_template, template_path
+    from foliko_cli.formats.templates import load_template, template_path
 
     paths = [template_path(name) for name in names]
     for name, path in zip(names, paths, strict=True):
@@ -302,6 +302,6 @@ def templates_path() -> None:
     Example:
       ls "$(foliko templates path)"
     """
-    from foliko_cli.templates import templates_dir
+    from foliko_cli.formats.templates import templates_dir
 
     click.echo(str(templates_dir()))

@@ -8,7 +8,7 @@ import click
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_json, emit_rows, format_ms, list_options, note
 from foliko_cli.cli.params import Duration, storage_option
-from foliko_cli.clock import format_duration
+from foliko_cli.common.clock import format_duration
 from foliko_cli.errors import SessionExistsError, UsageError
 
 RESTORE_AS = "foliko sessions restore {name} --as NEW"

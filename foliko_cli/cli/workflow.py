@@ -71,7 +71,7 @@ def run(
     """
     import dataclasses
 
-    from foliko_cli.workflow import load_workflow, run_workflow
+    from foliko_cli.service.workflows import load_workflow, run_workflow
 
     as_json = fmt == "json"
     definition = load_workflow(file)
@@ -101,8 +101,8 @@ def run(
 
 def known_tools(ctx: click.Context, agent: str | None) -> set[str]:
     """The tools a workflow's tool steps may call: built-ins, the config's, the agent's."""
-    from foliko_cli.plugins import load_tool
-    from foliko_cli.tools import BUILTIN_TOOLS
+    from foliko_cli.engine.plugins import load_tool
+    from foliko_cli.engine.tools import BUILTIN_TOOLS
 
     settings = settings_for(ctx)
     names = {tool.name for tool in BUILTIN_TOOLS}
@@ -127,7 +127,7 @@ def validate(ctx: click.Context, file: Path, variables: tuple[tuple[str, object]
     Example:
       foliko workflow validate steps.toml --var topic=tides
     """
-    from foliko_cli.workflow import problems_of, read_document, reference_problems
+    from foliko_cli.service.workflows import problems_of, read_document, reference_problems
 
     document = read_document(file)
     problems = problems_of(document)

@@ -8,9 +8,9 @@ from typing import Any
 class AgentContext:
     """Tools registered here override global tools of the same name.
 
-    ``tools`` maps names to ``foliko_cli.tools.Tool`` values and ``skills``
-    holds ``foliko_cli.skills.Skill`` values; the context layer only keeps
-    them (the system prompt is assembled in ``foliko_cli.prompts``).
+    ``tools`` maps names to ``foliko_cli.engine.tools.Tool`` values and ``skills``
+    holds ``foliko_cli.engine.skills.Skill`` values; the context layer only keeps
+    them (the system prompt is assembled in ``foliko_cli.engine.prompts``).
     """
 
     def __init__(self, agent_id: str, agent: Any = None, *, system_prompt: str | None = None):

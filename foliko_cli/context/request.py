@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from foliko_cli.clock import new_request_id, new_trace_id
+from foliko_cli.common.clock import new_request_id, new_trace_id
 
 DEFAULT_TIMEOUT = 120.0
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError
 
 if TYPE_CHECKING:
     from foliko_cli.storage.base import SessionStorageAdapter
-    from foliko_cli.storage.record import SessionRecord
+    from foliko_cli.messages.record import SessionRecord
 
 _MISSING = object()
 
@@ -150,7 +150,7 @@ class SessionContext:
     # storage
 
     def to_record(self) -> SessionRecord:
-        from foliko_cli.storage.record import SessionRecord
+        from foliko_cli.messages.record import SessionRecord
 
         return SessionRecord(
             session_id=self.session_id,

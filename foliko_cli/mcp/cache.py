@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.mcp.config import ServerConfig
+from foliko_cli.mcp.server_config import ServerConfig
 from foliko_cli.mcp.connection import ServerTool
 
 DIRECTORY = "mcp-tools"

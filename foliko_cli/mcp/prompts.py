@@ -15,7 +15,7 @@ import base64
 import binascii
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from foliko_cli.attachments import Attachment, fenced
+from foliko_cli.messages.attachments import Attachment, fenced
 from foliko_cli.errors import ToolError, UsageError
 from foliko_cli.mcp.names import SEPARATOR
 from foliko_cli.mcp.resources import pages

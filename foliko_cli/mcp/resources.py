@@ -14,7 +14,7 @@ import binascii
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.attachments import IMAGE_KINDS, MAX_TEXT_BYTES, Loaded, classify
+from foliko_cli.messages.attachments import IMAGE_KINDS, MAX_TEXT_BYTES, Loaded, classify
 from foliko_cli.errors import AttachmentError, ToolError
 
 if TYPE_CHECKING:

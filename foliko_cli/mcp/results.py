@@ -69,7 +69,7 @@ def _holds(text: str, structured: Any) -> bool:
 
 def result_images(result: Any, name: str) -> list[dict[str, Any]]:
     """The result's images as attachment parts named ``NAME-1.png``, ... (``name``: the tool)."""
-    from foliko_cli.attachments import INLINE_LIMIT, image_part, image_type
+    from foliko_cli.messages.attachments import INLINE_LIMIT, image_part, image_type
 
     parts = []
     for block in result.content or []:

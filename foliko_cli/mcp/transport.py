@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import IO, Any, NamedTuple
 
-from foliko_cli.mcp.config import REFERENCE, ServerConfig, expand
+from foliko_cli.mcp.server_config import REFERENCE, ServerConfig, expand
 
 SAFE_VARIABLES = (
     "PATH",

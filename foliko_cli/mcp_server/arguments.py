@@ -11,7 +11,7 @@ import datetime
 from collections.abc import Iterable
 from typing import Any
 
-from foliko_cli.clock import now_ms, parse_duration
+from foliko_cli.common.clock import now_ms, parse_duration
 
 
 class ToolFailure(Exception):

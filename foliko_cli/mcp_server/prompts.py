@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from foliko_cli.agents import agent_config
+from foliko_cli.engine.agents import agent_config
 from foliko_cli.errors import UsageError
 
 MESSAGE_ARGUMENT = "message"

@@ -16,10 +16,10 @@ import orjson
 from foliko_cli.mcp_server.arguments import SINCE_HELP, Arguments
 from foliko_cli.mcp_server.resources import iso, session_uri, transcript_text
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage.record import ROLES, SessionSummary
+from foliko_cli.messages.record import ROLES, SessionSummary
 
 if TYPE_CHECKING:
-    from foliko_cli.chat import TurnResult
+    from foliko_cli.engine.handler import TurnResult
 
 READ_ONLY = {"read_only_hint": True, "open_world_hint": False}
 ADDS_A_TURN = {

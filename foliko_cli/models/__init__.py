@@ -164,7 +164,7 @@ def model_spec(
     alias = name in configured
     target = name
     if alias:
-        from foliko_cli.config import entry_problem
+        from foliko_cli.common.settings import entry_problem
 
         problem = entry_problem("models", name, entry)
         if problem:

@@ -126,7 +126,7 @@ class ModelProvider(ABC):
     ``options`` (from the config) go with every request unless a turn overrides
     them; ``price`` is dollars per million ``input`` and ``output`` tokens.
     ``accepts_images``: the provider sends a user message's image attachments
-    (see ``foliko_cli.attachments``); a turn that attaches an image to a
+    (see ``foliko_cli.messages.attachments``); a turn that attaches an image to a
     model without it is refused before anything is sent or saved.
     """
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from foliko_cli.redaction import redact_url
+from foliko_cli.common.redaction import redact_url
 
 PROBE_TIMEOUT = 2.0
 PROBED_PROVIDERS = ("openai", "ollama")

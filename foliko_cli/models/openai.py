@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.attachments import image_data, images, unavailable
+from foliko_cli.messages.attachments import image_data, images, unavailable
 from foliko_cli.models.base import (
     ModelProvider,
     ModelRequest,

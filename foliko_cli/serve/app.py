@@ -31,7 +31,7 @@ from foliko_cli.serve import (
     responses,
     search,
     session_settings,
-    sessions,
+    session_routes,
     stored_completions,
     trash,
     websocket,
@@ -72,7 +72,7 @@ class ServeOptions(NamedTuple):
 
 
 def _services(options: ServeOptions):
-    from foliko_cli.config import load_settings
+    from foliko_cli.common.settings import load_settings
     from foliko_cli.serve.state import Services
 
     return Services(load_settings(storage=options.storage), notify=_log.warning)
@@ -146,7 +146,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *page.routes,
             *conversations.routes,
             *stored_completions.routes,
-            *sessions.routes,
+            *session_routes.routes,
             *session_settings.routes,
             *search.routes,
             *trash.routes,

@@ -15,7 +15,7 @@ from foliko_cli.serve.errors import ApiError
 
 def image_part(url: Any, where: str, param: str) -> dict[str, Any]:
     """The attachment part of an image sent as a base64 data: URL; 400 otherwise."""
-    from foliko_cli.attachments import classify
+    from foliko_cli.messages.attachments import classify
     from foliko_cli.errors import AttachmentError
 
     if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
@@ -32,7 +32,7 @@ def image_part(url: Any, where: str, param: str) -> dict[str, Any]:
 
 def attached(message: dict[str, Any]) -> list:
     """The message's images as attachments for the turn that sends it."""
-    from foliko_cli.attachments import Attachment, image_data
+    from foliko_cli.messages.attachments import Attachment, image_data
 
     parts = message.get("attachments") or ()
     return [Attachment(p["name"], base64.b64decode(image_data(p) or "")) for p in parts]
@@ -40,7 +40,7 @@ def attached(message: dict[str, Any]) -> list:
 
 def data_url(part: dict[str, Any]) -> str | None:
     """A stored image part as a data: URL (None when its file is gone or changed)."""
-    from foliko_cli.attachments import image_data
+    from foliko_cli.messages.attachments import image_data
 
     data = image_data(part)
     return None if data is None else f"data:{part.get('media_type')};base64,{data}"

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.attachments import unavailable
+from foliko_cli.messages.attachments import unavailable
 from foliko_cli.serve import ids
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part

@@ -45,13 +45,13 @@ import orjson
 from starlette.requests import Request
 from starlette.routing import Route
 
-from foliko_cli.framework import listening_for_waits
+from foliko_cli.engine.framework import listening_for_waits
 from foliko_cli.serve.access_log import LOG_SESSION
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
 from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.turns import Turn
-from foliko_cli.storage.record import SessionRecord, new_metadata
+from foliko_cli.messages.record import SessionRecord, new_metadata
 
 MAX_ATTACHMENTS = 20
 TITLE_LENGTH = 60
@@ -70,7 +70,7 @@ def title_of(message: str | None, names: list[str]) -> str:
 
 
 def _attachments(raw: Any) -> list:
-    from foliko_cli.attachments import Attachment
+    from foliko_cli.messages.attachments import Attachment
 
     if raw is None:
         return []

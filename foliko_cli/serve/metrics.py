@@ -19,10 +19,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from foliko_cli.serve.access_log import route_template
-from foliko_cli.usage import spent_tokens
+from foliko_cli.messages.usage import spent_tokens
 
 if TYPE_CHECKING:
-    from foliko_cli.chat import TurnResult
+    from foliko_cli.engine.handler import TurnResult
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 APIS = ("responses", "chat", "websocket", "mcp", "sessions")

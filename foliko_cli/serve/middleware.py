@@ -20,7 +20,7 @@ from urllib.parse import unquote
 
 from starlette.datastructures import Headers
 
-from foliko_cli.clock import new_request_id, new_trace_id
+from foliko_cli.common.clock import new_request_id, new_trace_id
 from foliko_cli.serve.auth import KeyRing
 from foliko_cli.serve.errors import BodyTooLarge, error_body
 

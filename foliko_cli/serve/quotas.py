@@ -44,8 +44,8 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.storage.record import SessionState, new_metadata
-from foliko_cli.usage import spent_tokens
+from foliko_cli.messages.record import SessionState, new_metadata
+from foliko_cli.messages.usage import spent_tokens
 
 QUOTA_PREFIX = INTERNAL_PREFIX + "quota/"
 LIMIT_NAMES = ("max_turns_per_minute", "max_tokens_per_day")

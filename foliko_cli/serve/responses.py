@@ -46,7 +46,7 @@ from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import NOT_HOSTED_HEADER, namespaces_of, offered_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage.record import SessionRecord, new_metadata
+from foliko_cli.messages.record import SessionRecord, new_metadata
 
 
 def conversation_id(value: Any) -> str | None:

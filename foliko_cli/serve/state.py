@@ -12,7 +12,7 @@ from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.scoped import UserScopedStorage
 
 if TYPE_CHECKING:
-    from foliko_cli.config import Settings
+    from foliko_cli.common.settings import Settings
     from foliko_cli.serve.quotas import Quotas
 
 

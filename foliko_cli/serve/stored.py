@@ -13,7 +13,7 @@ from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage.record import SessionRecord
+from foliko_cli.messages.record import SessionRecord
 
 DELETED_KEY = "deleted_responses"
 
@@ -40,7 +40,7 @@ async def load_session(svc: AsyncFoliko, session_id: str, missing: ApiError) -> 
 
 async def exists(svc: AsyncFoliko, session_id: str, missing: ApiError) -> None:
     from foliko_cli.errors import InvalidSessionIdError
-    from foliko_cli.storage.record import check_session_id
+    from foliko_cli.messages.record import check_session_id
 
     try:
         check_session_id(session_id)

@@ -30,7 +30,7 @@ from foliko_cli.serve.errors import ApiError, error_event
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.record import SessionRecord, check_session_id
+from foliko_cli.messages.record import SessionRecord, check_session_id
 
 KEY = "chat_completion"
 PREFIX = "chatcmpl-"

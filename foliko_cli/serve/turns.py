@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from foliko_cli.chat import TurnResult
+from foliko_cli.engine.handler import TurnResult
 from foliko_cli.errors import ConflictError
 from foliko_cli.serve import ids
 from foliko_cli.serve.metrics import METRICS

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import DEFAULT_TIMEOUT
 from foliko_cli.errors import UsageError
-from foliko_cli.framework import Framework
+from foliko_cli.engine.framework import Framework
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.common import (
     ImportReport,
@@ -34,7 +34,7 @@ from foliko_cli.service.common import (
 from foliko_cli.service.compaction import CompactionMixin
 from foliko_cli.service.forks import ForksMixin
 from foliko_cli.service.maintenance import MaintenanceMixin
-from foliko_cli.service.sessions import SessionsMixin
+from foliko_cli.service.managing import SessionsMixin
 from foliko_cli.service.tooling import ToolsMixin
 from foliko_cli.service.trash import DEFAULT_KEEP_MS, TrashMixin
 from foliko_cli.service.turning import TurnsMixin
@@ -42,11 +42,11 @@ from foliko_cli.storage import open_storage
 from foliko_cli.storage.base import SessionStorageAdapter
 
 if TYPE_CHECKING:
-    from foliko_cli.chat import AgentChatHandler
-    from foliko_cli.config import Settings
+    from foliko_cli.engine.handler import AgentChatHandler
+    from foliko_cli.common.settings import Settings
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
-    from foliko_cli.skills import SkillSet
+    from foliko_cli.engine.skills import SkillSet
 
 
 __all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]
@@ -122,7 +122,7 @@ class AsyncFoliko(
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any):
-        from foliko_cli.config import skill_dirs
+        from foliko_cli.common.settings import skill_dirs
 
         options = {
             "home": settings.home,
@@ -143,7 +143,7 @@ class AsyncFoliko(
     @classmethod
     def from_config(cls, **flags: Any):
         """Settings from the config files and environment, as the CLI reads them."""
-        from foliko_cli.config import load_settings
+        from foliko_cli.common.settings import load_settings
 
         notify = flags.pop("notify", None)
         return cls.from_settings(load_settings(**flags), notify=notify)
@@ -177,7 +177,7 @@ def _keep_ms(keep: int | str) -> int:
     (``"30d"``); 0 turns the trash off."""
     if type(keep) is int and keep >= 0:
         return keep
-    from foliko_cli.config import parse_keep
+    from foliko_cli.common.settings import parse_keep
 
     try:
         return parse_keep(keep)

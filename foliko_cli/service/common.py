@@ -7,17 +7,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import UsageError
 from foliko_cli.storage.base import StoredProblem
-from foliko_cli.storage.record import INTERNAL_PREFIX as INTERNAL_PREFIX
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import INTERNAL_PREFIX as INTERNAL_PREFIX
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionSummary,
     fork_origin,
 )
-from foliko_cli.storage.record import is_internal as is_internal
-from foliko_cli.turns import cut_compression, keep_turns
+from foliko_cli.messages.record import is_internal as is_internal
+from foliko_cli.messages.turns import cut_compression, keep_turns
 
 if TYPE_CHECKING:
     pass
@@ -58,7 +58,7 @@ def default_home() -> Path:
     configured = os.environ.get("FOLIKO_HOME")
     if configured:
         return Path(configured).expanduser()
-    from foliko_cli.config import default_home as platform_home
+    from foliko_cli.common.settings import default_home as platform_home
 
     return platform_home()
 

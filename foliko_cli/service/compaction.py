@@ -12,17 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import SessionNotFoundError, UsageError
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     check_session_id,
     covered_messages,
 )
-from foliko_cli.turns import turns_before
+from foliko_cli.messages.turns import turns_before
 
 ACTIVE, FOLDED, UNDONE = "active", "folded", "undone"
 

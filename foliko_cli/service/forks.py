@@ -13,7 +13,7 @@ from typing import Any
 
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.record import check_session_id, is_internal
+from foliko_cli.messages.record import check_session_id, is_internal
 
 
 class ForksMixin:

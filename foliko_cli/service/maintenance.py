@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
 from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.base import StoredProblem
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     ROLES,
     SessionRecord,
     check_session_id,
@@ -77,7 +77,7 @@ class MaintenanceMixin:
     async def usage(self, *, since: int | None = None, by: str = "session") -> dict[str, Any]:
         """Token and cost totals of the assistant messages written at or after
         ``since`` (ms), per ``session``, ``model`` or UTC ``day``, and in all."""
-        from foliko_cli.usage import GROUPINGS, summarise
+        from foliko_cli.messages.usage import GROUPINGS, summarise
 
         if by not in GROUPINGS:
             raise UsageError(f"unknown grouping {by!r}", fix=f"use one of {', '.join(GROUPINGS)}")

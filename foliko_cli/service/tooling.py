@@ -6,13 +6,13 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import RequestContext
 from foliko_cli.models.base import ModelProvider
-from foliko_cli.tools import Tool
+from foliko_cli.engine.tools import Tool
 
 if TYPE_CHECKING:
-    from foliko_cli.chat import AgentChatHandler
+    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.context.agent import AgentContext
     from foliko_cli.mcp.manager import MCPManager
-    from foliko_cli.skills import SkillSet
+    from foliko_cli.engine.skills import SkillSet
 from foliko_cli.service.common import (
     _NOTICE_MARKER,
     DEFAULT_MODEL_NOTICE,
@@ -27,7 +27,7 @@ class ToolsMixin:
     def skills(self) -> SkillSet:
         """Skills found in the skill directories (once); problems go to ``notify``."""
         if self._skills is None:
-            from foliko_cli.skills import discover_skills
+            from foliko_cli.engine.skills import discover_skills
 
             self._skills = discover_skills(self.skill_dirs)
             for problem in self._skills.problems:
@@ -39,7 +39,7 @@ class ToolsMixin:
         if self._tools_loaded:
             return
         if self.tools:
-            from foliko_cli.plugins import load_tool
+            from foliko_cli.engine.plugins import load_tool
 
             for reference in self.tools:
                 self.framework.register_tool(load_tool(reference))
@@ -49,7 +49,7 @@ class ToolsMixin:
 
     async def agent_context(self, name: str) -> AgentContext:
         """The agent's context, filled from its config (tools, skills, MCP servers)."""
-        from foliko_cli.agents import agent_config, build_agent
+        from foliko_cli.engine.agents import agent_config, build_agent
 
         config = agent_config(name, self.agents)
         context = self.framework.get_or_create_agent_context(name)
@@ -69,7 +69,7 @@ class ToolsMixin:
         the servers not marked ``per_user``."""
         if self._mcp is None:
             from foliko_cli.mcp.asking import Interaction
-            from foliko_cli.mcp.config import ELICITATION_CHOICES
+            from foliko_cli.mcp.server_config import ELICITATION_CHOICES
             from foliko_cli.mcp.manager import MCPManager
 
             elicitation = self._interaction[2]
@@ -200,8 +200,8 @@ class ToolsMixin:
     async def tool_rows(self) -> list[dict[str, Any]]:
         """Every tool a chat may use: built-ins, enabled plugins (the one in effect
         when names clash), the MCP servers' tools, and installed plugins not enabled."""
-        from foliko_cli.plugins import entry_point_tools, load_tool
-        from foliko_cli.tools import BUILTIN_TOOLS
+        from foliko_cli.engine.plugins import entry_point_tools, load_tool
+        from foliko_cli.engine.tools import BUILTIN_TOOLS
 
         def row(name: str, source: str, enabled: bool, description: str) -> dict[str, Any]:
             return {"name": name, "source": source, "enabled": enabled, "description": description}
@@ -226,7 +226,7 @@ class ToolsMixin:
 
     async def describe_agent(self, name: str) -> dict[str, Any]:
         """An agent's model, tools, skills and the system prompt its turns start with."""
-        from foliko_cli.prompts import agent_system_prompt
+        from foliko_cli.engine.prompts import agent_system_prompt
 
         context = await self.agent_context(name)
         chosen = self.model_name(None, name)
@@ -245,7 +245,7 @@ class ToolsMixin:
         if model is not None:
             return model
         if agent is not None:
-            from foliko_cli.agents import agent_config
+            from foliko_cli.engine.agents import agent_config
 
             configured = agent_config(agent, self.agents).model
             if configured:
@@ -272,7 +272,7 @@ class ToolsMixin:
         return provider
 
     async def _make_handler(self, provider: ModelProvider, agent: str | None) -> AgentChatHandler:
-        from foliko_cli.chat import AgentChatHandler
+        from foliko_cli.engine.handler import AgentChatHandler
 
         await self._load_global_tools()
         await self._follow_mcp_changes()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     CorruptSessionError,
     NotInTrashError,
@@ -21,7 +21,7 @@ from foliko_cli.errors import (
     UsageError,
 )
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     check_session_id,

@@ -8,17 +8,17 @@ from typing import TYPE_CHECKING, Any
 from foliko_cli.context.request import RequestContext
 from foliko_cli.errors import SessionExistsError, UsageError
 from foliko_cli.models.base import ModelProvider
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     check_session_id,
     new_metadata,
 )
-from foliko_cli.tools import ToolResult
-from foliko_cli.turns import cut_compression, drop_turns
+from foliko_cli.engine.tools import ToolResult
+from foliko_cli.messages.turns import cut_compression, drop_turns
 
 if TYPE_CHECKING:
-    from foliko_cli.attachments import Source
-    from foliko_cli.chat import TurnResult, TurnSetup
+    from foliko_cli.messages.attachments import Source
+    from foliko_cli.engine.handler import TurnResult, TurnSetup
 from foliko_cli.service.common import (
     TURN_FIELDS,
     check_message_text,
@@ -43,7 +43,7 @@ class TurnsMixin:
         upto: int | None = None,
         **extra: Any,
     ) -> TurnSetup:
-        from foliko_cli.chat import TurnSetup
+        from foliko_cli.engine.handler import TurnSetup
 
         start_from = extra.pop("start_from", None)
         expected = extra.pop("expected_revision", None)
@@ -106,7 +106,7 @@ class TurnsMixin:
         given); ``regenerate`` replaces the session's last turn by a new answer
         to its user message (``message`` None) or to ``message`` (that message
         edited), in one write. ``attachments`` are paths, http(s) URLs or
-        ``Attachment`` bytes (see ``foliko_cli.attachments``).
+        ``Attachment`` bytes (see ``foliko_cli.messages.attachments``).
 
         ``options`` are model options (``temperature``, ``max_tokens``, ...)
         over the model's configured ones; ``schema`` is a JSON Schema the
@@ -122,7 +122,7 @@ class TurnsMixin:
         setup_options.update(system=system, turns=turns, upto=upto, regenerate=regenerate)
         setup_options["attachments"] = attachments
         if on_event is None:
-            from foliko_cli.chat import TurnOptions
+            from foliko_cli.engine.handler import TurnOptions
 
             handler = await self.handler(model, agent)
             message, setup = await self._prepare(session_id, message, turn=turn, **setup_options)
@@ -178,7 +178,7 @@ class TurnsMixin:
     ) -> AsyncIterator[dict[str, Any]]:
         """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
         (whose ``result`` is the TurnResult). Options as for ``chat``."""
-        from foliko_cli.chat import TurnOptions
+        from foliko_cli.engine.handler import TurnOptions
 
         handler = await self.handler(model, agent)
         message, setup = await self._prepare(
@@ -231,7 +231,7 @@ class TurnsMixin:
             raise UsageError("no message to send", fix="give one")
         parts: list[dict[str, Any]] = []
         if attachments:
-            from foliko_cli.attachments import compose, load_all
+            from foliko_cli.messages.attachments import compose, load_all
 
             loaded = await load_all(attachments, self.timeout, self._read_resource)
             message, parts = compose(message, loaded)
@@ -326,8 +326,8 @@ class TurnsMixin:
         model's server counted them (True) or foliko estimated them (False)."""
         import orjson
 
-        from foliko_cli.compression import message_tokens
-        from foliko_cli.tokens import estimate_tokens
+        from foliko_cli.engine.compression import message_tokens
+        from foliko_cli.messages.tokens import estimate_tokens
 
         target, captured = await self._captured(
             session_id, message, model, agent, None, None, setup
@@ -350,8 +350,8 @@ class TurnsMixin:
         self, session_id, message, model, agent, options, schema, setup, *, stream=False
     ):
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
-        from foliko_cli.chat import TurnOptions
-        from foliko_cli.dryrun import CaptureModel, RequestCaptured
+        from foliko_cli.engine.handler import TurnOptions
+        from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
         from foliko_cli.models import resolve_model
 
         turn = {key: setup.pop(key) for key in list(setup) if key in TURN_FIELDS}

@@ -12,7 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, NamedTuple
 
 from foliko_cli.errors import ConflictError, SessionExistsError
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     CorruptSessionError,
     SessionExistsError,
@@ -28,7 +28,7 @@ from foliko_cli.storage.base import (
     check_expected,
     expected_list,
 )
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     content_hash,
     covered_messages,

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from foliko_cli.errors import CorruptSessionError
-from foliko_cli.storage.record import SessionSummary
+from foliko_cli.messages.record import SessionSummary
 
 SHOWN_RANGES = 3
 SESSION_ROW = "row in the sessions table"

@@ -51,7 +51,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
@@ -72,7 +72,7 @@ from foliko_cli.storage.filelock import SessionFileLocks
 from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

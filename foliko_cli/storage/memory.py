@@ -6,9 +6,9 @@ import copy
 import threading
 from typing import Any
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, CorruptSessionError
-from foliko_cli.queues import SessionQueues
+from foliko_cli.storage.queues import SessionQueues
 from foliko_cli.storage.base import (
     SavesInBatches,
     SessionStorageAdapter,
@@ -17,7 +17,7 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.integrity import check_count
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

@@ -25,7 +25,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.storage.record import SessionRecord
+from foliko_cli.messages.record import SessionRecord
 
 BATCH_SIZE = 500
 

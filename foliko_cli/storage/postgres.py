@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     SessionBusyError,
     SessionExistsError,
@@ -66,7 +66,7 @@ from foliko_cli.storage.base import (
 )
 from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.poll import poll
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

@@ -49,7 +49,7 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
@@ -67,7 +67,7 @@ from foliko_cli.storage.base import (
 )
 from foliko_cli.storage.integrity import damaged_summary, orphaned
 from foliko_cli.storage.poll import poll
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

@@ -52,7 +52,7 @@ from foliko_cli.storage.integrity import (
 )
 from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

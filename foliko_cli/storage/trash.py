@@ -30,7 +30,7 @@ from typing import NamedTuple
 
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     INTERNAL_PREFIX,
     SessionRecord,
     SessionSummary,

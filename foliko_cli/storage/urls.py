@@ -1,5 +1,5 @@
 """Server storage URLs (PostgreSQL, Redis): one parser, and the redactor of
-foliko_cli/redaction.py that every URL foliko shows (``storage.shown``,
+foliko_cli/common/redaction.py that every URL foliko shows (``storage.shown``,
 ``location``, ``info()``, every error) goes through.
 """
 
@@ -9,7 +9,7 @@ from typing import NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from foliko_cli.errors import StorageConfigError
-from foliko_cli.redaction import HIDDEN, redact_url
+from foliko_cli.common.redaction import HIDDEN, redact_url
 
 redact = redact_url
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.config import FIELDS, display_name
+from foliko_cli.common.settings import FIELDS, display_name
 
 from .locks import held
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.storage.record import SessionRecord, new_metadata
+from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.storage.sqlite import SQLiteStorage
 
 T0 = 1_700_000_000_000
@@ -287,7 +287,7 @@ def test_usage_table_ends_with_the_total(invoke, switched_models):
 
 
 def test_usage_since_counts_only_recent_replies(invoke, foliko_home, switched_models):
-    from foliko_cli.clock import now_ms
+    from foliko_cli.common.clock import now_ms
 
     now = now_ms()
     store(foliko_home, SessionRecord("new", messages=[reply("x", "small", now, input_tokens=7)]))

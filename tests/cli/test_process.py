@@ -8,7 +8,7 @@ import sys
 
 import orjson
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 
 def test_done_means_scenario(run_foliko):

@@ -1,5 +1,5 @@
 """Secrets stay hidden: a URL's credentials and token parameters wherever a
-URL is shown (foliko_cli/redaction.py), and API-key file entries read as
+URL is shown (foliko_cli/common/redaction.py), and API-key file entries read as
 meant (spaces around a key or user are not part of it)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from foliko_cli.redaction import redact_url
+from foliko_cli.common.redaction import redact_url
 
 from .test_config import places, shown  # noqa: F401 - the fixture and its reader
 

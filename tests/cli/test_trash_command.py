@@ -201,7 +201,7 @@ def test_delete_puts_what_it_removed_in_the_trash_quietly(invoke, chat):
 
 
 def test_prune_says_how_long_the_trash_keeps_what_it_deleted(invoke, foliko_home):
-    from foliko_cli.clock import now_ms
+    from foliko_cli.common.clock import now_ms
 
     from .test_sessions_manage import DAY, store
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from foliko_cli.errors import AgentNotFoundError, UsageError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models.base import ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
 
@@ -181,7 +181,7 @@ def test_library_rebuilds_the_prompt_from_the_agent_context_each_turn(tmp_path: 
 
 
 def foliko_tool(name: str, description: str):
-    from foliko_cli.tools import Tool
+    from foliko_cli.engine.tools import Tool
 
     return Tool(name, description, lambda arguments, framework: "ok")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from foliko_cli.plugins import tool_from_function
+from foliko_cli.engine.plugins import tool_from_function
 
 from .conftest import stderr_lines, tool_call, tool_messages
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 import yaml
 
-from foliko_cli.workflow import render
+from foliko_cli.service.workflows import render
 
 from .conftest import stderr_lines
 

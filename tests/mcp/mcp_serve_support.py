@@ -15,7 +15,7 @@ import orjson
 from mcp_support import write_config
 from mcp_types.version import LATEST_HANDSHAKE_VERSION, LATEST_MODERN_VERSION
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 FOLIKO_BIN = Path(sys.executable).with_name("foliko")
 # What the installed SDK negotiates: its newest version of each protocol era.

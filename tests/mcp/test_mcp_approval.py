@@ -11,7 +11,7 @@ import pexpect
 import pytest
 from mcp_support import asking_server, write_config
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 NOTE = '/tool u__note {"text": "x"}'
 REFUSED = (

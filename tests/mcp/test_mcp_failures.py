@@ -10,7 +10,7 @@ import orjson
 import pytest
 from mcp_support import write_config
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 MISSING = "/nonexistent/bin/mcp-server"
 

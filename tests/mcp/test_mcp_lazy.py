@@ -15,7 +15,7 @@ import orjson
 import pytest
 from mcp_support import asking_server, write_config
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.mcp import connection as connection_module
 from foliko_cli.mcp.cache import DIRECTORY, TTL_SECONDS
 

@@ -16,7 +16,7 @@ from resources_server import NOTES, TINY_PNG
 
 from foliko_cli.cli.prompting import parse
 from foliko_cli.errors import UsageError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 
 CHAT = "/v1/chat/completions"

@@ -26,7 +26,7 @@ from mcp_serve_support import (
 from mcp_support import write_config
 from serve.servers import ServeProcess, foliko_env
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 KEYS = """[keys]
 "key-alice" = "alice"

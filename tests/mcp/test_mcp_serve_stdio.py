@@ -65,7 +65,7 @@ def test_with_user_it_serves_that_users_sessions(foliko_home: Path):
     names, missing = asyncio.run(main())
     assert names == ["alice-groceries", "alice-deploy-notes"]
     assert missing.startswith("session 'shared-groceries' not found")
-    from foliko_cli.facade import Foliko
+    from foliko_cli.service.facade import Foliko
 
     with Foliko(home=foliko_home, user="alice") as alice:
         assert alice.get_session("alice-groceries").messages[-1]["content"] == "and milk"

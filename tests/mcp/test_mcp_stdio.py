@@ -13,7 +13,7 @@ import pytest
 from mcp_support import stdio_server
 
 from foliko_cli.errors import TurnTimeoutError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 CALL_TIMEOUT = 1.5
 EXIT_WAIT_S = 15

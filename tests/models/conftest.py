@@ -63,8 +63,8 @@ def anthropic_env(fake_server: FakeServer) -> dict[str, str]:
 @pytest.fixture
 def show(foliko_home: Path):
     """The stored session as ``sessions show ID --json`` prints it (read in-process)."""
-    from foliko_cli.facade import Foliko
-    from foliko_cli.storage.record import record_to_dict
+    from foliko_cli.service.facade import Foliko
+    from foliko_cli.messages.record import record_to_dict
 
     def load(session_id: str) -> dict:
         with Foliko("sqlite", "echo", home=foliko_home) as foliko:
@@ -76,7 +76,7 @@ def show(foliko_home: Path):
 @pytest.fixture
 def seed(foliko_home: Path):
     """Run echo-model turns in-process on the CLI's default storage (quicker than processes)."""
-    from foliko_cli.facade import Foliko
+    from foliko_cli.service.facade import Foliko
 
     def run(session_id: str, *messages: str) -> None:
         with Foliko("sqlite", "echo", home=foliko_home) as foliko:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import orjson
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.base import ModelRequest
 

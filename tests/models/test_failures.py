@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from foliko_cli.errors import ModelError, SessionNotFoundError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.base import ModelRequest
 from foliko_cli.models.http import MAX_ATTEMPTS

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from foliko_cli.errors import ContextOverflowError, ModelError, UnknownModelError, UsageError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models import (
     BUILTIN_PROVIDERS,
     ENTRY_POINT_GROUP,

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from foliko_cli.errors import TurnTimeoutError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.listing import served_models
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.compression import SUMMARY_HEADING, SUMMARY_SYSTEM
+from foliko_cli.engine.compression import SUMMARY_HEADING, SUMMARY_SYSTEM
 from foliko_cli.errors import ModelError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.base import ModelRequest
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.chat import AgentChatHandler, default_max_tokens
+from foliko_cli.engine.handler import AgentChatHandler, default_max_tokens
 from foliko_cli.errors import InvalidReplyError, UsageError
-from foliko_cli.facade import Foliko
-from foliko_cli.framework import Framework
+from foliko_cli.service.facade import Foliko
+from foliko_cli.engine.framework import Framework
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.anthropic import REPLY_TOOL
 from foliko_cli.models.base import ModelRequest

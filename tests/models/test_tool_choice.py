@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from foliko_cli.errors import UsageError
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 from foliko_cli.models.base import ModelRequest
 
 from .mock_transport import Script, chat_reply, json_response

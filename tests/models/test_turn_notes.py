@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.facade import Foliko
+from foliko_cli.service.facade import Foliko
 
 from .fake_servers import (
     ANTHROPIC_KEY,

@@ -198,7 +198,7 @@ def test_a_bad_limit_exits_2_naming_the_variable(start_server):
 def test_scratch_sessions_keep_no_trash_and_users_keep_the_configured_one(foliko_home):
     import asyncio
 
-    from foliko_cli.config import load_settings
+    from foliko_cli.common.settings import load_settings
     from foliko_cli.serve.state import Services, scratch_id
 
     async def scenario():

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from foliko_cli.storage.record import SessionRecord, SessionState
+from foliko_cli.messages.record import SessionRecord, SessionState
 
 if TYPE_CHECKING:
     from foliko_cli.storage.postgres import PostgresStorage

@@ -11,7 +11,7 @@ import copy
 
 import pytest
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
@@ -22,7 +22,7 @@ from foliko_cli.errors import (
     SessionNotFoundError,
 )
 from foliko_cli.storage import capabilities, trash
-from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
+from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
 
 from . import damage
 from .services import in_threads

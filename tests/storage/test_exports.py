@@ -24,11 +24,11 @@ from full_session import IMAGE, T0, chatgpt_view, full_record
 from hypothesis import given
 
 from foliko_cli.cli.main import cli
-from foliko_cli.exporters import FORMATS, writer
-from foliko_cli.importers.reading import read
+from foliko_cli.formats.exporters import FORMATS, writer
+from foliko_cli.formats.importers.reading import read
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     filled_metadata,
     new_metadata,

@@ -23,7 +23,7 @@ from foliko_cli.storage.jsonfile import (
     seed_file_name,
     session_id_from_stem,
 )
-from foliko_cli.storage.record import SessionRecord, SessionState, content_hash
+from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
 
 from .test_conformance import NESTED_VARIABLES, ODD_IDS, RICH_MESSAGES, make_record, state, turn
 

@@ -166,7 +166,7 @@ RACER = textwrap.dedent(
     from pathlib import Path
     from foliko_cli.storage import open_storage
     from foliko_cli.errors import ConflictError
-    from foliko_cli.storage.record import SessionState
+    from foliko_cli.messages.record import SessionState
 
     async def main():
         storage = open_storage(sys.argv[1], Path(sys.argv[2]))
@@ -194,7 +194,7 @@ def test_writers_that_skip_the_turn_lock_still_never_lose_an_update(storage_url,
         import asyncio, sys
         from pathlib import Path
         from foliko_cli.storage import open_storage
-        from foliko_cli.storage.record import SessionState
+        from foliko_cli.messages.record import SessionState
 
         async def main():
             storage = open_storage(sys.argv[1], Path(sys.argv[2]))

@@ -33,7 +33,7 @@ from foliko_cli.errors import (
 from foliko_cli.storage import capabilities
 from foliko_cli.storage import postgres as postgres_module
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
-from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.messages.record import SessionRecord, content_hash
 from foliko_cli.storage.sql import writes
 from foliko_cli.storage.sql.dialect import PostgresDialect
 from foliko_cli.storage.sql.executor import PostgresExecutor
@@ -150,7 +150,7 @@ def test_several_processes_starting_at_once_migrate_once(url, schema):
         """
         import asyncio, sys
         from foliko_cli.storage.postgres import PostgresStorage
-        from foliko_cli.storage.record import SessionRecord
+        from foliko_cli.messages.record import SessionRecord
         sys.stdout.write("ready\\n"); sys.stdout.flush()
         sys.stdin.readline()  # go: everyone starts at once
         storage = PostgresStorage(sys.argv[1], schema=sys.argv[2])

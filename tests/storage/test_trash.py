@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     ConflictError,
     ExitCode,
@@ -25,7 +25,7 @@ from foliko_cli.models.echo import EchoModel
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import trash
 from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.storage.record import SessionRecord, content_hash
+from foliko_cli.messages.record import SessionRecord, content_hash
 
 from .core_only import CoreOnlyStorage
 from .test_conformance import make_record

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import StorageError
 from foliko_cli.storage.sql.dialect import Dialect
 from foliko_cli.storage.sql.executor import Executor

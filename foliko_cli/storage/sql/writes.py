@@ -19,11 +19,11 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.clock import now_ms
+from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, SessionExistsError, SessionNotFoundError
 from foliko_cli.storage.base import check_expected
 from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
-from foliko_cli.storage.record import (
+from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,

@@ -261,7 +261,7 @@ def shifted_times(value, by: float):
 
 
 def test_prune_keeps_a_chatgpt_import_whose_dates_are_old(invoke, tmp_path, foliko_home):
-    from foliko_cli.clock import now_ms
+    from foliko_cli.common.clock import now_ms
 
     from ..test_sessions_manage import DAY, store
 

@@ -1,0 +1,1 @@
+"""What every layer shares: settings, the clock and ids, how URLs are shown."""

@@ -1,0 +1,833 @@
+"""The turn engine (the seed's AgentChatHandler).
+
+A turn: take the session's place in its FIFO queue, lock it in storage,
+reload it if another process moved it, append the user message, call the
+model, run the tools it asks for (at most ``max_steps`` model calls), then
+append every new message in one storage write. If anything fails, the
+session is restored in memory and nothing is written (R1).
+
+The write itself is never cut short: a cancellation (Ctrl-C, SIGTERM, the
+deadline) that arrives while it runs waits for it, and once it has
+committed the turn stands and its result is returned — so "not saved" is
+only ever said of a turn that was not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from foliko_cli.common.clock import now_ms
+from foliko_cli.engine.shield import run_to_completion
+from foliko_cli.engine.compression import Compressor
+from foliko_cli.context import AgentContext, RequestContext, SessionContext
+from foliko_cli.context.session import SessionCheckpoint
+from foliko_cli.errors import (
+    ConflictError,
+    ContextOverflowError,
+    SessionExistsError,
+    TurnTimeoutError,
+    UsageError,
+)
+from foliko_cli.engine.framework import Framework
+from foliko_cli.models.base import (
+    ModelProvider,
+    ModelRequest,
+    ModelResponse,
+    check_options,
+    forced_tool,
+)
+from foliko_cli.engine.prompts import turn_system_prompt
+from foliko_cli.messages.record import SessionRecord, SessionState, clear_record, new_metadata
+from foliko_cli.engine.tools import Tool, ToolResult
+
+if TYPE_CHECKING:
+    from foliko_cli.storage.trash import TrashEntry
+
+T = TypeVar("T")
+
+DEFAULT_MAX_STEPS = 10
+MAX_REPLY_TOKENS = 4096
+_MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error", "attachments")
+
+
+class TurnResult(NamedTuple):
+    """What a finished turn returns (SPEC F3). ``success`` is always True: a turn
+    that fails raises instead (the seed's shape keeps the field)."""
+
+    success: bool
+    message: str
+    step_count: int
+    request_id: str
+    trace_id: str
+    session_id: str
+    usage: dict[str, Any]
+    """The replies' counters; ``compression`` beside them holds those of the
+    calls that summarised the history for this turn, when there were any."""
+    finish_reason: str = "stop"
+    model: str = ""
+    duration_ms: int = 0
+    cost: float | None = None
+    trashed: str | None = None
+    """The trash entry that keeps the session this turn started over."""
+    max_tokens: int | None = None
+    """The bound the last model call was given for its reply."""
+    compressed: Mapping[str, Any] | None = None
+    """When the turn compressed the history: its ``method`` (``summary`` or
+    ``truncation``), the messages it ``covered`` and the ``window`` it fit."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._asdict()
+
+
+class TurnSetup(NamedTuple):
+    """Changes made inside the turn, before the user message, saved with it.
+
+    ``start_from`` replaces the stored session (an empty record starts it over,
+    a copy of another session forks it); ``expected_revision`` is the stored
+    revision it was derived from (0: the session must not exist yet; None:
+    replace whatever is there), checked under the session's lock before the
+    model is called. ``system_prompt`` is kept in the session's metadata for
+    later turns. ``messages`` are added before the user message (an empty
+    user message adds none: a turn may continue after tool results).
+    ``instructions`` stand in for the session's own system prompt in this
+    turn only (they are not kept). ``client_tools`` are tool specs the caller
+    runs itself: when the model calls one, the turn ends there (finish reason
+    ``tool_calls``). ``on_start`` gets the history position of the turn's
+    first message, ``on_message`` each message the turn adds and its
+    position, as it is added, ``on_finish`` the messages it wrote (before
+    they are saved). ``attachments`` are the user message's parts (see
+    ``foliko_cli.messages.attachments``; text ones are already in the message).
+    ``server_tools`` names the server's own tools the turn may offer (None:
+    all of them); a client tool of the same name as a server tool wins.
+    ``annotations`` are keys stored on the turn's first message, for the
+    caller to find with the turn again (never sent to the model).
+    ``trash`` is the reason (``storage.trash.REASONS``) under which a stored
+    session that ``start_from`` replaces is first copied to the trash; None:
+    it is not kept. ``tools`` are offered in this turn only, besides the
+    server's own (over one of the same name).
+    """
+
+    start_from: SessionRecord | None = None
+    variables: Mapping[str, Any] = MappingProxyType({})
+    system_prompt: str | None = None
+    expected_revision: int | None = None
+    messages: tuple[dict[str, Any], ...] = ()
+    instructions: str | None = None
+    client_tools: tuple[dict[str, Any], ...] = ()
+    on_start: Callable[[int], None] | None = None
+    on_message: Callable[[int, dict[str, Any]], None] | None = None
+    on_finish: Callable[[list[dict[str, Any]]], None] | None = None
+    attachments: tuple[dict[str, Any], ...] = ()
+    server_tools: frozenset[str] | None = None
+    annotations: Mapping[str, Any] = MappingProxyType({})
+    trash: str | None = None
+    tools: tuple[Tool, ...] = ()
+
+    def check(self, session: SessionContext) -> None:
+        """Refuse to replace a session that moved since ``start_from`` was made."""
+        expected = self.expected_revision
+        if expected is None or session.revision == expected:
+            return
+        if expected == 0:
+            raise SessionExistsError(session.session_id)
+        raise ConflictError(session.session_id, expected, session.revision)
+
+    def apply(self, session: SessionContext) -> bool:
+        """Change ``session``; return True when it must be saved whole."""
+        if self.start_from is not None:
+            session.metadata = new_metadata()
+            session.apply_record(self.start_from)
+        session.variables.update(self.variables)
+        if self.system_prompt is not None:
+            session.metadata["system_prompt"] = self.system_prompt
+        return self.start_from is not None
+
+
+class TurnOptions(NamedTuple):
+    """What one turn asks of the model beyond the messages: sampling ``options``
+    (over the model's configured ones), a JSON ``schema`` for the reply, and
+    whether the history may be ``compress``-ed to fit the window (without,
+    a history that does not fit is a ContextOverflowError)."""
+
+    options: Mapping[str, Any] = MappingProxyType({})
+    schema: Mapping[str, Any] | None = None
+    compress: bool = True
+
+
+def default_max_tokens(window: int) -> int:
+    """A reply may take a quarter of the window, at most MAX_REPLY_TOKENS."""
+    return max(16, min(window // 4, MAX_REPLY_TOKENS))
+
+
+def summed(first: Mapping[str, int], second: Mapping[str, int]) -> dict[str, int]:
+    """Two usages' counters added key by key."""
+    total = dict(first)
+    for key, value in second.items():
+        total[key] = total.get(key, 0) + value
+    return total
+
+
+def turn_cost(usage: Mapping[str, int], price: Mapping[str, float]) -> float | None:
+    """Dollars for ``usage`` at ``price`` (per million input and output tokens)."""
+    if not price:
+        return None
+    spent = usage.get("input_tokens", 0) * price.get("input", 0.0)
+    spent += usage.get("output_tokens", 0) * price.get("output", 0.0)
+    return round(spent / 1_000_000, 8)
+
+
+class AgentChatHandler:
+    """``context_window`` (FOLIKO_CONTEXT_WINDOW) yields only to a window configured
+    for the model itself; without either, the server is asked once, then the
+    model's known window is used."""
+
+    def __init__(
+        self,
+        framework: Framework,
+        model: ModelProvider,
+        *,
+        agent: AgentContext | None = None,
+        system_prompt: str | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        context_window: int | None = None,
+    ):
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self.framework = framework
+        self.model = model
+        self.agent = agent
+        self.system_prompt = system_prompt
+        self.max_steps = max_steps
+        explicit = context_window if not model.window_configured else None
+        self.compressor = Compressor(explicit or model.context_window)
+        self._window_settled = bool(model.window_configured or explicit or model.offline)
+
+    # public
+
+    async def chat(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        request: RequestContext | None = None,
+        setup: TurnSetup | None = None,
+        options: TurnOptions | None = None,
+    ) -> TurnResult:
+        """One turn without streaming: the model is asked for whole replies."""
+        request = request or self.framework.get_request_context() or RequestContext()
+        task = asyncio.ensure_future(
+            self._serialised_turn(
+                message, session_id, request, None, setup or TurnSetup(), options or TurnOptions()
+            )
+        )
+        request.on_cancel(task.cancel)
+        try:
+            return await task
+        finally:
+            request.remove_on_cancel(task.cancel)
+
+    async def chat_stream(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        request: RequestContext | None = None,
+        setup: TurnSetup | None = None,
+        options: TurnOptions | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``.
+
+        The model streams its replies; the deltas are passed on as they come.
+        """
+        request = request or self.framework.get_request_context() or RequestContext()
+        events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+
+        async def produce() -> None:
+            try:
+                result = await self._serialised_turn(
+                    message,
+                    session_id,
+                    request,
+                    events,
+                    setup or TurnSetup(),
+                    options or TurnOptions(),
+                )
+                await events.put({"type": "done", "result": result})
+            except BaseException as exc:
+                await events.put(exc)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                await events.put(None)
+
+        task = asyncio.ensure_future(produce())
+        request.on_cancel(task.cancel)
+        try:
+            while True:
+                try:
+                    event = await events.get()
+                except asyncio.CancelledError:
+                    if not await _committed_anyway(task, events):
+                        raise
+                    continue
+                if event is None:
+                    break
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+        finally:
+            request.remove_on_cancel(task.cancel)
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def clear_history(self, session_id: str, timeout: float = 30.0) -> None:
+        """Drop the session's messages, keeping its variables."""
+        storage = self.framework.session_storage
+        async with self.framework.hold_session(session_id, timeout):
+            record = await storage.load(session_id)
+            if record is None:
+                return
+            revision = await storage.save(clear_record(record))
+            session = self.framework.context_manager.get_session_context(session_id)
+            if session is not None:
+                session.apply_record(record)
+                session.revision = revision
+
+    async def compact(
+        self,
+        session_id: str,
+        *,
+        request: RequestContext | None = None,
+        keep: int | None = None,
+    ) -> dict[str, Any]:
+        """Compress the session's history now: all but its last ``keep`` turns, or
+        (None) as a full window would. Save it and return the compaction (see
+        compression.py), which waits in the compression state for the next
+        turn's reply; NothingToCompactError, and nothing saved, when there is
+        nothing to fold in."""
+        request = request or self.framework.get_request_context() or RequestContext()
+
+        async def work(session: SessionContext) -> tuple[dict[str, Any], bool]:
+            await self.learn_context_window()
+            session.system_prompt = self.build_system_prompt(session)
+            entry = await self.compressor.compact(
+                session,
+                session.system_prompt,
+                self.model,
+                time.monotonic() + request.remaining(),
+                keep=keep,
+            )
+            cost = turn_cost(entry["usage"], self.model.price)
+            if cost is not None:
+                entry["cost"] = cost
+            state = session.compression_state
+            state["compactions"] = [*_pending(state), entry]
+            return entry, False
+
+        return await self._in_session(session_id, request, work)
+
+    async def run_tool(
+        self, name: str, arguments: Any, *, session_id: str, request: RequestContext | None = None
+    ) -> ToolResult:
+        """Run one tool inside the session (a workflow step), saving what it changed."""
+        request = request or self.framework.get_request_context() or RequestContext()
+
+        async def work(session: SessionContext) -> tuple[ToolResult, bool]:
+            return await self.framework.execute_tool(name, arguments), False
+
+        return await self._in_session(session_id, request, work)
+
+    # the turn
+
+    async def _serialised_turn(
+        self,
+        message: str,
+        session_id: str,
+        request: RequestContext,
+        events: asyncio.Queue | None,
+        setup: TurnSetup,
+        options: TurnOptions,
+    ) -> TurnResult:
+        async def work(session: SessionContext) -> tuple[TurnResult, bool]:
+            setup.check(session)
+            replace = setup.apply(session)
+            return await self._run_steps(message, session, request, events, options, setup), replace
+
+        return await self._in_session(session_id, request, work, trash=setup.trash)
+
+    async def _in_session(
+        self,
+        session_id: str,
+        request: RequestContext,
+        work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
+        *,
+        trash: str | None = None,
+    ) -> T:
+        """Hold the session, run ``work`` on its fresh state, save whole or not at all.
+
+        ``work`` returns its result and whether the session must be replaced
+        (rather than appended to); ``trash`` as for ``TurnSetup``.
+        """
+        committed: list[T] = []
+        try:
+            async with self.framework.hold_session(
+                session_id, request.timeout, wait=request.remaining()
+            ):
+                session = self.framework.get_or_create_session_context(session_id)
+                try:
+                    async with asyncio.timeout(request.remaining()) as deadline:
+                        with request.follow(deadline):
+                            return await self._transaction(session, request, work, committed, trash)
+                except TimeoutError:
+                    if committed:
+                        return committed[0]
+                    raise TurnTimeoutError(request.timeout) from None
+                finally:
+                    self.framework.release_session_context(session_id)
+        except asyncio.CancelledError:
+            if committed:
+                return committed[0]
+            raise
+
+    async def _transaction(
+        self,
+        session: SessionContext,
+        request: RequestContext,
+        work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
+        committed: list[T],
+        trash_reason: str | None = None,
+    ) -> T:
+        """Run ``work`` and write its outcome; once written, ``committed`` holds the result."""
+        await self._sync_history(session)
+        checkpoint = session.checkpoint()
+        try:
+            with self.framework.bind(request=request, session=session, agent=self.agent):
+                result, replace = await work(session)
+            if replace:
+                record = session.to_record()
+                record.saved_at = 0
+                write = self._replaced(record, checkpoint.revision, trash_reason)
+            else:
+                write = self._appended(session, checkpoint)
+            (session.revision, entry), _ = await run_to_completion(write)
+        except BaseException:
+            session.restore(checkpoint)
+            raise
+        if entry is not None:
+            result = result._replace(trashed=entry.entry_id)  # type: ignore[attr-defined]
+        committed.append(result)
+        return result
+
+    async def _appended(
+        self, session: SessionContext, checkpoint: SessionCheckpoint
+    ) -> tuple[int, None]:
+        revision = await self.framework.session_storage.append(
+            session.session_id,
+            session.messages[checkpoint.message_count :],
+            SessionState(session.variables, session.metadata, session.compression_state),
+            expected_revision=checkpoint.revision,
+        )
+        return revision, None
+
+    async def _replaced(
+        self, record: SessionRecord, expected: int, trash_reason: str | None
+    ) -> tuple[int, TrashEntry | None]:
+        """Write ``record`` over the stored session (revision ``expected``); with
+        ``trash_reason``, the stored one is copied to the trash first, and the copy
+        is dropped again when the write fails."""
+        from foliko_cli.storage import trash
+
+        storage = self.framework.session_storage
+        entry = None
+        if trash_reason is not None and expected:
+            stored = await storage.load(record.session_id)
+            if stored is not None and stored.revision == expected:
+                entry = await trash.keep_copy(storage, stored, trash_reason)
+        try:
+            return await storage.save(record, expected_revision=expected), entry
+        except BaseException:
+            if entry is not None:
+                await trash.discard(storage, entry)
+            raise
+
+    async def _sync_history(self, session: SessionContext) -> None:
+        """Load the history once, and again only when another writer moved it."""
+        stored_revision = await self.framework.session_storage.revision(session.session_id)
+        if session.history_loaded and stored_revision == session.revision:
+            return
+        if stored_revision is None:
+            session.apply_record(SessionRecord(session.session_id, metadata=new_metadata()))
+        else:
+            await session.load_from_storage(recent_only=True)
+
+    def _stamp(self, message: dict[str, Any], request: RequestContext) -> dict[str, Any]:
+        message["created_at"] = now_ms()
+        message["request_id"] = request.request_id
+        message["trace_id"] = request.trace_id
+        return message
+
+    def build_system_prompt(
+        self, session: SessionContext, instructions: str | None = None
+    ) -> str | None:
+        """The agent's prompt, then the turn's ``instructions``, else the session's
+        own (``--system``) or the default."""
+        own = instructions or session.metadata.get("system_prompt")
+        return turn_system_prompt(self.agent, own, self.system_prompt)
+
+    def model_request(
+        self,
+        session: SessionContext,
+        tools: list[dict[str, Any]],
+        request: RequestContext,
+        turn: TurnOptions | None = None,
+    ) -> ModelRequest:
+        """What the model is sent: the compressed view, reduced to the model's keys,
+        with a bounded reply unless the config or the turn says how long."""
+        turn = turn or TurnOptions()
+        system, messages = self.compressor.view(session, session.system_prompt)
+        options = {"max_tokens": self.reply_bound(), **self.model.options, **turn.options}
+        return ModelRequest(
+            messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
+            system=system,
+            tools=tools,
+            deadline=time.monotonic() + request.remaining(),
+            options=options,
+            schema=turn.schema,
+        )
+
+    def reply_bound(self, turn: TurnOptions | None = None) -> int:
+        """A reply's ``max_tokens``: the turn's option, the model's, else the alias's
+        ``max_tokens``, else a share of the window (``default_max_tokens``)."""
+        asked = {**self.model.options, **(turn.options if turn else {})}.get("max_tokens")
+        return asked or self.model.max_tokens or default_max_tokens(self.compressor.budget)
+
+    async def learn_context_window(self) -> None:
+        """Ask the server for the model's window, once per handler (see __init__)."""
+        if self._window_settled:
+            return
+        self._window_settled = True
+        window = await self.model.discover_context_window(self.framework.home)
+        if window:
+            self.compressor.budget = window
+
+    async def _compress(
+        self,
+        session: SessionContext,
+        request: RequestContext,
+        *,
+        force: bool = False,
+        spent: dict[str, int] | None = None,
+        made: list[dict[str, Any]] | None = None,
+    ) -> bool:
+        return await self.compressor.compress_if_needed(
+            session,
+            session.system_prompt,
+            self.model,
+            time.monotonic() + request.remaining(),
+            force=force,
+            spent=spent,
+            made=made,
+        )
+
+    async def _call_within_window(
+        self,
+        session: SessionContext,
+        specs: list[dict[str, Any]],
+        request: RequestContext,
+        turn: TurnOptions,
+        events: asyncio.Queue | None,
+        spent: dict[str, int],
+        made: list[dict[str, Any]],
+    ) -> ModelResponse:
+        """Call the model; when the prompt overflows its window, learn the window
+        (from the error, or below the prompt's estimate), compress, and retry once.
+        A compression's model call is added to ``spent``, the compaction to ``made``."""
+        model_request = self.model_request(session, specs, request, turn)
+        try:
+            return await self._call_model(model_request, events)
+        except ContextOverflowError as exc:
+            if not turn.compress:
+                raise self._too_long(session, exc.window, compressed=False) from None
+            sent = self.compressor.tokens(model_request.system, model_request.messages)
+            window = exc.window or int(sent * 0.75)
+            if exc.window:
+                self.model.remember_context_window(exc.window, self.framework.home)
+            self.compressor.budget = min(self.compressor.budget, window)
+            await self._compress(session, request, force=True, spent=spent, made=made)
+            model_request = self.model_request(session, specs, request, turn)
+            self._check_fits(model_request, session)
+            try:
+                return await self._call_model(model_request, events)
+            except ContextOverflowError:
+                raise self._too_long(session, exc.window) from None
+
+    def _check_fits(
+        self, model_request: ModelRequest, session: SessionContext, *, compressed: bool = True
+    ) -> None:
+        needed = self.compressor.tokens(model_request.system, model_request.messages)
+        if needed > self.compressor.budget:
+            raise self._too_long(session, self.compressor.budget, compressed=compressed)
+
+    def _too_long(
+        self, session: SessionContext, window: int | None, *, compressed: bool = True
+    ) -> ContextOverflowError:
+        window = window or self.compressor.budget
+        if not compressed:
+            return ContextOverflowError(
+                f"the conversation does not fit the context window of {self.model.name} "
+                f"({window:,} tokens) and may not be compressed; nothing was saved: "
+                "let the history be compressed, or start a shorter conversation",
+                window=window,
+            )
+        last = session.messages[-1] if session.messages else {"content": ""}
+        size = self.compressor.count(str(last.get("content") or ""))
+        return ContextOverflowError(
+            f"the message (about {size:,} tokens) does not fit the context window of "
+            f"{self.model.name} ({window:,} tokens, with the system prompt and tools) even "
+            "after compressing the history; nothing was saved: shorten the message or "
+            "use a model with a larger window",
+            window=window,
+        )
+
+    def _user_message(self, text: str, attachments: tuple[dict[str, Any], ...]) -> dict:
+        """The turn's user message; an image for a model that takes none is refused."""
+        if not attachments:
+            return {"role": "user", "content": text}
+        from foliko_cli.messages.attachments import IMAGE_KINDS
+        from foliko_cli.errors import AttachmentError
+
+        image = next((p for p in attachments if p.get("type") == "image"), None)
+        if image is not None and not self.model.accepts_images:
+            raise AttachmentError(
+                f"cannot attach the image {image.get('name')}: {self.model.name} does not take "
+                f"images ({IMAGE_KINDS}); nothing was sent or saved",
+                fix="use a model that does (OpenAI, Anthropic, llama.cpp with a vision model)",
+            )
+        return {"role": "user", "content": text, "attachments": [dict(p) for p in attachments]}
+
+    async def _run_steps(
+        self,
+        message: str,
+        session: SessionContext,
+        request: RequestContext,
+        events: asyncio.Queue | None,
+        turn: TurnOptions | None = None,
+        setup: TurnSetup | None = None,
+    ) -> TurnResult:
+        turn = turn or TurnOptions()
+        setup = setup or TurnSetup()
+        started = time.monotonic()
+        await self.learn_context_window()
+        first = len(session.messages)
+        compressed_before = session.compression_state.get("last_compressed_at")
+        if setup.on_start is not None:
+            setup.on_start(session.message_offset + first)
+
+        def add(new: dict[str, Any]) -> None:
+            if len(session.messages) == first:
+                new.update(setup.annotations)
+            session.add_message(self._stamp(new, request))
+            if setup.on_message is not None:
+                setup.on_message(session.message_offset + len(session.messages) - 1, new)
+
+        for extra in setup.messages:
+            add(dict(extra))
+        if message or not setup.messages:
+            add(self._user_message(message, setup.attachments))
+        client_tools = {spec["name"] for spec in setup.client_tools}
+        tools = {
+            name: tool
+            for name, tool in self.framework.resolve_tools().items()
+            if name not in client_tools
+            and (setup.server_tools is None or name in setup.server_tools)
+        }
+        tools.update((tool.name, tool) for tool in setup.tools if tool.name not in client_tools)
+        specs = [tool.spec() for tool in tools.values()] + list(setup.client_tools)
+        self.compressor.count_tools(specs)
+        asked = {**self.model.options, **turn.options}
+        check_options(asked)
+        choice = _checked_tool_choice(asked, specs)
+        session.system_prompt = self.build_system_prompt(session, setup.instructions)
+        usage: dict[str, int] = {}
+        compression: dict[str, int] = {}
+        spent: dict[str, int] = {}  # by compression, not yet on a reply
+        made: list[dict[str, Any]] = _pending(session.compression_state)  # compactions, likewise
+        session.compression_state.pop("compactions", None)
+        response = ModelResponse(text="")
+        step = 0
+        handed_back = False
+        while step < self.max_steps:
+            step += 1
+            if turn.compress:
+                await self._compress(session, request, spent=spent, made=made)
+            else:
+                model_request = self.model_request(session, specs, request, turn)
+                self._check_fits(model_request, session, compressed=False)
+            called = time.monotonic()
+            response = await self._call_within_window(
+                session, specs, request, turn, events, spent, made
+            )
+            if choice not in (None, "auto"):
+                turn = turn._replace(options={**turn.options, "tool_choice": "auto"})
+                choice = "auto"
+            if turn.schema is not None and not response.tool_calls:
+                from foliko_cli.models.schema import check_reply
+
+                check_reply(response.text, turn.schema, self.model.name)
+            usage = summed(usage, response.usage)
+            reply: dict[str, Any] = {
+                "role": "assistant",
+                "content": response.text,
+                "model": self.model.name,
+                "usage": dict(response.usage),
+                "duration_ms": round((time.monotonic() - called) * 1000),
+            }
+            if spent:
+                reply["compression_usage"] = dict(spent)
+                compression = summed(compression, spent)
+            if made:
+                reply["compactions"] = list(made)
+                made.clear()
+            cost = turn_cost(summed(response.usage, spent), self.model.price)
+            spent.clear()
+            if cost is not None:
+                reply["cost"] = cost
+            if response.finish_reason not in ("stop", "tool_calls"):
+                reply["finish_reason"] = response.finish_reason
+            if response.tool_calls:
+                reply["tool_calls"] = [
+                    {"id": c.id, "name": c.name, "arguments": c.arguments}
+                    for c in response.tool_calls
+                ]
+            add(reply)
+            if not response.tool_calls:
+                break
+            for call in response.tool_calls:
+                if call.name in client_tools:
+                    handed_back = True
+                    continue
+                await _emit(
+                    events,
+                    {
+                        "type": "tool_call",
+                        "id": call.id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    },
+                )
+                result = await self.framework.execute_tool(call.name, call.arguments, tools)
+                tool_message = {
+                    "role": "tool",
+                    "content": result.content,
+                    "tool_call_id": call.id,
+                    "name": call.name,
+                }
+                if result.is_error:
+                    tool_message["is_error"] = True
+                if result.attachments:
+                    tool_message["attachments"] = [dict(p) for p in result.attachments]
+                add(tool_message)
+                await _emit(
+                    events,
+                    {
+                        "type": "tool_result",
+                        "id": call.id,
+                        "name": call.name,
+                        "content": result.content,
+                        "is_error": result.is_error,
+                    },
+                )
+            if handed_back:
+                break
+        if setup.on_finish is not None:
+            setup.on_finish(session.messages[first:])
+        if handed_back:
+            finish = "tool_calls"
+        else:
+            finish = "max_steps" if response.tool_calls else response.finish_reason
+        state = session.compression_state
+        compressed = None
+        if state.get("last_compressed_at") != compressed_before:
+            compressed = {
+                "method": state.get("method"),
+                "covered": state.get("covered"),
+                "window": self.compressor.budget,
+            }
+        return TurnResult(
+            success=True,
+            message=response.text,
+            step_count=step,
+            request_id=request.request_id,
+            trace_id=request.trace_id,
+            session_id=session.session_id,
+            usage={**usage, "compression": compression} if compression else usage,
+            finish_reason=finish,
+            model=self.model.name,
+            duration_ms=round((time.monotonic() - started) * 1000),
+            cost=turn_cost(summed(usage, compression), self.model.price),
+            max_tokens=self.reply_bound(turn),
+            compressed=compressed,
+        )
+
+    async def _call_model(
+        self, request: ModelRequest, events: asyncio.Queue | None
+    ) -> ModelResponse:
+        if events is None:
+            return await self.model.generate(request)
+        response: ModelResponse | None = None
+        async for event in self.model.stream(request):
+            if event.type == "delta":
+                await _emit(events, {"type": "delta", "text": event.text})
+            elif event.type == "done":
+                response = event.response
+        if response is None:
+            raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
+        return response
+
+
+def _pending(state: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The compactions asked for since the last turn, waiting for its reply."""
+    waiting = state.get("compactions")
+    return [e for e in waiting if isinstance(e, dict)] if isinstance(waiting, list) else []
+
+
+def _checked_tool_choice(options: Mapping[str, Any], specs: list[dict[str, Any]]) -> Any:
+    """The turn's ``tool_choice`` option (None when unset), once it is known to be
+    a mode or the name of one of the tools offered."""
+    choice = options.get("tool_choice")
+    if choice is None:
+        return None
+    names = [spec["name"] for spec in specs]
+    if not isinstance(choice, str):
+        raise UsageError(
+            f"tool_choice {choice!r} is neither auto, none, required nor a tool's name; fix it"
+        )
+    name = forced_tool(choice)
+    if name is not None and name not in names:
+        offered = ", ".join(names) or "none"
+        raise UsageError(
+            f"tool_choice names {name!r}, which is not one of this turn's tools ({offered}); "
+            "name one of them"
+        )
+    return choice
+
+
+async def _committed_anyway(task: asyncio.Task, events: asyncio.Queue) -> bool:
+    """After the consumer was cancelled: stop the turn, and say whether it had
+    committed (its ``done`` event is then waiting in ``events``)."""
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    pending = [events.get_nowait() for _ in range(events.qsize())]
+    for event in pending:
+        events.put_nowait(event)
+    return any(isinstance(e, dict) and e.get("type") == "done" for e in pending)
+
+
+async def _emit(events: asyncio.Queue | None, event: dict[str, Any]) -> None:
+    if events is not None:
+        await events.put(event)

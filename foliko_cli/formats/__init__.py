@@ -1,0 +1,1 @@
+"""What reads and writes other tools' files: imports, exports, transcripts, templates."""

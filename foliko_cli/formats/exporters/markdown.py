@@ -1,0 +1,18 @@
+"""Markdown transcripts (``sessions show``'s view, transcript.py), several
+sessions in one document separated by rules: for reading, not importable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.formats.transcript import markdown
+
+
+def lines(records: Iterable[SessionRecord]) -> Iterator[str]:
+    for number, record in enumerate(records):
+        if number:
+            yield ""
+            yield "---"
+            yield ""
+        yield from markdown(record)

@@ -1,0 +1,195 @@
+"""The ``[mcp_servers.NAME]`` tables: checked once, kept as written.
+
+``${VAR}`` references in ``headers`` and ``env`` stay unexpanded here; they
+are read from the environment only when the server is connected, so a secret
+is never part of the configuration foliko holds, shows or stores.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from foliko_cli.common.settings import MCP_HTTP_KEYS, MCP_STDIO_KEYS, entry_problem
+from foliko_cli.errors import UsageError
+
+SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+REFERENCE = re.compile(r"\$\{([^}]*)\}")
+VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+DEFAULT_STARTUP_TIMEOUT = 10.0
+DEFAULT_CALL_TIMEOUT = 60.0
+APPROVE_CHOICES = ("ask", "always")
+ELICITATION_CHOICES = ("ask", "defaults", "decline")
+
+
+class UnsetVariableError(Exception):
+    """A ``${VAR}`` in ``headers`` or ``env`` names a variable that is not set."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    url: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    tools: tuple[str, ...] | None = None
+    exclude: tuple[str, ...] = ()
+    startup_timeout: float = DEFAULT_STARTUP_TIMEOUT
+    call_timeout: float = DEFAULT_CALL_TIMEOUT
+    enabled: bool = True
+    per_user: bool = False
+    """Each user of ``foliko serve`` gets a connection of their own (a server
+    that keeps state between calls); otherwise one connection serves all."""
+    approve: str | tuple[str, ...] = "ask"
+    """``"ask"``: a call is put to the user first unless the tool says it is
+    read-only; ``"always"``: never asked; a tuple: those tools are approved
+    (the others asked about as with ``"ask"``)."""
+    elicitation: str = "ask"
+    """What a question from the server gets: ``"ask"`` the user (when there is
+    one to ask, else a decline), ``"defaults"`` the fields' defaults when every
+    required field has one (else a decline), ``"decline"`` a decline."""
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command is not None else "http"
+
+    @property
+    def target(self) -> str:
+        """What to show for the server: its command line, or its URL without a
+        password or query string (either may hold credentials)."""
+        if self.command is not None:
+            return " ".join([self.command, *self.args])
+        from foliko_cli.storage import shown
+
+        url, query, _ = (self.url or "").partition("?")
+        return shown(url) + ("?***" if query else "")
+
+    def approves(self, tool: str) -> bool:
+        """Whether ``approve`` lets a call of ``tool`` run without asking."""
+        approved = self.approve
+        return approved == "always" or (isinstance(approved, tuple) and tool in approved)
+
+    def offers(self, tool: str) -> bool:
+        """Whether the allow-list (``tools``) and ``exclude`` let the model see ``tool``."""
+        if self.tools is not None and tool not in self.tools:
+            return False
+        return tool not in self.exclude
+
+
+def _problem(name: str, key: str, what: str) -> UsageError:
+    return UsageError(f"[mcp_servers.{name}] '{key}' {what}; fix the config")
+
+
+def _string(name: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _problem(name, key, "must be a non-empty string")
+    return value
+
+
+def _strings(name: str, key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise _problem(name, key, "must be a list of strings")
+    return tuple(value)
+
+
+def _check_references(name: str, key: str, text: str) -> None:
+    for variable in REFERENCE.findall(text):
+        if not VARIABLE_NAME.match(variable):
+            raise _problem(name, key, f"refers to ${{{variable}}}, which is not a variable name")
+
+
+def _string_table(name: str, key: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise _problem(name, key, 'must be a table of strings, like { NAME = "value" }')
+    for item, text in value.items():
+        _check_references(name, f"{key}.{item}", text)
+    return tuple(value.items())
+
+
+def _seconds(name: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise _problem(name, key, "must be a number of seconds greater than 0")
+    return float(value)
+
+
+def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
+    """Check one ``[mcp_servers.NAME]`` table; every problem exits 2 naming table and key."""
+    if not SERVER_NAME.match(name):
+        raise UsageError(
+            f"[mcp_servers.{name}]: a server name may hold only letters, digits, '_' and '-' "
+            "(and starts with a letter or digit); rename the table"
+        )
+    problem = entry_problem("mcp_servers", name, entry)
+    if problem:
+        raise UsageError(problem)
+    if ("command" in entry) == ("url" in entry):
+        which = "has both 'command' and 'url'" if "command" in entry else "has neither"
+        raise UsageError(
+            f"[mcp_servers.{name}] {which}: set 'command' (a local server over stdio) "
+            "or 'url' (a Streamable HTTP server)"
+        )
+    other = MCP_HTTP_KEYS if "command" in entry else MCP_STDIO_KEYS
+    misplaced = [key for key in other if key in entry]
+    if misplaced:
+        raise _problem(name, misplaced[0], f"applies only to a server with '{other[0]}'")
+    if "tools" in entry and "exclude" in entry:
+        raise _problem(name, "exclude", "cannot be combined with 'tools' (an allow-list)")
+    options: dict[str, Any] = {}
+    for key in ("command", "cwd"):
+        if key in entry:
+            options[key] = _string(name, key, entry[key])
+    if "url" in entry:
+        url = _string(name, "url", entry["url"])
+        if not url.startswith(("http://", "https://")):
+            raise _problem(name, "url", "must start with http:// or https://")
+        options["url"] = url
+    for key in ("args", "tools", "exclude"):
+        if key in entry:
+            options[key] = _strings(name, key, entry[key])
+    for key in ("env", "headers"):
+        if key in entry:
+            options[key] = _string_table(name, key, entry[key])
+    for key in ("startup_timeout", "call_timeout"):
+        if key in entry:
+            options[key] = _seconds(name, key, entry[key])
+    for key in ("enabled", "per_user"):
+        if key in entry:
+            if not isinstance(entry[key], bool):
+                raise _problem(name, key, "must be true or false")
+            options[key] = entry[key]
+    if "approve" in entry:
+        approve = entry["approve"]
+        if isinstance(approve, list):
+            options["approve"] = _strings(name, "approve", approve)
+        elif approve in APPROVE_CHOICES:
+            options["approve"] = approve
+        else:
+            raise _problem(name, "approve", 'must be "ask", "always" or a list of tool names')
+    if "elicitation" in entry:
+        if entry["elicitation"] not in ELICITATION_CHOICES:
+            raise _problem(name, "elicitation", 'must be "ask", "defaults" or "decline"')
+        options["elicitation"] = entry["elicitation"]
+    return ServerConfig(name=name, **options)
+
+
+def server_configs(table: Mapping[str, Mapping[str, Any]]) -> dict[str, ServerConfig]:
+    return {name: server_config(name, entry) for name, entry in sorted(table.items())}
+
+
+def expand(text: str, environment: Mapping[str, str], where: str) -> str:
+    """``text`` with each ``${VAR}`` read from ``environment``; a missing one is an error."""
+
+    def value(match: re.Match[str]) -> str:
+        variable = match.group(1)
+        if variable not in environment:
+            raise UnsetVariableError(f"{where} uses ${{{variable}}}, which is not set; export it")
+        return environment[variable]
+
+    return REFERENCE.sub(value, text)
