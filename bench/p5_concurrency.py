@@ -18,8 +18,8 @@ from common import Result, Workspace, failed, log, main_single
 
 async def one_run(sessions: int, turns: int) -> tuple[float, int]:
     """(turns per second, number of cross-talk problems found)."""
-    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.framework import Framework
+    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.models.echo import EchoModel
     from foliko_cli.storage.memory import MemoryStorage
 

@@ -101,11 +101,13 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.handler import AgentChatHandler, TurnResult, TurnSetup
     from foliko_cli.context.agent import AgentContext
     from foliko_cli.context.manager import ContextManager
     from foliko_cli.context.request import RequestContext
     from foliko_cli.context.session import SessionContext
+    from foliko_cli.engine.framework import Framework
+    from foliko_cli.engine.handler import AgentChatHandler, TurnResult, TurnSetup
+    from foliko_cli.engine.tools import Tool, ToolContext, ToolOutput, ToolResult
     from foliko_cli.errors import (
         ConflictError,
         CorruptSessionError,
@@ -122,14 +124,12 @@ if TYPE_CHECKING:
         TurnTimeoutError,
         UsageError,
     )
-    from foliko_cli.service.facade import Foliko
-    from foliko_cli.engine.framework import Framework
+    from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
     from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
     from foliko_cli.service import AsyncFoliko, ImportReport
+    from foliko_cli.service.facade import Foliko
     from foliko_cli.storage import open_storage
     from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter, StoredProblem
-    from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
-    from foliko_cli.engine.tools import Tool, ToolContext, ToolOutput, ToolResult
 
 
 def __getattr__(name: str) -> Any:

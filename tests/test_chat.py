@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 
-from foliko_cli.engine.handler import AgentChatHandler, TurnSetup
 from foliko_cli.common.clock import now_ms
 from foliko_cli.context import RequestContext
-from foliko_cli.errors import ModelError, TurnTimeoutError
 from foliko_cli.engine.framework import Framework
+from foliko_cli.engine.handler import AgentChatHandler, TurnSetup
+from foliko_cli.errors import ModelError, TurnTimeoutError
+from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.models.base import (
     ModelProvider,
     ModelRequest,
@@ -23,7 +24,6 @@ from foliko_cli.models.base import (
 )
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.storage.sqlite import SQLiteStorage
 
 RESULT_KEYS = {"success", "message", "step_count", "request_id", "trace_id", "usage"}

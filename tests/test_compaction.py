@@ -20,9 +20,9 @@ from foliko_cli import Foliko
 from foliko_cli.common.clock import now_ms
 from foliko_cli.engine.compression import SUMMARY_HEADING
 from foliko_cli.errors import NothingToCompactError, SessionNotFoundError, UsageError
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.models.base import ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
-from foliko_cli.messages.record import SessionRecord
 
 BACKENDS = ("memory", "json", "sqlite", "postgres", "redis")
 SUMMARY_USAGE = {"input_tokens": 1000, "output_tokens": 7}

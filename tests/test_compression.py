@@ -14,12 +14,12 @@ import orjson
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.engine.compression import SUMMARY_HEADING, SUMMARY_SYSTEM, THRESHOLD, Compressor
+from foliko_cli.engine.tools import BUILTIN_TOOLS
 from foliko_cli.errors import ModelError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models.base import ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
+from foliko_cli.service.facade import Foliko
 from foliko_cli.storage import capabilities
-from foliko_cli.engine.tools import BUILTIN_TOOLS
 
 BUDGET = 600
 MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error")

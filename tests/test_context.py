@@ -13,9 +13,9 @@ import pytest
 import foliko_cli.context.request as request_module
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.context.request import DEFAULT_TIMEOUT
-from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.messages.record import SessionRecord
 from foliko_cli.engine.tools import Tool
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.storage.memory import MemoryStorage
 
 
 def user(text: str) -> dict:

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from foliko_cli.engine.handler import AgentChatHandler
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
-from foliko_cli.errors import AgentNotFoundError, ExitCode, StorageConfigError
 from foliko_cli.engine.framework import SESSION_CREATED, SESSION_DESTROYED, Framework
+from foliko_cli.engine.handler import AgentChatHandler
+from foliko_cli.errors import AgentNotFoundError, ExitCode, StorageConfigError
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.storage.memory import MemoryStorage
 from foliko_cli.storage.sqlite import SQLiteStorage

@@ -8,8 +8,8 @@ import pytest
 
 from foliko_cli import AsyncFoliko, Foliko
 from foliko_cli.errors import UsageError
-from foliko_cli.storage.memory import MemoryStorage
 from foliko_cli.messages.record import SessionRecord
+from foliko_cli.storage.memory import MemoryStorage
 
 
 def test_the_facade_searches_and_sums_what_the_service_does():

@@ -24,7 +24,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("service", ("foliko_cli.service",)),
     (
         "features over the engine",
-        ("foliko_cli.service.workflows", "foliko_cli.engine.agents", "foliko_cli.engine.dry_run", "foliko_cli.mcp"),
+        (
+            "foliko_cli.service.workflows",
+            "foliko_cli.engine.agents",
+            "foliko_cli.engine.dry_run",
+            "foliko_cli.mcp",
+        ),
     ),
     ("turn engine", ("foliko_cli.engine.handler",)),
     ("framework", ("foliko_cli.engine.framework",)),
@@ -50,7 +55,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "foliko_cli.formats.templates",
         ),
     ),
-    ("providers and backends", ("foliko_cli.models", "foliko_cli.storage", "foliko_cli.common.settings")),
+    (
+        "providers and backends",
+        ("foliko_cli.models", "foliko_cli.storage", "foliko_cli.common.settings"),
+    ),
     ("message parts", ("foliko_cli.messages.attachments", "foliko_cli.messages.fences")),
     (
         "leaves",

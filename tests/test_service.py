@@ -271,8 +271,8 @@ def memory_with(**overrides):
 
 
 def test_prune_keeps_a_session_that_was_used_while_it_waited(tmp_path):
-    from foliko_cli.storage.memory import MemoryStorage
     from foliko_cli.messages.record import SessionSummary
+    from foliko_cli.storage.memory import MemoryStorage
 
     async def stale_summaries(self):
         listed = await MemoryStorage.list_summaries(self)

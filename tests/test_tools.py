@@ -8,13 +8,13 @@ import orjson
 import pytest
 from jsonschema.exceptions import SchemaError
 
-from foliko_cli.engine.handler import AgentChatHandler
 from foliko_cli.context import RequestContext
-from foliko_cli.errors import ToolError
 from foliko_cli.engine.framework import Framework
+from foliko_cli.engine.handler import AgentChatHandler
+from foliko_cli.engine.tools import BUILTIN_TOOLS, EMPTY_OBJECT_SCHEMA, Tool, ToolRegistry, run_tool
+from foliko_cli.errors import ToolError
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.engine.tools import BUILTIN_TOOLS, EMPTY_OBJECT_SCHEMA, Tool, ToolRegistry, run_tool
 
 
 def constant(name: str, value, schema: dict | None = None) -> Tool:

@@ -20,8 +20,8 @@ import orjson
 
 from foliko_cli.cli.output import note
 from foliko_cli.cli.progress import ProgressLine
-from foliko_cli.mcp.asking import Answer
 from foliko_cli.engine.tools import in_worker_thread
+from foliko_cli.mcp.asking import Answer
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.asking import Decision, Elicitation, ToolCall

@@ -114,8 +114,8 @@ def attach(source: str, attached: list[str]) -> None:
     """Add a file (checked now: it must be one foliko can attach), an http(s) URL
     or an MCP resource (both read when the message is sent) to the next
     message; a problem is one line, and nothing is attached."""
-    from foliko_cli.messages.attachments import is_resource, is_url, read_file
     from foliko_cli.errors import AttachmentError
+    from foliko_cli.messages.attachments import is_resource, is_url, read_file
 
     if not source:
         note("/attach needs a file or an http(s) URL: /attach PATH")

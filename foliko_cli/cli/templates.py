@@ -15,8 +15,8 @@ from foliko_cli.cli.output import data_format_option, emit_json, emit_rows, list
 from foliko_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from foliko_cli.formats.templates import Template
     from foliko_cli.engine.tools import Tool
+    from foliko_cli.formats.templates import Template
 
 NEW_TEMPLATE = "prompt: \n"
 NOT_SAVED = {
@@ -123,10 +123,10 @@ def save_from_chat(
     """``chat --save NAME``: the command's message (``read_message``, called once the
     options are checked), system prompt, model, options, parameters (as defaults),
     schema and tools as template NAME; no turn runs."""
-    from foliko_cli.models.base import check_options
-    from foliko_cli.models.schema import load_schema
     from foliko_cli.engine.plugins import is_code
     from foliko_cli.formats.templates import Template, check_name, save_template
+    from foliko_cli.models.base import check_options
+    from foliko_cli.models.schema import load_schema
 
     check_name(name)
     source = click.core.ParameterSource

@@ -9,8 +9,8 @@ from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError
 
 if TYPE_CHECKING:
-    from foliko_cli.storage.base import SessionStorageAdapter
     from foliko_cli.messages.record import SessionRecord
+    from foliko_cli.storage.base import SessionStorageAdapter
 
 _MISSING = object()
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from foliko_cli.common.settings import entry_problem
 from foliko_cli.context.agent import AgentContext
-from foliko_cli.errors import UsageError
 from foliko_cli.engine.plugins import load_tool
 from foliko_cli.engine.skills import SkillSet, load_skill_tool
+from foliko_cli.errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ import orjson
 from foliko_cli.common.clock import now_ms
 from foliko_cli.context.session import SessionContext
 from foliko_cli.errors import FolikoError, NothingToCompactError
-from foliko_cli.models.base import ModelProvider, ModelRequest
 from foliko_cli.messages.tokens import TokenCounter, estimate_tokens
+from foliko_cli.models.base import ModelProvider, ModelRequest
 
 IMAGE_TOKENS = 1000
 THRESHOLD = 0.7

@@ -18,13 +18,20 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from foliko_cli.engine.shield import run_to_completion
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
-from foliko_cli.errors import AgentNotFoundError, SessionBusyError
 from foliko_cli.engine.events import EventEmitter
-from foliko_cli.storage.queues import IN_THIS_PROCESS, SessionQueues
+from foliko_cli.engine.shield import run_to_completion
+from foliko_cli.engine.tools import (
+    BUILTIN_TOOLS,
+    Tool,
+    ToolContext,
+    ToolRegistry,
+    ToolResult,
+    run_tool,
+)
+from foliko_cli.errors import AgentNotFoundError, SessionBusyError
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.engine.tools import BUILTIN_TOOLS, Tool, ToolContext, ToolRegistry, ToolResult, run_tool
+from foliko_cli.storage.queues import IN_THIS_PROCESS, SessionQueues
 
 T = TypeVar("T")
 

@@ -21,10 +21,13 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.common.clock import now_ms
-from foliko_cli.engine.shield import run_to_completion
-from foliko_cli.engine.compression import Compressor
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.context.session import SessionCheckpoint
+from foliko_cli.engine.compression import Compressor
+from foliko_cli.engine.framework import Framework
+from foliko_cli.engine.prompts import turn_system_prompt
+from foliko_cli.engine.shield import run_to_completion
+from foliko_cli.engine.tools import Tool, ToolResult
 from foliko_cli.errors import (
     ConflictError,
     ContextOverflowError,
@@ -32,7 +35,7 @@ from foliko_cli.errors import (
     TurnTimeoutError,
     UsageError,
 )
-from foliko_cli.engine.framework import Framework
+from foliko_cli.messages.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.models.base import (
     ModelProvider,
     ModelRequest,
@@ -40,9 +43,6 @@ from foliko_cli.models.base import (
     check_options,
     forced_tool,
 )
-from foliko_cli.engine.prompts import turn_system_prompt
-from foliko_cli.messages.record import SessionRecord, SessionState, clear_record, new_metadata
-from foliko_cli.engine.tools import Tool, ToolResult
 
 if TYPE_CHECKING:
     from foliko_cli.storage.trash import TrashEntry
@@ -598,8 +598,8 @@ class AgentChatHandler:
         """The turn's user message; an image for a model that takes none is refused."""
         if not attachments:
             return {"role": "user", "content": text}
-        from foliko_cli.messages.attachments import IMAGE_KINDS
         from foliko_cli.errors import AttachmentError
+        from foliko_cli.messages.attachments import IMAGE_KINDS
 
         image = next((p for p in attachments if p.get("type") == "image"), None)
         if image is not None and not self.model.accepts_images:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from foliko_cli.errors import Hint, UsageError
 from foliko_cli.engine.tools import BUILTIN_TOOLS, Tool
+from foliko_cli.errors import Hint, UsageError
 
 ENTRY_POINT_GROUP = "foliko.tools"
 _PRIMITIVES = {str: "string", int: "integer", float: "number", bool: "boolean", type(None): "null"}

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from foliko_cli.errors import ToolError
 from foliko_cli.engine.tools import Tool
+from foliko_cli.errors import ToolError
 
 SKILL_FILE = "SKILL.md"
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.mcp.server_config import ServerConfig
 from foliko_cli.mcp.connection import ServerTool
+from foliko_cli.mcp.server_config import ServerConfig
 
 DIRECTORY = "mcp-tools"
 FORMAT = 1

@@ -30,13 +30,13 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from foliko_cli.engine.tools import ToolOutput
 from foliko_cli.errors import ToolError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
-from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.logs import log_level, log_notification
 from foliko_cli.mcp.results import result_images, result_text
+from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.transport import open_transport, scrub
-from foliko_cli.engine.tools import ToolOutput
 
 CLIENT_NAME = "foliko"
 _CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")

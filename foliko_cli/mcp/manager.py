@@ -20,12 +20,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foliko_cli.engine.tools import Tool
 from foliko_cli.errors import ToolError, UsageError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, Progress, ToolCall
-from foliko_cli.mcp.server_config import ServerConfig, server_configs
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
-from foliko_cli.engine.tools import Tool
+from foliko_cli.mcp.server_config import ServerConfig, server_configs
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.cache import ToolCache

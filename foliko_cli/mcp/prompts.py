@@ -15,11 +15,11 @@ import base64
 import binascii
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from foliko_cli.messages.attachments import Attachment, fenced
 from foliko_cli.errors import ToolError, UsageError
 from foliko_cli.mcp.names import SEPARATOR
 from foliko_cli.mcp.resources import pages
 from foliko_cli.mcp.results import block_text
+from foliko_cli.messages.attachments import Attachment, fenced
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.connection import ServerConnection

@@ -14,8 +14,8 @@ import binascii
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.messages.attachments import IMAGE_KINDS, MAX_TEXT_BYTES, Loaded, classify
 from foliko_cli.errors import AttachmentError, ToolError
+from foliko_cli.messages.attachments import IMAGE_KINDS, MAX_TEXT_BYTES, Loaded, classify
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.connection import ServerConnection

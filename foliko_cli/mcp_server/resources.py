@@ -8,9 +8,9 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from foliko_cli.formats import transcript
-from foliko_cli.service import AsyncFoliko
 from foliko_cli.messages.record import SessionSummary
 from foliko_cli.messages.turns import turn_starts
+from foliko_cli.service import AsyncFoliko
 
 PREFIX = "foliko://sessions/"
 TEMPLATE = PREFIX + "{session_id}"

@@ -15,8 +15,8 @@ import orjson
 
 from foliko_cli.mcp_server.arguments import SINCE_HELP, Arguments
 from foliko_cli.mcp_server.resources import iso, session_uri, transcript_text
-from foliko_cli.service import AsyncFoliko
 from foliko_cli.messages.record import ROLES, SessionSummary
+from foliko_cli.service import AsyncFoliko
 
 if TYPE_CHECKING:
     from foliko_cli.engine.handler import TurnResult

@@ -25,9 +25,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from foliko_cli.common.redaction import redact_url
 from foliko_cli.errors import AttachmentError
 from foliko_cli.messages.fences import fence_for
-from foliko_cli.common.redaction import redact_url
 
 INLINE_LIMIT = 1024 * 1024
 MAX_IMAGE_BYTES = 20 * 1024 * 1024

@@ -7,8 +7,8 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.messages.attachments import image_data, images, unavailable
 from foliko_cli.errors import ModelError
+from foliko_cli.messages.attachments import image_data, images, unavailable
 from foliko_cli.models.base import (
     ModelProvider,
     ModelRequest,

@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 
 from foliko_cli.common.clock import new_tool_call_id
-from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, ToolCall
 from foliko_cli.messages.tokens import estimate_tokens
+from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse, ToolCall
 
 _TOOL_COMMAND = re.compile(r"/tool\s+(?P<name>[A-Za-z0-9_.-]+)\s*(?P<args>.*)\Z", re.DOTALL)
 

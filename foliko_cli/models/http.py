@@ -31,6 +31,7 @@ from typing import Any
 import httpx2
 import orjson
 
+from foliko_cli.common.redaction import redact_url
 from foliko_cli.errors import (
     ContextOverflowError,
     ImagesRefusedError,
@@ -41,7 +42,6 @@ from foliko_cli.errors import (
 )
 from foliko_cli.models import http1
 from foliko_cli.models.base import WIRE, RequestWired
-from foliko_cli.common.redaction import redact_url
 
 Answer = httpx2.Response | http1.Response
 READ_ERRORS = (httpx2.HTTPError, http1.TransportError)

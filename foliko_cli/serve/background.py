@@ -62,6 +62,7 @@ from starlette.responses import StreamingResponse
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError
+from foliko_cli.messages.record import SessionState, new_metadata
 from foliko_cli.serve import ids
 from foliko_cli.serve.common import JSON, field, keep_service, query_int, service
 from foliko_cli.serve.errors import ApiError, error_event
@@ -72,7 +73,6 @@ from foliko_cli.service import AsyncFoliko
 from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.poll import poll
-from foliko_cli.messages.record import SessionState, new_metadata
 
 JOURNAL_PREFIX = INTERNAL_PREFIX + "background/"
 FLUSH_S = 0.1

@@ -13,11 +13,11 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from foliko_cli.common.clock import now_ms
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, check_metadata, json_body, seconds, service
 from foliko_cli.serve.errors import ApiError
-from foliko_cli.messages.record import SessionRecord
 
 METADATA_KEY = "conversation_metadata"
 

@@ -17,8 +17,8 @@ ACCEPTED = "UTF-8 text files sent as file_data (base64)"
 
 
 def file_text(part: dict[str, Any], where: str) -> str:
-    from foliko_cli.messages.attachments import classify, fenced
     from foliko_cli.errors import AttachmentError
+    from foliko_cli.messages.attachments import classify, fenced
 
     data = part.get("file_data")
     if not isinstance(data, str):

@@ -15,8 +15,8 @@ from foliko_cli.serve.errors import ApiError
 
 def image_part(url: Any, where: str, param: str) -> dict[str, Any]:
     """The attachment part of an image sent as a base64 data: URL; 400 otherwise."""
-    from foliko_cli.messages.attachments import classify
     from foliko_cli.errors import AttachmentError
+    from foliko_cli.messages.attachments import classify
 
     if not isinstance(url, str) or not url.startswith("data:") or ";base64," not in url:
         raise ApiError(400, f"{where}: an image must be a base64 data: URL", param=param)

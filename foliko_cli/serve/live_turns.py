@@ -46,12 +46,12 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from foliko_cli.engine.framework import listening_for_waits
+from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve.access_log import LOG_SESSION
 from foliko_cli.serve.common import JSON, field, json_body, request_context, service
 from foliko_cli.serve.errors import ApiError, error_event
 from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.turns import Turn
-from foliko_cli.messages.record import SessionRecord, new_metadata
 
 MAX_ATTACHMENTS = 20
 TITLE_LENGTH = 60

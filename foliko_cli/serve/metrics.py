@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from starlette.requests import Request
 from starlette.responses import Response
 
-from foliko_cli.serve.access_log import route_template
 from foliko_cli.messages.usage import spent_tokens
+from foliko_cli.serve.access_log import route_template
 
 if TYPE_CHECKING:
     from foliko_cli.engine.handler import TurnResult

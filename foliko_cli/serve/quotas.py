@@ -40,12 +40,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from foliko_cli.errors import ConflictError, SessionExistsError, UsageError
+from foliko_cli.messages.record import SessionState, new_metadata
+from foliko_cli.messages.usage import spent_tokens
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.service.common import INTERNAL_PREFIX
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.messages.record import SessionState, new_metadata
-from foliko_cli.messages.usage import spent_tokens
 
 QUOTA_PREFIX = INTERNAL_PREFIX + "quota/"
 LIMIT_NAMES = ("max_turns_per_minute", "max_tokens_per_day")

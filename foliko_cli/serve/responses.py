@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Route
 
+from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.access_log import LOG_SESSION
@@ -46,7 +47,6 @@ from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import NOT_HOSTED_HEADER, namespaces_of, offered_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.messages.record import SessionRecord, new_metadata
 
 
 def conversation_id(value: Any) -> str | None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.messages.record import SessionRecord
 
 DELETED_KEY = "deleted_responses"
 

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
+from foliko_cli.messages.record import SessionRecord, check_session_id
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, query_int, service
 from foliko_cli.serve.conversations import check_metadata, stamped
@@ -30,7 +31,6 @@ from foliko_cli.serve.errors import ApiError, error_event
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import capabilities
-from foliko_cli.messages.record import SessionRecord, check_session_id
 
 KEY = "chat_completion"
 PREFIX = "chatcmpl-"

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import DEFAULT_TIMEOUT
-from foliko_cli.errors import UsageError
 from foliko_cli.engine.framework import Framework
+from foliko_cli.errors import UsageError
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.common import (
     ImportReport,
@@ -42,11 +42,11 @@ from foliko_cli.storage import open_storage
 from foliko_cli.storage.base import SessionStorageAdapter
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.common.settings import Settings
+    from foliko_cli.engine.handler import AgentChatHandler
+    from foliko_cli.engine.skills import SkillSet
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
-    from foliko_cli.engine.skills import SkillSet
 
 
 __all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import UsageError
-from foliko_cli.storage.base import StoredProblem
 from foliko_cli.messages.record import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.messages.record import (
     SessionRecord,
@@ -18,6 +17,7 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.record import is_internal as is_internal
 from foliko_cli.messages.turns import cut_compression, keep_turns
+from foliko_cli.storage.base import StoredProblem
 
 if TYPE_CHECKING:
     pass

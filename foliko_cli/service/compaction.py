@@ -14,8 +14,6 @@ from typing import Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import SessionNotFoundError, UsageError
-from foliko_cli.models.base import ModelProvider
-from foliko_cli.storage import capabilities
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -23,6 +21,8 @@ from foliko_cli.messages.record import (
     covered_messages,
 )
 from foliko_cli.messages.turns import turns_before
+from foliko_cli.models.base import ModelProvider
+from foliko_cli.storage import capabilities
 
 ACTIVE, FOLDED, UNDONE = "active", "folded", "undone"
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
-from foliko_cli.storage import capabilities
 from foliko_cli.messages.record import check_session_id, is_internal
+from foliko_cli.storage import capabilities
 
 
 class ForksMixin:

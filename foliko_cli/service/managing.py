@@ -15,7 +15,6 @@ from foliko_cli.errors import (
     UsageError,
     VariableNotSetError,
 )
-from foliko_cli.storage import capabilities
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -28,6 +27,7 @@ from foliko_cli.messages.record import (
     relabelled,
 )
 from foliko_cli.messages.turns import cut_compression, drop_turns
+from foliko_cli.storage import capabilities
 
 if TYPE_CHECKING:
     pass

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import RequestContext
-from foliko_cli.models.base import ModelProvider
 from foliko_cli.engine.tools import Tool
+from foliko_cli.models.base import ModelProvider
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.context.agent import AgentContext
-    from foliko_cli.mcp.manager import MCPManager
+    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.mcp.manager import MCPManager
 from foliko_cli.service.common import (
     _NOTICE_MARKER,
     DEFAULT_MODEL_NOTICE,
@@ -69,8 +69,8 @@ class ToolsMixin:
         the servers not marked ``per_user``."""
         if self._mcp is None:
             from foliko_cli.mcp.asking import Interaction
-            from foliko_cli.mcp.server_config import ELICITATION_CHOICES
             from foliko_cli.mcp.manager import MCPManager
+            from foliko_cli.mcp.server_config import ELICITATION_CHOICES
 
             elicitation = self._interaction[2]
             if elicitation is not None and elicitation not in ELICITATION_CHOICES:

@@ -20,13 +20,13 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     UsageError,
 )
-from foliko_cli.storage import capabilities
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     check_session_id,
     is_internal,
 )
+from foliko_cli.storage import capabilities
 
 if TYPE_CHECKING:
     from foliko_cli.storage.trash import TrashEntry

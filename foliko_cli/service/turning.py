@@ -6,19 +6,19 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.context.request import RequestContext
+from foliko_cli.engine.tools import ToolResult
 from foliko_cli.errors import SessionExistsError, UsageError
-from foliko_cli.models.base import ModelProvider
 from foliko_cli.messages.record import (
     SessionRecord,
     check_session_id,
     new_metadata,
 )
-from foliko_cli.engine.tools import ToolResult
 from foliko_cli.messages.turns import cut_compression, drop_turns
+from foliko_cli.models.base import ModelProvider
 
 if TYPE_CHECKING:
-    from foliko_cli.messages.attachments import Source
     from foliko_cli.engine.handler import TurnResult, TurnSetup
+    from foliko_cli.messages.attachments import Source
 from foliko_cli.service.common import (
     TURN_FIELDS,
     check_message_text,
@@ -350,8 +350,8 @@ class TurnsMixin:
         self, session_id, message, model, agent, options, schema, setup, *, stream=False
     ):
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
-        from foliko_cli.engine.handler import TurnOptions
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
+        from foliko_cli.engine.handler import TurnOptions
         from foliko_cli.models import resolve_model
 
         turn = {key: setup.pop(key) for key in list(setup) if key in TURN_FIELDS}

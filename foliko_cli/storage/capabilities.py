@@ -22,18 +22,18 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     StorageError,
 )
-from foliko_cli.storage.base import (
-    SessionStorageAdapter,
-    StoredProblem,
-    check_expected,
-    expected_list,
-)
 from foliko_cli.messages.record import (
     SessionRecord,
     content_hash,
     covered_messages,
     relabelled,
     stored_content_hash,
+)
+from foliko_cli.storage.base import (
+    SessionStorageAdapter,
+    StoredProblem,
+    check_expected,
+    expected_list,
 )
 
 ContentDigest = tuple[int, str]

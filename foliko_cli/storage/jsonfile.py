@@ -60,18 +60,6 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     StorageError,
 )
-from foliko_cli.storage.base import (
-    ProblemKind,
-    SavesInBatches,
-    SessionStorageAdapter,
-    StoredProblem,
-    check_expected,
-    expected_list,
-)
-from foliko_cli.storage.filelock import SessionFileLocks
-from foliko_cli.storage.integrity import check_count
-from foliko_cli.storage.names import file_stem, session_id_from_stem
-from foliko_cli.storage.paths import make_private_dirs
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -85,6 +73,18 @@ from foliko_cli.messages.record import (
     record_from_seed,
     record_to_seed,
 )
+from foliko_cli.storage.base import (
+    ProblemKind,
+    SavesInBatches,
+    SessionStorageAdapter,
+    StoredProblem,
+    check_expected,
+    expected_list,
+)
+from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.integrity import check_count
+from foliko_cli.storage.names import file_stem, session_id_from_stem
+from foliko_cli.storage.paths import make_private_dirs
 
 SUFFIX = ".json"
 TEMP_SUFFIX = ".tmp"

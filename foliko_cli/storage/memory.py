@@ -8,15 +8,6 @@ from typing import Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, CorruptSessionError
-from foliko_cli.storage.queues import SessionQueues
-from foliko_cli.storage.base import (
-    SavesInBatches,
-    SessionStorageAdapter,
-    StoredProblem,
-    check_expected,
-    expected_list,
-)
-from foliko_cli.storage.integrity import check_count
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -27,6 +18,15 @@ from foliko_cli.messages.record import (
     next_revision,
     preview_of,
 )
+from foliko_cli.storage.base import (
+    SavesInBatches,
+    SessionStorageAdapter,
+    StoredProblem,
+    check_expected,
+    expected_list,
+)
+from foliko_cli.storage.integrity import check_count
+from foliko_cli.storage.queues import SessionQueues
 
 
 class MemoryStorage(SavesInBatches, SessionStorageAdapter):

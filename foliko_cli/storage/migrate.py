@@ -23,9 +23,9 @@ from foliko_cli.errors import (
     SessionExistsError,
     UsageError,
 )
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.messages.record import SessionRecord
 
 BATCH_SIZE = 500
 

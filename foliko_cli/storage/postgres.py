@@ -58,14 +58,6 @@ from foliko_cli.errors import (
     StorageError,
     UsageError,
 )
-from foliko_cli.storage.base import (
-    SavesInBatches,
-    SessionStorageAdapter,
-    StoredProblem,
-    expected_list,
-)
-from foliko_cli.storage.integrity import check_sequence
-from foliko_cli.storage.poll import poll
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -75,6 +67,14 @@ from foliko_cli.messages.record import (
     checked_for_write,
     next_revision,
 )
+from foliko_cli.storage.base import (
+    SavesInBatches,
+    SessionStorageAdapter,
+    StoredProblem,
+    expected_list,
+)
+from foliko_cli.storage.integrity import check_sequence
+from foliko_cli.storage.poll import poll
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key

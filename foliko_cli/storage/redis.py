@@ -59,14 +59,6 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
 )
-from foliko_cli.storage.base import (
-    SessionStorageAdapter,
-    StoredProblem,
-    check_expected,
-    expected_list,
-)
-from foliko_cli.storage.integrity import damaged_summary, orphaned
-from foliko_cli.storage.poll import poll
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -79,6 +71,14 @@ from foliko_cli.messages.record import (
     preview_of,
     record_from_parts,
 )
+from foliko_cli.storage.base import (
+    SessionStorageAdapter,
+    StoredProblem,
+    check_expected,
+    expected_list,
+)
+from foliko_cli.storage.integrity import damaged_summary, orphaned
+from foliko_cli.storage.poll import poll
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_PREFIX = "foliko"

@@ -23,9 +23,9 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     UsageError,
 )
+from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
-from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery

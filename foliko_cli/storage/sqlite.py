@@ -34,6 +34,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.errors import CorruptSessionError, Hint, StorageError
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    checked_append,
+    checked_for_write,
+    loads,
+    next_revision,
+    record_from_seed,
+)
 from foliko_cli.storage.base import (
     ProblemKind,
     SavesInBatches,
@@ -52,16 +62,6 @@ from foliko_cli.storage.integrity import (
 )
 from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.messages.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-    checked_append,
-    checked_for_write,
-    loads,
-    next_revision,
-    record_from_seed,
-)
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now

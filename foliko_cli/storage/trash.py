@@ -28,14 +28,14 @@ import os
 import time
 from typing import NamedTuple
 
-from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.messages.record import (
     INTERNAL_PREFIX,
     SessionRecord,
     SessionSummary,
     relabelled,
 )
+from foliko_cli.storage import capabilities
+from foliko_cli.storage.base import SessionStorageAdapter
 
 TRASH_PREFIX = INTERNAL_PREFIX + "trash/"
 REASONS = ("delete", "prune", "clear", "rewind", "new", "import")

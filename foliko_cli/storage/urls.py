@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import NamedTuple
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
-from foliko_cli.errors import StorageConfigError
 from foliko_cli.common.redaction import HIDDEN, redact_url
+from foliko_cli.errors import StorageConfigError
 
 redact = redact_url
 

@@ -12,8 +12,8 @@ import pytest
 from storage.test_sqlite import damage_the_index
 
 from foliko_cli.common.clock import now_ms
-from foliko_cli.storage.filelock import lock_name
 from foliko_cli.messages.record import SessionRecord, new_metadata
+from foliko_cli.storage.filelock import lock_name
 from foliko_cli.storage.sqlite import SQLiteStorage
 
 MINUTE = 60_000

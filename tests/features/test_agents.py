@@ -11,9 +11,9 @@ import orjson
 import pytest
 
 from foliko_cli.errors import AgentNotFoundError, UsageError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models.base import ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
+from foliko_cli.service.facade import Foliko
 
 from .conftest import stderr_lines, tool_call, tool_messages
 

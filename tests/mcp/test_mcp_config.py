@@ -11,8 +11,8 @@ from mcp_support import stdio_server, write_config
 
 from foliko_cli.cli.main import cli
 from foliko_cli.errors import UsageError
-from foliko_cli.mcp.server_config import server_config
 from foliko_cli.mcp.names import MAX_LENGTH, exposed_name
+from foliko_cli.mcp.server_config import server_config
 from foliko_cli.mcp.transport import child_environment
 
 

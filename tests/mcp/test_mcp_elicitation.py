@@ -12,9 +12,9 @@ import pexpect
 import pytest
 from mcp_support import asking_server, write_config
 
-from foliko_cli.service.facade import Foliko
 from foliko_cli.mcp.asking import Answer
 from foliko_cli.mcp.forms import defaults_answer, fields
+from foliko_cli.service.facade import Foliko
 
 ORDER = "/tool u__order"
 

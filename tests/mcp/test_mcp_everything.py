@@ -9,8 +9,8 @@ import orjson
 import pytest
 from mcp_support import write_config
 
-from foliko_cli.service.facade import Foliko
 from foliko_cli.messages.record import record_to_dict
+from foliko_cli.service.facade import Foliko
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ import orjson
 import pytest
 from mcp_support import asking_server, write_config
 
-from foliko_cli.service.facade import Foliko
 from foliko_cli.mcp import connection as connection_module
 from foliko_cli.mcp.cache import DIRECTORY, TTL_SECONDS
+from foliko_cli.service.facade import Foliko
 
 WAIT_S = 15
 BARE_SERVER = Path(__file__).parent / "bare_server.py"

@@ -13,9 +13,9 @@ import pytest
 from mcp_support import resources_server, write_config
 
 from foliko_cli.cli.progress import CLEAR, ProgressLine, progress_text
-from foliko_cli.service.facade import Foliko
 from foliko_cli.mcp.asking import Progress
 from foliko_cli.mcp.logs import log_level
+from foliko_cli.service.facade import Foliko
 
 WORK = '/tool r__work {"steps": 3}'
 

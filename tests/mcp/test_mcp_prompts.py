@@ -16,8 +16,8 @@ from resources_server import NOTES, TINY_PNG
 
 from foliko_cli.cli.prompting import parse
 from foliko_cli.errors import UsageError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
+from foliko_cli.service.facade import Foliko
 
 CHAT = "/v1/chat/completions"
 ENV = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://models.test/v1"}

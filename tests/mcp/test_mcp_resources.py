@@ -17,11 +17,11 @@ from models.fake_servers import anthropic_message, anthropic_protocol_problems
 from models.mock_transport import Script, chat_reply, json_response
 from resources_server import NOTES, TINY_PNG
 
-from foliko_cli.messages.attachments import load_all
 from foliko_cli.errors import AttachmentError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.mcp.results import result_text
+from foliko_cli.messages.attachments import load_all
 from foliko_cli.models import build_model, model_spec
+from foliko_cli.service.facade import Foliko
 
 CHAT = "/v1/chat/completions"
 ENV = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://models.test/v1"}

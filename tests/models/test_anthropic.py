@@ -8,9 +8,9 @@ from pathlib import Path
 
 import orjson
 
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.base import ModelRequest
+from foliko_cli.service.facade import Foliko
 
 from .fake_servers import (
     ANTHROPIC_KEY,

@@ -13,11 +13,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from foliko_cli.errors import AttachmentError, ImagesRefusedError, UsageError
 from foliko_cli.messages import attachments
 from foliko_cli.messages.attachments import Attachment, classify, compose, image_type
-from foliko_cli.errors import AttachmentError, ImagesRefusedError, UsageError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
+from foliko_cli.service.facade import Foliko
 
 from .fake_servers import (
     anthropic_message,

@@ -12,11 +12,11 @@ from pathlib import Path
 import orjson
 import pytest
 
+from foliko_cli.engine.framework import Framework
 from foliko_cli.engine.handler import AgentChatHandler
 from foliko_cli.errors import ContextOverflowError
-from foliko_cli.service.facade import Foliko
-from foliko_cli.engine.framework import Framework
 from foliko_cli.models import FALLBACK_CONTEXT_WINDOW, build_model, discovery, model_spec
+from foliko_cli.service.facade import Foliko
 
 from .mock_transport import Script, chat_reply, json_response, llama_overflow
 

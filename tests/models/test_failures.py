@@ -19,10 +19,10 @@ import orjson
 import pytest
 
 from foliko_cli.errors import ModelError, SessionNotFoundError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.base import ModelRequest
 from foliko_cli.models.http import MAX_ATTEMPTS
+from foliko_cli.service.facade import Foliko
 
 from .fake_servers import (
     ANTHROPIC_KEY,

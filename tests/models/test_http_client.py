@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from foliko_cli.errors import ContextOverflowError, ModelError, UnknownModelError, UsageError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import (
     BUILTIN_PROVIDERS,
     ENTRY_POINT_GROUP,
@@ -21,6 +20,7 @@ from foliko_cli.models import (
 from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.models.http import overflow_window
+from foliko_cli.service.facade import Foliko
 
 from .mock_transport import Script, chat_reply, json_response, llama_overflow
 

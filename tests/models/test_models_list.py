@@ -10,9 +10,9 @@ import orjson
 import pytest
 
 from foliko_cli.errors import TurnTimeoutError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.listing import served_models
+from foliko_cli.service.facade import Foliko
 
 from .fake_servers import free_port
 from .mock_transport import Script

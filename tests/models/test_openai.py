@@ -15,9 +15,9 @@ import pytest
 
 from foliko_cli.engine.compression import SUMMARY_HEADING, SUMMARY_SYSTEM
 from foliko_cli.errors import ModelError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.base import ModelRequest
+from foliko_cli.service.facade import Foliko
 
 from .fake_servers import (
     OPENAI_KEY,

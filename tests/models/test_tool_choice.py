@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from foliko_cli.errors import UsageError
-from foliko_cli.service.facade import Foliko
 from foliko_cli.models.base import ModelRequest
+from foliko_cli.service.facade import Foliko
 
 from .mock_transport import Script, chat_reply, json_response
 from .test_options import CHAT, MESSAGES, PERSON, provider, turn

@@ -21,8 +21,8 @@ from foliko_cli.errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from foliko_cli.storage import capabilities, trash
 from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
+from foliko_cli.storage import capabilities, trash
 
 from . import damage
 from .services import in_threads

@@ -15,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from foliko_cli.errors import CorruptSessionError, SessionExistsError, StorageError
+from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
 from foliko_cli.storage import open_storage
 from foliko_cli.storage.jsonfile import (
     JsonStorage,
@@ -23,7 +24,6 @@ from foliko_cli.storage.jsonfile import (
     seed_file_name,
     session_id_from_stem,
 )
-from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
 
 from .test_conformance import NESTED_VARIABLES, ODD_IDS, RICH_MESSAGES, make_record, state, turn
 

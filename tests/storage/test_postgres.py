@@ -30,10 +30,10 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
 )
+from foliko_cli.messages.record import SessionRecord, content_hash
 from foliko_cli.storage import capabilities
 from foliko_cli.storage import postgres as postgres_module
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage
-from foliko_cli.messages.record import SessionRecord, content_hash
 from foliko_cli.storage.sql import writes
 from foliko_cli.storage.sql.dialect import PostgresDialect
 from foliko_cli.storage.sql.executor import PostgresExecutor

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from foliko_cli.errors import UsageError
-from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.messages.record import SessionRecord, SessionState, new_metadata
+from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.search import (
     SearchQuery,
     Term,

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from foliko_cli.errors import ExitCode, StorageConfigError, StorageError
-from foliko_cli.storage.postgres import PostgresStorage
 from foliko_cli.messages.record import SessionRecord
+from foliko_cli.storage.postgres import PostgresStorage
 from foliko_cli.storage.redis import RedisStorage
 
 BACKENDS = {

@@ -21,11 +21,11 @@ from foliko_cli.errors import (
     NotInTrashError,
     SessionExistsError,
 )
+from foliko_cli.messages.record import SessionRecord, content_hash
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import trash
 from foliko_cli.storage.memory import MemoryStorage
-from foliko_cli.messages.record import SessionRecord, content_hash
 
 from .core_only import CoreOnlyStorage
 from .test_conformance import make_record

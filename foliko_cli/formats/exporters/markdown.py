@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from foliko_cli.messages.record import SessionRecord
 from foliko_cli.formats.transcript import markdown
+from foliko_cli.messages.record import SessionRecord
 
 
 def lines(records: Iterable[SessionRecord]) -> Iterator[str]:

@@ -21,8 +21,6 @@ import orjson
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, SessionExistsError, SessionNotFoundError
-from foliko_cli.storage.base import check_expected
-from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -33,6 +31,8 @@ from foliko_cli.messages.record import (
     next_revision,
     preview_of,
 )
+from foliko_cli.storage.base import check_expected
+from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.storage.sql.dialect import Dialect
 from foliko_cli.storage.sql.executor import Executor
 
