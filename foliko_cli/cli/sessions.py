@@ -37,7 +37,8 @@ from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
 from foliko_cli.formats.exporters import FORMATS as EXPORT_FORMATS
 from foliko_cli.formats.importers import FORMATS
-from foliko_cli.messages.record import covered_messages, record_to_dict, summary_to_dict
+from foliko_cli.messages.public import record_to_dict, summary_to_dict
+from foliko_cli.messages.record import covered_messages
 from foliko_cli.messages.usage import with_usage
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.routing import Route
 
-from foliko_cli.messages.record import record_to_dict, summary_to_dict
+from foliko_cli.messages.public import record_to_dict, summary_to_dict
 from foliko_cli.messages.usage import with_usage
 from foliko_cli.serve.common import JSON, field, json_body, query_int, service
 from foliko_cli.serve.errors import ApiError

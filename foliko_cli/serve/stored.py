@@ -40,7 +40,7 @@ async def load_session(svc: AsyncFoliko, session_id: str, missing: ApiError) -> 
 
 async def exists(svc: AsyncFoliko, session_id: str, missing: ApiError) -> None:
     from foliko_cli.errors import InvalidSessionIdError
-    from foliko_cli.messages.record import check_session_id
+    from foliko_cli.messages.ids import check_session_id
 
     try:
         check_session_id(session_id)

@@ -23,7 +23,8 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
-from foliko_cli.messages.record import SessionRecord, check_session_id
+from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import items as it
 from foliko_cli.serve.common import JSON, field, json_body, query_int, service
 from foliko_cli.serve.conversations import check_metadata, stamped

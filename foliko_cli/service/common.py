@@ -9,13 +9,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import UsageError
-from foliko_cli.messages.record import INTERNAL_PREFIX as INTERNAL_PREFIX
-from foliko_cli.messages.record import (
-    SessionRecord,
-    SessionSummary,
-    fork_origin,
-)
-from foliko_cli.messages.record import is_internal as is_internal
+from foliko_cli.messages.ids import INTERNAL_PREFIX as INTERNAL_PREFIX
+from foliko_cli.messages.ids import is_internal as is_internal
+from foliko_cli.messages.record import SessionRecord, SessionSummary, fork_origin
 from foliko_cli.messages.turns import cut_compression, keep_turns
 from foliko_cli.storage.base import StoredProblem
 

@@ -14,12 +14,8 @@ from typing import Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import SessionNotFoundError, UsageError
-from foliko_cli.messages.record import (
-    SessionRecord,
-    SessionState,
-    check_session_id,
-    covered_messages,
-)
+from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.record import SessionRecord, SessionState, covered_messages
 from foliko_cli.messages.turns import turns_before
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.storage import capabilities

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
-from foliko_cli.messages.record import check_session_id, is_internal
+from foliko_cli.messages.ids import check_session_id, is_internal
 from foliko_cli.storage import capabilities
 
 

@@ -6,12 +6,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
-from foliko_cli.messages.record import (
-    ROLES,
-    SessionRecord,
-    check_session_id,
-    is_internal,
-)
+from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.messages.record import ROLES, SessionRecord
 from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.base import StoredProblem
 

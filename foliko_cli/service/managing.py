@@ -15,17 +15,16 @@ from foliko_cli.errors import (
     UsageError,
     VariableNotSetError,
 )
+from foliko_cli.messages.ids import check_session_id, is_internal
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
-    check_session_id,
     clear_record,
-    content_hash,
-    is_internal,
     new_metadata,
     relabelled,
 )
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.storage import capabilities
 

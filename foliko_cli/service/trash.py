@@ -20,12 +20,8 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     UsageError,
 )
-from foliko_cli.messages.record import (
-    SessionRecord,
-    SessionState,
-    check_session_id,
-    is_internal,
-)
+from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.messages.record import SessionRecord, SessionState
 from foliko_cli.storage import capabilities
 
 if TYPE_CHECKING:

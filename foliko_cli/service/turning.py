@@ -8,11 +8,8 @@ from typing import TYPE_CHECKING, Any
 from foliko_cli.context.request import RequestContext
 from foliko_cli.engine.tools import ToolResult
 from foliko_cli.errors import SessionExistsError, UsageError
-from foliko_cli.messages.record import (
-    SessionRecord,
-    check_session_id,
-    new_metadata,
-)
+from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.models.base import ModelProvider
 

@@ -12,11 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, NamedTuple
 
 from foliko_cli.errors import ConflictError, SessionExistsError
-from foliko_cli.messages.record import (
-    SessionRecord,
-    SessionState,
-    SessionSummary,
-)
+from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 
 
 def check_expected(session_id: str, expected: int | None, found: int) -> None:

@@ -22,13 +22,8 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     StorageError,
 )
-from foliko_cli.messages.record import (
-    SessionRecord,
-    content_hash,
-    covered_messages,
-    relabelled,
-    stored_content_hash,
-)
+from foliko_cli.messages.record import SessionRecord, covered_messages, relabelled
+from foliko_cli.messages.stored import content_hash, stored_content_hash
 from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,

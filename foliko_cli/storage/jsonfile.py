@@ -60,19 +60,18 @@ from foliko_cli.errors import (
     SessionNotFoundError,
     StorageError,
 )
+from foliko_cli.messages.exact_json import loads
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
     checked_append,
     checked_for_write,
-    loads,
     new_metadata,
     next_revision,
     preview_of,
-    record_from_seed,
-    record_to_seed,
 )
+from foliko_cli.messages.seed import record_from_seed, record_to_seed
 from foliko_cli.storage.base import (
     ProblemKind,
     SavesInBatches,

@@ -58,11 +58,11 @@ from foliko_cli.errors import (
     StorageError,
     UsageError,
 )
+from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
-    check_session_id,
     checked_append,
     checked_for_write,
     next_revision,

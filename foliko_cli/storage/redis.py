@@ -65,12 +65,11 @@ from foliko_cli.messages.record import (
     SessionSummary,
     checked_append,
     checked_for_write,
-    encode_message,
     new_metadata,
     next_revision,
     preview_of,
-    record_from_parts,
 )
+from foliko_cli.messages.stored import encode_message, record_from_parts
 from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,

@@ -34,16 +34,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.errors import CorruptSessionError, Hint, StorageError
+from foliko_cli.messages.exact_json import loads
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
     checked_append,
     checked_for_write,
-    loads,
     next_revision,
-    record_from_seed,
 )
+from foliko_cli.messages.seed import record_from_seed
 from foliko_cli.storage.base import (
     ProblemKind,
     SavesInBatches,

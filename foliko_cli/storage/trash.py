@@ -28,12 +28,8 @@ import os
 import time
 from typing import NamedTuple
 
-from foliko_cli.messages.record import (
-    INTERNAL_PREFIX,
-    SessionRecord,
-    SessionSummary,
-    relabelled,
-)
+from foliko_cli.messages.ids import INTERNAL_PREFIX
+from foliko_cli.messages.record import SessionRecord, SessionSummary, relabelled
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from mcp_support import write_config
 
-from foliko_cli.messages.record import record_to_dict
+from foliko_cli.messages.public import record_to_dict
 from foliko_cli.service.facade import Foliko
 
 

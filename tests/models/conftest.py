@@ -63,7 +63,7 @@ def anthropic_env(fake_server: FakeServer) -> dict[str, str]:
 @pytest.fixture
 def show(foliko_home: Path):
     """The stored session as ``sessions show ID --json`` prints it (read in-process)."""
-    from foliko_cli.messages.record import record_to_dict
+    from foliko_cli.messages.public import record_to_dict
     from foliko_cli.service.facade import Foliko
 
     def load(session_id: str) -> dict:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 from full_session import full_record
 
-from foliko_cli.messages.record import record_to_dict
+from foliko_cli.messages.public import record_to_dict
 
 from .servers import run_cli
 

@@ -21,7 +21,8 @@ from foliko_cli.errors import (
     SessionExistsError,
     SessionNotFoundError,
 )
-from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
+from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage import capabilities, trash
 
 from . import damage

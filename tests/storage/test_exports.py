@@ -26,12 +26,8 @@ from hypothesis import given
 from foliko_cli.cli.main import cli
 from foliko_cli.formats.exporters import FORMATS, writer
 from foliko_cli.formats.importers.reading import read
-from foliko_cli.messages.record import (
-    SessionRecord,
-    filled_metadata,
-    new_metadata,
-    record_to_dict,
-)
+from foliko_cli.messages.public import record_to_dict
+from foliko_cli.messages.record import SessionRecord, filled_metadata, new_metadata
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage.memory import MemoryStorage
 

@@ -15,7 +15,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from foliko_cli.errors import CorruptSessionError, SessionExistsError, StorageError
-from foliko_cli.messages.record import SessionRecord, SessionState, content_hash
+from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage import open_storage
 from foliko_cli.storage.jsonfile import (
     JsonStorage,

@@ -30,7 +30,8 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
 )
-from foliko_cli.messages.record import SessionRecord, content_hash
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage import capabilities
 from foliko_cli.storage import postgres as postgres_module
 from foliko_cli.storage.postgres import MIGRATIONS, PostgresStorage

@@ -31,7 +31,8 @@ from foliko_cli.errors import (
     StorageConfigError,
     StorageError,
 )
-from foliko_cli.messages.record import SessionRecord, content_hash
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage.redis import RedisStorage, hash_tag
 
 from .services import concurrent_appends, redis_storage, require_redis, sample_records, state, turn

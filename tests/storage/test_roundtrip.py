@@ -18,7 +18,9 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from foliko_cli.messages.record import SessionRecord, content_hash, record_to_dict
+from foliko_cli.messages.public import record_to_dict
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.storage.jsonfile import JsonStorage
 from foliko_cli.storage.migrate import migrate
 from foliko_cli.storage.sqlite import SQLiteStorage

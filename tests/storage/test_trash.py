@@ -21,7 +21,8 @@ from foliko_cli.errors import (
     NotInTrashError,
     SessionExistsError,
 )
-from foliko_cli.messages.record import SessionRecord, content_hash
+from foliko_cli.messages.record import SessionRecord
+from foliko_cli.messages.stored import content_hash
 from foliko_cli.models.echo import EchoModel
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import trash

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from foliko_cli.messages.record import SessionRecord, filled_metadata, record_to_dict
+from foliko_cli.messages.public import record_to_dict
+from foliko_cli.messages.record import SessionRecord, filled_metadata
 from foliko_cli.messages.usage import with_usage
 
 

@@ -29,13 +29,9 @@ from typing import Any, NamedTuple
 import orjson
 
 from foliko_cli.errors import UsageError
-from foliko_cli.messages.record import (
-    SessionRecord,
-    check_session_id,
-    content_hash,
-    fork_origin,
-    new_metadata,
-)
+from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.record import SessionRecord, fork_origin, new_metadata
+from foliko_cli.messages.stored import content_hash
 
 HEAD_BYTES = 256 * 1024
 SNIFFED = 8  # the items of a JSON export sniffing looks at

@@ -13,7 +13,8 @@ import orjson
 
 from foliko_cli.errors import UsageError
 from foliko_cli.formats.importers.base import Imported, Source
-from foliko_cli.messages.record import SessionRecord, record_from_dict
+from foliko_cli.messages.public import record_from_dict
+from foliko_cli.messages.record import SessionRecord
 
 NAME = "foliko"
 LABEL = "a foliko export (sessions export)"

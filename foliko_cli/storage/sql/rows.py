@@ -4,7 +4,7 @@ columns plus message bodies shares (``record.record_from_parts``)."""
 
 from __future__ import annotations
 
-from foliko_cli.messages.record import record_from_parts as record_from_row
+from foliko_cli.messages.stored import record_from_parts as record_from_row
 
 __all__ = ["RECORD_COLUMNS", "record_from_row"]
 

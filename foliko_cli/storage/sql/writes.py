@@ -26,11 +26,11 @@ from foliko_cli.messages.record import (
     SessionState,
     SessionSummary,
     covered_by,
-    encode_message,
     new_metadata,
     next_revision,
     preview_of,
 )
+from foliko_cli.messages.stored import encode_message
 from foliko_cli.storage.base import check_expected
 from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.storage.sql.dialect import Dialect
