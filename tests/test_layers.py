@@ -16,62 +16,19 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "foliko_cli"
 
-# Highest first. A module belongs to the first layer with a prefix it matches.
+# Highest first; each layer is a folder. A module belongs to the first layer
+# with a prefix it matches.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("entry points", ("foliko_cli.cli", "foliko_cli.serve", "foliko_cli.__main__")),
     ("the MCP server", ("foliko_cli.mcp_server",)),
-    ("sync facade", ("foliko_cli.service.facade",)),
     ("service", ("foliko_cli.service",)),
-    (
-        "features over the engine",
-        (
-            "foliko_cli.service.workflows",
-            "foliko_cli.engine.agents",
-            "foliko_cli.engine.dry_run",
-            "foliko_cli.mcp",
-        ),
-    ),
-    ("turn engine", ("foliko_cli.engine.handler",)),
-    ("framework", ("foliko_cli.engine.framework",)),
-    (
-        "turn parts",
-        (
-            "foliko_cli.engine.compression",
-            "foliko_cli.engine.prompts",
-            "foliko_cli.messages.turns",
-            "foliko_cli.engine.skills",
-            "foliko_cli.engine.plugins",
-            "foliko_cli.engine.tools",
-        ),
-    ),
+    ("MCP client", ("foliko_cli.mcp",)),
+    ("engine", ("foliko_cli.engine",)),
     ("contexts", ("foliko_cli.context",)),
-    (
-        "history and template formats",
-        (
-            "foliko_cli.formats.transcript",
-            "foliko_cli.formats.importers",
-            "foliko_cli.formats.exporters",
-            "foliko_cli.messages.usage",
-            "foliko_cli.formats.templates",
-        ),
-    ),
-    (
-        "providers and backends",
-        ("foliko_cli.models", "foliko_cli.storage", "foliko_cli.common.settings"),
-    ),
-    ("message parts", ("foliko_cli.messages.attachments", "foliko_cli.messages.fences")),
-    (
-        "leaves",
-        (
-            "foliko_cli.errors",
-            "foliko_cli.common.clock",
-            "foliko_cli.engine.events",
-            "foliko_cli.engine.shield",
-            "foliko_cli.messages.tokens",
-            "foliko_cli.storage.queues",
-            "foliko_cli.common.redaction",
-        ),
-    ),
+    ("formats", ("foliko_cli.formats",)),
+    ("providers and backends", ("foliko_cli.models", "foliko_cli.storage")),
+    ("messages", ("foliko_cli.messages",)),
+    ("common", ("foliko_cli.common", "foliko_cli.errors", "foliko_cli._version")),
 ]
 
 
