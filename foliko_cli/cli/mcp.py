@@ -1,5 +1,5 @@
-"""``foliko mcp``: the MCP servers in the config, their state and their tools;
-``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
+"""``foliko mcp``: the MCP servers in the config, their state, tools, resources
+and prompts; ``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def mcp() -> None:
     Example:
       foliko mcp list
       foliko mcp tools files --json
+      foliko mcp resources files
+      foliko mcp prompts files
       foliko mcp serve
     """
 
@@ -109,6 +111,75 @@ def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
     )
     if not facade.mcp.configs:
         note(_NONE_CONFIGURED)
+
+
+def _arguments(arguments: list[dict]) -> str:
+    """``topic*, style``: a prompt's arguments, the required ones starred."""
+    return ", ".join(a["name"] + ("*" if a["required"] else "") for a in arguments)
+
+
+@mcp.command("resources")
+@click.argument("server", required=False, shell_complete=_complete_servers)
+@format_option
+@click.pass_context
+def list_resources(ctx: click.Context, server: str | None, fmt: str) -> None:
+    """The resources of SERVER (or of every server): attach one with -a mcp:SERVER:URI.
+
+    Resource templates are listed too (template = yes; fill in the URI's
+    {placeholders} to attach one). A server that has no resources lists none.
+
+    \b
+    Example:
+      foliko mcp resources files
+      foliko chat -s s1 -a mcp:files:file:///notes.md "Summarise this"
+    """
+    facade = open_facade(ctx)
+    rows = facade.mcp_resources(server)
+    emit_rows(
+        rows,
+        {
+            "server": "server",
+            "uri": "uri",
+            "mime_type": "mime type",
+            "template": "template",
+            "description": "description",
+        },
+        fmt,
+        human={"template": _yes_no, "description": _short},
+    )
+    if not facade.mcp.configs:
+        note(_NONE_CONFIGURED)
+    elif server is not None and not rows:
+        note(f"MCP server {server!r} has no resources")
+
+
+@mcp.command("prompts")
+@click.argument("server", required=False, shell_complete=_complete_servers)
+@format_option
+@click.pass_context
+def list_prompts(ctx: click.Context, server: str | None, fmt: str) -> None:
+    """The prompts of SERVER (or of every server): send one with /prompt SERVER__NAME key=value.
+
+    The table stars required arguments; JSON carries each argument's description.
+    A server that has no prompts lists none.
+
+    \b
+    Example:
+      foliko mcp prompts files
+      foliko chat -s s1 "/prompt files__review path=README.md"
+    """
+    facade = open_facade(ctx)
+    rows = facade.mcp_prompts(server)
+    emit_rows(
+        rows,
+        {"name": "name", "arguments": "arguments", "description": "description"},
+        fmt,
+        human={"arguments": _arguments, "description": _short},
+    )
+    if not facade.mcp.configs:
+        note(_NONE_CONFIGURED)
+    elif server is not None and not rows:
+        note(f"MCP server {server!r} has no prompts")
 
 
 @mcp.command("serve")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from foliko_cli.engine.tools import Tool
 from foliko_cli.errors import MCPLoginError, ToolError, UsageError
-from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, ToolCall
+from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, Progress, ToolCall
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
 from foliko_cli.mcp.server_config import ServerConfig, server_configs
@@ -204,15 +204,24 @@ class MCPManager:
     def _tool(self, server: str, tool: ServerTool, exposed: str) -> Tool:
         connection = self.connection(server)
 
-        async def execute(arguments: dict[str, Any], context: Any) -> str:
+        async def execute(arguments: dict[str, Any], context: Any) -> Any:
             request = getattr(context, "request", None)
             await self.authorize(connection, tool, exposed, arguments, request)
+            show = getattr(self.interaction.asker, "progress", None)
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                show(Progress(server, exposed, done, total, message))
+
             try:
-                return await connection.call(tool.name, arguments, request)
+                return await connection.call(
+                    tool.name, arguments, request, progress if show is not None else None
+                )
             except ToolError:
                 _stop_for_login([connection])
                 raise
             finally:
+                if show is not None:
+                    show(Progress(server, exposed, done=True))
                 if connection.login_problem is None:
                     for warning in self._new_warnings([connection]):
                         self.notify(warning)

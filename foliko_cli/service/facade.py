@@ -262,6 +262,9 @@ class Foliko:
     mcp_status = _blocking("mcp_status")
     mcp_tool_list = _blocking("mcp_tool_list")
     mcp_tools = _blocking("mcp_tools")
+    mcp_resources = _blocking("mcp_resources")
+    mcp_prompts = _blocking("mcp_prompts")
+    mcp_prompt = _blocking("mcp_prompt")
     search = _blocking("search")
     usage = _blocking("usage")
 

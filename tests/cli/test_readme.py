@@ -116,6 +116,12 @@ RUN: dict[str, Run | str] = {
     "foliko mcp login tracker": (
         "needs a server behind OAuth and a browser (tests/mcp/test_mcp_oauth.py runs both)"
     ),
+    "foliko mcp resources everything": (
+        "npx downloads the MCP reference server (tests/mcp/test_mcp_resources.py runs it)"
+    ),
+    "foliko mcp prompts everything": (
+        "npx downloads the MCP reference server (tests/mcp/test_mcp_prompts.py runs it)"
+    ),
     "FOLIKO_STORAGE=json foliko chat -s notes": Run(),
     'pip install "foliko-cli[postgres]"': "installs packages and needs PostgreSQL",
     "pip install '.[serve]'": "installs packages and keeps a server running",
