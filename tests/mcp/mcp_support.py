@@ -58,3 +58,18 @@ RESOURCES_SERVER = HERE / "resources_server.py"
 def resources_server(*args: str, **options: object) -> dict:
     """The config of the test server in resources_server.py (``bare``: tools only)."""
     return {"command": sys.executable, "args": [str(RESOURCES_SERVER), *args], **options}
+
+
+def stored_messages(home: Path, session_id: str) -> list[dict]:
+    """The messages the session holds in the SQLite store under ``home``."""
+    from foliko_cli.service.facade import Foliko
+
+    with Foliko("sqlite", "echo", home=home) as foliko:
+        return foliko.get_session(session_id).messages
+
+
+def session_exists(home: Path, session_id: str) -> bool:
+    from foliko_cli.service.facade import Foliko
+
+    with Foliko("sqlite", "echo", home=home) as foliko:
+        return session_id in foliko.session_ids()

@@ -10,7 +10,7 @@ from pathlib import Path
 import orjson
 import pexpect
 import pytest
-from mcp_support import resources_server, write_config
+from mcp_support import resources_server, session_exists, stored_messages, write_config
 from models.mock_transport import Script, chat_reply
 from resources_server import NOTES, TINY_PNG
 
@@ -29,16 +29,6 @@ def configure(tmp_path: Path):
         write_config(tmp_path / "foliko.toml", servers or {"r": resources_server()})
 
     return write
-
-
-def _messages(home: Path, session_id: str) -> list[dict]:
-    with Foliko("sqlite", "echo", home=home) as foliko:
-        return foliko.get_session(session_id).messages
-
-
-def _exists(home: Path, session_id: str) -> bool:
-    with Foliko("sqlite", "echo", home=home) as foliko:
-        return session_id in foliko.session_ids()
 
 
 # listing
@@ -92,7 +82,7 @@ def test_a_message_that_is_a_prompt_sends_the_prompts_message(configure, invoke,
     done = invoke("chat", "-s", "s", '/prompt r__review path="my file.txt" style=long')
     assert done.exit_code == 0, done.stderr
     assert done.stdout == "Review my file.txt in a long style.\n"
-    user = _messages(foliko_home, "s")[0]
+    user = stored_messages(foliko_home, "s")[0]
     assert (user["role"], user["content"]) == ("user", "Review my file.txt in a long style.")
 
 
@@ -100,7 +90,7 @@ def test_text_after_the_prompt_line_and_piped_text_follow_it(configure, run_foli
     configure()
     done = run_foliko("chat", "-s", "s", "/prompt r__leading", input="Go on, please.")
     assert done.returncode == 0, done.stderr
-    assert [(m["role"], m["content"]) for m in _messages(foliko_home, "s")] == [
+    assert [(m["role"], m["content"]) for m in stored_messages(foliko_home, "s")] == [
         ("user", "Start."),
         ("assistant", "I will begin with"),
         ("user", "Go on, please."),
@@ -108,7 +98,7 @@ def test_text_after_the_prompt_line_and_piped_text_follow_it(configure, run_foli
     ]
     more = run_foliko("chat", "-s", "t", "/prompt r__review path=a.txt\nAnd be kind.")
     assert more.returncode == 0, more.stderr
-    user = _messages(foliko_home, "t")[0]
+    user = stored_messages(foliko_home, "t")[0]
     assert user["content"] == "Review a.txt in a brief style.\n\nAnd be kind."
 
 
@@ -174,7 +164,7 @@ def test_a_prompt_that_cannot_be_sent_is_one_line_exit_2_and_nothing_is_stored(
     done = invoke("chat", "-s", "s", message)
     assert done.exit_code == 2
     assert done.stderr.splitlines()[-1] == f"foliko: error: {problem}"
-    assert not _exists(foliko_home, "s")
+    assert not session_exists(foliko_home, "s")
 
 
 def test_a_failed_prompt_with_json_is_a_failure_object(configure, invoke):

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pexpect
 import pytest
-from mcp_support import resources_server, write_config
+from mcp_support import resources_server, session_exists, stored_messages, write_config
 from mcp_types import CallToolResult, ImageContent, TextContent
 from models.fake_servers import anthropic_message, anthropic_protocol_problems
 from models.mock_transport import Script, chat_reply, json_response
@@ -34,16 +34,6 @@ def configure(tmp_path: Path):
         write_config(tmp_path / "foliko.toml", servers or {"r": resources_server()})
 
     return write
-
-
-def _stored(home: Path, session_id: str) -> list[dict]:
-    with Foliko("sqlite", "echo", home=home) as foliko:
-        return foliko.get_session(session_id).messages
-
-
-def _exists(home: Path, session_id: str) -> bool:
-    with Foliko("sqlite", "echo", home=home) as foliko:
-        return session_id in foliko.session_ids()
 
 
 # listing
@@ -111,7 +101,7 @@ def test_a_text_resource_is_attached_as_a_file_is(configure, invoke, foliko_home
     configure()
     done = invoke("chat", "-s", "s", "-a", NOTES_URI, "-a", "mcp:r:greeting://Ann", "read")
     assert done.exit_code == 0, done.stderr
-    (user, _) = _stored(foliko_home, "s")
+    (user, _) = stored_messages(foliko_home, "s")
     assert user["content"] == (
         f"read\n\n{NOTES_URI}:\n```md\n{NOTES}```\n\nmcp:r:greeting://Ann:\n```\nHello, Ann!\n```"
     )
@@ -181,7 +171,7 @@ def test_a_resource_that_cannot_be_attached_is_exit_2_and_nothing_is_stored(
     done = invoke("chat", "-s", "s", "-a", source, "read")
     assert done.exit_code == 2
     assert done.stderr.splitlines()[-1] == f"foliko: error: {problem}"
-    assert not _exists(foliko_home, "s")
+    assert not session_exists(foliko_home, "s")
 
 
 def test_a_server_that_cannot_start_is_exit_2_for_its_resource(configure, invoke, foliko_home):
@@ -192,7 +182,7 @@ def test_a_server_that_cannot_start_is_exit_2_for_its_resource(configure, invoke
         "foliko: error: cannot attach mcp:off:file:///x: MCP server 'off' is not available: "
         "command not found: /nonexistent/server; list the server's resources"
     )
-    assert not _exists(foliko_home, "s")
+    assert not session_exists(foliko_home, "s")
 
 
 def test_a_resource_read_past_call_timeout_is_exit_2(configure, invoke, foliko_home):
@@ -203,7 +193,7 @@ def test_a_resource_read_past_call_timeout_is_exit_2(configure, invoke, foliko_h
         "foliko: error: cannot attach mcp:r:file:///slow.txt: resources/read on MCP server 'r' "
         "did not finish within 1s (call_timeout) and was cancelled; list the server's resources"
     )
-    assert not _exists(foliko_home, "s")
+    assert not session_exists(foliko_home, "s")
 
 
 def test_a_library_without_mcp_servers_refuses_a_resource():
@@ -241,7 +231,7 @@ def test_a_tool_result_keeps_prose_links_resources_images_and_structured_content
     configure(r=resources_server(approve="always"))
     done = invoke("chat", "-s", "s", '/tool r__weather {"city": "Oslo"}')
     assert done.exit_code == 0, done.stderr
-    result = next(m for m in _stored(foliko_home, "s") if m["role"] == "tool")
+    result = next(m for m in stored_messages(foliko_home, "s") if m["role"] == "tool")
     assert result["content"].splitlines() == [
         "It is sunny in Oslo.",
         "[resource link forecast: weather://Oslo/forecast (application/json, the week ahead)]",
@@ -344,7 +334,7 @@ def test_the_reference_servers_resources_are_listed_and_attached(everything, inv
     assert rows["demo://resource/dynamic/text/{resourceId}"]["template"] is True
     done = invoke("chat", "-s", "s", "-a", "mcp:everything:demo://resource/dynamic/text/3", "hi")
     assert done.exit_code == 0, done.stderr
-    (user, _) = _stored(foliko_home, "s")
+    (user, _) = stored_messages(foliko_home, "s")
     assert "Resource 3: This is a plaintext resource" in user["content"]
     assert user["attachments"][0]["name"] == "mcp:everything:demo://resource/dynamic/text/3"
 
