@@ -13,10 +13,11 @@ from typing import Any
 
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
 from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
 
 
-class ForksMixin:
+class ForksMixin(ServiceBase):
     """``session_tree``."""
 
     async def session_tree(self, session_id: str | None = None) -> list[dict[str, Any]]:

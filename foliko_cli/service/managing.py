@@ -4,7 +4,7 @@ prune and variables."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
@@ -26,10 +26,7 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.stored import content_hash
 from foliko_cli.messages.turns import cut_compression, drop_turns
-from foliko_cli.storage import capabilities
-
-if TYPE_CHECKING:
-    pass
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     SORT_KEYS,
     ImportReport,
@@ -37,18 +34,14 @@ from foliko_cli.service.common import (
     _no_progress,
     forked,
 )
+from foliko_cli.storage import capabilities
 
 
-class SessionsMixin:
+class SessionsMixin(ServiceBase):
     """Managing sessions: read, list, delete, rename, fork, rewind, clear, import,
     prune and variables."""
 
     # sessions
-
-    async def _held(self, session_id: str, work, timeout: float | None = None):
-        """Run ``work()`` (a coroutine function) holding the session exclusively."""
-        async with self.framework.hold_session(session_id, timeout or self.timeout):
-            return await work()
 
     async def get_session(self, session_id: str) -> SessionRecord:
         check_session_id(session_id)

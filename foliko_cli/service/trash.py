@@ -22,6 +22,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.messages.ids import check_session_id, is_internal
 from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ DEFAULT_KEEP_MS = 30 * 86_400_000
 PURGE_EVERY_MS = 60_000
 
 
-class TrashMixin:
+class TrashMixin(ServiceBase):
     """The trash of this service's storage."""
 
     def _keeps_trash(self, session_id: str) -> bool:

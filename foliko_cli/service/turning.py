@@ -16,6 +16,7 @@ from foliko_cli.models.base import ModelProvider
 if TYPE_CHECKING:
     from foliko_cli.engine.handler import TurnResult, TurnSetup
     from foliko_cli.messages.attachments import Source
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     TURN_FIELDS,
     check_message_text,
@@ -23,7 +24,7 @@ from foliko_cli.service.common import (
 )
 
 
-class TurnsMixin:
+class TurnsMixin(ServiceBase):
     """Turns as coroutines and event streams."""
 
     # turns
