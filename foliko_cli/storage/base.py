@@ -7,6 +7,7 @@ transaction while a model runs.
 
 from __future__ import annotations
 
+import builtins  # `list` is a storage method: in its class the builtin is builtins.list
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, NamedTuple
@@ -136,7 +137,7 @@ class SessionStorageAdapter(ABC):
     async def list(self) -> list[str]: ...
 
     @abstractmethod
-    async def list_summaries(self) -> list[SessionSummary]: ...
+    async def list_summaries(self) -> builtins.list[SessionSummary]: ...
 
     async def revision(self, session_id: str) -> int | None:
         record = await self.load(session_id)

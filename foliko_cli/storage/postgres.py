@@ -39,6 +39,7 @@ psycopg 3 is imported when a storage is created, never at module import.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import os
@@ -472,7 +473,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             )
         return [row[0] for row in rows]
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         """Newest first, read page by page along the index, all from one snapshot."""
         async with self._transaction() as db:
             await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -579,7 +580,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             await writes.remove_sessions(db, d, [problem.session_id])
         return f"{self.location} (table {self.schema}.quarantine)"
 
-    async def search(self, query: SearchQuery) -> list[SearchHit]:
+    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
         """Through the GIN index on the messages' text (postgres_search.py)."""
         from foliko_cli.storage.postgres_search import search
 

@@ -11,6 +11,7 @@ they do unscoped.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -147,7 +148,7 @@ class UserScopedStorage(SessionStorageAdapter):
     async def list(self) -> list[str]:
         return [own for s in await self.inner.list() if (own := self._own(s)) is not None]
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         return [
             summary._replace(session_id=own)
             for summary in await self.inner.list_summaries()
@@ -198,7 +199,7 @@ class UserScopedStorage(SessionStorageAdapter):
         except CorruptSessionError as exc:
             raise self._owned(exc) from None
 
-    async def search(self, query: SearchQuery) -> list[SearchHit]:
+    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
         """Through the index of what it wraps, kept to this user's sessions;
         else a scan of this user's sessions alone."""
         from foliko_cli.storage.search import Searchable, scan_search
@@ -215,7 +216,7 @@ class UserScopedStorage(SessionStorageAdapter):
             hits = await self.inner.search(asked)
         return [hit._replace(session_id=self._own(hit.session_id)) for hit in hits]
 
-    async def check(self) -> list[StoredProblem]:
+    async def check(self) -> builtins.list[StoredProblem]:
         return [
             problem._replace(session_id=own)
             for problem in await capabilities.check(self.inner)
