@@ -21,7 +21,7 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from foliko_cli.common.redaction import redact_url
 from foliko_cli.errors import AttachmentError
@@ -58,7 +58,7 @@ def image_type(data: bytes) -> str | None:
     return None
 
 
-def is_url(source: Any) -> bool:
+def is_url(source: object) -> TypeGuard[str]:
     return isinstance(source, str) and source.startswith(("http://", "https://"))
 
 

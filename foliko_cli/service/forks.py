@@ -49,9 +49,9 @@ class ForksMixin(ServiceBase):
             ids.sort(key=lambda s: (nodes[s]["created_at"], s))
         roots = children.get(None, [])
         if session_id is not None:
-            root = session_id
-            while parents[root] is not None:
-                root = parents[root]
+            root, parent = session_id, parents[session_id]
+            while parent is not None:
+                root, parent = parent, parents[parent]
             roots = [root]
         rows: list[dict[str, Any]] = []
         stack = [(root, 0) for root in reversed(roots)]

@@ -3,6 +3,7 @@ prune and variables."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -92,10 +93,11 @@ class SessionsMixin(ServiceBase):
         not found)."""
         for session_id in session_ids:
             check_session_id(session_id)
-        deleted, missing = [], []
+        deleted: list[str] = []
+        missing: list[str] = []
         for session_id in sorted(set(session_ids)):
             existed = await self._held(
-                session_id, lambda sid=session_id: self._remove(sid, "delete")
+                session_id, functools.partial(self._remove, session_id, "delete")
             )
             self.framework.destroy_session_context(session_id)
             (deleted if existed else missing).append(session_id)
@@ -103,7 +105,7 @@ class SessionsMixin(ServiceBase):
         if deleted:
             await self._purge_trash()
         order = {sid: i for i, sid in enumerate(dict.fromkeys(session_ids))}
-        return sorted(deleted, key=order.get), sorted(missing, key=order.get)
+        return sorted(deleted, key=order.__getitem__), sorted(missing, key=order.__getitem__)
 
     async def rename_session(self, old_id: str, new_id: str) -> None:
         """Rename ``old_id``; both are held, in one global order, so no two renames
@@ -286,7 +288,7 @@ class SessionsMixin(ServiceBase):
                 return report
         for record in records:
             outcome = await self._held(
-                record.session_id, lambda r=record: self._import_one(r, on_conflict)
+                record.session_id, functools.partial(self._import_one, record, on_conflict)
             )
             getattr(report, outcome).append(record.session_id)
             self.framework.destroy_session_context(record.session_id)
@@ -349,7 +351,9 @@ class SessionsMixin(ServiceBase):
         if on_total is not None:
             on_total(len(stale))
         for session_id in stale:
-            outcome = await self._held(session_id, lambda s=session_id: self._prune_one(s, cutoff))
+            outcome = await self._held(
+                session_id, functools.partial(self._prune_one, session_id, cutoff)
+            )
             getattr(report, outcome).append(session_id)
             self.framework.destroy_session_context(session_id)
             progress(1)

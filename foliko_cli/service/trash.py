@@ -10,6 +10,7 @@ a server deleting often does not list the store each time).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -152,7 +153,9 @@ class TrashMixin(ServiceBase):
 
         gone = []
         for entry in entries:
-            if await self._held(entry.stored_id, lambda e=entry: trash.discard(self.storage, e)):
+            if await self._held(
+                entry.stored_id, functools.partial(trash.discard, self.storage, entry)
+            ):
                 gone.append(entry)
         return gone
 

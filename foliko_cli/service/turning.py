@@ -116,7 +116,7 @@ class TurnsMixin(ServiceBase):
         ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
         ``on_finish``; see chat.TurnSetup).
         """
-        setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
+        setup_options: dict[str, Any] = {"new": new, "fork_from": fork_from, "variables": variables}
         setup_options.update(system=system, turns=turns, upto=upto, regenerate=regenerate)
         setup_options["attachments"] = attachments
         if on_event is None:
