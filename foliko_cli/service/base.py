@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord, SessionSummary
-    from foliko_cli.service import AsyncFoliko
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
@@ -47,7 +46,7 @@ class ServiceBase:
     _tools_loaded: bool
     mcp_servers: dict[str, dict[str, Any]]
     _mcp: MCPManager | None
-    _mcp_share: AsyncFoliko | None
+    _mcp_share: ServiceBase | None
     _interaction: tuple[Asker | None, bool, str | None]
     _mcp_offered: dict[str | None, tuple[list[str], list[str]]]
     _mcp_generation: int
@@ -64,6 +63,9 @@ class ServiceBase:
     if TYPE_CHECKING:
         # Defined by the other parts (managing, tooling, trash); declared here so
         # each part type-checks alone. mypy checks the definitions match.
+
+        @property
+        def mcp(self) -> MCPManager: ...
 
         async def get_session(self, session_id: str) -> SessionRecord: ...
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import errno
+import functools
 import os
 import time
 from collections.abc import AsyncIterator
@@ -433,13 +434,13 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
                     self._locks.hold(
                         _WRITE_KEY + session_id,
                         WRITE_LOCK_TIMEOUT,
-                        remove_if=lambda sid=session_id: self._gone(sid),
+                        remove_if=functools.partial(self._gone, session_id),
                     )
                 )
             yield
         for session_id in session_ids:
             if self._gone(session_id):
-                self._locks.remove_if_free(session_id, lambda sid=session_id: self._gone(sid))
+                self._locks.remove_if_free(session_id, functools.partial(self._gone, session_id))
 
     # contract
 

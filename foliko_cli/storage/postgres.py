@@ -79,7 +79,7 @@ from foliko_cli.storage.poll import poll
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
-from foliko_cli.storage.sql.executor import PostgresExecutor
+from foliko_cli.storage.sql.executor import PostgresExecutor, one_row
 from foliko_cli.storage.sql.migrations import Step, migrate
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
@@ -129,7 +129,7 @@ async def keep_indexed_text(db: PostgresExecutor, dialect: PostgresDialect) -> N
     await keep_indexed_text(db, dialect.quoted)
 
 
-MIGRATIONS: list[Step] = [
+MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     schema.create_sessions_and_messages,
     schema.create_quarantine,
     create_search_index,
@@ -567,7 +567,8 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
                 d.sql("SELECT row_to_json(s)::text FROM {sessions} s WHERE session_id = %s"),
                 (problem.session_id,),
             )
-            bodies = await db.fetchone(
+            bodies = await one_row(
+                db,
                 d.sql(
                     """SELECT COALESCE(json_agg(m ORDER BY m.seq), '[]')::text
                     FROM {messages} m WHERE session_id = %s"""
@@ -597,13 +598,14 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         async with self._connection() as db:
             sessions, messages = await writes.counts(db, self._dialect)
             version = max(await self._dialect.applied_steps(db), default=0)
-            (size,) = await db.fetchone(
+            (size,) = await one_row(
+                db,
                 """SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                    WHERE n.nspname = %s AND c.relkind = 'r'""",
                 (self.schema,),
             )
-            (server,) = await db.fetchone("SHOW server_version")
+            (server,) = await one_row(db, "SHOW server_version")
         return {
             "backend": self.name,
             "location": self.location,
@@ -651,7 +653,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         async def locked() -> bool:
             async with self._bounded() as deadline:
                 deadline.watch(conn)
-                return (await db.fetchone("SELECT pg_try_advisory_lock(%s)", (key,)))[0]
+                return (await one_row(db, "SELECT pg_try_advisory_lock(%s)", (key,)))[0]
 
         if not await poll(locked, time.monotonic() + timeout):
             raise SessionBusyError(session_id, timeout, await self._holder(db, key))
@@ -684,7 +686,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             async with self._bounded() as deadline:
                 deadline.watch(conn)
                 query = "SELECT pg_advisory_unlock(%s)"
-                released = (await PostgresExecutor(conn).fetchone(query, (key,)))[0]
+                released = (await one_row(PostgresExecutor(conn), query, (key,)))[0]
         except StorageError:
             released = False  # closing the connection below releases it on the server
         if released and len(pool.idle_lock) < IDLE_LOCK_CONNECTIONS:

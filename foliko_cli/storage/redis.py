@@ -739,9 +739,10 @@ class RedisStorage(SessionStorageAdapter):
         with self._guard():
             async for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
                 key = _text(raw)
-                session_id = unhash_tag(key[len(head) : -len(tail)])
-                if session_id is None or session_id in indexed:
+                found = unhash_tag(key[len(head) : -len(tail)])
+                if found is None or found in indexed:
                     continue
+                session_id = found
                 if not await client.exists(self.key(session_id, "meta")):
                     problems.append(
                         StoredProblem(

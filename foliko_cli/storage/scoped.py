@@ -48,7 +48,8 @@ class UserScopedStorage(SessionStorageAdapter):
         self.user = user
         self.prefix = user_prefix(user)
         self.owns_inner = owns_inner
-        self.name = inner.name
+        # the contract names a backend per class; this wrapper goes by its inner one
+        self.name = inner.name  # type: ignore[misc]
 
     def _stored(self, session_id: str) -> str:
         return self.prefix + session_id
@@ -214,7 +215,11 @@ class UserScopedStorage(SessionStorageAdapter):
         )
         with self._own_name():
             hits = await self.inner.search(asked)
-        return [hit._replace(session_id=self._own(hit.session_id)) for hit in hits]
+        return [
+            hit._replace(session_id=own)
+            for hit in hits
+            if (own := self._own(hit.session_id)) is not None  # always: the prefix was asked
+        ]
 
     async def check(self) -> builtins.list[StoredProblem]:
         return [

@@ -126,7 +126,7 @@ async def keep_indexed_text(db: SQLiteExecutor, dialect: Dialect) -> None:
     keep_text(db.connection)
 
 
-MIGRATIONS: list[Step] = [
+MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     create_sessions_and_messages,
     import_seed_sessions,
     schema.create_quarantine,
