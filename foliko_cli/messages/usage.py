@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Any
 
 from foliko_cli.messages.record import SessionRecord
 
@@ -28,7 +28,7 @@ GROUPINGS = ("session", "model", "day")
 _FIRST_KEYS = ("input_tokens", "output_tokens")
 
 
-def _number(value: object) -> TypeGuard[int | float]:
+def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -42,7 +42,7 @@ def message_usage(message: dict[str, Any]) -> dict[str, int | float] | None:
         if key in compression:
             counters[key] = counters.get(key, 0) + compression[key]
             counters[f"compression_{key}"] = compression[key]
-    cost = message.get("cost", counters.pop("cost", None))
+    cost: Any = message.get("cost", counters.pop("cost", None))
     if _number(cost):
         counters["cost"] = cost
     return counters or None
@@ -93,11 +93,11 @@ def _numbers(usage: Any) -> dict[str, int | float]:
     return {k: v for k, v in usage.items() if _number(v)} if isinstance(usage, dict) else {}
 
 
-def spent_tokens(usage: dict[str, Any] | None) -> tuple[float, float]:
+def spent_tokens(usage: dict[str, Any] | None) -> tuple[int, int]:
     """A turn's input and output tokens (``TurnResult.usage``), its compression included."""
     usage = usage or {}
     compression = usage.get("compression") or {}
-    spent: list[float] = [0, 0]
+    spent = [0, 0]
     for index, key in enumerate(_FIRST_KEYS):
         for counters in (usage, compression):
             value = counters.get(key, 0)

@@ -78,7 +78,7 @@ class TurnsMixin(ServiceBase):
     async def chat(
         self,
         session_id: str,
-        message: str,
+        message: str | None,
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
@@ -155,7 +155,7 @@ class TurnsMixin(ServiceBase):
     async def chat_stream(
         self,
         session_id: str,
-        message: str,
+        message: str | None,
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
@@ -275,7 +275,7 @@ class TurnsMixin(ServiceBase):
     async def dry_run(
         self,
         session_id: str,
-        message: str,
+        message: str | None,
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
