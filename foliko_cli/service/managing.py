@@ -117,7 +117,7 @@ class SessionsMixin(ServiceBase):
             raise UsageError(f"session {old_id!r} already has that name", fix="give a new name")
         first, second = sorted((old_id, new_id))
 
-        async def work():
+        async def work() -> None:
             async with self.framework.hold_session(second, self.timeout):
                 await self.storage.load(old_id)
                 await capabilities.load_state(self.storage, new_id)
@@ -143,7 +143,7 @@ class SessionsMixin(ServiceBase):
             raise UsageError(f"cannot fork session {source_id!r} into itself", fix="name a new one")
         first, second = sorted((source_id, target_id))
 
-        async def work():
+        async def work() -> SessionRecord:
             async with self.framework.hold_session(second, self.timeout):
                 if await self.storage.revision(target_id) is not None:
                     raise SessionExistsError(target_id)
@@ -190,7 +190,7 @@ class SessionsMixin(ServiceBase):
     async def _rewritten(
         self,
         session_id: str,
-        change,
+        change: Callable[[list[dict[str, Any]]], tuple[list[dict[str, Any]], int]],
         expected_revision: int | None = None,
         *,
         trash_reason: str | None = None,
@@ -200,7 +200,7 @@ class SessionsMixin(ServiceBase):
         With ``trash_reason``, the session as it was is kept in the trash."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = await self.get_session(session_id)
             if expected_revision is not None and record.revision != expected_revision:
                 raise ConflictError(session_id, expected_revision, record.revision)
@@ -236,7 +236,7 @@ class SessionsMixin(ServiceBase):
         it was goes to the trash."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = await self.storage.load(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
@@ -387,7 +387,7 @@ class SessionsMixin(ServiceBase):
         ``summary`` stands for a history before them (as a compression's does)."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = SessionRecord(
                 session_id,
                 messages=list(messages or []),
@@ -409,7 +409,7 @@ class SessionsMixin(ServiceBase):
         history is not read: the returned record holds no messages)."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
@@ -430,7 +430,7 @@ class SessionsMixin(ServiceBase):
         position of the first."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> int:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
@@ -469,7 +469,7 @@ class SessionsMixin(ServiceBase):
         """
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> dict[str, Any]:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 if not create:

@@ -14,6 +14,7 @@ from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.models.base import ModelProvider
 
 if TYPE_CHECKING:
+    from foliko_cli.engine.dry_run import RequestCaptured
     from foliko_cli.engine.handler import TurnResult, TurnSetup
     from foliko_cli.messages.attachments import Source
 from foliko_cli.service.base import ServiceBase
@@ -131,7 +132,7 @@ class TurnsMixin(ServiceBase):
                 setup=setup,
                 options=TurnOptions(options or {}, schema, compress),
             )
-        result = None
+        result: TurnResult | None = None
         async for event in self.chat_stream(
             session_id,
             message,
@@ -294,7 +295,7 @@ class TurnsMixin(ServiceBase):
         )
         request = captured.request
         try:
-            shown = {
+            shown: dict[str, Any] = {
                 "model": target.name,
                 "system": request.system,
                 "messages": request.messages,
@@ -344,8 +345,17 @@ class TurnsMixin(ServiceBase):
         return estimate, False
 
     async def _captured(
-        self, session_id, message, model, agent, options, schema, setup, *, stream=False
-    ):
+        self,
+        session_id: str,
+        message: str | None,
+        model: str | ModelProvider | None,
+        agent: str | None,
+        options: dict[str, Any] | None,
+        schema: dict[str, Any] | None,
+        setup: dict[str, Any],
+        *,
+        stream: bool = False,
+    ) -> tuple[ModelProvider, RequestCaptured]:
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
         from foliko_cli.engine.handler import TurnOptions
@@ -362,18 +372,25 @@ class TurnsMixin(ServiceBase):
         )
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = await self._make_handler(CaptureModel(target), agent)
-        call = {
-            "session_id": session_id,
-            "request": self.request(),
-            "setup": prepared,
-            "options": TurnOptions(options or {}, schema),
-        }
+        request, turn_options = self.request(), TurnOptions(options or {}, schema)
         try:
             if stream:
-                async for _event in handler.chat_stream(message, **call):
+                async for _event in handler.chat_stream(
+                    message,
+                    session_id=session_id,
+                    request=request,
+                    setup=prepared,
+                    options=turn_options,
+                ):
                     pass
             else:
-                await handler.chat(message, **call)
+                await handler.chat(
+                    message,
+                    session_id=session_id,
+                    request=request,
+                    setup=prepared,
+                    options=turn_options,
+                )
         except RequestCaptured as captured:
             return target, captured
         except BaseException:
