@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli._version import __version__
+__version__ = "0.1.0"
 
 _EXPORTS = {
     "Foliko": "foliko_cli.service.facade",
@@ -29,6 +29,7 @@ _EXPORTS = {
     "ContextManager": "foliko_cli.context.manager",
     "Tool": "foliko_cli.engine.tools",
     "ToolContext": "foliko_cli.engine.tools",
+    "ToolOutput": "foliko_cli.engine.tools",
     "ToolResult": "foliko_cli.engine.tools",
     "ModelProvider": "foliko_cli.models.base",
     "ModelRequest": "foliko_cli.models.base",
@@ -89,6 +90,7 @@ __all__ = [
     "Tool",
     "ToolContext",
     "ToolError",
+    "ToolOutput",
     "ToolResult",
     "TurnResult",
     "TurnSetup",
@@ -105,7 +107,7 @@ if TYPE_CHECKING:
     from foliko_cli.context.session import SessionContext
     from foliko_cli.engine.framework import Framework
     from foliko_cli.engine.handler import AgentChatHandler, TurnResult, TurnSetup
-    from foliko_cli.engine.tools import Tool, ToolContext, ToolResult
+    from foliko_cli.engine.tools import Tool, ToolContext, ToolOutput, ToolResult
     from foliko_cli.errors import (
         ConflictError,
         CorruptSessionError,

@@ -250,6 +250,16 @@ class MCPServerError(FolikoError):
     exit_code = ExitCode.MODEL
 
 
+class MCPLoginError(UsageError):
+    """An MCP server that needs the user to log in (OAuth) before it can be used.
+
+    It stops the turn even when raised by a tool: only the user can fix it
+    (under ``foliko serve``, whoever runs the server)."""
+
+    http_status = 503
+    code = "mcp_login_required"
+
+
 class UnknownModelError(UsageError):
     http_status = 404
     code = "model_not_found"

@@ -6,6 +6,7 @@ turn (Ctrl-C) stops at once, so an abandoned question never swallows the
 next line typed. In a pipe nothing is asked: a call that needs approval is
 refused with one line saying how to approve it, and an elicitation gets
 what the server's ``elicitation`` setting says (see foliko_cli/mcp/asking.py).
+Either way a call's progress is a line on stderr when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.cli.output import note
+from foliko_cli.cli.progress import ProgressLine
 from foliko_cli.engine.tools import in_worker_thread
 from foliko_cli.mcp.asking import Answer
 
@@ -65,6 +67,7 @@ class TerminalAsker:
 
     def __init__(self) -> None:
         self._always: set[tuple[str, str]] = set()
+        self.progress = ProgressLine()
 
     async def approve(self, call: ToolCall) -> Decision:
         if (call.server, call.tool) in self._always:
@@ -143,6 +146,7 @@ class PipeAsker:
 
     def __init__(self) -> None:
         self._told: set[tuple[str, str]] = set()
+        self.progress = ProgressLine()
 
     async def approve(self, call: ToolCall) -> Decision:
         if (call.server, call.tool) not in self._told:

@@ -191,9 +191,9 @@ def emit_json_quietly(value: dict) -> None:
     "attach",
     multiple=True,
     metavar="FILE|URL|-",
-    help="Attach a file, an http(s) URL or stdin (-) to the message (repeatable): text "
-    "goes in as a fenced block under its name, a png, jpeg, webp or gif image as an "
-    "image for models that take them.",
+    help="Attach a file, an http(s) URL, stdin (-) or an MCP resource (mcp:SERVER:URI) "
+    "to the message (repeatable): text goes in as a fenced block under its name, a png, "
+    "jpeg, webp or gif image as an image for models that take them.",
 )
 @click.option(
     "--new",
@@ -343,7 +343,8 @@ def chat(
     -n/--no-stdin is not given; a pipe silent for 2 s gets a note on stderr.
     With no message on a terminal, starts an interactive loop that saves
     after every turn (/help lists its commands; Ctrl-D ends it, Ctrl-C
-    cancels the running turn).
+    cancels the running turn). A message whose first line is /prompt
+    SERVER__NAME key=value ... sends that MCP prompt (foliko mcp prompts).
 
     \b
     Examples:
@@ -451,6 +452,17 @@ def chat(
         "schema": reply_schema,
         "tools": offered,
     }
+    from foliko_cli.cli.prompting import is_prompt
+
+    if is_prompt(text):
+        from foliko_cli.cli.prompting import expand
+
+        try:
+            text, options = expand(facade, text, options)
+        except FolikoError as exc:
+            if as_json and not dry_run:
+                report_json_failure(exc, session_id, {}, stream=bool(stream))
+            raise
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
 

@@ -27,7 +27,10 @@ HELP = """commands:
   /help           this list
   /exit           end the session (as Ctrl-D does)
   /multi          type several lines; a line /end sends them
-  /attach PATH    attach a file or an http(s) URL to the next message
+  /attach PATH    attach a file, an http(s) URL or an MCP resource (mcp:SERVER:URI)
+                  to the next message
+  /prompt SERVER__NAME key=value ...
+                  send an MCP server's prompt (foliko mcp prompts lists them)
   \"\"\"             on its own line: the same, ended by another \"\"\"
 Ctrl-C cancels a running turn (nothing is saved); Ctrl-D at the prompt ends."""
 
@@ -97,6 +100,9 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
             if text.strip():
                 return text
             continue
+        if command == "/prompt":
+            note("/prompt needs a prompt's name: /prompt SERVER__NAME key=value ...")
+            continue
         if command.startswith("/") and " " not in command and "\n" not in command:
             note(f"unknown command {command}; /help lists them")
             continue
@@ -105,21 +111,25 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
 
 
 def attach(source: str, attached: list[str]) -> None:
-    """Add a file (checked now: it must be one foliko can attach) or an http(s) URL
-    (fetched when the message is sent) to the next message; a problem is one
-    line, and nothing is attached."""
+    """Add a file (checked now: it must be one foliko can attach), an http(s) URL
+    or an MCP resource (both read when the message is sent) to the next
+    message; a problem is one line, and nothing is attached."""
     from foliko_cli.errors import AttachmentError
-    from foliko_cli.messages.attachments import is_url, read_file
+    from foliko_cli.messages.attachments import is_resource, is_url, read_file
 
     if not source:
         note("/attach needs a file or an http(s) URL: /attach PATH")
         return
-    if not is_url(source):
-        try:
+    try:
+        if is_resource(source):
+            from foliko_cli.mcp.resources import parse
+
+            parse(source)
+        elif not is_url(source):
             read_file(source)
-        except AttachmentError as exc:
-            note(f"{paint('error:', 'red', err=True)} {render(exc)}; nothing was attached")
-            return
+    except AttachmentError as exc:
+        note(f"{paint('error:', 'red', err=True)} {render(exc)}; nothing was attached")
+        return
     attached.append(source)
     note(f"{source} goes with the next message")
 
@@ -136,6 +146,7 @@ def interactive(
     """Read a message, run a turn, print the reply, until /exit or end of input
     (``latest``: the session is the one ``-c`` picked; ``compose`` makes each
     message typed into the one sent, as a template does)."""
+    from foliko_cli.cli.prompting import expand, is_prompt
     from foliko_cli.cli.reply import ReplyWriter, turn_notes
 
     readline = _load_readline(history)
@@ -152,17 +163,20 @@ def interactive(
             continue
         if text is None:
             return
-        if compose is not None:
+        prompted = is_prompt(text)
+        if compose is not None and not prompted:
             text = compose(text)
         writer = ReplyWriter()
-        options = {**options, "attachments": tuple(attached)}
+        turn = {**options, "attachments": tuple(attached)}
         attached.clear()
         try:
+            if prompted:
+                text, turn = expand(facade, text, turn)
             if options.get("schema") is None:
-                result = facade.chat(session_id, text, on_event=writer.on_event, **options)
+                result = facade.chat(session_id, text, on_event=writer.on_event, **turn)
                 writer.end_line()
             else:
-                result = facade.chat(session_id, text, **options)
+                result = facade.chat(session_id, text, **turn)
                 click.echo(result.message)
         except (KeyboardInterrupt, Interrupted):
             writer.end_line()

@@ -1,5 +1,5 @@
-"""``foliko mcp``: the MCP servers in the config, their state and their tools;
-``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
+"""``foliko mcp``: the MCP servers in the config, their state, tools, resources
+and prompts; ``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
 
 from __future__ import annotations
 
@@ -45,6 +45,8 @@ def mcp() -> None:
     Example:
       foliko mcp list
       foliko mcp tools files --json
+      foliko mcp resources files
+      foliko mcp prompts files
       foliko mcp serve
     """
 
@@ -111,6 +113,75 @@ def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
         note(_NONE_CONFIGURED)
 
 
+def _arguments(arguments: list[dict]) -> str:
+    """``topic*, style``: a prompt's arguments, the required ones starred."""
+    return ", ".join(a["name"] + ("*" if a["required"] else "") for a in arguments)
+
+
+@mcp.command("resources")
+@click.argument("server", required=False, shell_complete=_complete_servers)
+@format_option
+@click.pass_context
+def list_resources(ctx: click.Context, server: str | None, fmt: str) -> None:
+    """The resources of SERVER (or of every server): attach one with -a mcp:SERVER:URI.
+
+    Resource templates are listed too (template = yes; fill in the URI's
+    {placeholders} to attach one). A server that has no resources lists none.
+
+    \b
+    Example:
+      foliko mcp resources files
+      foliko chat -s s1 -a mcp:files:file:///notes.md "Summarise this"
+    """
+    facade = open_facade(ctx)
+    rows = facade.mcp_resources(server)
+    emit_rows(
+        rows,
+        {
+            "server": "server",
+            "uri": "uri",
+            "mime_type": "mime type",
+            "template": "template",
+            "description": "description",
+        },
+        fmt,
+        human={"template": _yes_no, "description": _short},
+    )
+    if not facade.mcp.configs:
+        note(_NONE_CONFIGURED)
+    elif server is not None and not rows:
+        note(f"MCP server {server!r} has no resources")
+
+
+@mcp.command("prompts")
+@click.argument("server", required=False, shell_complete=_complete_servers)
+@format_option
+@click.pass_context
+def list_prompts(ctx: click.Context, server: str | None, fmt: str) -> None:
+    """The prompts of SERVER (or of every server): send one with /prompt SERVER__NAME key=value.
+
+    The table stars required arguments; JSON carries each argument's description.
+    A server that has no prompts lists none.
+
+    \b
+    Example:
+      foliko mcp prompts files
+      foliko chat -s s1 "/prompt files__review path=README.md"
+    """
+    facade = open_facade(ctx)
+    rows = facade.mcp_prompts(server)
+    emit_rows(
+        rows,
+        {"name": "name", "arguments": "arguments", "description": "description"},
+        fmt,
+        human={"arguments": _arguments, "description": _short},
+    )
+    if not facade.mcp.configs:
+        note(_NONE_CONFIGURED)
+    elif server is not None and not rows:
+        note(f"MCP server {server!r} has no prompts")
+
+
 @mcp.command("serve")
 @storage_option
 @click.pass_context
@@ -139,3 +210,81 @@ def serve_sessions(ctx: click.Context) -> None:
 
     facade = open_facade(ctx, ask=False)  # stdin carries the protocol
     facade.run(serve_stdio(facade.service))
+
+
+def _oauth_config(ctx: click.Context, server: str):
+    from foliko_cli.cli.app import settings_for
+    from foliko_cli.mcp.server_config import server_config
+
+    settings = settings_for(ctx)
+    entry = settings.mcp_servers.get(server)
+    if entry is None:
+        known = ", ".join(sorted(settings.mcp_servers)) or "none configured"
+        raise UsageError(
+            f"unknown MCP server {server!r} (known: {known}); "
+            f"define it as [mcp_servers.{server}] in foliko.toml"
+        )
+    return settings, server_config(server, entry)
+
+
+def _show_authorization(url: str) -> None:
+    """Show the URL (the browser may not open, or be on another machine), then
+    open it with ``webbrowser``, which honours $BROWSER."""
+    import threading
+    import webbrowser
+
+    note(f"authorize foliko in your browser (opening it now) or at: {url}")
+    # A browser command may wait until the page is done; the redirect it ends
+    # with needs this process's event loop, so the command runs in a thread.
+    threading.Thread(target=_open_quietly, args=(webbrowser, url), daemon=True).start()
+
+
+def _open_quietly(webbrowser, url: str) -> None:
+    import contextlib
+
+    with contextlib.suppress(webbrowser.Error, OSError):
+        webbrowser.open(url)
+
+
+@mcp.command("login")
+@click.argument("server", shell_complete=_complete_servers)
+@click.pass_context
+def login(ctx: click.Context, server: str) -> None:
+    """Authorize foliko for SERVER (auth = "oauth"), in your browser.
+
+    The page opens in the browser ($BROWSER, else the system's); the
+    authorization comes back to a listener on 127.0.0.1. With grant =
+    "client_credentials" no browser is needed. The tokens are kept in
+    FOLIKO_HOME/mcp-auth/SERVER.json (readable by you only) and refreshed
+    before they expire.
+
+    \b
+    Example:
+      foliko mcp login github
+    """
+    import asyncio
+
+    from foliko_cli.mcp.oauth.login import login as authorize
+
+    settings, config = _oauth_config(ctx, server)
+    tools = asyncio.run(authorize(config, settings.home, _show_authorization))
+    note(f"logged in to MCP server {server!r} ({tools} tools)")
+
+
+@mcp.command("logout")
+@click.argument("server", shell_complete=_complete_servers)
+@click.pass_context
+def logout(ctx: click.Context, server: str) -> None:
+    """Forget SERVER's tokens and client registration.
+
+    \b
+    Example:
+      foliko mcp logout github
+    """
+    from foliko_cli.mcp.oauth.login import logout as forget
+
+    settings, config = _oauth_config(ctx, server)
+    if forget(config, settings.home):
+        note(f"logged out of MCP server {server!r}")
+    else:
+        note(f"MCP server {server!r} had no login to forget")

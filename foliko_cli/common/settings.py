@@ -102,8 +102,19 @@ MODEL_KEYS = (
     "price",
 )
 AGENT_KEYS = ("system_prompt", "model", "tools", "skills", "description", "mcp_servers")
+MCP_OAUTH_KEYS = (
+    "auth",
+    "grant",
+    "client_id",
+    "client_secret_env",
+    "client_metadata_url",
+    "scopes",
+    "token_endpoint_auth_method",
+    "issuer",
+    "redirect_port",
+)
 MCP_STDIO_KEYS = ("command", "args", "env", "cwd")
-MCP_HTTP_KEYS = ("url", "headers")
+MCP_HTTP_KEYS = ("url", "headers", *MCP_OAUTH_KEYS)
 MCP_COMMON_KEYS = (
     "tools",
     "exclude",

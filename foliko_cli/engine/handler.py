@@ -731,6 +731,8 @@ class AgentChatHandler:
                 }
                 if result.is_error:
                     tool_message["is_error"] = True
+                if result.attachments:
+                    tool_message["attachments"] = [dict(p) for p in result.attachments]
                 add(tool_message)
                 await _emit(
                     events,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from foliko_cli.errors import ToolError
+from foliko_cli.errors import MCPLoginError, ToolError
 
 if TYPE_CHECKING:
     from foliko_cli.context import AgentContext, RequestContext, SessionContext
@@ -55,9 +55,21 @@ class Tool(NamedTuple):
         }
 
 
+class ToolOutput(NamedTuple):
+    """What a tool may return besides a value: its text, and images for a model
+    that takes them (attachment parts, see ``foliko_cli.messages.attachments``)."""
+
+    text: str
+    attachments: tuple[dict[str, Any], ...] = ()
+
+
 class ToolResult(NamedTuple):
+    """``attachments`` are image parts stored on the tool message; a provider that
+    takes images in tool results sends them with ``content``."""
+
     content: str
     is_error: bool = False
+    attachments: tuple[dict[str, Any], ...] = ()
 
 
 class ToolRegistry:
@@ -133,9 +145,13 @@ async def run_tool(
             value = tool.execute(arguments, context)
         if inspect.isawaitable(value):
             value = await value
+        if isinstance(value, ToolOutput):
+            return ToolResult(value.text, attachments=tuple(value.attachments))
         return ToolResult(_render(value))
     except ToolError as exc:
         return ToolResult(f"error: {exc}", is_error=True)
+    except MCPLoginError:
+        raise
     except Exception as exc:
         return ToolResult(f"error: {name} failed: {type(exc).__name__}: {exc}", is_error=True)
 

@@ -48,6 +48,18 @@ class Answer(NamedTuple):
 DECLINE = Answer("decline")
 
 
+class Progress(NamedTuple):
+    """A server's progress notification for a call of tool ``name`` (as the model
+    called it); ``done`` once the call has ended."""
+
+    server: str
+    name: str
+    progress: float = 0.0
+    total: float | None = None
+    message: str | None = None
+    done: bool = False
+
+
 class Asker(Protocol):
     """What an application supplies to put questions to its user."""
 
@@ -56,6 +68,9 @@ class Asker(Protocol):
     async def elicit(self, request: Elicitation) -> Answer | None:
         """The user's answer, or None when there is no one to ask."""
         ...
+
+    # An asker may also have ``progress(update: Progress) -> None``, to show
+    # how a call is getting on; it is called on the turn's event loop.
 
 
 class Interaction(NamedTuple):

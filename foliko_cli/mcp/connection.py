@@ -28,11 +28,13 @@ import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from foliko_cli.engine.tools import ToolOutput
 from foliko_cli.errors import ToolError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
-from foliko_cli.mcp.results import result_text
+from foliko_cli.mcp.logs import log_level, log_notification
+from foliko_cli.mcp.results import result_images, result_text
 from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.transport import open_transport, scrub
 
@@ -40,6 +42,8 @@ CLIENT_NAME = "foliko"
 _CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
 MAX_TOOL_PAGES = 100
 STDERR_TAIL_CHARS = 300
+T = TypeVar("T")
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -169,8 +173,12 @@ class ServerConnection:
         on_tools: Callable[[ServerConnection], None] | None = None,
         on_changed: Callable[[ServerConnection], None] | None = None,
         on_elicit: Callable[[Elicitation], Awaitable[Answer]] | None = None,
+        home: Any = None,
     ):
         self.config = config
+        self.home = home
+        """Where an OAuth server's tokens live (``oauth/store.py``)."""
+        self._auth: Any = None
         self.state = "idle"
         self.error: str | None = None
         self.tools: list[ServerTool] = []
@@ -263,7 +271,8 @@ class ServerConnection:
             except UnsetVariableError as exc:
                 self._ended("failed", str(exc), None)
             except Exception as exc:
-                self._ended("exited" if started else "failed", self._describe(exc), errlog)
+                reason = self.login_problem or self._describe(exc)
+                self._ended("exited" if started else "failed", reason, errlog)
             finally:
                 self._client = None
                 if not started and self.state != "failed":
@@ -278,18 +287,31 @@ class ServerConnection:
         from foliko_cli import __version__
 
         _keep_sdk_logs_off_stderr()
-        transport = open_transport(self.config, errlog)
-        self._secrets = transport.secrets
+        transport = open_transport(self.config, errlog, self.home)
+        self._secrets, self._auth = transport.secrets, transport.auth
         client = Client(
             _Watched(transport.streams, ended),
             client_info=Implementation(name=CLIENT_NAME, version=__version__),
             cache=None,
             message_handler=self._on_message,
             elicitation_callback=self._on_elicitation,
+            logging_callback=self._on_log,
+            log_level=log_level(self.name),
         )
         self._client = await stack.enter_async_context(client)
         self._tools_changed = anyio.Event()  # a change announced from now on is followed
         self.tools = await self._list_tools(self._client)
+
+    @property
+    def protocol_version(self) -> str | None:
+        """The protocol version negotiated with the running server."""
+        return None if self._client is None else self._client.protocol_version
+
+    @property
+    def login_problem(self) -> str | None:
+        """Why the server cannot be used until the user logs in (OAuth), if so."""
+        problem = getattr(self._auth, "problem", None)
+        return None if problem is None else str(problem)
 
     def _listed(self) -> None:
         if self.on_tools is not None:
@@ -346,6 +368,9 @@ class ServerConnection:
             pass  # no stream, or it was lost: the tools are listed again at the next start
         if not listening:
             task_status.started()
+
+    async def _on_log(self, params: Any) -> None:
+        log_notification(self.name, params)
 
     async def _on_elicitation(self, context: Any, params: Any) -> Any:
         from mcp_types import ElicitResult
@@ -412,11 +437,19 @@ class ServerConnection:
 
     # calling
 
-    async def call(self, tool: str, arguments: dict[str, Any], request: Any = None) -> str:
-        """The result's text; any failure raises ToolError, for the model to read.
+    async def call(
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        request: Any = None,
+        progress: ProgressCallback | None = None,
+    ) -> str | ToolOutput:
+        """The result's text (with its images, if it has any); any failure raises
+        ToolError, for the model to read.
 
         ``call_timeout`` (and the timeout of ``request``, the turn's
         RequestContext) does not run while the server's question waits on the user.
+        ``progress`` gets the server's progress notifications for the call.
         """
         where = f"MCP server {self.name!r}"
         if not await self.start() or self._client is None:
@@ -426,7 +459,7 @@ class ServerConnection:
         self._calls.append(call)
         try:
             async with call.deadline:
-                result = await client.call_tool(tool, arguments)
+                result = await client.call_tool(tool, arguments, progress_callback=progress)
                 # What the server announced before it answered (tools/list_changed)
                 # waits in tasks of its own: let them run before the turn goes on.
                 await asyncio.sleep(0)
@@ -437,7 +470,25 @@ class ServerConnection:
         text = scrub(result_text(result), self._secrets)
         if result.is_error:
             raise ToolError(f"{tool} on {where} reported an error: {text}")
-        return text
+        images = result_images(result, tool)
+        return ToolOutput(text, tuple(images)) if images else text
+
+    async def request(self, what: str, send: Callable[[Any], Awaitable[T]]) -> T:
+        """``send(client)`` on the started server within ``call_timeout`` (resources,
+        prompts; the time a question of the server's waits on the user is not
+        counted); any failure raises ToolError, one line naming ``what``."""
+        where = f"MCP server {self.name!r}"
+        if not await self.start() or self._client is None:
+            raise ToolError(f"{where} is not available: {self.error}")
+        call = _Call(asyncio.timeout(self.config.call_timeout), None)
+        self._calls.append(call)
+        try:
+            async with call.deadline:
+                return await send(self._client)
+        except Exception as exc:
+            raise ToolError(self._call_problem(what, exc)) from None
+        finally:
+            self._calls.remove(call)
 
     def _call_problem(self, tool: str, exc: Exception) -> str:
         from mcp.shared.exceptions import MCPError

@@ -21,14 +21,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.engine.tools import Tool
-from foliko_cli.errors import ToolError, UsageError
-from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, ToolCall
+from foliko_cli.errors import MCPLoginError, ToolError, UsageError
+from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, Progress, ToolCall
 from foliko_cli.mcp.connection import ServerConnection, ServerTool
 from foliko_cli.mcp.names import exposed_name
 from foliko_cli.mcp.server_config import ServerConfig, server_configs
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.cache import ToolCache
+
+
+def _stop_for_login(connections: Iterable[ServerConnection]) -> None:
+    """A server that needs the user's login stops the turn (a tool error would
+    leave the model to guess); the one line names the command that logs in."""
+    for connection in connections:
+        if connection.login_problem is not None:
+            raise MCPLoginError(connection.login_problem)
 
 
 class MCPManager:
@@ -59,6 +67,7 @@ class MCPManager:
         self._connections: dict[str, ServerConnection] = {}
         self._warned: set[str] = shared._warned if shared is not None else set()
         self.cache: ToolCache | None = None
+        self.home = home
         if home is not None:
             from foliko_cli.mcp.cache import ToolCache
 
@@ -89,6 +98,7 @@ class MCPManager:
                 on_tools=self._listed,
                 on_changed=self._outdated,
                 on_elicit=self.elicit,
+                home=self.home,
             )
             cached = self.cache.load(connection.config) if self.cache is not None else None
             if cached is not None:
@@ -129,6 +139,7 @@ class MCPManager:
         list is not cached; return the warnings ``start`` would."""
         connections = [self.connection(name) for name in dict.fromkeys(names)]
         await asyncio.gather(*(c.start() for c in connections if c.state in ("idle", "exited")))
+        _stop_for_login(connections)
         return self._new_warnings(connections)
 
     def _new_warnings(self, connections: list[ServerConnection]) -> list[str]:
@@ -193,14 +204,27 @@ class MCPManager:
     def _tool(self, server: str, tool: ServerTool, exposed: str) -> Tool:
         connection = self.connection(server)
 
-        async def execute(arguments: dict[str, Any], context: Any) -> str:
+        async def execute(arguments: dict[str, Any], context: Any) -> Any:
             request = getattr(context, "request", None)
             await self.authorize(connection, tool, exposed, arguments, request)
+            show = getattr(self.interaction.asker, "progress", None)
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                show(Progress(server, exposed, done, total, message))
+
             try:
-                return await connection.call(tool.name, arguments, request)
+                return await connection.call(
+                    tool.name, arguments, request, progress if show is not None else None
+                )
+            except ToolError:
+                _stop_for_login([connection])
+                raise
             finally:
-                for warning in self._new_warnings([connection]):
-                    self.notify(warning)
+                if show is not None:
+                    show(Progress(server, exposed, done=True))
+                if connection.login_problem is None:
+                    for warning in self._new_warnings([connection]):
+                        self.notify(warning)
 
         return Tool(exposed, tool.description, execute, tool.input_schema)
 

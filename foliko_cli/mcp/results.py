@@ -1,10 +1,16 @@
-"""A ``tools/call`` result as the text of a foliko tool result.
+"""A ``tools/call`` result as the text of a foliko tool result, and its images.
 
-Text blocks are kept as they are; images and audio are described (the model
-gets tool results as text); resource links and embedded resources are named
-by URI. Structured content is shown as JSON only when there is no text
-block: the spec asks a server that returns structured content to send its
-JSON as text too, and that text is what the server meant the model to read.
+Text blocks are kept as they are; images and audio are described in the
+text (every provider reads it); a png, jpeg, webp or gif image of at most
+``attachments.INLINE_LIMIT`` bytes (an image block, or an embedded resource
+blob) is also kept as an image part, for providers that take images in tool
+results. Resource links and embedded resources are named by URI.
+
+Structured content follows as JSON unless a text block holds the same
+value: the spec asks a server that returns structured content to send its
+JSON as text too, and the model need not read it twice (a value that is not
+an object comes wrapped as ``{"result": value}``, the text being the
+value). Next to prose, the JSON adds what the prose leaves out.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ def _resource(resource: Any) -> str:
     return f"[resource {uri}: {mime}, {size} bytes]"
 
 
-def _block(block: Any) -> str:
+def block_text(block: Any) -> str:
     kind = getattr(block, "type", None)
     if kind == "text":
         return block.text
@@ -47,11 +53,52 @@ def _block(block: Any) -> str:
     return f"[{kind or 'unknown'} content]"
 
 
+def _holds(text: str, structured: Any) -> bool:
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = text
+    if value == structured:
+        return True
+    return (
+        isinstance(structured, dict)
+        and set(structured) == {"result"}
+        and (value == structured["result"] or text == structured["result"])
+    )
+
+
+def result_images(result: Any, name: str) -> list[dict[str, Any]]:
+    """The result's images as attachment parts named ``NAME-1.png``, ... (``name``: the tool)."""
+    from foliko_cli.messages.attachments import INLINE_LIMIT, image_part, image_type
+
+    parts = []
+    for block in result.content or []:
+        kind = getattr(block, "type", None)
+        if kind == "image":
+            data = block.data
+        elif kind == "resource" and getattr(block.resource, "blob", None) is not None:
+            data = block.resource.blob
+        else:
+            continue
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        media_type = image_type(raw)
+        if media_type is None or len(raw) > INLINE_LIMIT:
+            continue
+        extension = media_type.split("/", 1)[1].replace("jpeg", "jpg")
+        parts.append(image_part(f"{name}-{len(parts) + 1}.{extension}", media_type, raw))
+    return parts
+
+
 def result_text(result: Any) -> str:
     """The text the model reads for ``result`` (an ``mcp`` ``CallToolResult``)."""
-    parts = [_block(block) for block in result.content or []]
+    blocks = result.content or []
+    parts = [block_text(block) for block in blocks]
     structured = getattr(result, "structured_content", None)
-    has_text = any(getattr(b, "type", None) == "text" for b in result.content or [])
-    if structured is not None and not has_text:
-        parts.append(orjson.dumps(structured, option=orjson.OPT_NON_STR_KEYS).decode())
+    texts = [b.text for b in blocks if getattr(b, "type", None) == "text"]
+    if structured is not None and not any(_holds(text, structured) for text in texts):
+        shown = orjson.dumps(structured, option=orjson.OPT_NON_STR_KEYS).decode()
+        parts.append(f"[structured content]\n{shown}" if parts else shown)
     return "\n".join(parts) if parts else "(no content)"

@@ -22,6 +22,9 @@ DEFAULT_STARTUP_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 60.0
 APPROVE_CHOICES = ("ask", "always")
 ELICITATION_CHOICES = ("ask", "defaults", "decline")
+AUTH_CHOICES = ("oauth",)
+GRANT_CHOICES = ("authorization_code", "client_credentials")
+TOKEN_AUTH_CHOICES = ("client_secret_basic", "client_secret_post", "none")
 
 
 class UnsetVariableError(Exception):
@@ -53,6 +56,25 @@ class ServerConfig:
     """What a question from the server gets: ``"ask"`` the user (when there is
     one to ask, else a decline), ``"defaults"`` the fields' defaults when every
     required field has one (else a decline), ``"decline"`` a decline."""
+
+    auth: str | None = None
+    """``"oauth"``: OAuth 2.1 per the MCP authorization specification (the
+    keys below apply only then); None: only ``headers``."""
+    grant: str = "authorization_code"
+    client_id: str | None = None
+    """A pre-registered client; without it, a Client ID Metadata Document
+    (``client_metadata_url``) or dynamic registration."""
+    client_secret_env: str | None = None
+    """The environment variable that holds the client secret (never the secret)."""
+    client_metadata_url: str | None = None
+    scopes: tuple[str, ...] = ()
+    """Scopes always asked for, besides those the server names."""
+    token_endpoint_auth_method: str | None = None
+    """None: as the authorization server's metadata supports."""
+    issuer: str | None = None
+    """The authorization server a ``client_credentials`` secret may go to."""
+    redirect_port: int | None = None
+    """The loopback redirect's port (None: one the system picks)."""
 
     @property
     def transport(self) -> str:
@@ -176,7 +198,90 @@ def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
         if entry["elicitation"] not in ELICITATION_CHOICES:
             raise _problem(name, "elicitation", 'must be "ask", "defaults" or "decline"')
         options["elicitation"] = entry["elicitation"]
+    options.update(_oauth_options(name, entry))
     return ServerConfig(name=name, **options)
+
+
+def _https_with_path(url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return parts.scheme == "https" and bool(parts.netloc) and parts.path not in ("", "/")
+
+
+def _oauth_options(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The OAuth keys (``auth = "oauth"`` and what goes with it), checked together."""
+    from foliko_cli.common.settings import MCP_OAUTH_KEYS
+
+    if "auth" not in entry:
+        stray = [key for key in MCP_OAUTH_KEYS if key in entry]
+        if stray:
+            raise _problem(
+                name, stray[0], 'applies only with auth = "oauth"; add it or remove this key'
+            )
+        return {}
+    if entry["auth"] not in AUTH_CHOICES:
+        raise _problem(name, "auth", 'must be "oauth" (or leave it out: no authorization)')
+    options: dict[str, Any] = {"auth": entry["auth"]}
+    if "grant" in entry:
+        if entry["grant"] not in GRANT_CHOICES:
+            raise _problem(name, "grant", 'must be "authorization_code" or "client_credentials"')
+        options["grant"] = entry["grant"]
+    for key in ("client_id", "client_secret_env", "client_metadata_url", "issuer"):
+        if key in entry:
+            options[key] = _string(name, key, entry[key])
+    if "client_secret_env" in options:
+        if not VARIABLE_NAME.match(options["client_secret_env"]):
+            raise _problem(
+                name, "client_secret_env", "must name an environment variable (not hold the secret)"
+            )
+        if "client_id" not in options:
+            raise _problem(
+                name, "client_secret_env", "needs 'client_id' (the client it belongs to)"
+            )
+    if "client_metadata_url" in options:
+        if "client_id" in options:
+            raise _problem(name, "client_metadata_url", "cannot be combined with 'client_id'")
+        if not _https_with_path(options["client_metadata_url"]):
+            raise _problem(
+                name, "client_metadata_url", "must be an https:// URL with a path (the document)"
+            )
+    if "issuer" in options and not options["issuer"].startswith(("http://", "https://")):
+        raise _problem(name, "issuer", "must be the authorization server's http(s) URL")
+    if "scopes" in entry:
+        options["scopes"] = _strings(name, "scopes", entry["scopes"])
+        if any(not scope or " " in scope for scope in options["scopes"]):
+            raise _problem(name, "scopes", "must be a list of scopes, each one word")
+    if "token_endpoint_auth_method" in entry:
+        method = entry["token_endpoint_auth_method"]
+        if method not in TOKEN_AUTH_CHOICES:
+            raise _problem(
+                name,
+                "token_endpoint_auth_method",
+                'must be "client_secret_basic", "client_secret_post" or "none"',
+            )
+        if (method == "none") == ("client_secret_env" in options):
+            need = "needs no" if method == "none" else "needs a"
+            raise _problem(
+                name, "token_endpoint_auth_method", f"{method!r} {need} 'client_secret_env'"
+            )
+        options["token_endpoint_auth_method"] = method
+    if "redirect_port" in entry:
+        port = entry["redirect_port"]
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            raise _problem(name, "redirect_port", "must be a port number from 1 to 65535")
+        options["redirect_port"] = port
+    if options.get("grant") == "client_credentials":
+        if "client_secret_env" not in options:
+            raise _problem(
+                name, "grant", "\"client_credentials\" needs 'client_id' and 'client_secret_env'"
+            )
+        if "client_metadata_url" in options or "redirect_port" in options:
+            key = "client_metadata_url" if "client_metadata_url" in options else "redirect_port"
+            raise _problem(name, key, 'applies only to grant = "authorization_code"')
+    elif "issuer" in options:
+        raise _problem(name, "issuer", 'applies only to grant = "client_credentials"')
+    return options
 
 
 def server_configs(table: Mapping[str, Mapping[str, Any]]) -> dict[str, ServerConfig]:

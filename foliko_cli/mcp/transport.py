@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import IO, Any, NamedTuple
 
 from foliko_cli.mcp.server_config import REFERENCE, ServerConfig, expand
@@ -34,6 +35,9 @@ class Transport(NamedTuple):
 
     streams: Any
     secrets: tuple[str, ...]
+    auth: Any = None
+    """The OAuth provider (``auth = "oauth"``), whose ``problem`` says why it
+    stopped a connection that needs the user's login."""
 
 
 def child_environment(
@@ -66,12 +70,15 @@ async def _http_streams(url: str, client: Any) -> AsyncIterator[Any]:
         yield streams
 
 
-def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
+def open_transport(
+    config: ServerConfig, errlog: IO[str], home: Path | None = None, login: Any = None
+) -> Transport:
     """The transport for ``config``; a ``${VAR}`` that is not set raises UnsetVariableError.
 
     Every header value counts as a secret (they are credentials, typically),
     and so do the URL's password and query string, and every ``env`` value
-    read from a ``${VAR}``.
+    read from a ``${VAR}``. An OAuth server's tokens live under ``home``;
+    ``login`` (``oauth.provider.Login``) lets it authorize in the browser.
     """
     if config.command is not None:
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -95,8 +102,15 @@ def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
         key: expand(value, os.environ, f"[mcp_servers.{config.name}] headers.{key}")
         for key, value in config.headers
     }
+    auth = None
+    if config.auth == "oauth":
+        from foliko_cli.common.settings import load_settings
+        from foliko_cli.mcp.oauth.provider import build_auth
+
+        auth = build_auth(config, home or load_settings().home, login)
     client = httpx2.AsyncClient(
         headers=headers,
+        auth=auth,
         timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=HTTP_READ_TIMEOUT),
     )
     from urllib.parse import urlsplit
@@ -104,7 +118,9 @@ def open_transport(config: ServerConfig, errlog: IO[str]) -> Transport:
     url = config.url or ""
     parts = urlsplit(url)
     secrets = (*headers.values(), parts.password or "", parts.query)
-    return Transport(_http_streams(url, client), tuple(s for s in secrets if s))
+    if auth is not None and auth.secret:
+        secrets = (*secrets, auth.secret)
+    return Transport(_http_streams(url, client), tuple(s for s in secrets if s), auth)
 
 
 def scrub(text: str, secrets: tuple[str, ...]) -> str:

@@ -9,7 +9,9 @@ as a part of ``message["attachments"]``:
 for an image, ``data`` (base64) when it is at most INLINE_LIMIT bytes or came
 from a URL or stdin, else ``path`` (absolute): the file is read again, and its
 hash checked, whenever the history is sent. A URL attachment also keeps its
-``url``.
+``url``. ``mcp:SERVER:URI`` names an MCP server's resource: whoever loads
+the attachments reads it (``read_resource``), each content a part as a
+file's would be.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import hashlib
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeGuard
 
@@ -62,6 +64,11 @@ def is_url(source: object) -> TypeGuard[str]:
     return isinstance(source, str) and source.startswith(("http://", "https://"))
 
 
+def is_resource(source: object) -> TypeGuard[str]:
+    """``mcp:SERVER:URI``: an MCP server's resource."""
+    return isinstance(source, str) and source.startswith("mcp:")
+
+
 class Loaded(NamedTuple):
     """One attachment read: its part, and for text the text to put in the message."""
 
@@ -77,6 +84,13 @@ def _part(kind: str, name: str, media_type: str, data: bytes) -> dict[str, Any]:
         "size": len(data),
         "sha256": hashlib.sha256(data).hexdigest(),
     }
+
+
+def image_part(name: str, media_type: str, data: bytes) -> dict[str, Any]:
+    """An image part kept inline (its bytes as base64)."""
+    part = _part("image", name, media_type, data)
+    part["data"] = base64.b64encode(data).decode("ascii")
+    return part
 
 
 def classify(
@@ -170,13 +184,24 @@ async def fetch_url(url: str, timeout: float) -> Loaded:
     return loaded
 
 
-async def load_all(sources: Sequence[Source], timeout: float = 30.0) -> list[Loaded]:
-    """Every source read, in order: a path, an http(s) URL or an ``Attachment``."""
+async def load_all(
+    sources: Sequence[Source],
+    timeout: float = 30.0,
+    read_resource: Callable[[str], Awaitable[list[Loaded]]] | None = None,
+) -> list[Loaded]:
+    """Every source read, in order: a path, an http(s) URL, an ``Attachment`` or
+    an MCP resource (read by ``read_resource``)."""
     deadline = time.monotonic() + timeout
     loaded = []
     for source in sources:
         if isinstance(source, Attachment):
             loaded.append(classify(source.name, bytes(source.data)))
+        elif is_resource(source):
+            if read_resource is None:
+                raise AttachmentError(
+                    f"cannot attach {source}: no MCP servers here", fix="attach a file"
+                )
+            loaded.extend(await read_resource(source))
         elif is_url(source):
             loaded.append(await fetch_url(source, max(1.0, deadline - time.monotonic())))
         else:

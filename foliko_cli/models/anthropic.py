@@ -46,11 +46,15 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
             ]
             target_role = "assistant"
         elif role == "tool":
+            pictures = _image_blocks(message)
+            content = message["content"]
             blocks = [
                 {
                     "type": "tool_result",
                     "tool_use_id": message["tool_call_id"],
-                    "content": message["content"],
+                    "content": [{"type": "text", "text": content}, *pictures]
+                    if pictures
+                    else content,
                     **({"is_error": True} if message.get("is_error") else {}),
                 }
             ]
@@ -70,7 +74,8 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def _image_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """A user message's images as Anthropic image blocks (they go before the text)."""
+    """A message's images as Anthropic image blocks (in a user message they go
+    before the text; in a tool result, after it)."""
     blocks: list[dict[str, Any]] = []
     for image in images(message):
         data = image_data(image)

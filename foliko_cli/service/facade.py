@@ -274,6 +274,9 @@ class Foliko:
     mcp_status = _blocking(AsyncFoliko.mcp_status)
     mcp_tool_list = _blocking(AsyncFoliko.mcp_tool_list)
     mcp_tools = _blocking(AsyncFoliko.mcp_tools)
+    mcp_resources = _blocking(AsyncFoliko.mcp_resources)
+    mcp_prompts = _blocking(AsyncFoliko.mcp_prompts)
+    mcp_prompt = _blocking(AsyncFoliko.mcp_prompt)
     search = _blocking(AsyncFoliko.search)
     usage = _blocking(AsyncFoliko.usage)
 

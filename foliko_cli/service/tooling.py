@@ -117,6 +117,65 @@ class ToolsMixin(ServiceBase):
             self.notify(warning)
         return self.mcp.tools(names, beside=self.mcp.enabled())
 
+    async def _read_resource(self, source: str) -> list[Any]:
+        """An ``mcp:SERVER:URI`` attachment's parts (see ``attachments.load_all``)."""
+        from foliko_cli.mcp.resources import read_resource
+
+        return await read_resource(self.mcp, source)
+
+    async def _listed_servers(self, server: str | None, owner: str) -> list[str]:
+        """The running servers a listing covers: ``server`` (which must start), or
+        each configured one that starts (the others are warned of)."""
+        if server is None:
+            await self.start_mcp_servers()
+            return [n for n in self.mcp.configs if self.mcp.connection(n).state == "ready"]
+        await self.mcp.start(self.mcp.check([server], owner))
+        connection = self.mcp.connection(server)
+        if connection.state != "ready":
+            from foliko_cli.errors import MCPServerError
+
+            raise MCPServerError(
+                f"MCP server {server!r} is not available: {connection.error}",
+                fix="see the servers' state and fix its [mcp_servers] table",
+            )
+        return [server]
+
+    async def mcp_resources(self, server: str | None = None) -> list[dict[str, Any]]:
+        """The resources and resource templates of the server (or of every server
+        that starts); a server that has none lists none."""
+        from foliko_cli.errors import MCPServerError, ToolError
+        from foliko_cli.mcp.resources import resource_rows
+
+        rows = []
+        for name in await self._listed_servers(server, "mcp resources"):
+            try:
+                rows += await resource_rows(self.mcp.connection(name))
+            except ToolError as exc:
+                raise MCPServerError(str(exc)) from None
+        return rows
+
+    async def mcp_prompts(self, server: str | None = None) -> list[dict[str, Any]]:
+        """The prompts of the server (or of every server that starts), as SERVER__NAME."""
+        from foliko_cli.errors import MCPServerError, ToolError
+        from foliko_cli.mcp.prompts import list_prompts, prompt_row
+
+        rows = []
+        for name in await self._listed_servers(server, "mcp prompts"):
+            try:
+                rows += [prompt_row(name, p) for p in await list_prompts(self.mcp.connection(name))]
+            except ToolError as exc:
+                raise MCPServerError(str(exc)) from None
+        return rows
+
+    async def mcp_prompt(
+        self, reference: str, arguments: dict[str, str] | None = None, extra: str = ""
+    ) -> Any:
+        """Prompt ``reference`` (SERVER__NAME) as a turn's input: a ``PromptTurn``
+        (``message``, ``messages`` before it, ``attachments``), see mcp/prompts.py."""
+        from foliko_cli.mcp.prompts import prompt_turn
+
+        return await prompt_turn(self.mcp, reference, dict(arguments or {}), extra)
+
     async def _offer_mcp_tools(self, agent: str | None, names: list[str]) -> None:
         """Register the servers' tools for every turn (``agent`` None) or the
         agent's turns, in place of those registered from them before."""

@@ -232,7 +232,8 @@ class TurnsMixin(ServiceBase):
         if attachments:
             from foliko_cli.messages.attachments import compose, load_all
 
-            message, parts = compose(message, await load_all(attachments, self.timeout))
+            loaded = await load_all(attachments, self.timeout, self._read_resource)
+            message, parts = compose(message, loaded)
         if message or not (parts or turn.get("messages")):  # else it continues or attaches
             check_message_text(message)
         setup = await self._turn_setup(session_id, **options, **turn)

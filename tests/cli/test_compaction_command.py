@@ -68,6 +68,8 @@ def test_compact_show_and_uncompact(run):
     markdown = ok(run("sessions", "show", "s1", "--format", "markdown")).splitlines()
     mark = markdown.index("> The model's view begins here: messages 1–4 are in the summary.")
     assert markdown[mark + 2].startswith("## 5. User")
+    exported = ok(run("sessions", "export", "s1", "--format", "markdown")).splitlines()
+    assert exported[mark:] == markdown[mark:], "the export marks the view as show does"
     assert "view begins here" in ok(run("sessions", "show", "s1", "--tail", "2"))
     tail = ok(run("sessions", "show", "s1", "--tail", "1"))
     assert "view begins here" not in tail, "the tail begins after it"

@@ -113,6 +113,15 @@ RUN: dict[str, Run | str] = {
     "OPENAI_BASE_URL=http://127.0.0.1:8000/v1": "needs an OpenAI-compatible server on port 8000",
     "mkdir -p .foliko/skills/packing": Run(),
     "mkdir -p docs": "npx downloads the MCP filesystem server (tests/mcp runs it where cached)",
+    "foliko mcp login tracker": (
+        "needs a server behind OAuth and a browser (tests/mcp/test_mcp_oauth.py runs both)"
+    ),
+    "foliko mcp resources everything": (
+        "npx downloads the MCP reference server (tests/mcp/test_mcp_resources.py runs it)"
+    ),
+    "foliko mcp prompts everything": (
+        "npx downloads the MCP reference server (tests/mcp/test_mcp_prompts.py runs it)"
+    ),
     "FOLIKO_STORAGE=json foliko chat -s notes": Run(),
     'pip install "foliko-cli[postgres]"': "installs packages and needs PostgreSQL",
     "pip install '.[serve]'": "installs packages and keeps a server running",

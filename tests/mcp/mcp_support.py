@@ -50,3 +50,11 @@ def stdio_server(**options: object) -> dict:
 def asking_server(**options: object) -> dict:
     """The config of the test server in asking_server.py."""
     return {"command": sys.executable, "args": [str(ASKING_SERVER)], **options}
+
+
+RESOURCES_SERVER = HERE / "resources_server.py"
+
+
+def resources_server(*args: str, **options: object) -> dict:
+    """The config of the test server in resources_server.py (``bare``: tools only)."""
+    return {"command": sys.executable, "args": [str(RESOURCES_SERVER), *args], **options}

@@ -114,6 +114,43 @@ def storage(
             runner.run(adapter.close())
 
 
+def reopened(storage: SessionStorageAdapter) -> SessionStorageAdapter | None:
+    """A second adapter on the store ``storage`` opened (as another process
+    would open it), or None where a store lives in one adapter's memory."""
+    from foliko_cli.storage.jsonfile import JsonStorage
+    from foliko_cli.storage.scoped import UserScopedStorage
+    from foliko_cli.storage.sqlite import SQLiteStorage
+
+    if isinstance(storage, SQLiteStorage):
+        return SQLiteStorage(storage.path)
+    if isinstance(storage, JsonStorage):
+        return JsonStorage(storage.directory)
+    if isinstance(storage, UserScopedStorage):
+        inner = reopened(storage.inner)
+        return None if inner is None else UserScopedStorage(inner, storage.user)
+    if storage.name == "postgresql":
+        from foliko_cli.storage.postgres import PostgresStorage
+
+        return PostgresStorage(services.postgres_url(), schema=storage.schema)  # type: ignore[attr-defined]
+    if storage.name == "redis":
+        from foliko_cli.storage.redis import RedisStorage
+
+        return RedisStorage(services.redis_url(), prefix=storage.prefix)  # type: ignore[attr-defined]
+    return None
+
+
+@pytest.fixture
+def another(storage, runner: asyncio.Runner) -> Iterator[SessionStorageAdapter]:
+    """A second adapter on the same store as ``storage``; skipped where there is none."""
+    other = reopened(storage)
+    if other is None:
+        pytest.skip(f"{storage.name} lives in one adapter's memory: no second one can share it")
+    try:
+        yield other
+    finally:
+        runner.run(other.close())
+
+
 @pytest.fixture
 def xfail_on(request: pytest.FixtureRequest, backend: Backend) -> Callable[..., None]:
     """``xfail_on(sqlite="reason")``: a strict xfail for the backends named."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 
 import pytest
 
@@ -607,6 +608,22 @@ def test_lock_is_handed_to_a_waiter_when_the_holder_releases(storage, run):
 
     run(scenario())
     assert events == ["holder acquired", "holder releases", "waiter acquired"]
+
+
+def test_a_second_adapter_on_the_store_waits_for_the_holder_and_names_it(storage, another, run):
+    async def scenario():
+        async with storage.lock("s1", 5):
+            with pytest.raises(SessionBusyError) as busy:
+                async with another.lock("s1", 0.1):
+                    pass
+            assert busy.value.exit_code == ExitCode.BUSY
+            assert f"pid {os.getpid()} on " in busy.value.holder
+            async with another.lock("s2", 0):
+                pass
+        async with another.lock("s1", 0):
+            pass
+
+    run(scenario())
 
 
 def test_lock_is_released_when_the_body_raises(storage, run):

@@ -23,7 +23,6 @@ import pytest
 
 from foliko_cli.errors import (
     CorruptSessionError,
-    ExitCode,
     InvalidSessionIdError,
     SessionBusyError,
     SessionExistsError,
@@ -356,27 +355,6 @@ def test_a_dropped_connection_is_reopened_on_the_next_call(url, pg, run):
 
 
 # the session lock
-
-
-def test_a_busy_session_names_its_holder_and_other_sessions_stay_free(url, pg, run):
-    other = PostgresStorage(url, schema=pg.schema)
-
-    async def scenario() -> None:
-        async with pg.lock("s1", 5):
-            with pytest.raises(SessionBusyError) as busy:
-                async with other.lock("s1", 0.1):
-                    pass
-            assert busy.value.exit_code == ExitCode.BUSY
-            assert f"pid {os.getpid()} on " in busy.value.holder
-            async with other.lock("s2", 0):
-                pass
-        async with other.lock("s1", 0):
-            pass
-
-    try:
-        run(scenario())
-    finally:
-        run(other.close())
 
 
 def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(url, pg, run):

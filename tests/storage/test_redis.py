@@ -26,7 +26,6 @@ from redis.crc import key_slot
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
-    ExitCode,
     SessionBusyError,
     StorageConfigError,
     StorageError,
@@ -236,27 +235,6 @@ def test_prefixes_keep_storages_apart(url, rs, run):
 
 
 # the session lock
-
-
-def test_a_busy_session_names_its_holder_and_other_sessions_stay_free(url, rs, run):
-    other = RedisStorage(url, prefix=rs.prefix)
-
-    async def scenario() -> None:
-        async with rs.lock("s1", 5):
-            with pytest.raises(SessionBusyError) as busy:
-                async with other.lock("s1", 0.1):
-                    pass
-            assert busy.value.exit_code == ExitCode.BUSY
-            assert f"pid {os.getpid()} on " in busy.value.holder
-            async with other.lock("s2", 0):
-                pass
-        async with other.lock("s1", 0):
-            pass
-
-    try:
-        run(scenario())
-    finally:
-        run(other.close())
 
 
 def test_a_turn_longer_than_the_lease_keeps_the_lock(url, run, client):

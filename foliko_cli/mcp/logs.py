@@ -1,0 +1,62 @@
+"""An MCP server's log notifications, on the logger ``foliko.mcp.SERVER``.
+
+Each ``notifications/message`` becomes one record at the Python level of
+its syslog level. foliko asks a server for messages from the level that
+logger lets through (a 2026-07-28 server sends none unless asked), so a
+process that configures nothing gets warnings and worse. A ``NullHandler``
+on ``foliko.mcp`` keeps them off stderr unless the application configures
+logging: the messages are the server's, not foliko's.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+
+LOGGER = "foliko.mcp"
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "notice": logging.INFO + 5,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "alert": logging.CRITICAL,
+    "emergency": logging.CRITICAL,
+}
+_ASKED = (
+    (logging.DEBUG, "debug"),
+    (logging.INFO, "info"),
+    (logging.INFO + 5, "notice"),
+    (logging.WARNING, "warning"),
+    (logging.ERROR, "error"),
+)
+
+
+def server_logger(server: str) -> logging.Logger:
+    parent = logging.getLogger(LOGGER)
+    if not any(isinstance(h, logging.NullHandler) for h in parent.handlers):
+        parent.addHandler(logging.NullHandler())
+    return parent.getChild(server)
+
+
+def log_level(server: str) -> str:
+    """The MCP level to ask ``server`` for: the lowest its logger records."""
+    effective = server_logger(server).getEffectiveLevel()
+    for level, name in _ASKED:
+        if effective <= level:
+            return name
+    return "critical"
+
+
+def log_notification(server: str, params: Any) -> None:
+    """Record one ``notifications/message`` (``LoggingMessageNotificationParams``)."""
+    data = params.data
+    text = data if isinstance(data, str) else orjson.dumps(data, default=str).decode()
+    name = getattr(params, "logger", None)
+    logger = server_logger(server)
+    level = _LEVELS.get(str(params.level), logging.INFO)
+    logger.log(level, f"{name}: {text}" if name else text)
