@@ -30,9 +30,12 @@ demo: $(VENV)/.installed
 # stays on one worker. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 3
 
+# mypy reads its settings from pyproject.toml (strict on the public modules)
+# and keeps its cache in .mypy_cache, so a second run takes seconds.
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m mypy
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # The edit loop: in-process tests only (no PostgreSQL/Redis, no foliko processes,
@@ -62,4 +65,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,6 +23,9 @@ from foliko_cli.cli.params import (
 from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter, turn_notes
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
 from foliko_cli.errors import ExitCode, FolikoError, UsageError
+
+if TYPE_CHECKING:
+    from foliko_cli.engine.tools import Tool
 
 STDIN_NOTICE_AFTER = 2.0
 
@@ -136,7 +139,9 @@ def attachment_sources(
     return sources, agent, piped
 
 
-def failure_object(exc: BaseException, session_id: str, ids: dict[str, str | None]) -> dict:
+def failure_object(
+    exc: BaseException, session_id: str | None, ids: dict[str, str | None]
+) -> dict[str, Any]:
     if isinstance(exc, FolikoError):
         message, code = str(exc), exc.exit_code
     else:
@@ -412,7 +417,7 @@ def chat(
             )
             model = model or chosen.model
             model_options = (*chosen.options.items(), *model_options)
-        offered = ()
+        offered: tuple[Tool, ...] = ()
         if tools or functions or (chosen is not None and (chosen.tools or chosen.functions)):
             from foliko_cli.cli.templates import turn_tools
 
@@ -432,7 +437,8 @@ def chat(
         if as_json and not dry_run:
             report_json_failure(exc, session_id, {}, stream=bool(stream))
         raise
-    options = {
+    assert session_id is not None  # -s names it or -c found it (checked above)
+    options: dict[str, Any] = {
         "model": model,
         "new": new,
         "fork_from": fork_from,
@@ -503,7 +509,7 @@ def usage_line(result) -> str:
 
 
 def report_json_failure(
-    exc: BaseException, session_id: str, ids: dict[str, str | None], *, stream: bool
+    exc: BaseException, session_id: str | None, ids: dict[str, str | None], *, stream: bool
 ) -> None:
     """The failure on stdout for --json: one object, or (streaming) a last 'error' event."""
     failure = failure_object(exc, session_id, ids)

@@ -63,7 +63,7 @@ def _save_history(readline, history: Path) -> None:
 
 def read_block(end: str) -> str | None:
     """Lines up to one that is exactly ``end``; None when input ends first."""
-    lines = []
+    lines: list[str] = []
     while True:
         try:
             line = input(MORE)

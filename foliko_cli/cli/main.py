@@ -197,7 +197,7 @@ def end_process(status: object) -> NoReturn:
 
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if not (status is None or isinstance(status, int)) or any(not t.daemon for t in others):
-        sys.exit(status)
+        sys.exit(status)  # type: ignore[arg-type]  # any object: Python prints a non-int one
     import atexit
 
     atexit._run_exitfuncs()

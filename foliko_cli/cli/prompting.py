@@ -9,6 +9,7 @@ Arguments are ``key=value`` words, quoted as in a shell.
 from __future__ import annotations
 
 import shlex
+from typing import TypeGuard
 
 from foliko_cli.errors import UsageError
 
@@ -16,7 +17,7 @@ COMMAND = "/prompt"
 USAGE = "/prompt SERVER__NAME key=value ..."
 
 
-def is_prompt(text: str | None) -> bool:
+def is_prompt(text: str | None) -> TypeGuard[str]:
     if text is None:
         return False
     first = text.lstrip().split("\n", 1)[0].strip()

@@ -169,8 +169,8 @@ def show(
 
         first = len(record.messages) - len(data["messages"])
         record.messages = data["messages"]
-        lines = transcript.markdown(record, first_seq=first, view_start=view_start)
-        shown = (paint(line, "cyan") if line.startswith("#") else line for line in lines)
+        rendered = transcript.markdown(record, first_seq=first, view_start=view_start)
+        shown = (paint(line, "cyan") if line.startswith("#") else line for line in rendered)
         page("\n".join(shown) + "\n", enabled=pager)
         return
     meta = data["metadata"]
@@ -561,18 +561,18 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
       foliko sessions vars s1 get city
       foliko sessions vars s1 unset city
     """
-    words = list(words)
+    rest = list(words)
     if flagged is None:
-        if not words:
+        if not rest:
             raise UsageError("name the session: foliko sessions vars ID [list|get|set|unset]")
-        session_id = words.pop(0)
+        session_id = rest.pop(0)
     else:
         session_id = flagged
-    action = words.pop(0) if words else "list"
+    action = rest.pop(0) if rest else "list"
     if action not in VARS_USAGE:
         raise UsageError(f"unknown action {action!r}; use list, get, set or unset")
     wanted = VARS_USAGE[action].count(" ")
-    if len(words) != wanted:
+    if len(rest) != wanted:
         raise UsageError(f"usage: foliko sessions vars ID {action}{VARS_USAGE[action]}")
     facade = open_facade(ctx)
     if action == "list":
@@ -583,7 +583,7 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
             fmt,
         )
     elif action == "get":
-        key = words[0]
+        key = rest[0]
         variables = facade.get_variables(session_id)
         if key not in variables:
             raise VariableNotSetError(f"variable {key!r} is not set in session {session_id!r}")
@@ -592,7 +592,7 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
             found = orjson.dumps(found).decode()
         click.echo(found)
     elif action == "set":
-        key, value = words
+        key, value = rest
         if fmt == "json":
             try:
                 value = parse_json_value(value)
@@ -600,7 +600,7 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
                 raise UsageError(f"variable {key!r}: {exc}") from None
         facade.update_variables(session_id, {key: value})
     else:
-        facade.update_variables(session_id, {}, unset=(words[0],))
+        facade.update_variables(session_id, {}, unset=(rest[0],))
 
 
 from foliko_cli.cli.compaction import compact, uncompact  # noqa: E402

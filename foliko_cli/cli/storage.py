@@ -124,7 +124,7 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
                 "restore it from a backup"
             )
         elif problem.stray:
-            note(f"stray file {moved.removeprefix('nowhere: ')}")
+            note(f"stray file {(moved or '').removeprefix('nowhere: ')}")
         elif moved is None:
             note(f"left {problem.session_id!r} as it is: it reads fine now")
         else:

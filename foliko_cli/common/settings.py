@@ -280,7 +280,7 @@ def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
 
 class Settings(NamedTuple):
     home: Path
-    storage: str
+    storage: Any  # a storage spec, or an opened adapter (serve's per-user view)
     model: str | None
     timeout: float
     max_steps: int

@@ -6,7 +6,7 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from foliko_cli.context.agent import AgentContext
 from foliko_cli.context.request import RequestContext
@@ -16,9 +16,15 @@ DEFAULT_SESSION_TTL = 1800.0
 DEFAULT_MAX_IDLE_SESSIONS = 10_000
 
 
-def _synchronised(method: Callable) -> Callable:
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _synchronised(
+    method: Callable[Concatenate[ContextManager, P], R],
+) -> Callable[Concatenate[ContextManager, P], R]:
     @functools.wraps(method)
-    def wrapper(self: ContextManager, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: ContextManager, *args: P.args, **kwargs: P.kwargs) -> R:
         with self._lock:
             return method(self, *args, **kwargs)
 
@@ -40,8 +46,8 @@ class ContextManager:
         self,
         *,
         session_factory: Callable[[str], SessionContext] = SessionContext,
-        on_session_created: Callable[[SessionContext], None] | None = None,
-        on_session_destroyed: Callable[[SessionContext], None] | None = None,
+        on_session_created: Callable[[SessionContext], object] | None = None,
+        on_session_destroyed: Callable[[SessionContext], object] | None = None,
         session_ttl: float = DEFAULT_SESSION_TTL,
         max_idle_sessions: int = DEFAULT_MAX_IDLE_SESSIONS,
     ):

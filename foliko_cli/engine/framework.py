@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
+from foliko_cli.context.manager import DEFAULT_MAX_IDLE_SESSIONS, DEFAULT_SESSION_TTL
 from foliko_cli.engine.events import EventEmitter
 from foliko_cli.engine.shield import run_to_completion
 from foliko_cli.engine.tools import (
@@ -34,6 +35,7 @@ from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.storage.queues import IN_THIS_PROCESS, SessionQueues
 
 T = TypeVar("T")
+V = TypeVar("V")
 
 WAIT_NOTICE_AFTER = 1.0
 SESSION_CREATED = "session:context-created"
@@ -81,19 +83,14 @@ class Framework(EventEmitter):
         self._agent_var: contextvars.ContextVar[AgentContext | None] = contextvars.ContextVar(
             "foliko_agent", default=None
         )
-        limits = {
-            key: value
-            for key, value in (
-                ("session_ttl", session_ttl),
-                ("max_idle_sessions", max_idle_sessions),
-            )
-            if value is not None
-        }
         self.context_manager = ContextManager(
             session_factory=lambda sid: SessionContext(sid, self.session_storage),
             on_session_created=lambda ctx: self.emit(SESSION_CREATED, ctx),
             on_session_destroyed=lambda ctx: self.emit(SESSION_DESTROYED, ctx),
-            **limits,
+            session_ttl=DEFAULT_SESSION_TTL if session_ttl is None else session_ttl,
+            max_idle_sessions=(
+                DEFAULT_MAX_IDLE_SESSIONS if max_idle_sessions is None else max_idle_sessions
+            ),
         )
         self.session_queues = SessionQueues()
         self.on_wait: Callable[[str, str | None], None] | None = None
@@ -108,7 +105,9 @@ class Framework(EventEmitter):
 
         self.session_storage = open_storage(spec, self.home)
         for session_id in self.context_manager.session_ids():
-            self.context_manager.get_session_context(session_id).storage = self.session_storage
+            context = self.context_manager.get_session_context(session_id)
+            if context is not None:
+                context.storage = self.session_storage
         return self.session_storage
 
     def get_session_storage(self) -> SessionStorageAdapter:
@@ -139,7 +138,9 @@ class Framework(EventEmitter):
 
                     raise asyncio.CancelledError
 
-    async def _storage_lock(self, session_id: str, deadline: float, timeout: float):
+    async def _storage_lock(
+        self, session_id: str, deadline: float, timeout: float
+    ) -> contextlib.AbstractAsyncContextManager[None]:
         """The entered storage lock; after ``WAIT_NOTICE_AFTER`` s of waiting,
         ``on_wait(session_id, holder)`` is told once who holds it."""
         patience = max(0.0, min(WAIT_NOTICE_AFTER, deadline - time.monotonic()))
@@ -163,14 +164,14 @@ class Framework(EventEmitter):
 
     def _run_with(
         self,
-        var: contextvars.ContextVar,
-        value: Any,
+        var: contextvars.ContextVar[V],
+        value: V,
         fn: Callable[..., T],
-        args: tuple,
-        kwargs: dict,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
         on_exit: Callable[[], None] | None = None,
     ) -> T:
-        def call() -> Any:
+        def call() -> T:
             var.set(value)
             return fn(*args, **kwargs)
 
@@ -204,7 +205,7 @@ class Framework(EventEmitter):
         agent: AgentContext | None = None,
     ) -> Iterator[None]:
         """Set the given layers in the current context until the block ends."""
-        pairs = [
+        pairs: list[tuple[contextvars.ContextVar[Any], object]] = [
             (self._request_var, request),
             (self._session_var, session),
             (self._agent_var, agent),
@@ -218,14 +219,16 @@ class Framework(EventEmitter):
 
     # request layer
 
-    def run_with_context(self, context: RequestContext, fn: Callable[..., T], *args, **kwargs) -> T:
+    def run_with_context(
+        self, context: RequestContext, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T:
         return self._run_with(self._request_var, context, fn, args, kwargs)
 
     def get_request_context(self) -> RequestContext | None:
         return self._request_var.get()
 
     def with_request(
-        self, options: dict[str, Any] | None, fn: Callable[..., T], *args, **kwargs
+        self, options: dict[str, Any] | None, fn: Callable[..., T], *args: Any, **kwargs: Any
     ) -> T:
         """Create a RequestContext from ``options`` and run ``fn`` in it."""
         manager = self.context_manager
@@ -248,7 +251,7 @@ class Framework(EventEmitter):
     def release_session_context(self, session_id: str) -> None:
         self.context_manager.release_session_context(session_id)
 
-    def run_in_session(self, session_id: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    def run_in_session(self, session_id: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         context = self.get_or_create_session_context(session_id)
         return self._run_with(
             self._session_var,
@@ -274,7 +277,7 @@ class Framework(EventEmitter):
     def get_or_create_agent_context(self, agent_id: str, agent: Any = None) -> AgentContext:
         return self.context_manager.get_or_create_agent_context(agent_id, agent)
 
-    def run_with_agent(self, agent_id: str, fn: Callable[..., T], *args, **kwargs) -> T:
+    def run_with_agent(self, agent_id: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         context = self.context_manager.get_agent_context(agent_id)
         if context is None:
             raise AgentNotFoundError(agent_id)
@@ -291,8 +294,8 @@ class Framework(EventEmitter):
         session_id: str,
         agent_id: str,
         fn: Callable[..., T],
-        *args,
-        **kwargs,
+        *args: Any,
+        **kwargs: Any,
     ) -> T:
         request = (
             request_options
@@ -300,7 +303,8 @@ class Framework(EventEmitter):
             else RequestContext(**(request_options or {}))
         )
         self.get_or_create_agent_context(agent_id)
-        return self.run_with_context(
+        # the nested runners' generic result is T; mypy infers Any through them
+        result: T = self.run_with_context(
             request,
             self.run_in_session,
             session_id,
@@ -310,6 +314,7 @@ class Framework(EventEmitter):
             *args,
             **kwargs,
         )
+        return result
 
     def get_execution_context(self) -> dict[str, Any]:
         """Deprecated: the seed's single-context accessor."""

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
+# what a streamed turn puts in its queue: events, then the error (if any), then None
+TurnEvents: TypeAlias = "asyncio.Queue[dict[str, Any] | BaseException | None]"
 
 DEFAULT_MAX_STEPS = 10
 MAX_REPLY_TOKENS = 4096
@@ -244,7 +246,7 @@ class AgentChatHandler:
         The model streams its replies; the deltas are passed on as they come.
         """
         request = request or self.framework.get_request_context() or RequestContext()
-        events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        events: TurnEvents = asyncio.Queue()
 
         async def produce() -> None:
             try:
@@ -349,7 +351,7 @@ class AgentChatHandler:
         message: str,
         session_id: str,
         request: RequestContext,
-        events: asyncio.Queue | None,
+        events: TurnEvents | None,
         setup: TurnSetup,
         options: TurnOptions,
     ) -> TurnResult:
@@ -540,7 +542,7 @@ class AgentChatHandler:
         specs: list[dict[str, Any]],
         request: RequestContext,
         turn: TurnOptions,
-        events: asyncio.Queue | None,
+        events: TurnEvents | None,
         spent: dict[str, int],
         made: list[dict[str, Any]],
     ) -> ModelResponse:
@@ -594,7 +596,7 @@ class AgentChatHandler:
             window=window,
         )
 
-    def _user_message(self, text: str, attachments: tuple[dict[str, Any], ...]) -> dict:
+    def _user_message(self, text: str, attachments: tuple[dict[str, Any], ...]) -> dict[str, Any]:
         """The turn's user message; an image for a model that takes none is refused."""
         if not attachments:
             return {"role": "user", "content": text}
@@ -615,7 +617,7 @@ class AgentChatHandler:
         message: str,
         session: SessionContext,
         request: RequestContext,
-        events: asyncio.Queue | None,
+        events: TurnEvents | None,
         turn: TurnOptions | None = None,
         setup: TurnSetup | None = None,
     ) -> TurnResult:
@@ -721,7 +723,7 @@ class AgentChatHandler:
                     },
                 )
                 result = await self.framework.execute_tool(call.name, call.arguments, tools)
-                tool_message = {
+                tool_message: dict[str, Any] = {
                     "role": "tool",
                     "content": result.content,
                     "tool_call_id": call.id,
@@ -774,9 +776,7 @@ class AgentChatHandler:
             compressed=compressed,
         )
 
-    async def _call_model(
-        self, request: ModelRequest, events: asyncio.Queue | None
-    ) -> ModelResponse:
+    async def _call_model(self, request: ModelRequest, events: TurnEvents | None) -> ModelResponse:
         if events is None:
             return await self.model.generate(request)
         response: ModelResponse | None = None
@@ -817,7 +817,7 @@ def _checked_tool_choice(options: Mapping[str, Any], specs: list[dict[str, Any]]
     return choice
 
 
-async def _committed_anyway(task: asyncio.Task, events: asyncio.Queue) -> bool:
+async def _committed_anyway(task: asyncio.Task[None], events: TurnEvents) -> bool:
     """After the consumer was cancelled: stop the turn, and say whether it had
     committed (its ``done`` event is then waiting in ``events``)."""
     task.cancel()
@@ -828,6 +828,6 @@ async def _committed_anyway(task: asyncio.Task, events: asyncio.Queue) -> bool:
     return any(isinstance(e, dict) and e.get("type") == "done" for e in pending)
 
 
-async def _emit(events: asyncio.Queue | None, event: dict[str, Any]) -> None:
+async def _emit(events: TurnEvents | None, event: dict[str, Any]) -> None:
     if events is not None:
         await events.put(event)

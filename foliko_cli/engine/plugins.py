@@ -13,7 +13,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +116,7 @@ def _as_tool(value: Any, name: str, where: str) -> Tool:
     if not callable(value):
         raise UsageError(f"{where} is neither a function nor a Tool; point it at a function")
     try:
-        parameters = inspect.signature(value).parameters.values()
+        parameters: Iterable[inspect.Parameter] = inspect.signature(value).parameters.values()
     except (TypeError, ValueError):
         parameters = []
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in parameters):

@@ -106,7 +106,7 @@ def build_server(backend: Backend) -> Server:
         except Exception as exc:
             _log.error("the MCP tool %s failed: %r", spec.name, exc)
             return _error_result(f"{spec.name} failed: internal error")
-        content = [types.TextContent(type="text", text=reply.text)]
+        content: list[types.ContentBlock] = [types.TextContent(type="text", text=reply.text)]
         return types.CallToolResult(content=content, structured_content=reply.data)
 
     async def list_resources(ctx, params) -> types.ListResourcesResult:
@@ -144,7 +144,9 @@ def build_server(backend: Backend) -> Server:
             raise MCPError(INTERNAL_ERROR, failure_text(exc), {"uri": uri}) from None
         except FolikoError as exc:
             raise MCPError(INVALID_PARAMS, failure_text(exc), {"uri": uri}) from None
-        contents = [types.TextResourceContents(uri=uri, mime_type=MIME_TYPE, text=text)]
+        contents: list[types.TextResourceContents | types.BlobResourceContents] = [
+            types.TextResourceContents(uri=uri, mime_type=MIME_TYPE, text=text)
+        ]
         return types.ReadResourceResult(contents=contents)
 
     async def list_prompts(ctx, params) -> types.ListPromptsResult:

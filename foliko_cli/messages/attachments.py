@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 from foliko_cli.common.redaction import redact_url
 from foliko_cli.errors import AttachmentError
@@ -60,11 +60,11 @@ def image_type(data: bytes) -> str | None:
     return None
 
 
-def is_url(source: Any) -> bool:
+def is_url(source: object) -> TypeGuard[str]:
     return isinstance(source, str) and source.startswith(("http://", "https://"))
 
 
-def is_resource(source: Any) -> bool:
+def is_resource(source: object) -> TypeGuard[str]:
     """``mcp:SERVER:URI``: an MCP server's resource."""
     return isinstance(source, str) and source.startswith("mcp:")
 

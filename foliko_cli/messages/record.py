@@ -64,7 +64,7 @@ class SessionRecord:
         self.revision = revision
         self.first_seq = first_seq
 
-    def _fields(self) -> tuple:
+    def _fields(self) -> tuple[Any, ...]:
         return tuple(getattr(self, name) for name in self.FIELDS)
 
     def __eq__(self, other: object) -> bool:
@@ -131,7 +131,7 @@ def check_message(message: Any) -> dict[str, Any]:
     return message
 
 
-_NO_CALLS: list = []
+_NO_CALLS: list[Any] = []
 
 
 def _explain(index: int, message: Any) -> None:

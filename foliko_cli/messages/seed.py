@@ -115,10 +115,11 @@ def record_from_seed(
     raw_messages = document.get("messages", [])
     if not isinstance(raw_messages, list):
         raise ValueError("messages must be a list")
-    messages = []
+    messages: list[dict[str, Any]] = []
     for raw in raw_messages:
         if type(raw) is dict and type(raw.get("content")) is str and raw.get("role") in ROLES:
-            messages.append({_MESSAGE_FROM_SEED.get(k, k): v for k, v in raw.items()})
+            fields: dict[str, Any] = raw  # a JSON object: its keys are strings
+            messages.append({_MESSAGE_FROM_SEED.get(k, k): v for k, v in fields.items()})
         else:  # AI-SDK content parts, or not a message: converted or explained there
             messages.extend(messages_from_seed(raw))
     variables = document.get("variables") or {}

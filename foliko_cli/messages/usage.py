@@ -42,7 +42,7 @@ def message_usage(message: dict[str, Any]) -> dict[str, int | float] | None:
         if key in compression:
             counters[key] = counters.get(key, 0) + compression[key]
             counters[f"compression_{key}"] = compression[key]
-    cost = message.get("cost", counters.pop("cost", None))
+    cost: Any = message.get("cost", counters.pop("cost", None))
     if _number(cost):
         counters["cost"] = cost
     return counters or None

@@ -172,7 +172,7 @@ def model_spec(
         target = str(entry.get("model", name))
     provider, sep, model = target.partition(":")
     window = entry.get("context_window")
-    extras = {
+    extras: dict[str, Any] = {
         "window_configured": bool(window),
         "options": _options(entry, name),
         "price": _price(entry, name),

@@ -90,7 +90,9 @@ def _image_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
 def _usage(data: dict[str, Any] | None) -> dict[str, int]:
     if not data:
         return {}
-    usage = {key: int(data[key]) for key in ("input_tokens", "output_tokens") if key in data}
+    usage: dict[str, int] = {
+        key: int(data[key]) for key in ("input_tokens", "output_tokens") if key in data
+    }
     if data.get("cache_read_input_tokens"):
         usage["cached_tokens"] = int(data["cache_read_input_tokens"])
     return usage

@@ -225,7 +225,7 @@ class HttpModelClient:
             text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
         return text[:300]
 
-    def _status_error(self, response: Answer, body: bytes) -> ModelError:
+    def _status_error(self, response: Answer, body: bytes) -> ModelError | ImagesRefusedError:
         detail = self.redact(_error_detail(body))
         status = response.status_code
         where = self.where
@@ -286,6 +286,7 @@ class HttpModelClient:
                     f"{self.where} did not answer in time; raise the turn's timeout"
                 )
             delay = None
+            failure: ModelError | ImagesRefusedError
             try:
                 response = await self._post(path, endpoint, payload, remaining)
             except (httpx2.TransportError, http1.TransportError) as exc:
@@ -327,7 +328,9 @@ class HttpModelClient:
         fix, or None: the host name does not resolve, or a server on this machine
         refuses the connection (nothing listens there)."""
         seen: set[int] = set()
-        while exc is not None and id(exc) not in seen:
+        current: BaseException | None = exc
+        while current is not None and id(current) not in seen:
+            exc = current
             seen.add(id(exc))
             if isinstance(exc, socket.gaierror) and exc.errno in _UNKNOWN_NAME:
                 return f"its host name does not resolve ({self.redact(str(exc))}); fix the base URL"
@@ -336,7 +339,7 @@ class HttpModelClient:
                     "the connection was refused, nothing listens there; "
                     "start the server or fix the base URL"
                 )
-            exc = exc.__cause__ or exc.__context__
+            current = exc.__cause__ or exc.__context__
         return None
 
     def shown_request(self, path: str, payload: bytes) -> dict[str, Any]:

@@ -88,9 +88,9 @@ def endpoint(url: str, headers: Mapping[str, str]) -> Endpoint | None:
         return None
     host = parts.hostname
     proxies = urllib.request.getproxies_environment()
-    if ("http" in proxies or "all" in proxies) and not urllib.request.proxy_bypass_environment(
-        host
-    ):
+    # proxy_bypass_environment is undocumented and not in typeshed
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]
+    if ("http" in proxies or "all" in proxies) and not bypass(host):
         return None
     try:
         port = parts.port or 80

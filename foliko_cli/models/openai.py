@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -84,7 +84,7 @@ def _user_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     return parts
 
 
-def to_openai_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_openai_tools(tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Function tools; a spec's ``strict`` (as a client sent it) goes along."""
     converted = []
     for tool in tools:

@@ -527,7 +527,9 @@ async def cancel(request: Request, hooks: Hooks):
             variables["cancel"] = True
             return True
 
-        await _update(svc, journal_id(ids.parse_background_id(response_id)[0]), ask)
+        parsed = ids.parse_background_id(response_id)
+        assert parsed is not None  # its journal was found under this id
+        await _update(svc, journal_id(parsed[0]), ask)
         while state is not None and state["response"]["status"] in RUNNING:
             state = await _changed(svc, response_id, state["revision"], hooks)
         if state is None:
@@ -571,7 +573,7 @@ def _prune_soon(request: Request, svc: AsyncFoliko) -> None:
     if last is not None and now - last < min(PRUNE_EVERY_S, retention):
         return
     state.background_pruned = now
-    tasks = getattr(state, "background_pruning", set())
+    tasks: set[asyncio.Task[None]] = getattr(state, "background_pruning", set())
     state.background_pruning = tasks
     task = asyncio.ensure_future(_prune(svc, retention))
     tasks.add(task)

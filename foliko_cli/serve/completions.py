@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import orjson
@@ -168,7 +168,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         options["attachments"] = attached(history[-1])
         history = history[:-1]
     else:
-        tail = []
+        tail: list[dict[str, Any]] = []
         while history and history[-1]["role"] == "tool":
             tail.insert(0, history.pop())
         if not tail:
@@ -249,7 +249,7 @@ async def chat_completions(request: Request):
 
 async def chunks(
     turn: Turn, events: AsyncIterator[dict[str, Any]], model: str | None, include_usage: bool
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     identity = {
         "id": completion_id(),
         "object": "chat.completion.chunk",

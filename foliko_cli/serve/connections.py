@@ -46,7 +46,7 @@ class ServeConfig(uvicorn.Config):
         super().__init__(
             app,
             http=LimitedHttpProtocol,
-            timeout_keep_alive=limits.keep_alive,  # a float works too
+            timeout_keep_alive=limits.keep_alive,  # type: ignore[arg-type]  # a float works too
             limit_concurrency=limits.max_connections,
             **kwargs,
         )
@@ -139,7 +139,8 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.overloaded = _overloaded_app(self.max_connections or 0)
 
     def connection_made(self, transport) -> None:
-        super().connection_made(CoalescedWrites(transport, self.loop))
+        # CoalescedWrites stands in for the transport it wraps (not a subclass)
+        super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
         self._arm_header_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -101,8 +101,11 @@ async def list_items(request: Request):
 
 def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, dict[str, Any]]:
     ref = ids.parse_item_id(wanted)
-    held = ref is not None and ref.session_id == record.session_id
-    if held and ref.position < len(record.messages):
+    if (
+        ref is not None
+        and ref.session_id == record.session_id
+        and ref.position < len(record.messages)
+    ):
         scope = ids.scope_of(record.session_id)
         for item in it.message_items(record.messages[ref.position], ref.position, scope):
             if item["id"] == wanted:
@@ -126,7 +129,7 @@ async def delete_item(request: Request):
     message = dict(record.messages[ref.position])
     calls = list(message.get("tool_calls") or [])
     if ref.kind == "fc":
-        del calls[ref.index]
+        del calls[ref.call_index]
     elif message.get("role") == "assistant" and calls:
         message["content"] = ""
     else:

@@ -3,6 +3,7 @@ with the HTTP status a client expects for it."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -58,22 +59,22 @@ def error_response(
     message: str,
     code: str | None = None,
     param=None,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
     *,
     retry: bool | None = None,
 ) -> Response:
     """The error as a response; ``retry`` False sends ``x-should-retry: false``,
     which the OpenAI SDKs obey, for a failure no retry can change."""
-    headers = dict(headers or {})
+    sent = dict(headers or {})
     if status == 401:
-        headers["www-authenticate"] = "Bearer"
+        sent["www-authenticate"] = "Bearer"
     if retry is False:
-        headers["x-should-retry"] = "false"
+        sent["x-should-retry"] = "false"
     return Response(
         error_body(status, message, code, param),
         status_code=status,
         media_type="application/json",
-        headers=headers,
+        headers=sent,
     )
 
 

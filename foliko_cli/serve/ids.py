@@ -98,7 +98,7 @@ class ItemRef(NamedTuple):
     kind: str  # "msg", "fc" or "fco"
     session_id: str
     position: int
-    index: int  # the call's index for "fc", else 0
+    call_index: int  # the call's index for "fc", else 0
 
 
 def message_item_id(scope: str, position: int, role: str | None = None) -> str:
@@ -118,8 +118,8 @@ def parse_item_id(value: Any) -> ItemRef | None:
     parts = rest.split("_", 2 if kind == "fc" else 1)
     if len(parts) != (3 if kind == "fc" else 2):
         return None
-    numbers = [_number(part) for part in parts[:-1]]
+    numbers = [n for part in parts[:-1] if (n := _number(part)) is not None]
     session_id = session_of(parts[-1])
-    if None in numbers or not session_id:
+    if len(numbers) != len(parts) - 1 or not session_id:
         return None
     return ItemRef(kind, session_id, numbers[0], numbers[1] if kind == "fc" else 0)

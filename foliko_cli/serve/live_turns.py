@@ -115,7 +115,7 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
     return Turn(
         svc,
         session_id,
-        message,  # type: ignore[arg-type]  # None: regenerate the last one's
+        message,  # None: regenerate the last one's
         api="sessions",
         model=field(data, "model", str),
         request=request_context(request, svc),
@@ -195,8 +195,8 @@ class LiveTurn:
                     yield _sse(self._done())
                 else:
                     yield _sse({"type": "cancelled"})
-            elif self.task.exception() is not None:
-                yield _sse({"type": "error", "error": error_event(self.task.exception())})
+            elif (failure := self.task.exception()) is not None:
+                yield _sse({"type": "error", "error": error_event(failure)})
         finally:
             self.forget()
             self.task.cancel()  # when the client left: the turn stops, nothing is saved

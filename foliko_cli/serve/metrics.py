@@ -85,7 +85,8 @@ class Metrics:
         ]
         for api, histogram in self.turns.items():
             cumulative = 0
-            for bound, count in zip((*TURN_BUCKETS, "+Inf"), histogram.counts, strict=True):
+            bounds: tuple[float | str, ...] = (*TURN_BUCKETS, "+Inf")
+            for bound, count in zip(bounds, histogram.counts, strict=True):
                 cumulative += count
                 le = bound if isinstance(bound, str) else repr(float(bound))
                 lines.append(

@@ -143,7 +143,9 @@ class RequestMiddleware:
         return limited_receive
 
 
-async def _reject(send: Any, status: int, message: str, code: str, kind: str = "http") -> None:
+async def _reject(
+    send: Any, status: int, message: str, code: str | None, kind: str = "http"
+) -> None:
     """The error as an HTTP answer (to a WebSocket upgrade too: ASGI's
     websocket.http.response, which uvicorn implements)."""
     body = error_body(status, message, code)

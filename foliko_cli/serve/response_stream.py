@@ -11,7 +11,7 @@ Every event has its ``sequence_number``; ``data: [DONE]`` closes the stream.
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -56,10 +56,10 @@ async def response_events(
     options: dict[str, Any],
     model: str | None,
     finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """The turn's events as Responses API events (any transport: SSE, WebSocket)."""
     sequence = itertools.count()
-    shell = {
+    shell: dict[str, Any] = {
         "response_id": turn.response_id,
         "session_id": turn.session_id if turn.stored else None,
         "output": [],

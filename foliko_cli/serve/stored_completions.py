@@ -15,7 +15,7 @@ the sessions it must look at.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 import orjson
@@ -137,15 +137,17 @@ class Keeper:
             await self._save(turn, body)
         return JSON(body)
 
-    def streamed(self, turn: Turn, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    def streamed(
+        self, turn: Turn, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[bytes, None]:
         """``chunks`` as they are; when asked, the completion is stored just
         before the final ``[DONE]``, and a stream that ends without one stores
         nothing."""
         return self._stored_stream(turn, chunks) if self.store else chunks
 
     async def _stored_stream(
-        self, turn: Turn, chunks: AsyncIterator[bytes]
-    ) -> AsyncIterator[bytes]:
+        self, turn: Turn, chunks: AsyncGenerator[bytes, None]
+    ) -> AsyncGenerator[bytes, None]:
         assembled = _Assembled()
         async with contextlib.aclosing(chunks):
             async for piece in chunks:

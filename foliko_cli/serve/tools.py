@@ -25,7 +25,7 @@ def _bad(message: str) -> ApiError:
 
 
 def _function_spec(tool: dict[str, Any], at: str) -> dict[str, Any]:
-    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    function = given if isinstance(given := tool.get("function"), dict) else tool
     name = function.get("name")
     if not isinstance(name, str) or not name:
         raise _bad(f"{at}: a function tool needs a name")
@@ -33,7 +33,7 @@ def _function_spec(tool: dict[str, Any], at: str) -> dict[str, Any]:
     if not isinstance(parameters, dict):
         raise _bad(f"{at}: parameters must be a JSON schema object")
     description = function.get("description")
-    spec = {
+    spec: dict[str, Any] = {
         "name": name,
         "description": description if isinstance(description, str) else "",
         "input_schema": parameters,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from foliko_cli.engine.handler import TurnResult
@@ -156,7 +156,7 @@ class Turn:
         async with self._target(services) as (service, session_id):
             return await service.count_tokens(session_id, self.text, **options)
 
-    async def stream(self, services: Services) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, services: Services) -> AsyncGenerator[dict[str, Any], None]:
         """Wait until the turn holds its session (raising what stopped it before),
         then return its events; ``done`` carries the TurnResult."""
         await self.admit(services)
@@ -167,7 +167,7 @@ class Turn:
                 if not self._take_fallback(exc):
                     raise
 
-    async def _stream_once(self, services: Services) -> AsyncIterator[dict[str, Any]]:
+    async def _stream_once(self, services: Services) -> AsyncGenerator[dict[str, Any], None]:
         queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
         started = asyncio.get_running_loop().create_future()
         arguments = self._arguments()
@@ -207,7 +207,9 @@ class Turn:
         return self._events(queue, task)
 
     @staticmethod
-    async def _events(queue: asyncio.Queue, task: asyncio.Future) -> AsyncIterator[dict[str, Any]]:
+    async def _events(
+        queue: asyncio.Queue[dict[str, Any] | BaseException | None], task: asyncio.Future[None]
+    ) -> AsyncGenerator[dict[str, Any], None]:
         METRICS.streams += 1
         try:
             while (event := await queue.get()) is not None:

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -290,7 +290,9 @@ class Connection:
             model = field(body, "model", str)
             remembered = self.memory.history_of(previous)
             try:
-                turn, options = await plan_turn(TurnRequest(self.websocket), body, remembered)
+                # TurnRequest has what plan_turn reads of a Request (not a subclass)
+                request = TurnRequest(self.websocket)
+                turn, options = await plan_turn(request, body, remembered)  # type: ignore[arg-type]
             except ApiError as exc:
                 if isinstance(previous, str) and _names_missing(exc, previous):
                     raise previous_not_found(previous) from None
@@ -343,7 +345,7 @@ def _names_missing(exc: ApiError, previous: str) -> bool:
 
 async def _watched(
     events: AsyncIterator[dict[str, Any]], failure: list[BaseException]
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any], None]:
     """The turn's events; the exception that ends them lands in ``failure``."""
     try:
         async for event in events:

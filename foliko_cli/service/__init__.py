@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from foliko_cli.context.request import DEFAULT_TIMEOUT
 from foliko_cli.engine.framework import Framework
@@ -121,7 +121,7 @@ class AsyncFoliko(
         self._trash_purged_at = 0
 
     @classmethod
-    def from_settings(cls, settings: Settings, **overrides: Any):
+    def from_settings(cls, settings: Settings, **overrides: Any) -> Self:
         from foliko_cli.common.settings import skill_dirs
 
         options = {
@@ -141,14 +141,14 @@ class AsyncFoliko(
         return cls(settings.storage, settings.model, **options)
 
     @classmethod
-    def from_config(cls, **flags: Any):
+    def from_config(cls, **flags: Any) -> Self:
         """Settings from the config files and environment, as the CLI reads them."""
         from foliko_cli.common.settings import load_settings
 
         notify = flags.pop("notify", None)
         return cls.from_settings(load_settings(**flags), notify=notify)
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

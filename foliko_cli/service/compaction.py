@@ -18,12 +18,13 @@ from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord, SessionState, covered_messages
 from foliko_cli.messages.turns import turns_before
 from foliko_cli.models.base import ModelProvider
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
 
 ACTIVE, FOLDED, UNDONE = "active", "folded", "undone"
 
 
-class CompactionMixin:
+class CompactionMixin(ServiceBase):
     """``compact``, ``compactions`` and ``uncompact``."""
 
     async def compact(

@@ -15,7 +15,7 @@ import functools
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from foliko_cli.errors import Interrupted, SessionNotFoundError
 from foliko_cli.service import AsyncFoliko, ImportReport, check_message_text
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Foliko", "ImportReport", "check_message_text"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 INTERRUPTED = "interrupted before the operation finished"
 READS = frozenset(
@@ -117,9 +118,13 @@ class _LoopRunner:
         async def guarded() -> T:
             if main_thread:
                 task = asyncio.current_task()
-                loop.add_signal_handler(
-                    signal.SIGTERM, lambda: (terminated.set(), task and task.cancel())
-                )
+
+                def on_sigterm() -> None:
+                    terminated.set()
+                    if task:
+                        task.cancel()
+
+                loop.add_signal_handler(signal.SIGTERM, on_sigterm)
             try:
                 return await coroutine
             finally:
@@ -136,18 +141,19 @@ class _LoopRunner:
             raise
 
     def _in_worker_thread(self, coroutine: Coroutine[Any, Any, T], interrupted: str) -> T:
-        outcome: dict[str, Any] = {}
+        values: list[T] = []
+        errors: list[BaseException] = []
 
         def work() -> None:
             try:
-                outcome["value"] = self._here(coroutine, interrupted)
+                values.append(self._here(coroutine, interrupted))
             except BaseException as exc:
-                outcome["error"] = exc
+                errors.append(exc)
 
         _in_thread(work)
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["value"]
+        if errors:
+            raise errors[0]
+        return values[0]
 
     def close(self) -> None:
         runner, self._runner = self._runner, None
@@ -161,21 +167,27 @@ def _in_thread(work: Callable[[], None]) -> None:
     worker.join()
 
 
-def _blocking(name: str, interrupted: str = INTERRUPTED) -> Callable[..., Any]:
-    coroutine_function = getattr(AsyncFoliko, name)
+def _blocking(
+    coroutine_function: Callable[Concatenate[AsyncFoliko, P], Coroutine[Any, Any, T]],
+    interrupted: str = INTERRUPTED,
+) -> Callable[Concatenate[Foliko, P], T]:
+    """The facade's method for the service's coroutine function, with its signature
+    (less the coroutine) for type checkers."""
+    name = coroutine_function.__name__
 
     if name in READS:
 
         @functools.wraps(coroutine_function)
-        def read(self: Foliko, *args: Any, **kwargs: Any) -> Any:
-            bound = getattr(self.service, name)
+        def read(self: Foliko, *args: P.args, **kwargs: P.kwargs) -> T:
+            bound: Callable[P, Coroutine[Any, Any, T]] = getattr(self.service, name)
             return self._loop.read(lambda: bound(*args, **kwargs), interrupted)
 
         return read
 
     @functools.wraps(coroutine_function)
-    def method(self: Foliko, *args: Any, **kwargs: Any) -> Any:
-        return self._loop.run(getattr(self.service, name)(*args, **kwargs), interrupted)
+    def method(self: Foliko, *args: P.args, **kwargs: P.kwargs) -> T:
+        run: Coroutine[Any, Any, T] = getattr(self.service, name)(*args, **kwargs)
+        return self._loop.run(run, interrupted)
 
     return method
 
@@ -225,48 +237,48 @@ class Foliko:
         finally:
             self._loop.close()
 
-    chat = _blocking("chat", INTERRUPTED_TURN)
-    dry_run = _blocking("dry_run")
-    call_tool = _blocking("call_tool")
-    get_session = _blocking("get_session")
-    list_sessions = _blocking("list_sessions")
-    session_ids = _blocking("session_ids")
-    delete_sessions = _blocking("delete_sessions")
-    rename_session = _blocking("rename_session")
-    fork_session = _blocking("fork_session")
-    rewind_session = _blocking("rewind_session")
-    compact = _blocking("compact")
-    compactions = _blocking("compactions")
-    uncompact = _blocking("uncompact")
-    session_tree = _blocking("session_tree")
-    latest_session_id = _blocking("latest_session_id")
-    clear_session = _blocking("clear_session")
-    import_sessions = _blocking("import_sessions")
-    prune = _blocking("prune")
-    list_trash = _blocking("list_trash")
-    restore_session = _blocking("restore_session")
-    empty_trash = _blocking("empty_trash")
-    get_variables = _blocking("get_variables")
-    update_variables = _blocking("update_variables")
-    create_session = _blocking("create_session")
-    update_metadata = _blocking("update_metadata")
-    append_messages = _blocking("append_messages")
-    migrate = _blocking("migrate")
-    check = _blocking("check")
-    info = _blocking("info")
-    agent_context = _blocking("agent_context")
-    describe_agent = _blocking("describe_agent")
-    tool_rows = _blocking("tool_rows")
-    handler = _blocking("handler")
-    start_mcp_servers = _blocking("start_mcp_servers")
-    mcp_status = _blocking("mcp_status")
-    mcp_tool_list = _blocking("mcp_tool_list")
-    mcp_tools = _blocking("mcp_tools")
-    mcp_resources = _blocking("mcp_resources")
-    mcp_prompts = _blocking("mcp_prompts")
-    mcp_prompt = _blocking("mcp_prompt")
-    search = _blocking("search")
-    usage = _blocking("usage")
+    chat = _blocking(AsyncFoliko.chat, INTERRUPTED_TURN)
+    dry_run = _blocking(AsyncFoliko.dry_run)
+    call_tool = _blocking(AsyncFoliko.call_tool)
+    get_session = _blocking(AsyncFoliko.get_session)
+    list_sessions = _blocking(AsyncFoliko.list_sessions)
+    session_ids = _blocking(AsyncFoliko.session_ids)
+    delete_sessions = _blocking(AsyncFoliko.delete_sessions)
+    rename_session = _blocking(AsyncFoliko.rename_session)
+    fork_session = _blocking(AsyncFoliko.fork_session)
+    rewind_session = _blocking(AsyncFoliko.rewind_session)
+    compact = _blocking(AsyncFoliko.compact)
+    compactions = _blocking(AsyncFoliko.compactions)
+    uncompact = _blocking(AsyncFoliko.uncompact)
+    session_tree = _blocking(AsyncFoliko.session_tree)
+    latest_session_id = _blocking(AsyncFoliko.latest_session_id)
+    clear_session = _blocking(AsyncFoliko.clear_session)
+    import_sessions = _blocking(AsyncFoliko.import_sessions)
+    prune = _blocking(AsyncFoliko.prune)
+    list_trash = _blocking(AsyncFoliko.list_trash)
+    restore_session = _blocking(AsyncFoliko.restore_session)
+    empty_trash = _blocking(AsyncFoliko.empty_trash)
+    get_variables = _blocking(AsyncFoliko.get_variables)
+    update_variables = _blocking(AsyncFoliko.update_variables)
+    create_session = _blocking(AsyncFoliko.create_session)
+    update_metadata = _blocking(AsyncFoliko.update_metadata)
+    append_messages = _blocking(AsyncFoliko.append_messages)
+    migrate = _blocking(AsyncFoliko.migrate)
+    check = _blocking(AsyncFoliko.check)
+    info = _blocking(AsyncFoliko.info)
+    agent_context = _blocking(AsyncFoliko.agent_context)
+    describe_agent = _blocking(AsyncFoliko.describe_agent)
+    tool_rows = _blocking(AsyncFoliko.tool_rows)
+    handler = _blocking(AsyncFoliko.handler)
+    start_mcp_servers = _blocking(AsyncFoliko.start_mcp_servers)
+    mcp_status = _blocking(AsyncFoliko.mcp_status)
+    mcp_tool_list = _blocking(AsyncFoliko.mcp_tool_list)
+    mcp_tools = _blocking(AsyncFoliko.mcp_tools)
+    mcp_resources = _blocking(AsyncFoliko.mcp_resources)
+    mcp_prompts = _blocking(AsyncFoliko.mcp_prompts)
+    mcp_prompt = _blocking(AsyncFoliko.mcp_prompt)
+    search = _blocking(AsyncFoliko.search)
+    usage = _blocking(AsyncFoliko.usage)
 
     def export_sessions(
         self, session_ids: list[str], *, skip_missing: bool = False

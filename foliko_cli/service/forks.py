@@ -13,10 +13,11 @@ from typing import Any
 
 from foliko_cli.errors import CorruptSessionError, SessionNotFoundError
 from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
 
 
-class ForksMixin:
+class ForksMixin(ServiceBase):
     """``session_tree``."""
 
     async def session_tree(self, session_id: str | None = None) -> list[dict[str, Any]]:
@@ -48,9 +49,9 @@ class ForksMixin:
             ids.sort(key=lambda s: (nodes[s]["created_at"], s))
         roots = children.get(None, [])
         if session_id is not None:
-            root = session_id
-            while parents[root] is not None:
-                root = parents[root]
+            root, parent = session_id, parents[session_id]
+            while parent is not None:
+                root, parent = parent, parents[parent]
             roots = [root]
         rows: list[dict[str, Any]] = []
         stack = [(root, 0) for root in reversed(roots)]

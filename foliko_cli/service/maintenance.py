@@ -14,13 +14,14 @@ from foliko_cli.storage.base import StoredProblem
 if TYPE_CHECKING:
     from foliko_cli.storage.migrate import MigrationReport
     from foliko_cli.storage.search import SearchHit, SearchQuery
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     Repair,
     _no_progress,
 )
 
 
-class MaintenanceMixin:
+class MaintenanceMixin(ServiceBase):
     """Work across the whole store."""
 
     # history

@@ -3,8 +3,9 @@ prune and variables."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
@@ -26,10 +27,7 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.stored import content_hash
 from foliko_cli.messages.turns import cut_compression, drop_turns
-from foliko_cli.storage import capabilities
-
-if TYPE_CHECKING:
-    pass
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     SORT_KEYS,
     ImportReport,
@@ -37,18 +35,14 @@ from foliko_cli.service.common import (
     _no_progress,
     forked,
 )
+from foliko_cli.storage import capabilities
 
 
-class SessionsMixin:
+class SessionsMixin(ServiceBase):
     """Managing sessions: read, list, delete, rename, fork, rewind, clear, import,
     prune and variables."""
 
     # sessions
-
-    async def _held(self, session_id: str, work, timeout: float | None = None):
-        """Run ``work()`` (a coroutine function) holding the session exclusively."""
-        async with self.framework.hold_session(session_id, timeout or self.timeout):
-            return await work()
 
     async def get_session(self, session_id: str) -> SessionRecord:
         check_session_id(session_id)
@@ -99,10 +93,11 @@ class SessionsMixin:
         not found)."""
         for session_id in session_ids:
             check_session_id(session_id)
-        deleted, missing = [], []
+        deleted: list[str] = []
+        missing: list[str] = []
         for session_id in sorted(set(session_ids)):
             existed = await self._held(
-                session_id, lambda sid=session_id: self._remove(sid, "delete")
+                session_id, functools.partial(self._remove, session_id, "delete")
             )
             self.framework.destroy_session_context(session_id)
             (deleted if existed else missing).append(session_id)
@@ -110,7 +105,7 @@ class SessionsMixin:
         if deleted:
             await self._purge_trash()
         order = {sid: i for i, sid in enumerate(dict.fromkeys(session_ids))}
-        return sorted(deleted, key=order.get), sorted(missing, key=order.get)
+        return sorted(deleted, key=order.__getitem__), sorted(missing, key=order.__getitem__)
 
     async def rename_session(self, old_id: str, new_id: str) -> None:
         """Rename ``old_id``; both are held, in one global order, so no two renames
@@ -122,7 +117,7 @@ class SessionsMixin:
             raise UsageError(f"session {old_id!r} already has that name", fix="give a new name")
         first, second = sorted((old_id, new_id))
 
-        async def work():
+        async def work() -> None:
             async with self.framework.hold_session(second, self.timeout):
                 await self.storage.load(old_id)
                 await capabilities.load_state(self.storage, new_id)
@@ -148,7 +143,7 @@ class SessionsMixin:
             raise UsageError(f"cannot fork session {source_id!r} into itself", fix="name a new one")
         first, second = sorted((source_id, target_id))
 
-        async def work():
+        async def work() -> SessionRecord:
             async with self.framework.hold_session(second, self.timeout):
                 if await self.storage.revision(target_id) is not None:
                     raise SessionExistsError(target_id)
@@ -195,7 +190,7 @@ class SessionsMixin:
     async def _rewritten(
         self,
         session_id: str,
-        change,
+        change: Callable[[list[dict[str, Any]]], tuple[list[dict[str, Any]], int]],
         expected_revision: int | None = None,
         *,
         trash_reason: str | None = None,
@@ -205,7 +200,7 @@ class SessionsMixin:
         With ``trash_reason``, the session as it was is kept in the trash."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = await self.get_session(session_id)
             if expected_revision is not None and record.revision != expected_revision:
                 raise ConflictError(session_id, expected_revision, record.revision)
@@ -241,7 +236,7 @@ class SessionsMixin:
         it was goes to the trash."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = await self.storage.load(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
@@ -293,7 +288,7 @@ class SessionsMixin:
                 return report
         for record in records:
             outcome = await self._held(
-                record.session_id, lambda r=record: self._import_one(r, on_conflict)
+                record.session_id, functools.partial(self._import_one, record, on_conflict)
             )
             getattr(report, outcome).append(record.session_id)
             self.framework.destroy_session_context(record.session_id)
@@ -356,7 +351,9 @@ class SessionsMixin:
         if on_total is not None:
             on_total(len(stale))
         for session_id in stale:
-            outcome = await self._held(session_id, lambda s=session_id: self._prune_one(s, cutoff))
+            outcome = await self._held(
+                session_id, functools.partial(self._prune_one, session_id, cutoff)
+            )
             getattr(report, outcome).append(session_id)
             self.framework.destroy_session_context(session_id)
             progress(1)
@@ -390,7 +387,7 @@ class SessionsMixin:
         ``summary`` stands for a history before them (as a compression's does)."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = SessionRecord(
                 session_id,
                 messages=list(messages or []),
@@ -412,7 +409,7 @@ class SessionsMixin:
         history is not read: the returned record holds no messages)."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> SessionRecord:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
@@ -433,7 +430,7 @@ class SessionsMixin:
         position of the first."""
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> int:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
@@ -472,7 +469,7 @@ class SessionsMixin:
         """
         check_session_id(session_id)
 
-        async def work():
+        async def work() -> dict[str, Any]:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 if not create:

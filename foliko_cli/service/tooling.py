@@ -13,13 +13,14 @@ if TYPE_CHECKING:
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
     from foliko_cli.mcp.manager import MCPManager
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     _NOTICE_MARKER,
     DEFAULT_MODEL_NOTICE,
 )
 
 
-class ToolsMixin:
+class ToolsMixin(ServiceBase):
     """Building what a turn needs; tools and servers are loaded once per service."""
 
     # agents, skills, tools, models

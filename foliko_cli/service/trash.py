@@ -10,6 +10,7 @@ a server deleting often does not list the store each time).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -22,6 +23,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.messages.ids import check_session_id, is_internal
 from foliko_cli.messages.record import SessionRecord, SessionState
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
 
 if TYPE_CHECKING:
@@ -33,7 +35,7 @@ DEFAULT_KEEP_MS = 30 * 86_400_000
 PURGE_EVERY_MS = 60_000
 
 
-class TrashMixin:
+class TrashMixin(ServiceBase):
     """The trash of this service's storage."""
 
     def _keeps_trash(self, session_id: str) -> bool:
@@ -151,7 +153,9 @@ class TrashMixin:
 
         gone = []
         for entry in entries:
-            if await self._held(entry.stored_id, lambda e=entry: trash.discard(self.storage, e)):
+            if await self._held(
+                entry.stored_id, functools.partial(trash.discard, self.storage, entry)
+            ):
                 gone.append(entry)
         return gone
 

@@ -14,8 +14,10 @@ from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.models.base import ModelProvider
 
 if TYPE_CHECKING:
+    from foliko_cli.engine.dry_run import RequestCaptured
     from foliko_cli.engine.handler import TurnResult, TurnSetup
     from foliko_cli.messages.attachments import Source
+from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     TURN_FIELDS,
     check_message_text,
@@ -23,7 +25,7 @@ from foliko_cli.service.common import (
 )
 
 
-class TurnsMixin:
+class TurnsMixin(ServiceBase):
     """Turns as coroutines and event streams."""
 
     # turns
@@ -77,7 +79,7 @@ class TurnsMixin:
     async def chat(
         self,
         session_id: str,
-        message: str,
+        message: str | None,
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
@@ -115,7 +117,7 @@ class TurnsMixin:
         ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
         ``on_finish``; see chat.TurnSetup).
         """
-        setup_options = {"new": new, "fork_from": fork_from, "variables": variables}
+        setup_options: dict[str, Any] = {"new": new, "fork_from": fork_from, "variables": variables}
         setup_options.update(system=system, turns=turns, upto=upto, regenerate=regenerate)
         setup_options["attachments"] = attachments
         if on_event is None:
@@ -130,7 +132,7 @@ class TurnsMixin:
                 setup=setup,
                 options=TurnOptions(options or {}, schema, compress),
             )
-        result = None
+        result: TurnResult | None = None
         async for event in self.chat_stream(
             session_id,
             message,
@@ -154,7 +156,7 @@ class TurnsMixin:
     async def chat_stream(
         self,
         session_id: str,
-        message: str,
+        message: str | None,
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
@@ -275,7 +277,7 @@ class TurnsMixin:
     async def dry_run(
         self,
         session_id: str,
-        message: str,
+        message: str | None,
         *,
         model: str | ModelProvider | None = None,
         agent: str | None = None,
@@ -294,7 +296,7 @@ class TurnsMixin:
         )
         request = captured.request
         try:
-            shown = {
+            shown: dict[str, Any] = {
                 "model": target.name,
                 "system": request.system,
                 "messages": request.messages,
@@ -344,8 +346,17 @@ class TurnsMixin:
         return estimate, False
 
     async def _captured(
-        self, session_id, message, model, agent, options, schema, setup, *, stream=False
-    ):
+        self,
+        session_id: str,
+        message: str | None,
+        model: str | ModelProvider | None,
+        agent: str | None,
+        options: dict[str, Any] | None,
+        schema: dict[str, Any] | None,
+        setup: dict[str, Any],
+        *,
+        stream: bool = False,
+    ) -> tuple[ModelProvider, RequestCaptured]:
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
         from foliko_cli.engine.handler import TurnOptions
@@ -362,18 +373,25 @@ class TurnsMixin:
         )
         target = resolve_model(self.model_name(model, agent), self.models)
         handler = await self._make_handler(CaptureModel(target), agent)
-        call = {
-            "session_id": session_id,
-            "request": self.request(),
-            "setup": prepared,
-            "options": TurnOptions(options or {}, schema),
-        }
+        request, turn_options = self.request(), TurnOptions(options or {}, schema)
         try:
             if stream:
-                async for _event in handler.chat_stream(message, **call):
+                async for _event in handler.chat_stream(
+                    message,
+                    session_id=session_id,
+                    request=request,
+                    setup=prepared,
+                    options=turn_options,
+                ):
                     pass
             else:
-                await handler.chat(message, **call)
+                await handler.chat(
+                    message,
+                    session_id=session_id,
+                    request=request,
+                    setup=prepared,
+                    options=turn_options,
+                )
         except RequestCaptured as captured:
             return target, captured
         except BaseException:

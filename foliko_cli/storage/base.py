@@ -7,9 +7,10 @@ transaction while a model runs.
 
 from __future__ import annotations
 
+import builtins  # `list` is a storage method: in its class the builtin is builtins.list
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from foliko_cli.errors import ConflictError, SessionExistsError
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
@@ -136,7 +137,7 @@ class SessionStorageAdapter(ABC):
     async def list(self) -> list[str]: ...
 
     @abstractmethod
-    async def list_summaries(self) -> list[SessionSummary]: ...
+    async def list_summaries(self) -> builtins.list[SessionSummary]: ...
 
     async def revision(self, session_id: str) -> int | None:
         record = await self.load(session_id)
@@ -178,5 +179,14 @@ class SavesInBatches:
     """For a backend whose native write is ``save_many`` (``BatchSave``): ``save``
     is a batch of one, so the two can never mean different things."""
 
+    if TYPE_CHECKING:  # the backend's own
+
+        async def save_many(
+            self,
+            records: builtins.list[SessionRecord],
+            *,
+            expected_revisions: builtins.list[int | None] | None = None,
+        ) -> builtins.list[int]: ...
+
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]  # type: ignore[attr-defined]
+        return (await self.save_many([record], expected_revisions=[expected_revision]))[0]

@@ -41,8 +41,10 @@ StorageError naming the path.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
+import functools
 import os
 import time
 from collections.abc import AsyncIterator
@@ -432,13 +434,13 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
                     self._locks.hold(
                         _WRITE_KEY + session_id,
                         WRITE_LOCK_TIMEOUT,
-                        remove_if=lambda sid=session_id: self._gone(sid),
+                        remove_if=functools.partial(self._gone, session_id),
                     )
                 )
             yield
         for session_id in session_ids:
             if self._gone(session_id):
-                self._locks.remove_if_free(session_id, lambda sid=session_id: self._gone(sid))
+                self._locks.remove_if_free(session_id, functools.partial(self._gone, session_id))
 
     # contract
 
@@ -574,7 +576,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
                 ids.append(entry.summary.session_id)
         return ids
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         summaries = [entry.summary for entry in self._inspect_all(summarise=True)]
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
@@ -637,7 +639,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
 
     # storage check
 
-    async def check(self) -> list[StoredProblem]:
+    async def check(self) -> builtins.list[StoredProblem]:
         problems = [
             StoredProblem(entry.summary.session_id, str(self.directory / entry.name), entry.reason)
             for entry in self._inspect_all(summarise=True)
@@ -654,7 +656,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
             return False
         return not self._gone(key.removeprefix(_WRITE_KEY))
 
-    def _stray_files(self) -> list[tuple[Path, str, str]]:
+    def _stray_files(self) -> builtins.list[tuple[Path, str, str]]:
         """Orphan lock files and temporary files older than STALE_TEMP_S."""
         found = [
             (path, _key_of(path.name), why) for path, why in self._locks.stray(self._live_lock)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
 import threading
 from typing import Any
@@ -130,7 +131,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
     async def list(self) -> list[str]:
         return list(self._records)
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         return [self._summary(record) for record in list(self._records.values())]
 
     def _summary(self, record: SessionRecord) -> SessionSummary:

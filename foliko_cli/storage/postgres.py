@@ -39,6 +39,7 @@ psycopg 3 is imported when a storage is created, never at module import.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import os
@@ -78,7 +79,7 @@ from foliko_cli.storage.poll import poll
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
-from foliko_cli.storage.sql.executor import PostgresExecutor
+from foliko_cli.storage.sql.executor import PostgresExecutor, one_row
 from foliko_cli.storage.sql.migrations import Step, migrate
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
@@ -128,7 +129,7 @@ async def keep_indexed_text(db: PostgresExecutor, dialect: PostgresDialect) -> N
     await keep_indexed_text(db, dialect.quoted)
 
 
-MIGRATIONS: list[Step] = [
+MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     schema.create_sessions_and_messages,
     schema.create_quarantine,
     create_search_index,
@@ -472,7 +473,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             )
         return [row[0] for row in rows]
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         """Newest first, read page by page along the index, all from one snapshot."""
         async with self._transaction() as db:
             await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -566,7 +567,8 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
                 d.sql("SELECT row_to_json(s)::text FROM {sessions} s WHERE session_id = %s"),
                 (problem.session_id,),
             )
-            bodies = await db.fetchone(
+            bodies = await one_row(
+                db,
                 d.sql(
                     """SELECT COALESCE(json_agg(m ORDER BY m.seq), '[]')::text
                     FROM {messages} m WHERE session_id = %s"""
@@ -579,7 +581,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             await writes.remove_sessions(db, d, [problem.session_id])
         return f"{self.location} (table {self.schema}.quarantine)"
 
-    async def search(self, query: SearchQuery) -> list[SearchHit]:
+    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
         """Through the GIN index on the messages' text (postgres_search.py)."""
         from foliko_cli.storage.postgres_search import search
 
@@ -596,13 +598,14 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         async with self._connection() as db:
             sessions, messages = await writes.counts(db, self._dialect)
             version = max(await self._dialect.applied_steps(db), default=0)
-            (size,) = await db.fetchone(
+            (size,) = await one_row(
+                db,
                 """SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)
                    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
                    WHERE n.nspname = %s AND c.relkind = 'r'""",
                 (self.schema,),
             )
-            (server,) = await db.fetchone("SHOW server_version")
+            (server,) = await one_row(db, "SHOW server_version")
         return {
             "backend": self.name,
             "location": self.location,
@@ -650,7 +653,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         async def locked() -> bool:
             async with self._bounded() as deadline:
                 deadline.watch(conn)
-                return (await db.fetchone("SELECT pg_try_advisory_lock(%s)", (key,)))[0]
+                return (await one_row(db, "SELECT pg_try_advisory_lock(%s)", (key,)))[0]
 
         if not await poll(locked, time.monotonic() + timeout):
             raise SessionBusyError(session_id, timeout, await self._holder(db, key))
@@ -683,7 +686,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             async with self._bounded() as deadline:
                 deadline.watch(conn)
                 query = "SELECT pg_advisory_unlock(%s)"
-                released = (await PostgresExecutor(conn).fetchone(query, (key,)))[0]
+                released = (await one_row(PostgresExecutor(conn), query, (key,)))[0]
         except StorageError:
             released = False  # closing the connection below releases it on the server
         if released and len(pool.idle_lock) < IDLE_LOCK_CONNECTIONS:

@@ -102,7 +102,8 @@ def tsquery_expression(terms: tuple[Term, ...]) -> str:
 async def search(db: Executor, schema: str, query: SearchQuery) -> list[SearchHit]:
     """The best ``query.limit`` hits by ts_rank, with their snippets (search.snippet_for)."""
     vector = "m.search_vector"
-    filters, params = [], [tsquery_expression(query.terms)]
+    filters: list[str] = []
+    params: list[str | int] = [tsquery_expression(query.terms)]
     if query.session_id is not None:
         filters.append("m.session_id = %s")
         params.append(query.session_id)

@@ -38,6 +38,7 @@ run over the pool's other connections.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
 import re
@@ -601,7 +602,7 @@ class RedisStorage(SessionStorageAdapter):
             members = await self._client().zrange(self.index_key, 0, -1)
         return [member.decode() for member in members]
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         """From the index and each session's meta hash; messages are never read."""
         with self._guard():
             ids = [m.decode() for m in await self._client().zrevrange(self.index_key, 0, -1)]
@@ -620,7 +621,7 @@ class RedisStorage(SessionStorageAdapter):
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
 
-    def _summary(self, session_id: str, values: Any, length: Any) -> list[SessionSummary]:
+    def _summary(self, session_id: str, values: Any, length: Any) -> builtins.list[SessionSummary]:
         """The session's row of ``list_summaries``, marked when damaged; none when it
         was deleted since the index was read."""
         for result in (values, length):
@@ -714,7 +715,7 @@ class RedisStorage(SessionStorageAdapter):
         if result == -2:
             raise SessionNotFoundError(old_id)
 
-    async def check(self) -> list[StoredProblem]:
+    async def check(self) -> builtins.list[StoredProblem]:
         """Unreadable sessions, index entries whose meta hash is gone, and message
         lists whose meta hash is gone (found by SCAN: ``check`` only)."""
         ids = await self.list()
@@ -738,9 +739,10 @@ class RedisStorage(SessionStorageAdapter):
         with self._guard():
             async for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
                 key = _text(raw)
-                session_id = unhash_tag(key[len(head) : -len(tail)])
-                if session_id is None or session_id in indexed:
+                found = unhash_tag(key[len(head) : -len(tail)])
+                if found is None or found in indexed:
                     continue
+                session_id = found
                 if not await client.exists(self.key(session_id, "meta")):
                     problems.append(
                         StoredProblem(

@@ -11,6 +11,7 @@ they do unscoped.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,8 @@ class UserScopedStorage(SessionStorageAdapter):
         self.user = user
         self.prefix = user_prefix(user)
         self.owns_inner = owns_inner
-        self.name = inner.name
+        # the contract names a backend per class; this wrapper goes by its inner one
+        self.name = inner.name  # type: ignore[misc]
 
     def _stored(self, session_id: str) -> str:
         return self.prefix + session_id
@@ -147,7 +149,7 @@ class UserScopedStorage(SessionStorageAdapter):
     async def list(self) -> list[str]:
         return [own for s in await self.inner.list() if (own := self._own(s)) is not None]
 
-    async def list_summaries(self) -> list[SessionSummary]:
+    async def list_summaries(self) -> builtins.list[SessionSummary]:
         return [
             summary._replace(session_id=own)
             for summary in await self.inner.list_summaries()
@@ -198,7 +200,7 @@ class UserScopedStorage(SessionStorageAdapter):
         except CorruptSessionError as exc:
             raise self._owned(exc) from None
 
-    async def search(self, query: SearchQuery) -> list[SearchHit]:
+    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
         """Through the index of what it wraps, kept to this user's sessions;
         else a scan of this user's sessions alone."""
         from foliko_cli.storage.search import Searchable, scan_search
@@ -213,9 +215,13 @@ class UserScopedStorage(SessionStorageAdapter):
         )
         with self._own_name():
             hits = await self.inner.search(asked)
-        return [hit._replace(session_id=self._own(hit.session_id)) for hit in hits]
+        return [
+            hit._replace(session_id=own)
+            for hit in hits
+            if (own := self._own(hit.session_id)) is not None  # always: the prefix was asked
+        ]
 
-    async def check(self) -> list[StoredProblem]:
+    async def check(self) -> builtins.list[StoredProblem]:
         return [
             problem._replace(session_id=own)
             for problem in await capabilities.check(self.inner)

@@ -202,7 +202,8 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
 
     if not _indexed(db):
         return None
-    filters, params = [], [fts5_expression(query.terms)]
+    filters: list[str] = []
+    params: list[str | int] = [fts5_expression(query.terms)]
     if query.session_id is not None:
         filters.append("s.session_id = ?")
         params.append(query.session_id)

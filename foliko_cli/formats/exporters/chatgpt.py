@@ -90,7 +90,7 @@ def _messages(session_id: str, seq: int, message: dict[str, Any]) -> list[dict[s
         return [_message(node, message, role="tool", name=name, content=_text(content))]
     if role != "assistant":
         files = _attachments(message)
-        metadata = {"attachments": files} if files else None
+        metadata: dict[str, Any] | None = {"attachments": files} if files else None
         node = _node_id(session_id, seq)
         return [_message(node, message, role=str(role), content=_text(content), metadata=metadata)]
     model = message.get("model")

@@ -235,7 +235,8 @@ class Imported:
         of this import leaves that one's history (``fork_origin``)."""
         by_id = {record.session_id: record for record in self.records}
         for record in self.records:
-            parent = by_id.get(record.metadata.get("forked_from"))
+            forked_from = record.metadata.get("forked_from")
+            parent = by_id.get(forked_from) if isinstance(forked_from, str) else None
             if parent is not None and "forked_at_message" not in record.metadata:
                 shared = _shared(parent.messages, record.messages)
                 record.metadata.update(fork_origin(parent.session_id, parent.messages, shared))

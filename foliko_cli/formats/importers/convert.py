@@ -152,11 +152,12 @@ def usage(
         cached_key: "cached_tokens",
         reasoning_key: "reasoning_tokens",
     }
-    counts = {}
+    counts: dict[str, int] = {}
     for key, name in names.items():
         value = data.get(key) if key else None
-        countable = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        if countable and (value or name in ("input_tokens", "output_tokens")):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            continue
+        if value or name in ("input_tokens", "output_tokens"):
             counts[name] = value
     return counts
 

@@ -85,7 +85,7 @@ def _conversation(document: dict[str, Any], imported: Imported) -> Conversation:
         return Conversation(document["conversationId"], [])
     current = last_descendant(children[None][-1], lambda key: children.get(key, []))
     main, branches = lines(parents, current, strict=False)
-    options = document.get("options") if isinstance(document.get("options"), dict) else {}
+    options = found if isinstance(found := document.get("options"), dict) else {}
     converted = {key: _messages(key, m, imported) for key, m in nodes.items()}
     return Conversation(
         document["conversationId"],

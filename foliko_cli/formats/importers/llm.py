@@ -96,6 +96,7 @@ def read(source: Source, imported: Imported) -> None:
         threads = store.threads() if tables >= _NEW else []
         reader = _Threads(store, legacy, imported) if threads else None
         for row in threads:
+            assert reader is not None  # made when there are threads
             where = f"{source.name}: thread {row['id']}"
             with imported.reading(where):
                 imported.add(reader.conversation(row), where)

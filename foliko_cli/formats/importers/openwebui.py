@@ -59,7 +59,7 @@ def _chat(item: Any) -> dict[str, Any] | None:
     """The chat of an exported item (a wrapped chat, or a bare one)."""
     if not isinstance(item, dict):
         return None
-    chat = item.get("chat") if isinstance(item.get("chat"), dict) else item
+    chat = wrapper if isinstance(wrapper := item.get("chat"), dict) else item
     wrapped = chat is not item
     if isinstance(chat.get("history"), dict) or (
         wrapped and isinstance(chat.get("messages"), list)
@@ -92,7 +92,7 @@ def _conversation(item: Any, imported: Imported) -> Conversation:
     chat_id = item.get("id") or chat.get("id")
     if not isinstance(chat_id, str) or not chat_id:
         raise Unreadable("it has no id")
-    history = chat.get("history") if isinstance(chat.get("history"), dict) else {}
+    history = found if isinstance(found := chat.get("history"), dict) else {}
     nodes = history.get("messages")
     if isinstance(nodes, dict) and nodes:
         parents = {key: (node or {}).get("parentId") for key, node in nodes.items()}
@@ -153,8 +153,8 @@ def _file(file: Any) -> dict[str, Any] | None:
         return None
     if file.get("type") == "image" and (part := data_url(file.get("url"))):
         return part
-    inner = file.get("file") if isinstance(file.get("file"), dict) else {}
-    meta = inner.get("meta") if isinstance(inner.get("meta"), dict) else {}
+    inner = found if isinstance(found := file.get("file"), dict) else {}
+    meta = given if isinstance(given := inner.get("meta"), dict) else {}
     name = file.get("name") or inner.get("filename") or meta.get("name")
     return attachment(name, meta.get("content_type"), size=file.get("size") or meta.get("size"))
 

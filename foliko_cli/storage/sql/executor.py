@@ -18,14 +18,22 @@ from typing import Any, Protocol, TypeVar
 T = TypeVar("T")
 
 
+async def one_row(db: Executor, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
+    """The row of a statement that always yields one (an aggregate, ``SHOW``)."""
+    row = await db.fetchone(sql, params)
+    if row is None:
+        raise RuntimeError(f"no row from {sql!r}")
+    return row
+
+
 class Executor(Protocol):
     """One connection, inside whatever transaction its caller opened."""
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
 
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple | None: ...
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None: ...
 
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]: ...
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]: ...
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None: ...
 
@@ -39,10 +47,10 @@ class SQLiteExecutor:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self.connection.execute(sql, params)
 
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         return self.connection.execute(sql, params).fetchone()
 
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.connection.execute(sql, params).fetchall()
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
@@ -58,11 +66,11 @@ class PostgresExecutor:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         await self.connection.execute(sql, params or None)
 
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple | None:
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
         cursor = await self.connection.execute(sql, params or None)
         return await cursor.fetchone()
 
-    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cursor = await self.connection.execute(sql, params or None)
         return await cursor.fetchall()
 

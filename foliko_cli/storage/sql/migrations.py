@@ -11,6 +11,7 @@ had a step this foliko does not know is refused before anything is written.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import StorageError
@@ -18,13 +19,16 @@ from foliko_cli.storage.sql.dialect import Dialect
 from foliko_cli.storage.sql.executor import Executor
 from foliko_cli.storage.sql.schema import create_migrations_table
 
-Step = Callable[[Executor, Dialect], Awaitable[None]]
+E = TypeVar("E", bound=Executor)
+D = TypeVar("D", bound=Dialect)
+Step = Callable[[E, D], Awaitable[None]]
+"""A migration step over an engine's executor and dialect: ``Step[SQLiteExecutor, Dialect]``."""
 
 _RECORD_STEP = """INSERT INTO {schema_migrations} (version, name, applied_at) VALUES (?, ?, ?)
     ON CONFLICT (version) DO UPDATE SET name = excluded.name, applied_at = excluded.applied_at"""
 
 
-def refuse_newer(applied: set[int], steps: Sequence[Step], where: str) -> None:
+def refuse_newer(applied: set[int], steps: Sequence[Step[Any, Any]], where: str) -> None:
     version = max(applied, default=0)
     if version > len(steps):
         raise StorageError(
@@ -33,7 +37,7 @@ def refuse_newer(applied: set[int], steps: Sequence[Step], where: str) -> None:
         )
 
 
-async def migrate(db: Executor, dialect: Dialect, steps: Sequence[Step], where: str) -> None:
+async def migrate(db: E, dialect: D, steps: Sequence[Step[E, D]], where: str) -> None:
     """Apply the steps ``db`` has not had; ``where`` names the database in errors."""
     applied = await dialect.applied_steps(db)
     refuse_newer(applied, steps, where)

@@ -34,7 +34,7 @@ from foliko_cli.messages.stored import encode_message
 from foliko_cli.storage.base import check_expected
 from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
 from foliko_cli.storage.sql.dialect import Dialect
-from foliko_cli.storage.sql.executor import Executor
+from foliko_cli.storage.sql.executor import Executor, one_row
 
 CHUNK = 500
 """Session ids per ``IN (...)``."""
@@ -207,7 +207,8 @@ async def message_span(
 ) -> tuple[int, int | None, int | None]:
     """How many message rows the session has from position ``start`` on, and the
     lowest and highest position among them (``integrity.check_span``)."""
-    return await db.fetchone(dialect.sql(_SPAN_FROM), (session_id, start))
+    count, low, high = await one_row(db, dialect.sql(_SPAN_FROM), (session_id, start))
+    return count, low, high
 
 
 async def check_whole(db: Executor, dialect: Dialect, session_ids: list[str], where: str) -> None:
@@ -383,7 +384,7 @@ async def summaries(
 
 async def counts(db: Executor, dialect: Dialect) -> tuple[int, int]:
     """How many sessions and messages are stored."""
-    sessions, messages = await db.fetchone(dialect.sql(_COUNTS))
+    sessions, messages = await one_row(db, dialect.sql(_COUNTS))
     return sessions, int(messages)
 
 

@@ -1,0 +1,100 @@
+"""What every part of ``AsyncFoliko`` may use: the state ``__init__`` sets, and
+(for the type checker) the methods one part calls on another."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from foliko_cli.engine.framework import Framework
+from foliko_cli.models.base import ModelProvider
+from foliko_cli.storage.base import SessionStorageAdapter
+
+if TYPE_CHECKING:
+    from foliko_cli.context.request import RequestContext
+    from foliko_cli.engine.handler import AgentChatHandler
+    from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.mcp.asking import Asker
+    from foliko_cli.mcp.manager import MCPManager
+    from foliko_cli.messages.record import SessionRecord, SessionSummary
+    from foliko_cli.storage.trash import TrashEntry
+
+T = TypeVar("T")
+
+
+class ServiceBase:
+    """The attributes ``AsyncFoliko.__init__`` sets, declared once for its parts."""
+
+    home: Path
+    storage: SessionStorageAdapter
+    user: str | None
+    framework: Framework
+    model: str | ModelProvider | None
+    timeout: float
+    max_steps: int
+    system_prompt: str | None
+    models: dict[str, dict[str, Any]]
+    context_window: int | None
+    agents: dict[str, dict[str, Any]]
+    tools: tuple[str, ...]
+    skill_dirs: list[Path]
+    notify: Callable[[str], None]
+    _handlers: dict[tuple[str, str | None], AgentChatHandler]
+    _providers: list[ModelProvider]
+    _skills: SkillSet | None
+    _tools_loaded: bool
+    mcp_servers: dict[str, dict[str, Any]]
+    _mcp: MCPManager | None
+    _mcp_share: ServiceBase | None
+    _interaction: tuple[Asker | None, bool, str | None]
+    _mcp_offered: dict[str | None, tuple[list[str], list[str]]]
+    _mcp_generation: int
+    trash_keep: int
+    _trash_purged_at: int
+
+    async def _held(
+        self, session_id: str, work: Callable[[], Awaitable[T]], timeout: float | None = None
+    ) -> T:
+        """Run ``work()`` (a coroutine function) holding the session exclusively."""
+        async with self.framework.hold_session(session_id, timeout or self.timeout):
+            return await work()
+
+    if TYPE_CHECKING:
+        # Defined by the other parts (managing, tooling, trash); declared here so
+        # each part type-checks alone. mypy checks the definitions match.
+
+        @property
+        def mcp(self) -> MCPManager: ...
+
+        async def get_session(self, session_id: str) -> SessionRecord: ...
+
+        async def list_sessions(
+            self, *, sort: str = "updated", limit: int | None = None, since: int | None = None
+        ) -> list[SessionSummary]: ...
+
+        def model_name(
+            self, model: str | ModelProvider | None = None, agent: str | None = None
+        ) -> str | ModelProvider | None: ...
+
+        async def handler(
+            self, model: str | ModelProvider | None = None, agent: str | None = None
+        ) -> AgentChatHandler: ...
+
+        def request(self, timeout: float | None = None, **options: Any) -> RequestContext: ...
+
+        async def _read_resource(self, source: str) -> list[Any]: ...
+
+        async def _make_handler(
+            self, provider: ModelProvider, agent: str | None
+        ) -> AgentChatHandler: ...
+
+        def _keeps_trash(self, session_id: str) -> bool: ...
+
+        async def _remove(self, session_id: str, reason: str) -> bool: ...
+
+        async def _rewrite(
+            self, record: SessionRecord, reason: str, write: Callable[[], Awaitable[T]]
+        ) -> T: ...
+
+        async def _purge_trash(self, *, force: bool = False) -> list[TrashEntry]: ...
