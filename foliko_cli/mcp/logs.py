@@ -11,7 +11,7 @@ logging: the messages are the server's, not foliko's.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -27,7 +27,9 @@ _LEVELS = {
     "alert": logging.CRITICAL,
     "emergency": logging.CRITICAL,
 }
-_ASKED = (
+Level = Literal["debug", "info", "notice", "warning", "error", "critical"]
+
+_ASKED: tuple[tuple[int, Level], ...] = (
     (logging.DEBUG, "debug"),
     (logging.INFO, "info"),
     (logging.INFO + 5, "notice"),
@@ -43,7 +45,7 @@ def server_logger(server: str) -> logging.Logger:
     return parent.getChild(server)
 
 
-def log_level(server: str) -> str:
+def log_level(server: str) -> Level:
     """The MCP level to ask ``server`` for: the lowest its logger records."""
     effective = server_logger(server).getEffectiveLevel()
     for level, name in _ASKED:

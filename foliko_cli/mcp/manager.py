@@ -210,7 +210,8 @@ class MCPManager:
             show = getattr(self.interaction.asker, "progress", None)
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
-                show(Progress(server, exposed, done, total, message))
+                if show is not None:
+                    show(Progress(server, exposed, done, total, message))
 
             try:
                 return await connection.call(

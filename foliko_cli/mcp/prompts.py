@@ -143,7 +143,8 @@ def _turn(reference: str, messages: list[Any], extra: str) -> PromptTurn:
         {"role": role, "content": "\n\n".join(_text(block) for block in blocks)}
         for role, blocks in before
     ]
-    texts, attachments = [], []
+    texts: list[str] = []
+    attachments: list[Attachment] = []
     for block in last:
         image = _image(reference, block, len(attachments))
         if image is not None:
@@ -158,8 +159,9 @@ def _turn(reference: str, messages: list[Any], extra: str) -> PromptTurn:
 def _text(block: Any) -> str:
     kind = getattr(block, "type", None)
     resource = getattr(block, "resource", None)
-    if kind == "resource" and getattr(resource, "text", None) is not None:
-        return fenced(str(resource.uri), resource.text)
+    text = getattr(resource, "text", None)
+    if kind == "resource" and text is not None:
+        return fenced(str(getattr(resource, "uri", "")), text)
     return block_text(block)
 
 

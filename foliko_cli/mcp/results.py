@@ -71,7 +71,7 @@ def result_images(result: Any, name: str) -> list[dict[str, Any]]:
     """The result's images as attachment parts named ``NAME-1.png``, ... (``name``: the tool)."""
     from foliko_cli.messages.attachments import INLINE_LIMIT, image_part, image_type
 
-    parts = []
+    parts: list[dict[str, Any]] = []
     for block in result.content or []:
         kind = getattr(block, "type", None)
         if kind == "image":

@@ -10,7 +10,7 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import IO, Any, NamedTuple
+from typing import Any, NamedTuple, TextIO
 
 from foliko_cli.mcp.server_config import REFERENCE, ServerConfig, expand
 
@@ -71,7 +71,7 @@ async def _http_streams(url: str, client: Any) -> AsyncIterator[Any]:
 
 
 def open_transport(
-    config: ServerConfig, errlog: IO[str], home: Path | None = None, login: Any = None
+    config: ServerConfig, errlog: TextIO, home: Path | None = None, login: Any = None
 ) -> Transport:
     """The transport for ``config``; a ``${VAR}`` that is not set raises UnsetVariableError.
 

@@ -23,11 +23,14 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.mcp.oauth.loopback import Loopback
 from foliko_cli.mcp.oauth.store import TokenFile, token_path
 from foliko_cli.mcp.server_config import ServerConfig
+
+if TYPE_CHECKING:
+    from mcp.client.auth.oauth2 import OAuthContext
 
 REFRESH_MARGIN = 60.0
 """An access token with less than this many seconds left is refreshed before use."""
@@ -82,6 +85,8 @@ class _Foliko:
     login: Login | None
     secret: str | None
     problem: LoginRequired | None
+    context: OAuthContext
+    """Set by the SDK's provider this class is mixed into."""
 
     def _setup(
         self, config: ServerConfig, store: TokenFile, login: Login | None, problem: Any
@@ -199,6 +204,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
         OAuthClientInformationFull,
         OAuthClientMetadata,
     )
+    from pydantic import AnyUrl
 
     store = TokenFile(token_path(home, config.name), config.url or "")
     secret, missing = client_secret(config)
@@ -219,7 +225,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            provider = Unattended(
+            unattended = Unattended(
                 server_url=config.url or "",
                 storage=store,
                 client_id=config.client_id or "",
@@ -227,9 +233,9 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
                 scope=configured_scope,
                 issuer=config.issuer,
             )
-        provider.secret = secret
-        provider._setup(config, store, login, missing)
-        return provider
+        unattended.secret = secret
+        unattended._setup(config, store, login, missing)
+        return unattended
 
     redirect = login.loopback.redirect_uri if login is not None else PLACEHOLDER_REDIRECT
     fixed = None
@@ -237,7 +243,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
         fixed = OAuthClientInformationFull(
             client_id=config.client_id,
             client_secret=secret,
-            redirect_uris=[redirect],
+            redirect_uris=[AnyUrl(redirect)],
             grant_types=["authorization_code", "refresh_token"],
             token_endpoint_auth_method=_auth_method(config, secret, None),
         )
@@ -248,7 +254,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
             if fixed is not None:
                 self.context.client_info = fixed
             elif self.context.client_info is not None and login is not None:
-                self.context.client_info.redirect_uris = [redirect]
+                self.context.client_info.redirect_uris = [AnyUrl(redirect)]
             self._restore()
             if self.login is None and self.context.current_tokens is None:
                 raise self._refuse(f"MCP server {name!r} needs a login; run {command}")
@@ -293,7 +299,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
         )
 
     metadata = OAuthClientMetadata(
-        redirect_uris=[redirect],
+        redirect_uris=[AnyUrl(redirect)],
         client_name=CLIENT_NAME,
         grant_types=["authorization_code", "refresh_token"],
         token_endpoint_auth_method="none",
