@@ -27,8 +27,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from foliko_cli.engine.tools import ToolOutput
 from foliko_cli.errors import ToolError
@@ -46,8 +45,7 @@ T = TypeVar("T")
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class ServerTool:
+class ServerTool(NamedTuple):
     """A tool as the server lists it (its own name, before ``SERVER__`` is added)."""
 
     name: str

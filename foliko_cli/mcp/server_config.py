@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from foliko_cli.common.settings import MCP_HTTP_KEYS, MCP_STDIO_KEYS, entry_problem
 from foliko_cli.errors import UsageError
@@ -31,8 +30,10 @@ class UnsetVariableError(Exception):
     """A ``${VAR}`` in ``headers`` or ``env`` names a variable that is not set."""
 
 
-@dataclass(frozen=True)
-class ServerConfig:
+class ServerConfig(NamedTuple):
+    """One ``[mcp_servers.NAME]`` table, checked. A NamedTuple, not a dataclass:
+    it is defined whenever a server is configured, at start-up (P1)."""
+
     name: str
     command: str | None = None
     args: tuple[str, ...] = ()
