@@ -612,6 +612,91 @@ class AgentChatHandler:
             )
         return {"role": "user", "content": text, "attachments": [dict(p) for p in attachments]}
 
+    def _offered_tools(self, setup: TurnSetup) -> tuple[dict[str, Tool], set[str]]:
+        """The tools this turn runs itself, by name, and the names of the client's
+        (which end the turn when called); a client tool wins over a server one."""
+        client_tools = {spec["name"] for spec in setup.client_tools}
+        tools = {
+            name: tool
+            for name, tool in self.framework.resolve_tools().items()
+            if name not in client_tools
+            and (setup.server_tools is None or name in setup.server_tools)
+        }
+        tools.update((tool.name, tool) for tool in setup.tools if tool.name not in client_tools)
+        return tools, client_tools
+
+    def _reply(
+        self,
+        response: ModelResponse,
+        called: float,
+        spent: dict[str, int],
+        made: list[dict[str, Any]],
+    ) -> dict[str, Any]:
+        """The assistant message of one model call; ``spent`` and ``made`` are the
+        compression's usage and compactions since the last reply, carried on it."""
+        reply: dict[str, Any] = {
+            "role": "assistant",
+            "content": response.text,
+            "model": self.model.name,
+            "usage": dict(response.usage),
+            "duration_ms": round((time.monotonic() - called) * 1000),
+        }
+        if spent:
+            reply["compression_usage"] = dict(spent)
+        if made:
+            reply["compactions"] = list(made)
+        cost = turn_cost(summed(response.usage, spent), self.model.price)
+        if cost is not None:
+            reply["cost"] = cost
+        if response.finish_reason not in ("stop", "tool_calls"):
+            reply["finish_reason"] = response.finish_reason
+        if response.tool_calls:
+            reply["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in response.tool_calls
+            ]
+        return reply
+
+    async def _run_tool_calls(
+        self,
+        response: ModelResponse,
+        tools: dict[str, Tool],
+        client_tools: set[str],
+        events: TurnEvents | None,
+        add: Callable[[dict[str, Any]], None],
+    ) -> bool:
+        """Run the calls the model asked for, adding each result; True when one
+        was the client's (the turn hands it back)."""
+        handed_back = False
+        for call in response.tool_calls:
+            if call.name in client_tools:
+                handed_back = True
+                continue
+            called = {"id": call.id, "name": call.name, "arguments": call.arguments}
+            await _emit(events, {"type": "tool_call", **called})
+            result = await self.framework.execute_tool(call.name, call.arguments, tools)
+            tool_message: dict[str, Any] = {
+                "role": "tool",
+                "content": result.content,
+                "tool_call_id": call.id,
+                "name": call.name,
+            }
+            if result.is_error:
+                tool_message["is_error"] = True
+            if result.attachments:
+                tool_message["attachments"] = [dict(p) for p in result.attachments]
+            add(tool_message)
+            await _emit(
+                events,
+                {
+                    "type": "tool_result",
+                    "id": call.id,
+                    "name": call.name,
+                    "content": result.content,
+                    "is_error": result.is_error,
+                },
+            )
+        return handed_back
+
     async def _run_steps(
         self,
         message: str,
@@ -641,14 +726,7 @@ class AgentChatHandler:
             add(dict(extra))
         if message or not setup.messages:
             add(self._user_message(message, setup.attachments))
-        client_tools = {spec["name"] for spec in setup.client_tools}
-        tools = {
-            name: tool
-            for name, tool in self.framework.resolve_tools().items()
-            if name not in client_tools
-            and (setup.server_tools is None or name in setup.server_tools)
-        }
-        tools.update((tool.name, tool) for tool in setup.tools if tool.name not in client_tools)
+        tools, client_tools = self._offered_tools(setup)
         specs = [tool.spec() for tool in tools.values()] + list(setup.client_tools)
         self.compressor.count_tools(specs)
         asked = {**self.model.options, **turn.options}
@@ -682,68 +760,13 @@ class AgentChatHandler:
 
                 check_reply(response.text, turn.schema, self.model.name)
             usage = summed(usage, response.usage)
-            reply: dict[str, Any] = {
-                "role": "assistant",
-                "content": response.text,
-                "model": self.model.name,
-                "usage": dict(response.usage),
-                "duration_ms": round((time.monotonic() - called) * 1000),
-            }
-            if spent:
-                reply["compression_usage"] = dict(spent)
-                compression = summed(compression, spent)
-            if made:
-                reply["compactions"] = list(made)
-                made.clear()
-            cost = turn_cost(summed(response.usage, spent), self.model.price)
+            compression = summed(compression, spent)
+            add(self._reply(response, called, spent, made))
             spent.clear()
-            if cost is not None:
-                reply["cost"] = cost
-            if response.finish_reason not in ("stop", "tool_calls"):
-                reply["finish_reason"] = response.finish_reason
-            if response.tool_calls:
-                reply["tool_calls"] = [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments}
-                    for c in response.tool_calls
-                ]
-            add(reply)
+            made.clear()
             if not response.tool_calls:
                 break
-            for call in response.tool_calls:
-                if call.name in client_tools:
-                    handed_back = True
-                    continue
-                await _emit(
-                    events,
-                    {
-                        "type": "tool_call",
-                        "id": call.id,
-                        "name": call.name,
-                        "arguments": call.arguments,
-                    },
-                )
-                result = await self.framework.execute_tool(call.name, call.arguments, tools)
-                tool_message: dict[str, Any] = {
-                    "role": "tool",
-                    "content": result.content,
-                    "tool_call_id": call.id,
-                    "name": call.name,
-                }
-                if result.is_error:
-                    tool_message["is_error"] = True
-                if result.attachments:
-                    tool_message["attachments"] = [dict(p) for p in result.attachments]
-                add(tool_message)
-                await _emit(
-                    events,
-                    {
-                        "type": "tool_result",
-                        "id": call.id,
-                        "name": call.name,
-                        "content": result.content,
-                        "is_error": result.is_error,
-                    },
-                )
+            handed_back = await self._run_tool_calls(response, tools, client_tools, events, add)
             if handed_back:
                 break
         if setup.on_finish is not None:
