@@ -131,11 +131,11 @@ def reopened(storage: SessionStorageAdapter) -> SessionStorageAdapter | None:
     if storage.name == "postgresql":
         from foliko_cli.storage.postgres import PostgresStorage
 
-        return PostgresStorage(services.postgres_url(), schema=storage.schema)  # type: ignore[attr-defined]
+        return PostgresStorage(services.postgres_url(), schema=storage.schema)
     if storage.name == "redis":
         from foliko_cli.storage.redis import RedisStorage
 
-        return RedisStorage(services.redis_url(), prefix=storage.prefix)  # type: ignore[attr-defined]
+        return RedisStorage(services.redis_url(), prefix=storage.prefix)
     return None
 
 
