@@ -59,6 +59,7 @@ MISUSE = """\
         foliko.chat(1, "hi")
         foliko.list_sessions(sort=3)
         count: int = foliko.get_session("s1")
+    Foliko("memory", "echo", hom="/tmp")
 """
 
 REVEALED = re.compile(r'^(?P<file>[\w.]+):(?P<line>\d+): note: Revealed type is "(?P<type>.*)"$')
@@ -121,7 +122,8 @@ def test_misuse_is_caught(mypy_output: list[str]) -> None:
         for line in mypy_output
         if (m := ERROR.match(line)) and m["file"] == "misuse.py"
     }
-    assert sorted(errors) == [4, 5, 6], "\n".join(mypy_output)
+    assert sorted(errors) == [4, 5, 6, 7], "\n".join(mypy_output)
     assert 'Argument 1 has incompatible type "int"; expected "str"' in errors[4]
     assert '"sort" has incompatible type "int"; expected "str"' in errors[5]
     assert '"SessionRecord", variable has type "int"' in errors[6]
+    assert 'Unexpected keyword argument "hom" for "Foliko"' in errors[7]

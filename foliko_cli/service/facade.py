@@ -79,6 +79,18 @@ def _without_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> tuple[bool, T |
     return False, None
 
 
+def _takes_arguments_of(
+    source: Callable[Concatenate[Any, P], None],
+) -> Callable[[Callable[..., None]], Callable[Concatenate[Any, P], None]]:
+    """For type checkers: the decorated ``__init__`` takes what ``source`` takes
+    (it passes them on); at run time it is returned as it is."""
+
+    def same(init: Callable[..., None]) -> Callable[Concatenate[Any, P], None]:
+        return init
+
+    return same
+
+
 class _LoopRunner:
     """One event loop for the facade's lifetime, made on first need; calls are serialised."""
 
@@ -195,7 +207,8 @@ def _blocking(
 class Foliko:
     """Takes the same arguments as ``AsyncFoliko``; see its methods for each call."""
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    @_takes_arguments_of(AsyncFoliko.__init__)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.service = AsyncFoliko(*args, **kwargs)
         self._loop = _LoopRunner()
 
