@@ -147,10 +147,15 @@ def list_resources(ctx: click.Context, server: str | None, fmt: str) -> None:
         fmt,
         human={"template": _yes_no, "description": _short},
     )
+    _note_none(facade, server, rows, "resources")
+
+
+def _note_none(facade, server: str | None, rows: list, kind: str) -> None:
+    """Say on stderr why a listing is empty: no server configured, or none of ``kind``."""
     if not facade.mcp.configs:
         note(_NONE_CONFIGURED)
     elif server is not None and not rows:
-        note(f"MCP server {server!r} has no resources")
+        note(f"MCP server {server!r} has no {kind}")
 
 
 @mcp.command("prompts")
@@ -176,10 +181,7 @@ def list_prompts(ctx: click.Context, server: str | None, fmt: str) -> None:
         fmt,
         human={"arguments": _arguments, "description": _short},
     )
-    if not facade.mcp.configs:
-        note(_NONE_CONFIGURED)
-    elif server is not None and not rows:
-        note(f"MCP server {server!r} has no prompts")
+    _note_none(facade, server, rows, "prompts")
 
 
 @mcp.command("serve")

@@ -69,6 +69,18 @@ def spawn(foliko_home: Path):
         child.close(force=True)
 
 
+@pytest.fixture
+def configure(tmp_path: Path):
+    """``configure(NAME=table, ...)`` writes foliko.toml with those MCP servers
+    (by default one resources server, ``r``); a test file may define its own."""
+    from mcp_support import resources_server, write_config
+
+    def write(**servers: dict) -> None:
+        write_config(tmp_path / "foliko.toml", servers or {"r": resources_server()})
+
+    return write
+
+
 @pytest.fixture(scope="session")
 def everything_bin() -> Path:
     """The everything server's executable, installed once per machine."""

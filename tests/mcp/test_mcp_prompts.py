@@ -5,7 +5,6 @@ reference server."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import orjson
 import pexpect
@@ -21,14 +20,6 @@ from foliko_cli.service.facade import Foliko
 
 CHAT = "/v1/chat/completions"
 ENV = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://models.test/v1"}
-
-
-@pytest.fixture
-def configure(tmp_path: Path):
-    def write(**servers: dict) -> None:
-        write_config(tmp_path / "foliko.toml", servers or {"r": resources_server()})
-
-    return write
 
 
 # listing

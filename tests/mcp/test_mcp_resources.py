@@ -28,14 +28,6 @@ ENV = {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": "http://models.test/v1"}
 NOTES_URI = "mcp:r:file:///notes.md"
 
 
-@pytest.fixture
-def configure(tmp_path: Path):
-    def write(**servers: dict) -> None:
-        write_config(tmp_path / "foliko.toml", servers or {"r": resources_server()})
-
-    return write
-
-
 # listing
 
 
