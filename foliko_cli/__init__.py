@@ -21,8 +21,10 @@ _EXPORTS = {
     "ImportReport": "foliko_cli.service",
     "Framework": "foliko_cli.engine.framework",
     "AgentChatHandler": "foliko_cli.engine.handler",
-    "TurnResult": "foliko_cli.engine.handler",
-    "TurnSetup": "foliko_cli.engine.handler",
+    "TurnResult": "foliko_cli.engine.turn",
+    "TurnSetup": "foliko_cli.engine.turn",
+    "TurnRequest": "foliko_cli.service.turn_request",
+    "TurnStream": "foliko_cli.engine.stream",
     "RequestContext": "foliko_cli.context.request",
     "SessionContext": "foliko_cli.context.session",
     "AgentContext": "foliko_cli.context.agent",
@@ -92,8 +94,10 @@ __all__ = [
     "ToolError",
     "ToolOutput",
     "ToolResult",
+    "TurnRequest",
     "TurnResult",
     "TurnSetup",
+    "TurnStream",
     "TurnTimeoutError",
     "UsageError",
     "__version__",
@@ -106,8 +110,10 @@ if TYPE_CHECKING:
     from foliko_cli.context.request import RequestContext
     from foliko_cli.context.session import SessionContext
     from foliko_cli.engine.framework import Framework
-    from foliko_cli.engine.handler import AgentChatHandler, TurnResult, TurnSetup
+    from foliko_cli.engine.handler import AgentChatHandler
+    from foliko_cli.engine.stream import TurnStream
     from foliko_cli.engine.tools import Tool, ToolContext, ToolOutput, ToolResult
+    from foliko_cli.engine.turn import TurnResult, TurnSetup
     from foliko_cli.errors import (
         ConflictError,
         CorruptSessionError,
@@ -128,6 +134,7 @@ if TYPE_CHECKING:
     from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
     from foliko_cli.service import AsyncFoliko, ImportReport
     from foliko_cli.service.facade import Foliko
+    from foliko_cli.service.turn_request import TurnRequest
     from foliko_cli.storage import open_storage
     from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter, StoredProblem
 

@@ -12,7 +12,8 @@ import pytest
 from foliko_cli.common.clock import now_ms
 from foliko_cli.context import RequestContext
 from foliko_cli.engine.framework import Framework
-from foliko_cli.engine.handler import AgentChatHandler, TurnSetup
+from foliko_cli.engine.handler import AgentChatHandler
+from foliko_cli.engine.turn import TurnSetup
 from foliko_cli.errors import ModelError, TurnTimeoutError
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.models.base import (

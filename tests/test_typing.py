@@ -23,7 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 USER_CODE = """\
     import asyncio
 
-    from foliko_cli import AsyncFoliko, Foliko, SessionRecord, SessionSummary, TurnResult
+    from foliko_cli import (
+        AsyncFoliko,
+        Foliko,
+        SessionRecord,
+        SessionSummary,
+        TurnRequest,
+        TurnResult,
+    )
 
 
     def sync_use() -> str:
@@ -41,6 +48,9 @@ USER_CODE = """\
         async with AsyncFoliko(storage="memory", model="echo") as foliko:
             result = await foliko.chat("s1", "hi")
             reveal_type(result)
+            turn = TurnRequest("s1", "again", options={"temperature": 0})
+            reveal_type(await foliko.chat(turn))
+            reveal_type(foliko.chat_stream(turn._replace(message="and again")))
             summaries: list[SessionSummary] = await foliko.list_sessions()
             reveal_type(await foliko.list_sessions())
             record: SessionRecord = await foliko.get_session("s1")
@@ -59,6 +69,8 @@ MISUSE = """\
         foliko.chat(1, "hi")
         foliko.list_sessions(sort=3)
         count: int = foliko.get_session("s1")
+        foliko.chat("s1", "hi", modle="echo")
+        foliko.dry_run("s1", "hi", turns="2")
     Foliko("memory", "echo", hom="/tmp")
 """
 
@@ -106,11 +118,14 @@ def test_user_code_sees_real_types(mypy_output: list[str]) -> None:
     revealed = [
         m["type"] for line in mypy_output if (m := REVEALED.match(line)) and m["file"] == "user.py"
     ]
-    assert len(revealed) == 6, "\n".join(mypy_output)
+    assert len(revealed) == 8, "\n".join(mypy_output)
     assert all(shown != "Any" for shown in revealed), revealed
-    turn_sync, summaries, record, turn_async, summaries_async, record_async = revealed
-    for turn in (turn_sync, turn_async):
-        assert turn.endswith("fallback=foliko_cli.engine.handler.TurnResult]"), turn
+    turn_sync, summaries, record, turn_async, again, stream, summaries_async, record_async = (
+        revealed
+    )
+    for turn in (turn_sync, turn_async, again):
+        assert turn.endswith("fallback=foliko_cli.engine.turn.TurnResult]"), turn
+    assert stream == "foliko_cli.engine.stream.TurnStream"
     for listing in (summaries, summaries_async):
         assert listing.startswith("list[") and "SessionSummary" in listing, listing
     assert record == record_async == "foliko_cli.messages.record.SessionRecord"
@@ -122,8 +137,10 @@ def test_misuse_is_caught(mypy_output: list[str]) -> None:
         for line in mypy_output
         if (m := ERROR.match(line)) and m["file"] == "misuse.py"
     }
-    assert sorted(errors) == [4, 5, 6, 7], "\n".join(mypy_output)
-    assert 'Argument 1 has incompatible type "int"; expected "str"' in errors[4]
+    assert sorted(errors) == [4, 5, 6, 7, 8, 9], "\n".join(mypy_output)
+    assert 'Argument 1 has incompatible type "int"; expected "str | TurnRequest"' in errors[4]
     assert '"sort" has incompatible type "int"; expected "str"' in errors[5]
     assert '"SessionRecord", variable has type "int"' in errors[6]
-    assert 'Unexpected keyword argument "hom" for "Foliko"' in errors[7]
+    assert 'Unexpected keyword argument "modle"' in errors[7]
+    assert '"turns" has incompatible type "str"; expected "int | None"' in errors[8]
+    assert 'Unexpected keyword argument "hom" for "Foliko"' in errors[9]

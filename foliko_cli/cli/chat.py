@@ -26,6 +26,7 @@ from foliko_cli.errors import ExitCode, FolikoError, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.engine.tools import Tool
+    from foliko_cli.service.turn_request import TurnRequest
 
 STDIN_NOTICE_AFTER = 2.0
 
@@ -438,27 +439,31 @@ def chat(
             report_json_failure(exc, session_id, {}, stream=bool(stream))
         raise
     assert session_id is not None  # -s names it or -c found it (checked above)
-    options: dict[str, Any] = {
-        "model": model,
-        "new": new,
-        "fork_from": fork_from,
-        "variables": dict(variables),
-        "system": system,
-        "agent": agent,
-        "turns": turns,
-        "regenerate": regenerate,
-        "attachments": attachments,
-        "options": dict(model_options),
-        "schema": reply_schema,
-        "tools": offered,
-    }
+    from foliko_cli.service.turn_request import TurnRequest
+
+    turn = TurnRequest(
+        session_id,
+        text,
+        model=model,
+        new=new,
+        fork_from=fork_from,
+        variables=dict(variables),
+        system=system,
+        agent=agent,
+        turns=turns,
+        regenerate=regenerate,
+        attachments=attachments,
+        options=dict(model_options),
+        schema=reply_schema,
+        tools=offered,
+    )
     from foliko_cli.cli.prompting import is_prompt
 
     if is_prompt(text):
         from foliko_cli.cli.prompting import expand
 
         try:
-            text, options = expand(facade, text, options)
+            turn = expand(facade, turn)
         except FolikoError as exc:
             if as_json and not dry_run:
                 report_json_failure(exc, session_id, {}, stream=bool(stream))
@@ -468,8 +473,7 @@ def chat(
 
         interactive(
             facade,
-            session_id,
-            options,
+            turn,
             history=settings_for(ctx).home / "history",
             latest=continue_latest,
             compose=compose,
@@ -478,11 +482,9 @@ def chat(
     if stream is None or reply_schema is not None:
         stream = sys.stdout.isatty() and not as_json and reply_schema is None
     if dry_run:
-        emit_json(facade.dry_run(session_id, text, stream=stream, **options), pretty=True)
+        emit_json(facade.dry_run(turn, stream=stream), pretty=True)
         return
-    result = run_turn(
-        facade, session_id, text, options, as_json=as_json, stream=stream, timeout=timeout
-    )
+    result = run_turn(facade, turn, as_json=as_json, stream=stream, timeout=timeout)
     if new:
         from foliko_cli.cli.trash import note_started_over
 
@@ -517,15 +519,9 @@ def report_json_failure(
 
 
 def run_turn(
-    facade,
-    session_id: str,
-    text: str | None,
-    options: dict[str, Any],
-    *,
-    as_json: bool,
-    stream: bool,
-    timeout: float | None,
+    facade, turn: TurnRequest, *, as_json: bool, stream: bool, timeout: float | None
 ) -> Any:
+    session_id = turn.session_id
     request = facade.request(timeout)
     ids = {"request_id": request.request_id, "trace_id": request.trace_id}
     writer = ReplyWriter()
@@ -533,7 +529,7 @@ def run_turn(
     if stream:
         on_event = emit_json_quietly if as_json else writer.on_event
     try:
-        result = facade.chat(session_id, text, on_event=on_event, request=request, **options)
+        result = facade.chat(turn._replace(request=request), on_event=on_event)
     except (FolikoError, KeyboardInterrupt) as exc:
         if as_json:
             report_json_failure(exc, session_id, ids, stream=stream)

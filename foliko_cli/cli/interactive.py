@@ -13,11 +13,15 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from foliko_cli.cli.output import note, paint, render
 from foliko_cli.errors import FolikoError, Interrupted
+
+if TYPE_CHECKING:
+    from foliko_cli.service.turn_request import TurnRequest
 
 PROMPT = "> "
 MORE = "... "
@@ -136,19 +140,19 @@ def attach(source: str, attached: list[str]) -> None:
 
 def interactive(
     facade,
-    session_id: str,
-    options: dict,
+    turn: TurnRequest,
     *,
     history: Path,
     latest: bool = False,
     compose: Callable[[str], str] | None = None,
 ) -> None:
-    """Read a message, run a turn, print the reply, until /exit or end of input
-    (``latest``: the session is the one ``-c`` picked; ``compose`` makes each
-    message typed into the one sent, as a template does)."""
+    """Read a message, run a turn (``turn`` with it), print the reply, until /exit
+    or end of input (``latest``: the session is the one ``-c`` picked;
+    ``compose`` makes each message typed into the one sent, as a template does)."""
     from foliko_cli.cli.prompting import expand, is_prompt
     from foliko_cli.cli.reply import ReplyWriter, turn_notes
 
+    session_id = turn.session_id
     readline = _load_readline(history)
     note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
     attached: list[str] = []
@@ -167,16 +171,16 @@ def interactive(
         if compose is not None and not prompted:
             text = compose(text)
         writer = ReplyWriter()
-        turn = {**options, "attachments": tuple(attached)}
+        this = turn._replace(message=text, attachments=tuple(attached))
         attached.clear()
         try:
             if prompted:
-                text, turn = expand(facade, text, turn)
-            if options.get("schema") is None:
-                result = facade.chat(session_id, text, on_event=writer.on_event, **turn)
+                this = expand(facade, this)
+            if turn.schema is None:
+                result = facade.chat(this, on_event=writer.on_event)
                 writer.end_line()
             else:
-                result = facade.chat(session_id, text, **turn)
+                result = facade.chat(this)
                 click.echo(result.message)
         except (KeyboardInterrupt, Interrupted):
             writer.end_line()
@@ -186,10 +190,10 @@ def interactive(
             writer.end_line()
             note(f"{paint('error:', 'red', err=True)} {render(exc)}")
             continue
-        if options.get("new"):
+        if turn.new:
             from foliko_cli.cli.trash import note_started_over
 
             note_started_over(facade, session_id, result, latest=latest)
         for line in turn_notes(result, terminal=sys.stderr.isatty()):
             note(line)
-        options = {**options, "new": False, "fork_from": None, "variables": {}, "turns": None}
+        turn = turn._replace(new=False, fork_from=None, variables={}, turns=None)

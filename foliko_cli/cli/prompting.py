@@ -9,9 +9,12 @@ Arguments are ``key=value`` words, quoted as in a shell.
 from __future__ import annotations
 
 import shlex
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from foliko_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from foliko_cli.service.turn_request import TurnRequest
 
 COMMAND = "/prompt"
 USAGE = "/prompt SERVER__NAME key=value ..."
@@ -44,12 +47,13 @@ def parse(text: str) -> tuple[str, dict[str, str], str]:
     return name, arguments, rest
 
 
-def expand(facade, text: str, options: dict) -> tuple[str, dict]:
-    """The message and turn options ``/prompt ...`` in ``text`` stands for."""
-    name, arguments, rest = parse(text)
-    turn = facade.mcp_prompt(name, arguments, rest)
-    options = dict(options)
-    options["attachments"] = (*options.get("attachments", ()), *turn.attachments)
-    if turn.messages:
-        options["messages"] = [*options.get("messages", ()), *turn.messages]
-    return turn.message, options
+def expand(facade, turn: TurnRequest) -> TurnRequest:
+    """The turn ``/prompt ...`` in its message stands for."""
+    assert turn.message is not None
+    name, arguments, rest = parse(turn.message)
+    prompted = facade.mcp_prompt(name, arguments, rest)
+    return turn._replace(
+        message=prompted.message,
+        attachments=(*turn.attachments, *prompted.attachments),
+        messages=(*turn.messages, *prompted.messages),
+    )

@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
@@ -27,11 +26,11 @@ from foliko_cli.engine.compression import Compressor
 from foliko_cli.engine.framework import Framework
 from foliko_cli.engine.prompts import turn_system_prompt
 from foliko_cli.engine.shield import run_to_completion
+from foliko_cli.engine.stream import TurnEvents, TurnStream
 from foliko_cli.engine.tools import Tool, ToolResult
+from foliko_cli.engine.turn import TurnOptions, TurnResult, TurnSetup
 from foliko_cli.errors import (
-    ConflictError,
     ContextOverflowError,
-    SessionExistsError,
     TurnTimeoutError,
     UsageError,
 )
@@ -48,116 +47,10 @@ if TYPE_CHECKING:
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
-# what a streamed turn puts in its queue: events, then the error (if any), then None
-TurnEvents: TypeAlias = "asyncio.Queue[dict[str, Any] | BaseException | None]"
 
 DEFAULT_MAX_STEPS = 10
 MAX_REPLY_TOKENS = 4096
 _MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error", "attachments")
-
-
-class TurnResult(NamedTuple):
-    """What a finished turn returns (SPEC F3). ``success`` is always True: a turn
-    that fails raises instead (the seed's shape keeps the field)."""
-
-    success: bool
-    message: str
-    step_count: int
-    request_id: str
-    trace_id: str
-    session_id: str
-    usage: dict[str, Any]
-    """The replies' counters; ``compression`` beside them holds those of the
-    calls that summarised the history for this turn, when there were any."""
-    finish_reason: str = "stop"
-    model: str = ""
-    duration_ms: int = 0
-    cost: float | None = None
-    trashed: str | None = None
-    """The trash entry that keeps the session this turn started over."""
-    max_tokens: int | None = None
-    """The bound the last model call was given for its reply."""
-    compressed: Mapping[str, Any] | None = None
-    """When the turn compressed the history: its ``method`` (``summary`` or
-    ``truncation``), the messages it ``covered`` and the ``window`` it fit."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return self._asdict()
-
-
-class TurnSetup(NamedTuple):
-    """Changes made inside the turn, before the user message, saved with it.
-
-    ``start_from`` replaces the stored session (an empty record starts it over,
-    a copy of another session forks it); ``expected_revision`` is the stored
-    revision it was derived from (0: the session must not exist yet; None:
-    replace whatever is there), checked under the session's lock before the
-    model is called. ``system_prompt`` is kept in the session's metadata for
-    later turns. ``messages`` are added before the user message (an empty
-    user message adds none: a turn may continue after tool results).
-    ``instructions`` stand in for the session's own system prompt in this
-    turn only (they are not kept). ``client_tools`` are tool specs the caller
-    runs itself: when the model calls one, the turn ends there (finish reason
-    ``tool_calls``). ``on_start`` gets the history position of the turn's
-    first message, ``on_message`` each message the turn adds and its
-    position, as it is added, ``on_finish`` the messages it wrote (before
-    they are saved). ``attachments`` are the user message's parts (see
-    ``foliko_cli.messages.attachments``; text ones are already in the message).
-    ``server_tools`` names the server's own tools the turn may offer (None:
-    all of them); a client tool of the same name as a server tool wins.
-    ``annotations`` are keys stored on the turn's first message, for the
-    caller to find with the turn again (never sent to the model).
-    ``trash`` is the reason (``storage.trash.REASONS``) under which a stored
-    session that ``start_from`` replaces is first copied to the trash; None:
-    it is not kept. ``tools`` are offered in this turn only, besides the
-    server's own (over one of the same name).
-    """
-
-    start_from: SessionRecord | None = None
-    variables: Mapping[str, Any] = MappingProxyType({})
-    system_prompt: str | None = None
-    expected_revision: int | None = None
-    messages: tuple[dict[str, Any], ...] = ()
-    instructions: str | None = None
-    client_tools: tuple[dict[str, Any], ...] = ()
-    on_start: Callable[[int], None] | None = None
-    on_message: Callable[[int, dict[str, Any]], None] | None = None
-    on_finish: Callable[[list[dict[str, Any]]], None] | None = None
-    attachments: tuple[dict[str, Any], ...] = ()
-    server_tools: frozenset[str] | None = None
-    annotations: Mapping[str, Any] = MappingProxyType({})
-    trash: str | None = None
-    tools: tuple[Tool, ...] = ()
-
-    def check(self, session: SessionContext) -> None:
-        """Refuse to replace a session that moved since ``start_from`` was made."""
-        expected = self.expected_revision
-        if expected is None or session.revision == expected:
-            return
-        if expected == 0:
-            raise SessionExistsError(session.session_id)
-        raise ConflictError(session.session_id, expected, session.revision)
-
-    def apply(self, session: SessionContext) -> bool:
-        """Change ``session``; return True when it must be saved whole."""
-        if self.start_from is not None:
-            session.metadata = new_metadata()
-            session.apply_record(self.start_from)
-        session.variables.update(self.variables)
-        if self.system_prompt is not None:
-            session.metadata["system_prompt"] = self.system_prompt
-        return self.start_from is not None
-
-
-class TurnOptions(NamedTuple):
-    """What one turn asks of the model beyond the messages: sampling ``options``
-    (over the model's configured ones), a JSON ``schema`` for the reply, and
-    whether the history may be ``compress``-ed to fit the window (without,
-    a history that does not fit is a ContextOverflowError)."""
-
-    options: Mapping[str, Any] = MappingProxyType({})
-    schema: Mapping[str, Any] | None = None
-    compress: bool = True
 
 
 def default_max_tokens(window: int) -> int:
@@ -222,8 +115,8 @@ class AgentChatHandler:
         """One turn without streaming: the model is asked for whole replies."""
         request = request or self.framework.get_request_context() or RequestContext()
         task = asyncio.ensure_future(
-            self._serialised_turn(
-                message, session_id, request, None, setup or TurnSetup(), options or TurnOptions()
+            self.run_turn(
+                message, session_id=session_id, request=request, setup=setup, options=options
             )
         )
         request.on_cancel(task.cancel)
@@ -232,7 +125,7 @@ class AgentChatHandler:
         finally:
             request.remove_on_cancel(task.cancel)
 
-    async def chat_stream(
+    def chat_stream(
         self,
         message: str,
         *,
@@ -240,52 +133,44 @@ class AgentChatHandler:
         request: RequestContext | None = None,
         setup: TurnSetup | None = None,
         options: TurnOptions | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> TurnStream:
         """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``.
 
         The model streams its replies; the deltas are passed on as they come.
         """
         request = request or self.framework.get_request_context() or RequestContext()
-        events: TurnEvents = asyncio.Queue()
+        return TurnStream(
+            lambda events: self.run_turn(
+                message,
+                session_id=session_id,
+                request=request,
+                setup=setup,
+                options=options,
+                events=events,
+            ),
+            request,
+        )
 
-        async def produce() -> None:
-            try:
-                result = await self._serialised_turn(
-                    message,
-                    session_id,
-                    request,
-                    events,
-                    setup or TurnSetup(),
-                    options or TurnOptions(),
-                )
-                await events.put({"type": "done", "result": result})
-            except BaseException as exc:
-                await events.put(exc)
-                if not isinstance(exc, Exception):
-                    raise
-            finally:
-                await events.put(None)
-
-        task = asyncio.ensure_future(produce())
-        request.on_cancel(task.cancel)
-        try:
-            while True:
-                try:
-                    event = await events.get()
-                except asyncio.CancelledError:
-                    if not await _committed_anyway(task, events):
-                        raise
-                    continue
-                if event is None:
-                    break
-                if isinstance(event, BaseException):
-                    raise event
-                yield event
-        finally:
-            request.remove_on_cancel(task.cancel)
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+    async def run_turn(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        request: RequestContext,
+        setup: TurnSetup | None = None,
+        options: TurnOptions | None = None,
+        events: TurnEvents | None = None,
+    ) -> TurnResult:
+        """The turn itself, in the caller's task: ``events`` receives a streamed
+        turn's events (None: the model is asked for whole replies). Once the turn
+        is saved, ``setup.on_done`` is awaited with its result."""
+        setup = setup or TurnSetup()
+        result = await self._serialised_turn(
+            message, session_id, request, events, setup, options or TurnOptions()
+        )
+        if setup.on_done is not None:
+            await setup.on_done(result)
+        return result
 
     async def clear_history(self, session_id: str, timeout: float = 30.0) -> None:
         """Drop the session's messages, keeping its variables."""
@@ -714,6 +599,8 @@ class AgentChatHandler:
         compressed_before = session.compression_state.get("last_compressed_at")
         if setup.on_start is not None:
             setup.on_start(session.message_offset + first)
+        if events is not None:
+            events.start(session.message_offset + first)
 
         def add(new: dict[str, Any]) -> None:
             if len(session.messages) == first:
@@ -838,17 +725,6 @@ def _checked_tool_choice(options: Mapping[str, Any], specs: list[dict[str, Any]]
             "name one of them"
         )
     return choice
-
-
-async def _committed_anyway(task: asyncio.Task[None], events: TurnEvents) -> bool:
-    """After the consumer was cancelled: stop the turn, and say whether it had
-    committed (its ``done`` event is then waiting in ``events``)."""
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
-    pending = [events.get_nowait() for _ in range(events.qsize())]
-    for event in pending:
-        events.put_nowait(event)
-    return any(isinstance(e, dict) and e.get("type") == "done" for e in pending)
 
 
 async def _emit(events: TurnEvents | None, event: dict[str, Any]) -> None:

@@ -33,7 +33,7 @@ from foliko_cli.mcp_server.resources import (
 from foliko_cli.mcp_server.tools import TOOLS, Call, ToolSpec
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.handler import TurnResult
+    from foliko_cli.engine.turn import TurnResult
     from foliko_cli.service import AsyncFoliko
 
 NAME = "foliko"

@@ -19,7 +19,7 @@ from foliko_cli.messages.record import ROLES, SessionSummary
 from foliko_cli.service import AsyncFoliko
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.handler import TurnResult
+    from foliko_cli.engine.turn import TurnResult
 
 READ_ONLY = {"read_only_hint": True, "open_world_hint": False}
 ADDS_A_TURN = {

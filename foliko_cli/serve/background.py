@@ -322,7 +322,7 @@ async def create(request: Request, data: dict[str, Any], hooks: Hooks):
     assert turn.session_id is not None
     await turn.admit(request.app.state.services)  # a 429 now, not a failed response
     svc = service(request)
-    request_id = turn.options["request"].request_id
+    request_id = turn.context.request_id
     response_id = ids.background_response_id(request_id, ids.scope_of(turn.session_id))
     queued = response_object(
         response_id=response_id,

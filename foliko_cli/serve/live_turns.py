@@ -179,7 +179,7 @@ class LiveTurn:
         except SessionNotFoundError:  # the turn was to create it
             return False
         stored = record.messages[turn.start : turn.start + 1]
-        return bool(stored) and stored[0].get("request_id") == turn.options["request"].request_id
+        return bool(stored) and stored[0].get("request_id") == turn.context.request_id
 
     async def stop(self) -> None:
         self.task.cancel()

@@ -77,7 +77,7 @@ async def response_events(
     yield event("response.in_progress", response=started)
 
     # Where the next assistant message will sit: after the input messages.
-    position = turn.start + len(turn.options["messages"]) + (1 if turn.text else 0)
+    position = turn.start + len(turn.asked.messages) + (1 if turn.text else 0)
     output_index = 0
     open_item: dict[str, Any] | None = None
     text = ""

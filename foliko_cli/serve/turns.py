@@ -8,23 +8,31 @@ event inside a 200 stream. Every turn is first admitted by its user's quotas
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from foliko_cli.engine.handler import TurnResult
+from foliko_cli.engine.turn import TurnResult
 from foliko_cli.errors import ConflictError
 from foliko_cli.serve import ids
 from foliko_cli.serve.metrics import METRICS
 from foliko_cli.serve.quotas import turn_tokens
 from foliko_cli.serve.state import Services, scratch_id
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.turn_request import TurnRequest
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from foliko_cli.engine.stream import TurnEvents, TurnStream
+    from foliko_cli.service.turn_request import TurnParams
 
 
 class Turn:
-    """One turn to run: where, with what; after it, ``start`` and ``messages``
+    """One turn to run: where (``session_id``; None: on a scratch copy of
+    ``scratch``), with what (``asked``), under which RequestContext
+    (``context``); after it, ``start`` and ``messages``
     say where its messages begin and what they are. ``api`` names the API
     that runs it, for the metrics.
 
@@ -37,18 +45,19 @@ class Turn:
         self,
         service: AsyncFoliko,
         session_id: str | None,
-        text: str,
+        text: str | None,
         *,
         scratch: list[dict[str, Any]] | None = None,
         api: str = "responses",
-        **options: Any,
+        **params: Unpack[TurnParams],
     ):
         self.api = api
         self.service = service
         self.session_id = session_id
-        self.text = text
         self.scratch = scratch
-        self.options = options
+        asked = TurnRequest(session_id or "", text, **params)
+        self.context = asked.request or service.request()
+        self.asked = asked._replace(request=self.context)
         self.start = 0
         self.messages: list[dict[str, Any]] = []
         self.tool_positions: dict[str, int] = {}
@@ -76,8 +85,12 @@ class Turn:
         return "resp_x" + self._unstored[1:]
 
     @property
+    def text(self) -> str | None:
+        return self.asked.message
+
+    @property
     def user(self) -> str | None:
-        return getattr(self.options.get("request"), "user_id", None)
+        return getattr(self.context, "user_id", None)
 
     async def admit(self, services: Services) -> None:
         """Count the turn in its user's quotas, once (a 429 when over one)."""
@@ -85,10 +98,13 @@ class Turn:
             await services.quotas.admit(services.base.storage, self.user)
         self._admitted = True
 
-    async def _charge(self, services: Services) -> None:
-        if services.quotas is not None and self.result is not None:
-            tokens = turn_tokens(self.result.usage)
+    async def _finished(self, services: Services, result: TurnResult) -> None:
+        """Once the turn is saved, in its own task: charge its tokens, count it."""
+        self.result = result
+        if services.quotas is not None:
+            tokens = turn_tokens(result.usage)
             await services.quotas.charge(services.base.storage, self.user, tokens)
+        METRICS.turn(self.api, result)
 
     def fall_back_to(self, session_id: str, **target: Any) -> None:
         self._fallback = (session_id, target)
@@ -98,10 +114,7 @@ class Turn:
             return False
         self.session_id, target = self._fallback
         self._fallback = None
-        self.options = {
-            key: value for key, value in self.options.items() if key != "expected_revision"
-        }
-        self.options.update(target)
+        self.asked = self.asked._replace(expected_revision=None, **target)
         return True
 
     def _on_start(self, position: int) -> None:
@@ -128,33 +141,32 @@ class Turn:
         finally:
             await scratch.delete_sessions([session_id])
 
-    def _arguments(self) -> dict[str, Any]:
-        return {
-            **self.options,
-            "on_start": self._on_start,
-            "on_message": self._on_message,
-            "on_finish": self._on_finish,
-        }
+    def _request_in(self, session_id: str, services: Services) -> TurnRequest:
+        async def on_done(result: TurnResult) -> None:
+            await self._finished(services, result)
+
+        return self.asked._replace(
+            session_id=session_id,
+            on_start=self._on_start,
+            on_message=self._on_message,
+            on_finish=self._on_finish,
+            on_done=on_done,
+        )
 
     async def run(self, services: Services) -> TurnResult:
         await self.admit(services)
         while True:
             try:
                 async with self._target(services) as (service, session_id):
-                    self.result = await service.chat(session_id, self.text, **self._arguments())
-                await self._charge(services)
-                METRICS.turn(self.api, self.result)
-                return self.result
+                    return await service.chat(self._request_in(session_id, services))
             except ConflictError as exc:
                 if not self._take_fallback(exc):
                     raise
 
     async def count_tokens(self, services: Services) -> tuple[int, bool]:
         """The tokens the turn would send its model (see AsyncFoliko.count_tokens)."""
-        unused = ("request", "options", "schema", "compress")
-        options = {k: v for k, v in self.options.items() if k not in unused}
         async with self._target(services) as (service, session_id):
-            return await service.count_tokens(session_id, self.text, **options)
+            return await service.count_tokens(self.asked._replace(session_id=session_id))
 
     async def stream(self, services: Services) -> AsyncGenerator[dict[str, Any], None]:
         """Wait until the turn holds its session (raising what stopped it before),
@@ -168,56 +180,26 @@ class Turn:
                     raise
 
     async def _stream_once(self, services: Services) -> AsyncGenerator[dict[str, Any], None]:
-        queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-        started = asyncio.get_running_loop().create_future()
-        arguments = self._arguments()
+        from foliko_cli.engine.stream import TurnStream
 
-        def on_start(position: int) -> None:
-            self._on_start(position)
-            if not started.done():
-                started.set_result(position)
+        async def run(events: TurnEvents) -> TurnResult:
+            async with self._target(services) as (service, session_id):
+                return await service.run_turn(self._request_in(session_id, services), events)
 
-        arguments["on_start"] = on_start
-
-        async def pump() -> None:
-            try:
-                async with self._target(services) as (service, session_id):
-                    async for event in service.chat_stream(session_id, self.text, **arguments):
-                        if event["type"] == "done":
-                            self.result = event["result"]
-                            await self._charge(services)
-                            METRICS.turn(self.api, self.result)
-                        await queue.put(event)
-            except Exception as exc:
-                await queue.put(exc)
-            finally:
-                queue.put_nowait(None)
-
-        task = asyncio.ensure_future(pump())
+        stream = TurnStream(run, self.context)
         try:
-            await asyncio.wait([started, task], return_when=asyncio.FIRST_COMPLETED)
+            await stream.started()
         except BaseException:
-            task.cancel()
+            await stream.aclose()
             raise
-        if not started.done():
-            started.cancel()
-            while (event := queue.get_nowait()) is not None:
-                if isinstance(event, BaseException):
-                    raise event
-        return self._events(queue, task)
+        return self._events(stream)
 
     @staticmethod
-    async def _events(
-        queue: asyncio.Queue[dict[str, Any] | BaseException | None], task: asyncio.Future[None]
-    ) -> AsyncGenerator[dict[str, Any], None]:
+    async def _events(stream: TurnStream) -> AsyncGenerator[dict[str, Any], None]:
         METRICS.streams += 1
         try:
-            while (event := await queue.get()) is not None:
-                if isinstance(event, BaseException):
-                    raise event
+            async for event in stream:
                 yield event
         finally:
             METRICS.streams -= 1
-            if not task.done():
-                task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            await stream.aclose()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import UsageError
@@ -14,9 +14,6 @@ from foliko_cli.messages.ids import is_internal as is_internal
 from foliko_cli.messages.record import SessionRecord, SessionSummary, fork_origin
 from foliko_cli.messages.turns import cut_compression, keep_turns
 from foliko_cli.storage.base import StoredProblem
-
-if TYPE_CHECKING:
-    pass
 
 MAX_MESSAGE_CHARS = 16 * 1024 * 1024
 DEFAULT_MODEL_NOTICE = (
@@ -57,23 +54,6 @@ def default_home() -> Path:
     from foliko_cli.common.settings import default_home as platform_home
 
     return platform_home()
-
-
-TURN_FIELDS = frozenset(
-    {
-        "messages",
-        "instructions",
-        "client_tools",
-        "server_tools",
-        "expected_revision",
-        "start_from",
-        "annotations",
-        "on_start",
-        "on_message",
-        "on_finish",
-        "tools",
-    }
-)
 
 
 def forked(

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.context.request import RequestContext
 from foliko_cli.engine.tools import ToolResult
 from foliko_cli.errors import SessionExistsError, UsageError
 from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.models.base import ModelProvider
+from foliko_cli.service.base import ServiceBase
+from foliko_cli.service.common import check_message_text, forked
+from foliko_cli.service.turn_request import TurnRequest, turn_request
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from foliko_cli.engine.dry_run import RequestCaptured
-    from foliko_cli.engine.handler import TurnResult, TurnSetup
-    from foliko_cli.messages.attachments import Source
-from foliko_cli.service.base import ServiceBase
-from foliko_cli.service.common import (
-    TURN_FIELDS,
-    check_message_text,
-    forked,
-)
+    from foliko_cli.engine.stream import TurnEvents, TurnStream
+    from foliko_cli.engine.turn import TurnOptions, TurnResult, TurnSetup
+    from foliko_cli.service.turn_request import TurnParams
+
+
+def turn_options(turn: TurnRequest) -> TurnOptions:
+    """What the turn asks of the model beyond its messages."""
+    from foliko_cli.engine.turn import TurnOptions
+
+    return TurnOptions(turn.options or {}, turn.schema, turn.compress)
 
 
 class TurnsMixin(ServiceBase):
@@ -30,43 +36,42 @@ class TurnsMixin(ServiceBase):
 
     # turns
 
-    async def _turn_setup(
-        self,
-        session_id: str,
-        *,
-        new: bool,
-        fork_from: str | None,
-        variables: dict[str, Any] | None,
-        system: str | None,
-        turns: int | None = None,
-        upto: int | None = None,
-        **extra: Any,
-    ) -> TurnSetup:
-        from foliko_cli.engine.handler import TurnSetup
+    async def _turn_setup(self, turn: TurnRequest) -> TurnSetup:
+        from foliko_cli.engine.turn import TurnSetup
 
-        start_from = extra.pop("start_from", None)
-        expected = extra.pop("expected_revision", None)
+        session_id, fork_from = turn.session_id, turn.fork_from
+        start_from, expected = turn.start_from, turn.expected_revision
         if fork_from is not None:
             check_session_id(fork_from)
             if fork_from == session_id:
                 raise UsageError(
                     f"cannot fork session {session_id!r} into itself", fix="name a new session"
                 )
-            if not new and await self.storage.revision(session_id) is not None:
+            if not turn.new and await self.storage.revision(session_id) is not None:
                 raise SessionExistsError(session_id)
-            start_from = forked(await self.get_session(fork_from), session_id, turns, upto)
-            expected = None if new else 0
-        elif turns is not None or upto is not None:
+            source = await self.get_session(fork_from)
+            start_from = forked(source, session_id, turn.turns, turn.upto)
+            expected = None if turn.new else 0
+        elif turn.turns is not None or turn.upto is not None:
             raise UsageError("a number of turns to keep needs a session to fork from")
-        elif new:
+        elif turn.new:
             start_from = SessionRecord(session_id, metadata=new_metadata())
         return TurnSetup(
             start_from=start_from,
-            variables=variables or {},
-            system_prompt=system,
+            variables=turn.variables or {},
+            system_prompt=turn.system,
             expected_revision=expected,
-            trash="new" if new and self._keeps_trash(session_id) else None,
-            **extra,
+            messages=tuple(turn.messages),
+            instructions=turn.instructions,
+            client_tools=tuple(turn.client_tools),
+            on_start=turn.on_start,
+            on_message=turn.on_message,
+            on_finish=turn.on_finish,
+            on_done=turn.on_done,
+            server_tools=turn.server_tools,
+            annotations=turn.annotations or {},
+            trash="new" if turn.new and self._keeps_trash(session_id) else None,
+            tools=tuple(turn.tools),
         )
 
     async def latest_session_id(self) -> str:
@@ -78,179 +83,104 @@ class TurnsMixin(ServiceBase):
 
     async def chat(
         self,
-        session_id: str,
-        message: str | None,
+        session_id: str | TurnRequest,
+        message: str | None = None,
         *,
-        model: str | ModelProvider | None = None,
-        agent: str | None = None,
-        timeout: float | None = None,
-        new: bool = False,
-        fork_from: str | None = None,
-        variables: dict[str, Any] | None = None,
-        system: str | None = None,
-        turns: int | None = None,
-        upto: int | None = None,
-        regenerate: bool = False,
-        attachments: Sequence[Source] = (),
-        options: dict[str, Any] | None = None,
-        schema: dict[str, Any] | None = None,
-        compress: bool = True,
-        request: RequestContext | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-        **turn: Any,
+        **params: Unpack[TurnParams],
     ) -> TurnResult:
-        """One turn; ``new`` starts the session over (the old one goes to the trash:
-        ``TurnResult.trashed``), ``fork_from`` copies another
-        first (its first ``turns`` turns, or its first ``upto`` messages, when
-        given); ``regenerate`` replaces the session's last turn by a new answer
-        to its user message (``message`` None) or to ``message`` (that message
-        edited), in one write. ``attachments`` are paths, http(s) URLs or
-        ``Attachment`` bytes (see ``foliko_cli.messages.attachments``).
-
-        ``options`` are model options (``temperature``, ``max_tokens``, ...)
-        over the model's configured ones; ``schema`` is a JSON Schema the
-        reply must follow; ``compress`` False refuses a history that does not
-        fit the model's window (ContextOverflowError) instead of compressing it.
-        ``on_event`` receives the stream's ``delta``, ``tool_call`` and
-        ``tool_result`` events as they happen (the model then streams).
-        ``turn`` holds the further TurnSetup fields (``messages``,
-        ``instructions``, ``client_tools``, ``on_start``, ``on_message``,
-        ``on_finish``; see chat.TurnSetup).
-        """
-        setup_options: dict[str, Any] = {"new": new, "fork_from": fork_from, "variables": variables}
-        setup_options.update(system=system, turns=turns, upto=upto, regenerate=regenerate)
-        setup_options["attachments"] = attachments
-        if on_event is None:
-            from foliko_cli.engine.handler import TurnOptions
-
-            handler = await self.handler(model, agent)
-            message, setup = await self._prepare(session_id, message, turn=turn, **setup_options)
-            return await handler.chat(
-                message,
-                session_id=session_id,
-                request=request or self.request(timeout),
-                setup=setup,
-                options=TurnOptions(options or {}, schema, compress),
-            )
-        result: TurnResult | None = None
-        async for event in self.chat_stream(
-            session_id,
-            message,
-            model=model,
-            agent=agent,
-            timeout=timeout,
+        """One turn (see ``TurnRequest`` for what it may ask): the session and the
+        message and keywords, or a TurnRequest. ``on_event`` receives the
+        stream's ``delta``, ``tool_call`` and ``tool_result`` events as they
+        happen (the model then streams)."""
+        turn = turn_request(session_id, message, params)
+        if on_event is not None:
+            result: TurnResult | None = None
+            async for event in self.chat_stream(turn):
+                if event["type"] == "done":
+                    result = event["result"]
+                else:
+                    on_event(event)
+            assert result is not None
+            return result
+        request = turn.request or self.request(turn.timeout)
+        handler = await self.handler(turn.model, turn.agent)
+        text, setup = await self._prepare(turn)
+        return await handler.chat(
+            text,
+            session_id=turn.session_id,
             request=request,
-            options=options,
-            schema=schema,
-            compress=compress,
-            **setup_options,
-            **turn,
-        ):
-            if event["type"] == "done":
-                result = event["result"]
-            else:
-                on_event(event)
-        assert result is not None
-        return result
-
-    async def chat_stream(
-        self,
-        session_id: str,
-        message: str | None,
-        *,
-        model: str | ModelProvider | None = None,
-        agent: str | None = None,
-        timeout: float | None = None,
-        new: bool = False,
-        fork_from: str | None = None,
-        variables: dict[str, Any] | None = None,
-        system: str | None = None,
-        turns: int | None = None,
-        upto: int | None = None,
-        regenerate: bool = False,
-        attachments: Sequence[Source] = (),
-        options: dict[str, Any] | None = None,
-        schema: dict[str, Any] | None = None,
-        compress: bool = True,
-        request: RequestContext | None = None,
-        **turn: Any,
-    ) -> AsyncIterator[dict[str, Any]]:
-        """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
-        (whose ``result`` is the TurnResult). Options as for ``chat``."""
-        from foliko_cli.engine.handler import TurnOptions
-
-        handler = await self.handler(model, agent)
-        message, setup = await self._prepare(
-            session_id,
-            message,
-            new=new,
-            fork_from=fork_from,
-            variables=variables,
-            system=system,
-            turns=turns,
-            upto=upto,
-            regenerate=regenerate,
-            attachments=attachments,
-            turn=turn,
-        )
-        async for event in handler.chat_stream(
-            message,
-            session_id=session_id,
-            request=request or self.request(timeout),
             setup=setup,
-            options=TurnOptions(options or {}, schema, compress),
-        ):
-            yield event
+            options=turn_options(turn),
+        )
 
-    async def _prepare(
+    def chat_stream(
         self,
-        session_id: str,
-        message: str | None,
-        *,
-        regenerate: bool,
-        attachments: Sequence[Source] = (),
-        turn: dict[str, Any] | None = None,
-        **options: Any,
-    ) -> tuple[str, TurnSetup]:
+        session_id: str | TurnRequest,
+        message: str | None = None,
+        **params: Unpack[TurnParams],
+    ) -> TurnStream:
+        """The turn's events: ``delta``, ``tool_call``, ``tool_result``, then ``done``
+        (whose ``result`` is the TurnResult). Arguments as for ``chat``. The turn
+        runs in a task of its own from the first read (or ``start()``)."""
+        from foliko_cli.engine.stream import TurnStream
+
+        turn = turn_request(session_id, message, params)
+        request = turn.request or self.request(turn.timeout)
+        turn = turn._replace(request=request)
+        return TurnStream(lambda events: self.run_turn(turn, events), request)
+
+    async def run_turn(self, turn: TurnRequest, events: TurnEvents) -> TurnResult:
+        """A streamed turn in the caller's own task, its events written to
+        ``events``: what ``chat_stream``'s stream runs, for a caller that builds
+        its own ``TurnStream`` around it."""
+        request = turn.request or self.request(turn.timeout)
+        handler = await self.handler(turn.model, turn.agent)
+        text, setup = await self._prepare(turn)
+        return await handler.run_turn(
+            text,
+            session_id=turn.session_id,
+            request=request,
+            setup=setup,
+            options=turn_options(turn),
+            events=events,
+        )
+
+    async def _prepare(self, turn: TurnRequest) -> tuple[str, TurnSetup]:
         """Check the turn's input and build its setup; text attachments are appended
-        to the message. ``turn`` holds the further TurnSetup fields (``messages``,
-        ``instructions``, ...)."""
-        check_session_id(session_id)
-        turn = turn or {}
-        unknown = set(turn) - TURN_FIELDS
-        if unknown:
-            raise TypeError(f"unexpected turn option {sorted(unknown)[0]!r}")
-        if regenerate:
-            if attachments:
+        to the message."""
+        check_session_id(turn.session_id)
+        if turn.regenerate:
+            if turn.attachments:
                 raise UsageError(
                     "regenerating a turn reuses its attachments", fix="attach nothing new"
                 )
-            return await self._regenerated(session_id, message, turn, options)
+            return await self._regenerated(turn)
+        message = turn.message
         if message is None:
             raise UsageError("no message to send", fix="give one")
         parts: list[dict[str, Any]] = []
-        if attachments:
+        if turn.attachments:
             from foliko_cli.messages.attachments import compose, load_all
 
-            loaded = await load_all(attachments, self.timeout, self._read_resource)
+            loaded = await load_all(turn.attachments, self.timeout, self._read_resource)
             message, parts = compose(message, loaded)
-        if message or not (parts or turn.get("messages")):  # else it continues or attaches
+        if message or not (parts or turn.messages):  # else it continues or attaches
             check_message_text(message)
-        setup = await self._turn_setup(session_id, **options, **turn)
+        setup = await self._turn_setup(turn)
         return message, setup._replace(attachments=tuple(parts))
 
-    async def _regenerated(
-        self, session_id: str, message: str | None, turn: dict[str, Any], options: dict[str, Any]
-    ) -> tuple[str, TurnSetup]:
+    async def _regenerated(self, turn: TurnRequest) -> tuple[str, TurnSetup]:
         """The setup that replaces the session's last turn by a new answer to its
-        user message, sent again with its attachments; given ``message``, that
+        user message, sent again with its attachments; given a message, that
         message stands in for the user message (edit and resend)."""
-        if options["new"] or options["fork_from"] is not None:
+        if turn.new or turn.fork_from is not None:
             raise UsageError(
                 "regenerating a turn replaces the session's own last turn",
                 fix="neither start over nor fork",
             )
-        setup = await self._turn_setup(session_id, **options, **turn)
+        session_id, message = turn.session_id, turn.message
+        setup = await self._turn_setup(turn)
         record = await self.get_session(session_id)
         kept = drop_turns(record.messages, 1, session_id=session_id)
         replaced = record.messages[kept]
@@ -276,24 +206,19 @@ class TurnsMixin(ServiceBase):
 
     async def dry_run(
         self,
-        session_id: str,
-        message: str | None,
+        session_id: str | TurnRequest,
+        message: str | None = None,
         *,
-        model: str | ModelProvider | None = None,
-        agent: str | None = None,
-        options: dict[str, Any] | None = None,
-        schema: dict[str, Any] | None = None,
         stream: bool = False,
-        **setup: Any,
+        **params: Unpack[TurnParams],
     ) -> dict[str, Any]:
         """Exactly what the model would be sent for this turn (``stream``: as a
         streamed turn sends it); nothing is called or saved, though the server may
         be asked for its context window, as a turn asks it. ``request`` is the HTTP
         request itself, as the provider builds it (absent for a provider that sends
-        none). ``setup`` as for ``chat`` (``new``, ``fork_from``, ``messages``, ...)."""
-        target, captured = await self._captured(
-            session_id, message, model, agent, options, schema, setup, stream=stream
-        )
+        none). Arguments as for ``chat``."""
+        turn = turn_request(session_id, message, params)
+        target, captured = await self._captured(turn, stream=stream)
         request = captured.request
         try:
             shown: dict[str, Any] = {
@@ -309,34 +234,29 @@ class TurnsMixin(ServiceBase):
                 shown["request"] = captured.wire
             return shown
         finally:
-            if target is not self.model_name(model, agent):
-                await target.aclose()
+            await self._close_resolved(target, turn)
 
     async def count_tokens(
         self,
-        session_id: str,
-        message: str,
-        *,
-        model: str | ModelProvider | None = None,
-        agent: str | None = None,
-        **setup: Any,
+        session_id: str | TurnRequest,
+        message: str | None = None,
+        **params: Unpack[TurnParams],
     ) -> tuple[int, bool]:
         """The tokens of what this turn would send the model, and whether the
-        model's server counted them (True) or foliko estimated them (False)."""
+        model's server counted them (True) or foliko estimated them (False).
+        Arguments as for ``chat``."""
         import orjson
 
         from foliko_cli.engine.compression import message_tokens
         from foliko_cli.messages.tokens import estimate_tokens
 
-        target, captured = await self._captured(
-            session_id, message, model, agent, None, None, setup
-        )
+        turn = turn_request(session_id, message, params)
+        target, captured = await self._captured(turn)
         request = captured.request
         try:
             counted = await target.count_tokens(request)
         finally:
-            if target is not self.model_name(model, agent):
-                await target.aclose()
+            await self._close_resolved(target, turn)
         if counted is not None:
             return counted, True
         estimate = estimate_tokens(request.system or "")
@@ -346,59 +266,36 @@ class TurnsMixin(ServiceBase):
         return estimate, False
 
     async def _captured(
-        self,
-        session_id: str,
-        message: str | None,
-        model: str | ModelProvider | None,
-        agent: str | None,
-        options: dict[str, Any] | None,
-        schema: dict[str, Any] | None,
-        setup: dict[str, Any],
-        *,
-        stream: bool = False,
+        self, turn: TurnRequest, *, stream: bool = False
     ) -> tuple[ModelProvider, RequestCaptured]:
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
-        from foliko_cli.engine.handler import TurnOptions
         from foliko_cli.models import resolve_model
 
-        turn = {key: setup.pop(key) for key in list(setup) if key in TURN_FIELDS}
-        defaults = {"new": False, "fork_from": None, "variables": None, "system": None}
-        message, prepared = await self._prepare(
-            session_id,
-            message,
-            regenerate=setup.pop("regenerate", False),
-            turn=turn,
-            **{**defaults, **setup},
-        )
-        target = resolve_model(self.model_name(model, agent), self.models)
-        handler = await self._make_handler(CaptureModel(target), agent)
-        request, turn_options = self.request(), TurnOptions(options or {}, schema)
+        message, setup = await self._prepare(turn)
+        target = resolve_model(self.model_name(turn.model, turn.agent), self.models)
+        handler = await self._make_handler(CaptureModel(target), turn.agent)
+        request = turn.request or self.request(turn.timeout)
+        arguments: dict[str, Any] = {"session_id": turn.session_id, "request": request}
+        # the history is compressed to fit, as a turn that may compress it sends it
+        arguments.update(setup=setup, options=turn_options(turn._replace(compress=True)))
         try:
             if stream:
-                async for _event in handler.chat_stream(
-                    message,
-                    session_id=session_id,
-                    request=request,
-                    setup=prepared,
-                    options=turn_options,
-                ):
+                async for _event in handler.chat_stream(message, **arguments):
                     pass
             else:
-                await handler.chat(
-                    message,
-                    session_id=session_id,
-                    request=request,
-                    setup=prepared,
-                    options=turn_options,
-                )
+                await handler.chat(message, **arguments)
         except RequestCaptured as captured:
             return target, captured
         except BaseException:
-            if target is not self.model_name(model, agent):
-                await target.aclose()
+            await self._close_resolved(target, turn)
             raise
         raise AssertionError("the capture model was not called")
+
+    async def _close_resolved(self, target: ModelProvider, turn: TurnRequest) -> None:
+        """Close a provider ``_captured`` made for the turn (not one it was given)."""
+        if target is not self.model_name(turn.model, turn.agent):
+            await target.aclose()
 
     async def call_tool(
         self, session_id: str, name: str, arguments: Any, *, agent: str | None = None
