@@ -41,6 +41,8 @@ USER_CODE = """\
             reveal_type(summaries)
             record = foliko.get_session("s1")
             reveal_type(record)
+            reveal_type(foliko.storage)
+            reveal_type(foliko.request(5))
             return f"{result.message} {summaries[0].session_id} {len(record.messages)}"
 
 
@@ -118,11 +120,12 @@ def test_user_code_sees_real_types(mypy_output: list[str]) -> None:
     revealed = [
         m["type"] for line in mypy_output if (m := REVEALED.match(line)) and m["file"] == "user.py"
     ]
-    assert len(revealed) == 8, "\n".join(mypy_output)
+    assert len(revealed) == 10, "\n".join(mypy_output)
     assert all(shown != "Any" for shown in revealed), revealed
-    turn_sync, summaries, record, turn_async, again, stream, summaries_async, record_async = (
-        revealed
-    )
+    turn_sync, summaries, record, storage, request, turn_async, again, stream = revealed[:8]
+    summaries_async, record_async = revealed[8:]
+    assert storage == "foliko_cli.storage.base.SessionStorageAdapter"
+    assert request == "foliko_cli.context.request.RequestContext"
     for turn in (turn_sync, turn_async, again):
         assert turn.endswith("fallback=foliko_cli.engine.turn.TurnResult]"), turn
     assert stream == "foliko_cli.engine.stream.TurnStream"

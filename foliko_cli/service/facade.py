@@ -22,8 +22,14 @@ from foliko_cli.service import AsyncFoliko, ImportReport, check_message_text
 
 if TYPE_CHECKING:
     import asyncio
+    from pathlib import Path
 
+    from foliko_cli.context.request import RequestContext
+    from foliko_cli.engine.framework import Framework
+    from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord
+    from foliko_cli.storage.base import SessionStorageAdapter
 
 __all__ = ["Foliko", "ImportReport", "check_message_text"]
 
@@ -206,6 +212,20 @@ def _blocking(
 
 class Foliko:
     """Takes the same arguments as ``AsyncFoliko``; see its methods for each call."""
+
+    if TYPE_CHECKING:  # the service's own, passed through by __getattr__
+        storage: SessionStorageAdapter
+        framework: Framework
+        home: Path
+        user: str | None
+        trash_keep: int
+
+        @property
+        def mcp(self) -> MCPManager: ...
+
+        def skills(self) -> SkillSet: ...
+
+        def request(self, timeout: float | None = None, **options: Any) -> RequestContext: ...
 
     @_takes_arguments_of(AsyncFoliko.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
