@@ -529,7 +529,7 @@ def test_first_turn_that_fails_creates_nothing():
     with pytest.raises(ModelError):
         run(AgentChatHandler(fw, FailingModel()).chat("doomed", session_id="new"))
     assert run(fw.session_storage.load("new")) is None
-    assert run(fw.session_storage.list()) == []
+    assert run(fw.session_storage.session_ids()) == []
     session = fw.context_manager.get_session_context("new")
     assert session is None or (session.messages == [] and session.variables == {})
 
@@ -648,7 +648,7 @@ def test_clear_history_keeps_variables(any_storage):
 def test_clear_history_of_unknown_session_does_nothing():
     fw = Framework("memory")
     run(AgentChatHandler(fw, EchoModel()).clear_history("nobody"))
-    assert run(fw.session_storage.list()) == []
+    assert run(fw.session_storage.session_ids()) == []
 
 
 # turn setup: start over, fork, variables, a session system prompt

@@ -300,9 +300,9 @@ def test_export_all_leaves_out_a_session_deleted_meanwhile_but_named_ones_fail()
     from foliko_cli.storage.memory import MemoryStorage
 
     async def with_a_ghost(self):
-        return [*await MemoryStorage.list(self), "ghost"]
+        return [*await MemoryStorage.session_ids(self), "ghost"]
 
-    with Foliko(storage=memory_with(list=with_a_ghost), model="echo") as foliko:
+    with Foliko(storage=memory_with(session_ids=with_a_ghost), model="echo") as foliko:
         foliko.chat("real", "x")
         ids = foliko.session_ids()
         assert ids == ["ghost", "real"]

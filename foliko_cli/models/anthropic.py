@@ -31,46 +31,50 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     """
     out: list[dict[str, Any]] = []
     for message in messages:
-        role = message["role"]
-        blocks: list[dict[str, Any]]
-        if role == "assistant":
-            blocks = [{"type": "text", "text": message["content"]}] if message["content"] else []
-            blocks += [
-                {
-                    "type": "tool_use",
-                    "id": call["id"],
-                    "name": call["name"],
-                    "input": call["arguments"] if isinstance(call["arguments"], dict) else {},
-                }
-                for call in message.get("tool_calls") or []
-            ]
-            target_role = "assistant"
-        elif role == "tool":
-            pictures = _image_blocks(message)
-            content = message["content"]
-            blocks = [
-                {
-                    "type": "tool_result",
-                    "tool_use_id": message["tool_call_id"],
-                    "content": [{"type": "text", "text": content}, *pictures]
-                    if pictures
-                    else content,
-                    **({"is_error": True} if message.get("is_error") else {}),
-                }
-            ]
-            target_role = "user"
-        else:
-            blocks = _image_blocks(message)
-            if message["content"] or not blocks:
-                blocks.append({"type": "text", "text": message["content"]})
-            target_role = "user"
+        role, blocks = _blocks(message)
         if not blocks:
             continue
-        if out and out[-1]["role"] == target_role:
+        if out and out[-1]["role"] == role:
             out[-1]["content"].extend(blocks)
         else:
-            out.append({"role": target_role, "content": blocks})
+            out.append({"role": role, "content": blocks})
     return out
+
+
+def _blocks(message: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
+    """The role a message travels in, and its content blocks."""
+    if message["role"] == "assistant":
+        text = [{"type": "text", "text": message["content"]}] if message["content"] else []
+        return "assistant", text + [_tool_use(call) for call in message.get("tool_calls") or []]
+    if message["role"] == "tool":
+        return "user", [_tool_result(message)]
+    blocks = _image_blocks(message)
+    if message["content"] or not blocks:
+        blocks.append({"type": "text", "text": message["content"]})
+    return "user", blocks
+
+
+def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+    arguments = call["arguments"]
+    return {
+        "type": "tool_use",
+        "id": call["id"],
+        "name": call["name"],
+        "input": arguments if isinstance(arguments, dict) else {},
+    }
+
+
+def _tool_result(message: dict[str, Any]) -> dict[str, Any]:
+    pictures = _image_blocks(message)
+    content = message["content"]
+    block = {
+        "type": "tool_result",
+        "tool_use_id": message["tool_call_id"],
+        "content": [{"type": "text", "text": content}, *pictures] if pictures else content,
+    }
+    if message.get("is_error"):
+        block["is_error"] = True
+    return block
 
 
 def _image_blocks(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -237,20 +241,11 @@ class AnthropicModel(ModelProvider):
             if kind == "message_start":
                 usage.update(_usage(data["message"].get("usage")))
             elif kind == "content_block_start":
-                block = dict(data["content_block"])
-                block.setdefault("text", "")
-                block["partial_json"] = ""
-                blocks[data["index"]] = block
+                blocks[data["index"]] = {"text": "", **data["content_block"], "partial_json": ""}
             elif kind == "content_block_delta":
-                block = blocks.setdefault(
-                    data["index"], {"type": "text", "text": "", "partial_json": ""}
-                )
-                delta = data["delta"]
-                if delta.get("type") == "text_delta":
-                    block["text"] += delta["text"]
-                    yield StreamEvent("delta", text=delta["text"])
-                elif delta.get("type") == "input_json_delta":
-                    block["partial_json"] += delta.get("partial_json", "")
+                text = _add_delta(blocks, data)
+                if text is not None:
+                    yield StreamEvent("delta", text=text)
             elif kind == "message_delta":
                 finish = (data.get("delta") or {}).get("stop_reason") or finish
                 usage.update(_usage(data.get("usage")))
@@ -262,24 +257,42 @@ class AnthropicModel(ModelProvider):
                 raise ModelError(f"{self.client.label} failed mid-stream ({detail}); try again")
         if not complete:
             raise self.client.cut_off()
-        ordered = [blocks[i] for i in sorted(blocks)]
-        response = ModelResponse(
-            text="".join(b["text"] for b in ordered if b["type"] == "text"),
-            tool_calls=[
-                ToolCall(
-                    b["id"],
-                    b["name"],
-                    parse_arguments(b["partial_json"])
-                    if b["partial_json"]
-                    else b.get("input") or {},
-                )
-                for b in ordered
-                if b["type"] == "tool_use"
-            ],
-            usage=usage,
-            finish_reason=finish,
-        )
+        response = _streamed_response(blocks, usage, finish)
         yield StreamEvent("done", response=self._structured(request, response))
+
+
+def _add_delta(blocks: dict[int, dict[str, Any]], data: dict[str, Any]) -> str | None:
+    """Add a ``content_block_delta`` to its block; the text it adds, if any."""
+    block = blocks.setdefault(data["index"], {"type": "text", "text": "", "partial_json": ""})
+    delta = data["delta"]
+    if delta.get("type") == "text_delta":
+        block["text"] += delta["text"]
+        return str(delta["text"])
+    if delta.get("type") == "input_json_delta":
+        block["partial_json"] += delta.get("partial_json", "")
+    return None
+
+
+def _streamed_response(
+    blocks: dict[int, dict[str, Any]], usage: dict[str, int], finish: str
+) -> ModelResponse:
+    """The reply the streamed content blocks make, in their order."""
+    ordered = [blocks[i] for i in sorted(blocks)]
+    calls = [
+        ToolCall(b["id"], b["name"], _streamed_input(b)) for b in ordered if b["type"] == "tool_use"
+    ]
+    return ModelResponse(
+        text="".join(b["text"] for b in ordered if b["type"] == "text"),
+        tool_calls=calls,
+        usage=usage,
+        finish_reason=finish,
+    )
+
+
+def _streamed_input(block: dict[str, Any]) -> Any:
+    if block["partial_json"]:
+        return parse_arguments(block["partial_json"])
+    return block.get("input") or {}
 
 
 def anthropic_headers(api_key: str | None) -> dict[str, str]:

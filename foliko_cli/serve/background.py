@@ -583,7 +583,7 @@ def _prune_soon(request: Request, svc: AsyncFoliko) -> None:
 async def _prune(svc: AsyncFoliko, retention: float) -> None:
     cutoff = now_ms() - retention * 1000
     try:
-        journals = [s for s in await svc.storage.list() if s.startswith(JOURNAL_PREFIX)]
+        journals = [s for s in await svc.storage.session_ids() if s.startswith(JOURNAL_PREFIX)]
         for journal in journals:
             record = await capabilities.load_state(svc.storage, journal)
             if record is None:

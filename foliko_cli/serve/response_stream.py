@@ -58,7 +58,6 @@ async def response_events(
     finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
 ) -> AsyncGenerator[dict[str, Any], None]:
     """The turn's events as Responses API events (any transport: SSE, WebSocket)."""
-    sequence = itertools.count()
     shell: dict[str, Any] = {
         "response_id": turn.response_id,
         "session_id": turn.session_id if turn.stored else None,
@@ -68,88 +67,131 @@ async def response_events(
         "options": options,
         "created_at": turn.created_at,
     }
-
-    def event(kind: str, **fields: Any) -> dict[str, Any]:
-        return {"type": kind, "sequence_number": next(sequence), **fields}
-
+    out = _ResponseEvents(turn)
     started = response_object(**shell, status="in_progress")
-    yield event("response.created", response=started)
-    yield event("response.in_progress", response=started)
-
-    # Where the next assistant message will sit: after the input messages.
-    position = turn.start + len(turn.asked.messages) + (1 if turn.text else 0)
-    output_index = 0
-    open_item: dict[str, Any] | None = None
-    text = ""
-
-    def close_text() -> list[dict[str, Any]]:
-        nonlocal open_item, output_index, text
-        if open_item is None:
-            return []
-        done = it.text_item(open_item["id"], "assistant", text)
-        where = {"item_id": open_item["id"], "output_index": output_index, "content_index": 0}
-        out = [
-            event("response.output_text.done", **where, text=text, logprobs=[]),
-            event("response.content_part.done", **where, part=done["content"][0]),
-            event("response.output_item.done", output_index=output_index, item=done),
-        ]
-        open_item, text = None, ""
-        output_index += 1
-        return out
-
+    yield out.event("response.created", response=started)
+    yield out.event("response.in_progress", response=started)
     try:
         async for item in events:
-            if item["type"] == "delta":
-                if open_item is None:
-                    item_id = ids.message_item_id(turn.scope, position)
-                    open_item = {**it.text_item(item_id, "assistant", ""), "content": []}
-                    open_item["status"] = "in_progress"
-                    where = {"item_id": item_id, "output_index": output_index}
-                    yield event(
-                        "response.output_item.added", output_index=output_index, item=open_item
-                    )
-                    part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
-                    yield event("response.content_part.added", **where, content_index=0, part=part)
-                text += item["text"]
-                yield event(
-                    "response.output_text.delta",
-                    item_id=open_item["id"],
-                    output_index=output_index,
-                    content_index=0,
-                    delta=item["text"],
-                    logprobs=[],
-                )
-            elif item["type"] == "tool_call":
-                for chunk in close_text():
-                    yield chunk
-            elif item["type"] == "tool_result":
-                # The next assistant message follows this call's tool message.
-                position = turn.tool_positions.get(item["id"], position) + 1
+            for chunk in out.of(item):
+                yield chunk
     except Exception as exc:
-        error = {**error_event(exc), "param": None}
-        # OpenAI's reference has the error's fields flat, Open Responses under "error": both.
-        yield event("error", code=error["code"], message=error["message"], param=None, error=error)
-        failure = {"code": error["code"], "message": error["message"]}
-        failed = response_object(**shell, status="failed", error=failure)
-        yield event("response.failed", response=failed)
+        for chunk in out.failed(exc, shell):
+            yield chunk
         return
-    for chunk in close_text():
+    for chunk in out.close_text():
         yield chunk
     final = finished(turn, options, model)
-    for item in final["output"]:
-        if item["type"] != "function_call":
-            continue
-        added = {**item, "arguments": "", "status": "in_progress"}
-        yield event("response.output_item.added", output_index=output_index, item=added)
-        where = {"item_id": item["id"], "output_index": output_index}
-        yield event("response.function_call_arguments.delta", **where, delta=item["arguments"])
-        yield event(
-            "response.function_call_arguments.done",
-            **where,
-            name=item["name"],
-            arguments=item["arguments"],
-        )
-        yield event("response.output_item.done", output_index=output_index, item=item)
-        output_index += 1
+    for chunk in out.function_calls(final["output"]):
+        yield chunk
     kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
-    yield event(kind, response=final)
+    yield out.event(kind, response=final)
+
+
+class _ResponseEvents:
+    """One response's events, numbered in order, and where its output stands:
+    the text item being streamed, its index, the next message's position."""
+
+    def __init__(self, turn: Turn) -> None:
+        self.turn = turn
+        self.sequence = itertools.count()
+        # Where the next assistant message will sit: after the input messages.
+        self.position = turn.start + len(turn.asked.messages) + (1 if turn.text else 0)
+        self.output_index = 0
+        self.open_item: dict[str, Any] | None = None
+        self.text = ""
+
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": kind, "sequence_number": next(self.sequence), **fields}
+
+    def of(self, item: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events one of the turn's events stands for."""
+        if item["type"] == "delta":
+            return self.delta(item["text"])
+        if item["type"] == "tool_call":
+            return self.close_text()
+        if item["type"] == "tool_result":
+            # The next assistant message follows this call's tool message.
+            self.position = self.turn.tool_positions.get(item["id"], self.position) + 1
+        return []
+
+    def delta(self, text: str) -> list[dict[str, Any]]:
+        out = []
+        if self.open_item is None:
+            item_id = ids.message_item_id(self.turn.scope, self.position)
+            self.open_item = {**it.text_item(item_id, "assistant", ""), "content": []}
+            self.open_item["status"] = "in_progress"
+            where = {"item_id": item_id, "output_index": self.output_index}
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            out.append(
+                self.event(
+                    "response.output_item.added",
+                    output_index=self.output_index,
+                    item=self.open_item,
+                )
+            )
+            out.append(
+                self.event("response.content_part.added", **where, content_index=0, part=part)
+            )
+        self.text += text
+        where = {"item_id": self.open_item["id"], "output_index": self.output_index}
+        out.append(
+            self.event(
+                "response.output_text.delta", **where, content_index=0, delta=text, logprobs=[]
+            )
+        )
+        return out
+
+    def close_text(self) -> list[dict[str, Any]]:
+        if self.open_item is None:
+            return []
+        done = it.text_item(self.open_item["id"], "assistant", self.text)
+        index = self.output_index
+        where = {"item_id": self.open_item["id"], "output_index": index, "content_index": 0}
+        out = [
+            self.event("response.output_text.done", **where, text=self.text, logprobs=[]),
+            self.event("response.content_part.done", **where, part=done["content"][0]),
+            self.event("response.output_item.done", output_index=index, item=done),
+        ]
+        self.open_item, self.text = None, ""
+        self.output_index += 1
+        return out
+
+    def function_calls(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The calls the client runs, each streamed whole once the turn has ended."""
+        out = []
+        for item in output:
+            if item["type"] != "function_call":
+                continue
+            index = self.output_index
+            added = {**item, "arguments": "", "status": "in_progress"}
+            where = {"item_id": item["id"], "output_index": index}
+            out += [
+                self.event("response.output_item.added", output_index=index, item=added),
+                self.event(
+                    "response.function_call_arguments.delta", **where, delta=item["arguments"]
+                ),
+                self.event(
+                    "response.function_call_arguments.done",
+                    **where,
+                    name=item["name"],
+                    arguments=item["arguments"],
+                ),
+                self.event("response.output_item.done", output_index=index, item=item),
+            ]
+            self.output_index += 1
+        return out
+
+    def failed(self, exc: Exception, shell: dict[str, Any]) -> list[dict[str, Any]]:
+        error = {**error_event(exc), "param": None}
+        failure = {"code": error["code"], "message": error["message"]}
+        # OpenAI's reference has the error's fields flat, Open Responses under "error": both.
+        return [
+            self.event(
+                "error", code=error["code"], message=error["message"], param=None, error=error
+            ),
+            self.event(
+                "response.failed",
+                response=response_object(**shell, status="failed", error=failure),
+            ),
+        ]

@@ -86,74 +86,15 @@ async def plan_turn(
     truncation = data.get("truncation")
     if truncation not in (None, "auto", "disabled"):
         raise ApiError(400, "truncation must be auto or disabled", param="truncation")
-    raw_input = await it.resolve_references(data["input"], lambda s: history_of(svc, s))
-    summary, raw_input = split_compaction(raw_input)
-    if summary is not None and (conversation or previous):
-        raise ApiError(
-            400,
-            "a compaction item starts a new conversation; send it without conversation "
-            "or previous_response_id",
-            param="input",
-        )
-    messages = it.input_messages(raw_input)
-    if not messages:
-        raise ApiError(400, "input is empty", param="input")
-    attachments: list = []
-    if messages[-1]["role"] == "user":
-        text, extra = messages[-1]["content"], messages[:-1]
-        attachments = attached(messages[-1])
-    elif messages[-1]["role"] == "tool":
-        text, extra = "", messages
-    else:
-        raise ApiError(
-            400, "input must end with a user message or a function_call_output", param="input"
-        )
-
-    history: list[dict[str, Any]] = []
-    session_id: str
-    target: dict[str, Any] = {}
-    fallback: dict[str, Any] | None = None
-    if conversation is not None:
-        missing = ApiError(404, f"no conversation {conversation[:200]!r}", code="not_found")
-        if store and not any(m["role"] == "tool" for m in extra):
-            await exists(svc, conversation, missing)  # the turn itself reads the history
-        else:
-            history = (await load_session(svc, conversation, missing)).messages
-        session_id = conversation
-    elif previous is not None and remembered is not None:
-        if store:
-            raise ApiError(
-                400,
-                "previous_response_id names a store: false response, which nothing stored "
-                "can continue; send store: false, or the full input without previous_response_id",
-                param="store",
-            )
-        history, session_id = remembered, ""
-    elif previous is not None:
-        found = await stored_response(svc, previous)
-        history = found.record.messages[: found.end]
-        source = found.record.session_id
-        fork = {"fork_from": source, "upto": found.end}
-        if found.end == len(found.record.messages):
-            session_id = source
-            target = {"expected_revision": found.record.revision}
-            fallback = fork
-        else:
-            session_id, target = ids.new_conversation_id(), fork
-    else:
-        session_id = ids.new_conversation_id()
+    summary, text, extra, attachments = await _input(svc, data["input"], conversation or previous)
+    place = await _place(svc, conversation, previous, remembered, store, extra)
     if summary is not None:
         compressed = {"summary": summary, "covered": 0}
-        start = SessionRecord(session_id, metadata=new_metadata(), compression_state=compressed)
-        target = {"start_from": start, "expected_revision": 0}
-    it.name_tool_outputs(extra, history)
-    sampling = {
-        "temperature": options["temperature"],
-        "top_p": options["top_p"],
-        "max_tokens": options["max_output_tokens"],
-        "tool_choice": tool_choice(data.get("tool_choice")),
-        "parallel_tool_calls": False if options["parallel_tool_calls"] is False else None,
-    }
+        start = SessionRecord(
+            place.session_id, metadata=new_metadata(), compression_state=compressed
+        )
+        place.target = {"start_from": start, "expected_revision": 0}
+    it.name_tool_outputs(extra, place.history)
     turn_options = {
         "model": model,
         "instructions": instructions,
@@ -162,18 +103,110 @@ async def plan_turn(
         "client_tools": client_tools,
         "server_tools": request.app.state.services.serve_tools,
         "attachments": attachments,
-        "options": {key: value for key, value in sampling.items() if value is not None},
+        "options": _sampling(data, options),
         "schema": schema,
         "compress": truncation != "disabled",
         "annotations": {"response": kept_options(options)} if store else {},
     }
     if not store:
-        scratch = {key: target[key] for key in ("start_from",) if key in target}
-        return Turn(svc, None, text, scratch=history, **turn_options, **scratch), options
-    turn = Turn(svc, session_id, text, **turn_options, **target)
-    if fallback is not None:
-        turn.fall_back_to(ids.new_conversation_id(), **fallback)
+        scratch = {key: place.target[key] for key in ("start_from",) if key in place.target}
+        return Turn(svc, None, text, scratch=place.history, **turn_options, **scratch), options
+    turn = Turn(svc, place.session_id, text, **turn_options, **place.target)
+    if place.fallback is not None:
+        turn.fall_back_to(ids.new_conversation_id(), **place.fallback)
     return turn, options
+
+
+async def _input(
+    svc: AsyncFoliko, raw: Any, continued: str | None
+) -> tuple[str | None, str, list[dict[str, Any]], list[Any]]:
+    """The input's compaction summary (if it starts with one), the user's text,
+    the messages before it and the text's attachments. ``continued``: the
+    conversation or response the input continues."""
+    resolved = await it.resolve_references(raw, lambda s: history_of(svc, s))
+    summary, resolved = split_compaction(resolved)
+    if summary is not None and continued:
+        raise ApiError(
+            400,
+            "a compaction item starts a new conversation; send it without conversation "
+            "or previous_response_id",
+            param="input",
+        )
+    messages = it.input_messages(resolved)
+    if not messages:
+        raise ApiError(400, "input is empty", param="input")
+    if messages[-1]["role"] == "user":
+        return summary, messages[-1]["content"], messages[:-1], attached(messages[-1])
+    if messages[-1]["role"] == "tool":
+        return summary, "", messages, []
+    raise ApiError(
+        400, "input must end with a user message or a function_call_output", param="input"
+    )
+
+
+class _Place:
+    """Where a turn runs: its session, the ``target`` it asks of it (a revision
+    to expect, a fork to make), the ``fallback`` when that revision has
+    moved, and the ``history`` it continues (for a scratch turn, and to name
+    tool outputs)."""
+
+    def __init__(
+        self,
+        session_id: str,
+        history: list[dict[str, Any]] | None = None,
+        target: dict[str, Any] | None = None,
+        fallback: dict[str, Any] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.history = history or []
+        self.target = target or {}
+        self.fallback = fallback
+
+
+async def _place(
+    svc: AsyncFoliko,
+    conversation: str | None,
+    previous: str | None,
+    remembered: list[dict[str, Any]] | None,
+    store: bool,
+    extra: list[dict[str, Any]],
+) -> _Place:
+    if conversation is not None:
+        missing = ApiError(404, f"no conversation {conversation[:200]!r}", code="not_found")
+        if store and not any(m["role"] == "tool" for m in extra):
+            await exists(svc, conversation, missing)  # the turn itself reads the history
+            return _Place(conversation)
+        return _Place(conversation, (await load_session(svc, conversation, missing)).messages)
+    if previous is None:
+        return _Place(ids.new_conversation_id())
+    if remembered is not None:
+        if store:
+            raise ApiError(
+                400,
+                "previous_response_id names a store: false response, which nothing stored "
+                "can continue; send store: false, or the full input without previous_response_id",
+                param="store",
+            )
+        return _Place("", remembered)
+    found = await stored_response(svc, previous)
+    history = found.record.messages[: found.end]
+    source = found.record.session_id
+    fork = {"fork_from": source, "upto": found.end}
+    if found.end == len(found.record.messages):
+        return _Place(source, history, {"expected_revision": found.record.revision}, fork)
+    return _Place(ids.new_conversation_id(), history, fork)
+
+
+def _sampling(data: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+    """The model options the request sets."""
+    sampling = {
+        "temperature": options["temperature"],
+        "top_p": options["top_p"],
+        "max_tokens": options["max_output_tokens"],
+        "tool_choice": tool_choice(data.get("tool_choice")),
+        "parallel_tool_calls": False if options["parallel_tool_calls"] is False else None,
+    }
+    return {key: value for key, value in sampling.items() if value is not None}
 
 
 def finished_response(turn: Turn, options: dict[str, Any], model: str | None) -> dict[str, Any]:

@@ -31,7 +31,7 @@ class ForksMixin(ServiceBase):
         if session_id is not None:
             check_session_id(session_id)
         nodes: dict[str, dict[str, Any]] = {}
-        for sid in sorted(s for s in await self.storage.list() if not is_internal(s)):
+        for sid in sorted(s for s in await self.storage.session_ids() if not is_internal(s)):
             try:
                 state = await capabilities.load_state(self.storage, sid)
             except CorruptSessionError as exc:

@@ -114,7 +114,7 @@ class MaintenanceMixin(ServiceBase):
         src, dst = open_storage(source, self.home), open_storage(target, self.home)
         try:
             if on_total is not None:
-                on_total(len(await src.list()))
+                on_total(len(await src.session_ids()))
             return await migrate(src, dst, dry_run=dry_run, overwrite=overwrite, progress=progress)
         finally:
             try:

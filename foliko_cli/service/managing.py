@@ -84,7 +84,7 @@ class SessionsMixin(ServiceBase):
 
     async def session_ids(self) -> list[str]:
         """Every session's id but foliko's own (``is_internal``), sorted."""
-        return sorted(s for s in await self.storage.list() if not is_internal(s))
+        return sorted(s for s in await self.storage.session_ids() if not is_internal(s))
 
     async def delete_sessions(
         self, session_ids: list[str], *, progress: Callable[[int], None] = _no_progress

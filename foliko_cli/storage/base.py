@@ -7,7 +7,6 @@ transaction while a model runs.
 
 from __future__ import annotations
 
-import builtins  # `list` is a storage method: in its class the builtin is builtins.list
 from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
@@ -133,11 +132,27 @@ class SessionStorageAdapter(ABC):
         None). ``expected_revision`` N > 0 must match the stored revision, else
         ConflictError (also when absent); 0 is refused unless absent."""
 
-    @abstractmethod
-    async def list(self) -> list[str]: ...
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """An adapter written for the first contract, whose ``list`` is now
+        ``session_ids``, still works (with a DeprecationWarning)."""
+        super().__init_subclass__(**kwargs)
+        legacy = cls.__dict__.get("list")
+        if legacy is not None and "session_ids" not in cls.__dict__:
+            import warnings
+
+            warnings.warn(
+                f"{cls.__name__}.list() is now called session_ids(); rename it",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            cls.session_ids = legacy  # type: ignore[method-assign]
 
     @abstractmethod
-    async def list_summaries(self) -> builtins.list[SessionSummary]: ...
+    async def session_ids(self) -> list[str]:
+        """The ids of every stored session."""
+
+    @abstractmethod
+    async def list_summaries(self) -> list[SessionSummary]: ...
 
     async def revision(self, session_id: str) -> int | None:
         record = await self.load(session_id)
@@ -145,7 +160,7 @@ class SessionStorageAdapter(ABC):
 
     async def health_check(self) -> bool:
         try:
-            await self.list()
+            await self.session_ids()
         except Exception:
             return False
         return True
@@ -164,7 +179,11 @@ class SessionStorageAdapter(ABC):
 
     async def info(self) -> dict[str, Any]:
         """What ``storage info`` prints: at least backend, location, sessions."""
-        return {"backend": self.name, "location": self.location, "sessions": len(await self.list())}
+        return {
+            "backend": self.name,
+            "location": self.location,
+            "sessions": len(await self.session_ids()),
+        }
 
     @property
     def location(self) -> str:
@@ -183,10 +202,10 @@ class SavesInBatches:
 
         async def save_many(
             self,
-            records: builtins.list[SessionRecord],
+            records: list[SessionRecord],
             *,
-            expected_revisions: builtins.list[int | None] | None = None,
-        ) -> builtins.list[int]: ...
+            expected_revisions: list[int | None] | None = None,
+        ) -> list[int]: ...
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
         return (await self.save_many([record], expected_revisions=[expected_revision]))[0]

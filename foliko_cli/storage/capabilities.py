@@ -224,7 +224,7 @@ async def unreadable_sessions(storage: SessionStorageAdapter) -> list[StoredProb
     """The generic check: every listed session that fails to load (a native check
     starts from this and adds what only its backend can see)."""
     problems = []
-    for session_id in await storage.list():
+    for session_id in await storage.session_ids():
         try:
             await storage.load(session_id)
         except CorruptSessionError as exc:

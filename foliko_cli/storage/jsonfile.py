@@ -41,7 +41,6 @@ StorageError naming the path.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import errno
 import functools
@@ -559,7 +558,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
                 raise self._storage_error("delete", path, exc) from None
         return True
 
-    async def list(self) -> list[str]:
+    async def session_ids(self) -> list[str]:
         """Every id that ``load`` answers for, unreadable ones included (so they get reported).
 
         A file named in our scheme stands for the id its name encodes (``load``
@@ -576,7 +575,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
                 ids.append(entry.summary.session_id)
         return ids
 
-    async def list_summaries(self) -> builtins.list[SessionSummary]:
+    async def list_summaries(self) -> list[SessionSummary]:
         summaries = [entry.summary for entry in self._inspect_all(summarise=True)]
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
@@ -639,7 +638,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
 
     # storage check
 
-    async def check(self) -> builtins.list[StoredProblem]:
+    async def check(self) -> list[StoredProblem]:
         problems = [
             StoredProblem(entry.summary.session_id, str(self.directory / entry.name), entry.reason)
             for entry in self._inspect_all(summarise=True)
@@ -656,7 +655,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
             return False
         return not self._gone(key.removeprefix(_WRITE_KEY))
 
-    def _stray_files(self) -> builtins.list[tuple[Path, str, str]]:
+    def _stray_files(self) -> list[tuple[Path, str, str]]:
         """Orphan lock files and temporary files older than STALE_TEMP_S."""
         found = [
             (path, _key_of(path.name), why) for path, why in self._locks.stray(self._live_lock)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import copy
 import threading
 from typing import Any
@@ -128,10 +127,10 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
             check_expected(session_id, expected_revision, stored.revision if stored else 0)
             return self._records.pop(session_id, None) is not None
 
-    async def list(self) -> list[str]:
+    async def session_ids(self) -> list[str]:
         return list(self._records)
 
-    async def list_summaries(self) -> builtins.list[SessionSummary]:
+    async def list_summaries(self) -> list[SessionSummary]:
         return [self._summary(record) for record in list(self._records.values())]
 
     def _summary(self, record: SessionRecord) -> SessionSummary:

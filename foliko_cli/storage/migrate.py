@@ -78,8 +78,8 @@ async def migrate(
             f"the source {source.location} does not exist",
             fix="check the name or URL of the storage to migrate from",
         )
-    session_ids = await source.list()
-    already = set(await target.list())
+    session_ids = await source.session_ids()
+    already = set(await target.session_ids())
     report = MigrationReport(
         total=len(session_ids), dry_run=dry_run, source=source.location, target=target.location
     )

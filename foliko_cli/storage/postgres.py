@@ -39,7 +39,6 @@ psycopg 3 is imported when a storage is created, never at module import.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import logging
 import os
@@ -466,14 +465,14 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             lambda db: writes.delete_session(db, self._dialect, session_id, expected_revision)
         )
 
-    async def list(self) -> list[str]:
+    async def session_ids(self) -> list[str]:
         async with self._connection() as db:
             rows = await db.fetchall(
                 self._dialect.sql("SELECT session_id FROM {sessions} ORDER BY session_id")
             )
         return [row[0] for row in rows]
 
-    async def list_summaries(self) -> builtins.list[SessionSummary]:
+    async def list_summaries(self) -> list[SessionSummary]:
         """Newest first, read page by page along the index, all from one snapshot."""
         async with self._transaction() as db:
             await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -581,7 +580,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             await writes.remove_sessions(db, d, [problem.session_id])
         return f"{self.location} (table {self.schema}.quarantine)"
 
-    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
+    async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the GIN index on the messages' text (postgres_search.py)."""
         from foliko_cli.storage.postgres_search import search
 

@@ -38,7 +38,6 @@ run over the pool's other connections.
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import os
 import re
@@ -597,12 +596,12 @@ class RedisStorage(SessionStorageAdapter):
             check_expected(session_id, expected_revision, int(found))
         return bool(existed)
 
-    async def list(self) -> list[str]:
+    async def session_ids(self) -> list[str]:
         with self._guard():
             members = await self._client().zrange(self.index_key, 0, -1)
         return [member.decode() for member in members]
 
-    async def list_summaries(self) -> builtins.list[SessionSummary]:
+    async def list_summaries(self) -> list[SessionSummary]:
         """From the index and each session's meta hash; messages are never read."""
         with self._guard():
             ids = [m.decode() for m in await self._client().zrevrange(self.index_key, 0, -1)]
@@ -621,7 +620,7 @@ class RedisStorage(SessionStorageAdapter):
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
 
-    def _summary(self, session_id: str, values: Any, length: Any) -> builtins.list[SessionSummary]:
+    def _summary(self, session_id: str, values: Any, length: Any) -> list[SessionSummary]:
         """The session's row of ``list_summaries``, marked when damaged; none when it
         was deleted since the index was read."""
         for result in (values, length):
@@ -715,10 +714,10 @@ class RedisStorage(SessionStorageAdapter):
         if result == -2:
             raise SessionNotFoundError(old_id)
 
-    async def check(self) -> builtins.list[StoredProblem]:
+    async def check(self) -> list[StoredProblem]:
         """Unreadable sessions, index entries whose meta hash is gone, and message
         lists whose meta hash is gone (found by SCAN: ``check`` only)."""
-        ids = await self.list()
+        ids = await self.session_ids()
         problems = []
         for session_id in ids:
             try:

@@ -11,7 +11,6 @@ they do unscoped.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -146,10 +145,10 @@ class UserScopedStorage(SessionStorageAdapter):
                 self._stored(session_id), expected_revision=expected_revision
             )
 
-    async def list(self) -> list[str]:
-        return [own for s in await self.inner.list() if (own := self._own(s)) is not None]
+    async def session_ids(self) -> list[str]:
+        return [own for s in await self.inner.session_ids() if (own := self._own(s)) is not None]
 
-    async def list_summaries(self) -> builtins.list[SessionSummary]:
+    async def list_summaries(self) -> list[SessionSummary]:
         return [
             summary._replace(session_id=own)
             for summary in await self.inner.list_summaries()
@@ -200,7 +199,7 @@ class UserScopedStorage(SessionStorageAdapter):
         except CorruptSessionError as exc:
             raise self._owned(exc) from None
 
-    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
+    async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the index of what it wraps, kept to this user's sessions;
         else a scan of this user's sessions alone."""
         from foliko_cli.storage.search import Searchable, scan_search
@@ -221,7 +220,7 @@ class UserScopedStorage(SessionStorageAdapter):
             if (own := self._own(hit.session_id)) is not None  # always: the prefix was asked
         ]
 
-    async def check(self) -> builtins.list[StoredProblem]:
+    async def check(self) -> list[StoredProblem]:
         return [
             problem._replace(session_id=own)
             for problem in await capabilities.check(self.inner)
@@ -237,7 +236,11 @@ class UserScopedStorage(SessionStorageAdapter):
         return await self.inner.health_check()
 
     async def info(self) -> dict[str, Any]:
-        return {**await self.inner.info(), "user": self.user, "sessions": len(await self.list())}
+        return {
+            **await self.inner.info(),
+            "user": self.user,
+            "sessions": len(await self.session_ids()),
+        }
 
     @property
     def location(self) -> str:

@@ -322,7 +322,7 @@ async def scan_search(storage: Any, query: SearchQuery) -> list[SearchHit]:
     elif query.since is not None:
         ids = [s.session_id for s in await storage.list_summaries() if s.updated_at >= query.since]
     else:
-        ids = await storage.list()
+        ids = await storage.session_ids()
     hits: list[SearchHit] = []
     for session_id in sorted(ids):
         try:

@@ -22,7 +22,6 @@ imported once, and the rows that cannot be are reported, never skipped.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import os
 import sqlite3
@@ -441,13 +440,13 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         if self._locks is not None:
             self._locks.remove_if_free(session_id, lambda: not self._exists(session_id))
 
-    async def list(self) -> list[str]:
+    async def session_ids(self) -> list[str]:
         if self._absent():
             return []
         with self._guard():
             return [row[0] for row in self.db.execute("SELECT session_id FROM sessions")]
 
-    async def list_summaries(self) -> builtins.list[SessionSummary]:
+    async def list_summaries(self) -> list[SessionSummary]:
         if self._absent():
             return []
         with self._guard():
@@ -459,7 +458,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         )
         return summaries
 
-    def _unreadable_seed_rows(self, session_id: str | None = None) -> builtins.list[tuple]:
+    def _unreadable_seed_rows(self, session_id: str | None = None) -> list[tuple]:
         """Rows of the seed's table that could not be imported (never silently skipped)."""
         if not self._seed_table():
             return []
@@ -478,7 +477,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         if orphans:
             raise orphaned(session_id, self.path, orphans, SESSION_ROW)
 
-    def _orphans(self) -> builtins.list[StoredProblem]:
+    def _orphans(self) -> list[StoredProblem]:
         rows = self.db.execute(
             """SELECT session_id, COUNT(*) FROM messages
                WHERE session_id NOT IN (SELECT session_id FROM sessions) GROUP BY session_id"""
@@ -539,7 +538,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             self._drop_seed_row(db, old_id)
         self._remove_lock_file(old_id)
 
-    async def check(self) -> builtins.list[StoredProblem]:
+    async def check(self) -> list[StoredProblem]:
         from foliko_cli.storage.capabilities import unreadable_sessions
 
         problems = await unreadable_sessions(self)
@@ -562,7 +561,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         )
         return problems
 
-    def _quick_check(self) -> builtins.list[str]:
+    def _quick_check(self) -> list[str]:
         """What ``PRAGMA quick_check`` finds wrong, one line each."""
         try:
             rows = self.db.execute("PRAGMA quick_check").fetchall()
@@ -576,7 +575,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         with self._guard():
             return self._exists(key)
 
-    def _stray_locks(self) -> builtins.list[tuple[Path, str, str]]:
+    def _stray_locks(self) -> list[tuple[Path, str, str]]:
         if self._locks is None:
             return []
         return [
@@ -655,7 +654,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     def location(self) -> str:
         return self.path
 
-    async def search(self, query: SearchQuery) -> builtins.list[SearchHit]:
+    async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the FTS5 index; a scan where this SQLite has none."""
         if self._absent():
             return []

@@ -106,7 +106,7 @@ async def entries(storage: SessionStorageAdapter, *, counted: bool = False) -> l
     if counted:
         found = [_from_summary(s) for s in await storage.list_summaries()]
     else:
-        found = [parse(stored) for stored in await storage.list()]
+        found = [parse(stored) for stored in await storage.session_ids()]
     return sorted(
         (entry for entry in found if entry is not None),
         key=lambda e: (_removed_us(e), e.stored_id),

@@ -46,7 +46,7 @@ def test_the_service_takes_a_user():
         shared = MemoryStorage()
         async with AsyncFoliko(shared, "echo", user="carol") as carol:
             await carol.chat("s", "hi")
-            assert await shared.list() == ["~carol~/s"]
+            assert await shared.session_ids() == ["~carol~/s"]
 
     asyncio.run(scenario())
 

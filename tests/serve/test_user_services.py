@@ -211,7 +211,7 @@ def test_scratch_sessions_keep_no_trash_and_users_keep_the_configured_one(foliko
             user = services.lease("alice")
             keeps = (services.ephemeral.trash_keep, user.service.trash_keep)
             user.release()
-            return keeps, await services.ephemeral.storage.list()
+            return keeps, await services.ephemeral.storage.session_ids()
         finally:
             await services.aclose()
 

@@ -28,8 +28,8 @@ class CoreOnlyStorage(SessionStorageAdapter):
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         return await self.inner.delete(session_id, expected_revision=expected_revision)
 
-    async def list(self) -> list[str]:
-        return await self.inner.list()
+    async def session_ids(self) -> list[str]:
+        return await self.inner.session_ids()
 
     async def list_summaries(self):
         return await self.inner.list_summaries()

@@ -299,7 +299,7 @@ def test_append_to_a_missing_session_with_a_revision_conflicts_and_creates_nothi
     with pytest.raises(ConflictError):
         run(storage.append("ghost", turn("x"), state(), expected_revision=3))
     assert run(storage.load("ghost")) is None
-    assert "ghost" not in run(storage.list())
+    assert "ghost" not in run(storage.session_ids())
 
 
 def test_content_hash_survives_a_round_trip_through_append(storage, run):
@@ -317,17 +317,17 @@ def test_delete_reports_whether_there_was_a_session(storage, run):
     assert run(storage.load("s1")) is None
     assert run(storage.delete("s1")) is False
     assert run(storage.delete("never-existed")) is False
-    assert run(storage.list()) == []
+    assert run(storage.session_ids()) == []
 
 
 # list and summaries
 
 
 def test_list_names_every_session(storage, run):
-    assert run(storage.list()) == []
+    assert run(storage.session_ids()) == []
     for name in ("a", "b", "c"):
         run(storage.save(make_record(name, messages=turn(name))))
-    assert sorted(run(storage.list())) == ["a", "b", "c"]
+    assert sorted(run(storage.session_ids())) == ["a", "b", "c"]
 
 
 def test_summaries_count_preview_and_times_without_loading_messages(
@@ -401,7 +401,7 @@ ODD_IDS = [
 def test_any_printable_id_is_stored_and_found_under_itself(storage, run):
     for i, session_id in enumerate(ODD_IDS):
         run(storage.save(make_record(session_id, messages=turn(f"q{i}"))))
-    assert sorted(run(storage.list())) == sorted(ODD_IDS)
+    assert sorted(run(storage.session_ids())) == sorted(ODD_IDS)
     for i, session_id in enumerate(ODD_IDS):
         loaded = run(storage.load(session_id))
         assert loaded.session_id == session_id
@@ -409,7 +409,7 @@ def test_any_printable_id_is_stored_and_found_under_itself(storage, run):
     assert {s.session_id for s in run(storage.list_summaries())} == set(ODD_IDS)
     for session_id in ODD_IDS:
         assert run(storage.delete(session_id)) is True
-    assert run(storage.list()) == []
+    assert run(storage.session_ids()) == []
 
 
 # copy and rename
@@ -447,7 +447,7 @@ def test_rename_moves_the_session(storage, run):
     assert moved.session_id == "new"
     assert moved.messages == RICH_MESSAGES
     assert moved.variables == NESTED_VARIABLES
-    assert sorted(run(storage.list())) == ["new"]
+    assert sorted(run(storage.session_ids())) == ["new"]
     revision = run(storage.revision("new"))
     run(storage.append("new", turn("after"), state(), expected_revision=revision))
     assert run(storage.load("new")).messages[-2:] == turn("after")
@@ -463,7 +463,7 @@ def test_rename_refuses_an_existing_target_and_an_unknown_source(storage, run):
     with pytest.raises(SessionNotFoundError):
         run(capabilities.rename(storage, "missing", "fresh"))
     assert run(storage.load("fresh")) is None
-    assert sorted(run(storage.list())) == ["old", "taken"]
+    assert sorted(run(storage.session_ids())) == ["old", "taken"]
 
 
 # the trash (storage.trash: one generic implementation over the core)
@@ -486,7 +486,7 @@ def test_a_moved_session_is_kept_whole_in_the_trash_and_restored(storage, run):
     assert (back.metadata["created_at"], back.saved_at) == (T0, T0 + 99)
     assert back.compression_state == original.compression_state
     assert run(trash.entries(storage)) == []
-    assert run(storage.list()) == ["s1"]
+    assert run(storage.session_ids()) == ["s1"]
 
 
 def test_a_copy_keeps_the_session_as_it_was_before_it_is_rewritten(storage, run):
@@ -519,7 +519,7 @@ def test_an_entry_emptied_or_restored_is_gone_and_a_missing_session_cannot_move(
         run(trash.restore(storage, entry, "s1"))
     with pytest.raises(SessionNotFoundError):
         run(trash.move(storage, "s1", "delete"))
-    assert run(storage.list()) == []
+    assert run(storage.session_ids()) == []
 
 
 def test_the_trash_keeps_any_session_id_under_its_own_name(storage, run):
@@ -531,7 +531,7 @@ def test_the_trash_keeps_any_session_id_under_its_own_name(storage, run):
     assert all(e.message_count == 2 for e in entries)
     for entry in entries:
         run(trash.restore(storage, entry, entry.session_id))
-    assert sorted(run(storage.list())) == sorted(ODD_IDS)
+    assert sorted(run(storage.session_ids())) == sorted(ODD_IDS)
 
 
 def test_the_same_session_trashed_twice_is_two_entries(storage, run):
@@ -801,7 +801,7 @@ def test_a_record_that_is_not_canonical_is_refused_and_nothing_is_written(storag
     assert error.value.exit_code == ExitCode.USAGE
     assert "nothing was saved" in str(error.value)
     assert run(storage.load("s")) is None
-    assert run(storage.list()) == []
+    assert run(storage.session_ids()) == []
 
 
 def test_json_nested_deeper_than_200_levels_is_refused_and_150_kept(storage, run):
@@ -1007,7 +1007,7 @@ def test_no_write_touches_a_damaged_session(storage, run, hole, damaged):
     with pytest.raises((CorruptSessionError, SessionExistsError)):
         run(capabilities.rename(storage, "intact", "victim"))
     assert damage.snapshot(storage, "victim") == before
-    assert sorted(run(storage.list())) in (["intact"], ["intact", "victim"])
+    assert sorted(run(storage.session_ids())) in (["intact"], ["intact", "victim"])
     assert run(storage.load("intact")).messages == turn("alpha intact")
 
 
@@ -1104,7 +1104,7 @@ def test_search_leaves_a_damaged_session_out_and_finds_the_others(storage, run, 
     hits = run(service.search("alpha", on_unreadable=reported.append))
     assert "intact" in {hit.session_id for hit in hits}
     assert {error.session_id for error in reported} <= {"victim"}
-    scanned = not isinstance(storage, Searchable) and "victim" in run(storage.list())
+    scanned = not isinstance(storage, Searchable) and "victim" in run(storage.session_ids())
     if reported or scanned:  # an index shows what it holds, a scan what is listed
         assert {error.session_id for error in reported} == {"victim"}
         assert "victim" not in {hit.session_id for hit in hits}

@@ -59,7 +59,7 @@ def export(service: AsyncFoliko, fmt: str, run, session_ids: list[str] | None = 
     """What ``sessions export ID... --format FMT`` writes."""
 
     async def scenario() -> bytes:
-        ids = session_ids or sorted(await service.storage.list())
+        ids = session_ids or sorted(await service.storage.session_ids())
         found = [await service.get_session(session_id) for session_id in ids]
         return "".join(line + "\n" for line in writer(fmt)(found)).encode()
 

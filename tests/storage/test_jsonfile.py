@@ -133,7 +133,7 @@ def test_seed_file_with_ai_sdk_parts_loads_as_canonical_messages(json_storage, d
 def test_seed_files_are_listed_and_summarised(json_storage, directory, run):
     write_seed(directory, "chat-1.json", SEED_CHAT)
     write_seed(directory, "plain.json", {"sessionId": "plain", "messages": [], "savedAt": 5})
-    assert sorted(run(json_storage.list())) == ["chat-1", "plain"]
+    assert sorted(run(json_storage.session_ids())) == ["chat-1", "plain"]
     summaries = {s.session_id: s for s in run(json_storage.list_summaries())}
     chat = summaries["chat-1"]
     assert chat.error is None
@@ -149,7 +149,7 @@ def test_seed_file_named_by_a_raw_id_is_found_and_rewritten_in_place(json_storag
     document = {**SEED_CHAT, "sessionId": session_id}
     path = write_seed(directory, f"{session_id}.json", document)
     assert file_name(session_id) != path.name
-    assert run(json_storage.list()) == [session_id]
+    assert run(json_storage.session_ids()) == [session_id]
     record = run(json_storage.load(session_id))
     run(json_storage.append(session_id, turn("more"), state(), expected_revision=record.revision))
     assert sorted(p.name for p in directory.glob("*.json")) == [path.name]
@@ -162,7 +162,7 @@ def test_seed_file_named_by_a_raw_id_is_found_and_rewritten_in_place(json_storag
 def test_seed_file_without_session_id_takes_the_id_from_its_name(json_storage, directory, run):
     document = {k: v for k, v in SEED_CHAT.items() if k != "sessionId"}
     write_seed(directory, "legacy.json", document)
-    assert run(json_storage.list()) == ["legacy"]
+    assert run(json_storage.session_ids()) == ["legacy"]
     assert run(json_storage.load("legacy")).session_id == "legacy"
     assert len(run(json_storage.load("legacy")).messages) == 4
 
@@ -254,7 +254,7 @@ def test_reading_a_missing_directory_finds_nothing_and_creates_nothing(
 ):
     assert run(json_storage.load("s1")) is None
     assert run(json_storage.revision("s1")) is None
-    assert run(json_storage.list()) == []
+    assert run(json_storage.session_ids()) == []
     assert run(json_storage.list_summaries()) == []
     assert run(json_storage.delete("s1")) is False
     assert run(json_storage.check()) == []
@@ -329,7 +329,7 @@ def test_hostile_ids_never_address_a_path_outside_the_directory(tmp_path, run):
     assert len({name.lower() for name in names}) == len(names)  # case-insensitive filesystems
     for name in names:
         assert not name.startswith(".") and len(name.encode()) <= 255 and name.isascii()
-    assert sorted(run(adapter.list())) == sorted(HOSTILE_IDS)
+    assert sorted(run(adapter.session_ids())) == sorted(HOSTILE_IDS)
     for i, session_id in enumerate(HOSTILE_IDS):
         assert run(adapter.load(session_id)).messages == turn(f"q{i}") + turn("again")
 
@@ -451,7 +451,7 @@ def test_corrupt_file_is_marked_in_summaries_and_the_rest_still_list(json_storag
     assert summaries["healthy"].error is None
     marked = summaries["s"]
     assert marked.error and path.name in marked.error and "\n" not in marked.error
-    assert sorted(run(json_storage.list())) == ["healthy", "s"]  # migration reports it
+    assert sorted(run(json_storage.session_ids())) == ["healthy", "s"]  # migration reports it
 
 
 def test_storage_check_reports_and_quarantine_moves_it_aside(json_storage, corrupt, run):
@@ -463,7 +463,7 @@ def test_storage_check_reports_and_quarantine_moves_it_aside(json_storage, corru
     assert moved.parent.name == ".quarantine"
     assert not path.exists()
     assert run(json_storage.check()) == []
-    assert run(json_storage.list()) == ["healthy"]
+    assert run(json_storage.session_ids()) == ["healthy"]
 
 
 def test_a_corrupt_session_can_be_deleted(json_storage, corrupt, run):
@@ -490,7 +490,7 @@ def test_temp_files_left_by_a_crash_are_ignored(json_storage, directory, run):
     run(json_storage.save(make_record("s", messages=turn("real"))))
     (directory / ".s.0123456789ab.tmp").write_bytes(b'{"sessionId": "s", "mess')
     (directory / ".ghost.ba9876543210.tmp").write_bytes(VALID)
-    assert run(json_storage.list()) == ["s"]
+    assert run(json_storage.session_ids()) == ["s"]
     assert [s.error for s in run(json_storage.list_summaries())] == [None]
     assert run(json_storage.load("s")).messages == turn("real")
     assert run(json_storage.load("ghost")) is None

@@ -110,7 +110,7 @@ def test_schema_can_come_from_a_postgres_url(url, schema, run):
 
 def test_migrations_are_recorded_once_and_each_step_is_idempotent(url, schema, run):
     first = PostgresStorage(url, schema=schema)
-    run(first.list())
+    run(first.session_ids())
     recorded = query(url, f'SELECT version, name, applied_at FROM "{schema}".schema_migrations')
     assert [(v, n) for v, n, _ in sorted(recorded)] == [
         (i, step.__name__) for i, step in enumerate(MIGRATIONS, start=1)
@@ -124,7 +124,7 @@ def test_migrations_are_recorded_once_and_each_step_is_idempotent(url, schema, r
 
     run(again())
     second = PostgresStorage(url, schema=schema)
-    run(second.list())
+    run(second.session_ids())
     assert sorted(query(url, f'SELECT * FROM "{schema}".schema_migrations')) == sorted(recorded)
     run(first.close())
     run(second.close())
@@ -135,7 +135,7 @@ def test_many_threads_starting_on_an_empty_database_migrate_it_once(url, schema)
         storage = PostgresStorage(url, schema=schema)
         try:
             asyncio.run(storage.save(SessionRecord(f"s{i}", messages=turn(str(i)))))
-            return asyncio.run(storage.list())
+            return asyncio.run(storage.session_ids())
         finally:
             asyncio.run(storage.close())
 
@@ -186,7 +186,7 @@ def test_a_schema_from_a_newer_foliko_is_refused_and_left_alone(url, pg, schema,
     query(url, f"INSERT INTO {pg._dialect.quoted}.schema_migrations VALUES (999, 'future', 0)")
     newer = PostgresStorage(url, schema=pg.schema)
     with pytest.raises(StorageError, match="upgrade foliko"):
-        run(newer.list())
+        run(newer.session_ids())
     run(newer.close())
     assert query(url, f"SELECT session_id FROM {pg._dialect.quoted}.sessions") == [("keep",)]
 
@@ -235,7 +235,7 @@ def test_seq_is_gap_free_in_commit_order(url, pg, run):
 
 
 def test_concurrent_appends_from_several_connections_lose_nothing(url, pg, run):
-    run(pg.list())  # migrate first: this test is about appends
+    run(pg.session_ids())  # migrate first: this test is about appends
     writers, turns = 6, 10
 
     revisions = concurrent_appends(lambda: PostgresStorage(url, schema=pg.schema), writers, turns)
@@ -295,7 +295,7 @@ def test_save_many_is_one_transaction(pg, run, monkeypatch):
     with pytest.raises(StorageError, match="simulated"):
         run(pg.save_many(batch))
     monkeypatch.undo()
-    assert run(pg.list()) == ["a"]
+    assert run(pg.session_ids()) == ["a"]
     assert run(pg.load("a")).messages == turn("old a")
     assert run(pg.revision("a")) == before
 
@@ -326,7 +326,7 @@ def test_check_reports_a_corrupt_session_and_quarantine_moves_it_aside(url, pg, 
     assert [p.session_id for p in problems] == ["bad"]
     where = run(pg.quarantine(problems[0]))
     assert f"{pg.schema}.quarantine" in where
-    assert run(pg.list()) == ["good"]
+    assert run(pg.session_ids()) == ["good"]
     assert run(capabilities.check(pg)) == []
     (moved,) = query(
         url, f"SELECT session_id, reason, messages FROM {pg._dialect.quoted}.quarantine"
@@ -350,8 +350,8 @@ def test_a_dropped_connection_is_reopened_on_the_next_call(url, pg, run):
     (connection,) = pool.idle  # calls one after another reuse one connection
     query(url, "SELECT pg_terminate_backend(%s)", (connection.info.backend_pid,))
     with pytest.raises(StorageError, match=r"127\.0\.0\.1:5432"):
-        run(pg.list())
-    assert run(pg.list()) == ["s"]
+        run(pg.session_ids())
+    assert run(pg.session_ids()) == ["s"]
 
 
 # the session lock
@@ -397,7 +397,7 @@ async def poll_query(url: str, text: str, *, at_least: int) -> bool:
 
 
 def test_turns_under_the_lock_never_conflict(url, pg, run):
-    run(pg.list())
+    run(pg.session_ids())
 
     def take_turns(worker: int) -> None:
         storage = PostgresStorage(url, schema=pg.schema)
@@ -420,7 +420,7 @@ def test_turns_under_the_lock_never_conflict(url, pg, run):
 
 
 def test_a_killed_holder_does_not_block_the_session(url, pg, run):
-    run(pg.list())
+    run(pg.session_ids())
     holder = textwrap.dedent(
         """
         import asyncio, sys
@@ -490,7 +490,7 @@ def test_a_lock_connection_lost_mid_turn_is_closed_and_the_session_freed(url, pg
 
 def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
     async def connections():
-        await pg.list()
+        await pg.session_ids()
         (pool,) = pg._pools.values()
         return [pool.idle[-1], await pg._lock_connection(pool)]
 
@@ -533,7 +533,7 @@ def test_a_frozen_connection_holds_only_the_operation_running_on_it(url, schema,
             return await asyncio.gather(
                 storage.load("a"),
                 storage.load("b"),
-                storage.list(),
+                storage.session_ids(),
                 storage.save(SessionRecord("c")),
                 locked(),
             )
@@ -590,7 +590,7 @@ def test_an_existing_schema_needs_no_create_privilege_on_the_database(url, schem
         assert query(url, f"SELECT to_regclass('\"{schema}\".quarantine') IS NOT NULL") == [(True,)]
         other = PostgresStorage(as_role, schema=f"{schema}_new")
         with pytest.raises(StorageError) as error:
-            run(other.list())
+            run(other.session_ids())
         assert "permission denied" in str(error.value)
         run(other.close())
     finally:

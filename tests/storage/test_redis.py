@@ -128,7 +128,7 @@ def test_one_sessions_keys_share_a_cluster_slot(rs, run, client):
         assert run(rs.load(session_id)).session_id == session_id
     assert hash_tag("a{b}c") == "{a%7Bb%7Dc}"
     assert hash_tag("%7B") != hash_tag("{")  # escaping keeps distinct ids distinct
-    assert sorted(run(rs.list())) == sorted(["plain", "a{b}c", "}x{", "%7B"])
+    assert sorted(run(rs.session_ids())) == sorted(["plain", "a{b}c", "}x{", "%7B"])
 
 
 def test_listing_reads_the_index_never_scan(rs, run, client, monkeypatch):
@@ -140,7 +140,7 @@ def test_listing_reads_the_index_never_scan(rs, run, client, monkeypatch):
 
     for method in ("scan", "scan_iter", "keys"):
         monkeypatch.setattr(redis.asyncio.Redis, method, forbidden)
-    assert sorted(run(rs.list())) == ["new", "old"]
+    assert sorted(run(rs.session_ids())) == ["new", "old"]
     assert [s.session_id for s in run(rs.list_summaries())] == ["new", "old"]
     scores = dict(client.zrange(rs.index_key, 0, -1, withscores=True))
     assert scores[b"old"] == 1000
@@ -195,7 +195,7 @@ def test_check_reports_corrupt_sessions_and_quarantine_moves_them_aside(rs, run,
     assert sorted(p.session_id for p in problems) == ["bad-json", "bad-type", "evicted"]
     for problem in problems:
         assert f"{rs.prefix}:q:" in run(rs.quarantine(problem))
-    assert run(rs.list()) == ["good"]
+    assert run(rs.session_ids()) == ["good"]
     assert run(rs.check()) == []
     moved = client.hgetall(rs.quarantine_key)
     assert len(moved) == 3
@@ -216,7 +216,7 @@ def test_save_many_runs_in_one_multi(rs, run, monkeypatch):
     revisions = run(rs.save_many(records))
     assert calls == ["pipeline", "multi"]  # the damage check of all, then the writes
     assert revisions == [run(rs.revision(f"s{i}")) for i in range(5)]
-    assert sorted(run(rs.list())) == [f"s{i}" for i in range(5)]
+    assert sorted(run(rs.session_ids())) == [f"s{i}" for i in range(5)]
 
 
 def test_info_reports_counts(rs, run):
@@ -230,8 +230,8 @@ def test_info_reports_counts(rs, run):
 def test_prefixes_keep_storages_apart(url, rs, run):
     with redis_storage(url) as other:
         run(other.save(SessionRecord("s")))
-        assert run(rs.list()) == []
-        assert run(other.list()) == ["s"]
+        assert run(rs.session_ids()) == []
+        assert run(other.session_ids()) == ["s"]
 
 
 # the session lock
@@ -358,7 +358,7 @@ def test_check_reports_keys_left_without_their_meta_hash_and_quarantine_clears_t
     for problem in run(rs.check()):
         run(rs.quarantine(problem))
     assert run(rs.check()) == []
-    assert run(rs.list()) == ["good"]
+    assert run(rs.session_ids()) == ["good"]
     assert client.exists(rs.key("messages-only", "msgs")) == 0
 
 
@@ -400,7 +400,7 @@ def test_a_frozen_connection_holds_only_the_call_on_it(url, runner):
             )
             async with storage.lock("other", 1):
                 assert await storage.revision("other") == revision
-            assert "other" in await storage.list()
+            assert "other" in await storage.session_ids()
             assert await storage.health_check() is True
 
         async def scenario() -> float:

@@ -57,7 +57,7 @@ def test_an_unreachable_server_is_a_storage_error_without_the_password(backend, 
     _, _, adapter, _, unreachable, options = backend
     storage = adapter(unreachable, **options)
     with pytest.raises(StorageError) as error:
-        run(storage.list())
+        run(storage.session_ids())
     message = str(error.value)
     assert error.value.exit_code == ExitCode.STORAGE
     assert "127.0.0.1:1" in message
@@ -127,7 +127,7 @@ def test_a_call_on_a_stalled_connection_fails_within_its_bound(stalling, run):
 
 def test_taking_the_session_lock_through_a_stall_fails_within_its_bound(stalling, run):
     storage, proxy = stalling
-    run(storage.list())
+    run(storage.session_ids())
     proxy.stall()
 
     async def take():
@@ -167,7 +167,7 @@ def test_a_password_in_the_user_part_or_the_query_is_never_shown(backend, run, w
     url = SECRET_URLS[name][which]
     storage = adapter(url, **options)
     with pytest.raises(StorageError) as error:
-        run(storage.list())
+        run(storage.session_ids())
     texts = [shown(url), storage.location, repr(storage), str(error.value)]
     for text in texts:
         for secret in _secret_parts(url):

@@ -81,7 +81,7 @@ def test_wal_mode_and_a_busy_timeout_are_on(db_path, opened, run):
 
 def test_reading_a_missing_database_creates_nothing(db_path, opened, run):
     storage = opened(db_path)
-    assert run(storage.list()) == []
+    assert run(storage.session_ids()) == []
     assert run(storage.list_summaries()) == []
     assert run(storage.load("s1")) is None
     assert run(storage.revision("s1")) is None
@@ -138,7 +138,7 @@ def test_a_seed_layout_database_opens_and_its_sessions_load(db_path, opened, run
     ]
     make_seed_database(db_path, rows)
     storage = opened(db_path)
-    assert sorted(run(storage.list())) == ["chat-1", "plain"]
+    assert sorted(run(storage.session_ids())) == ["chat-1", "plain"]
     record = run(storage.load("chat-1"))
     assert [(m["role"], m["content"]) for m in record.messages] == [
         ("user", "What is the weather in Paris?"),
@@ -182,7 +182,7 @@ def corrupt_seed_database(db_path: Path) -> None:
 def test_an_unreadable_seed_row_is_reported_by_check_and_left_in_place(db_path, opened, run):
     corrupt_seed_database(db_path)
     storage = opened(db_path)
-    assert run(storage.list()) == ["good"]
+    assert run(storage.session_ids()) == ["good"]
     assert [(p.session_id, p.kind) for p in run(storage.check())] == [("bad", ProblemKind.SEED_ROW)]
     assert query(db_path, "SELECT data FROM seed_sessions WHERE session_id = 'bad'") == [
         ('{"sessionId": "bad", "mes',)
@@ -280,7 +280,7 @@ def test_a_file_that_is_not_a_database_is_a_storage_error_and_stays_untouched(
 ):
     db_path.write_bytes(content)
     storage = opened(db_path)
-    for operation in (storage.list, storage.list_summaries, lambda: storage.load("s1")):
+    for operation in (storage.session_ids, storage.list_summaries, lambda: storage.load("s1")):
         with pytest.raises(StorageError) as failure:
             run(operation())
         assert failure.value.exit_code == 3
@@ -318,7 +318,7 @@ def test_a_database_from_a_newer_foliko_is_a_storage_error(db_path, opened, run)
     newer_database(db_path)
     storage = opened(db_path)
     with pytest.raises(StorageError) as failure:
-        run(storage.list())
+        run(storage.session_ids())
     assert failure.value.exit_code == 3
     assert "newer" in str(failure.value) and "upgrade" in str(failure.value)
     assert "\n" not in str(failure.value)
@@ -330,7 +330,7 @@ def test_a_database_from_a_newer_foliko_is_a_storage_error(db_path, opened, run)
 def test_a_database_from_a_newer_foliko_is_left_byte_for_byte(db_path, opened, run):
     original = newer_database(db_path)
     with pytest.raises(StorageError):
-        run(opened(db_path).list())
+        run(opened(db_path).session_ids())
     assert db_path.read_bytes() == original
 
 

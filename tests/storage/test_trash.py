@@ -173,7 +173,7 @@ def test_emptying_takes_all_or_what_is_older_than_asked(service, run):
         run(trash.move(service.storage, name, "delete", now=now - age))
     assert [e.session_id for e in run(service.empty_trash(older_than_ms=7 * DAY))] == ["week"]
     assert [e.session_id for e in run(service.empty_trash())] == ["hour"]
-    assert run(service.storage.list()) == []
+    assert run(service.storage.session_ids()) == []
 
 
 def test_with_the_trash_off_removals_are_final(storage, tmp_path, run):
@@ -183,7 +183,7 @@ def test_with_the_trash_off_removals_are_final(storage, tmp_path, run):
     run(service.chat("s", "again"))
     run(service.delete_sessions(["s"]))
     assert run(service.list_trash()) == []
-    assert run(service.storage.list()) == []
+    assert run(service.storage.session_ids()) == []
 
 
 class FailingModel(EchoModel):
