@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
@@ -613,6 +613,22 @@ class AgentChatHandler:
             add(dict(extra))
         if message or not setup.messages:
             add(self._user_message(message, setup.attachments))
+        steps = await self._steps(session, request, events, turn, setup, add)
+        if setup.on_finish is not None:
+            setup.on_finish(session.messages[first:])
+        return self._result(steps, session, request, started, compressed_before)
+
+    async def _steps(
+        self,
+        session: SessionContext,
+        request: RequestContext,
+        events: TurnEvents | None,
+        turn: TurnOptions,
+        setup: TurnSetup,
+        add: Callable[[dict[str, Any]], None],
+    ) -> _Steps:
+        """Call the model and run the tools it asks for, at most ``max_steps``
+        times, adding each reply and tool message with ``add``."""
         tools, client_tools = self._offered_tools(setup)
         specs = [tool.spec() for tool in tools.values()] + list(setup.client_tools)
         self.compressor.count_tools(specs)
@@ -656,9 +672,18 @@ class AgentChatHandler:
             handed_back = await self._run_tool_calls(response, tools, client_tools, events, add)
             if handed_back:
                 break
-        if setup.on_finish is not None:
-            setup.on_finish(session.messages[first:])
-        if handed_back:
+        return _Steps(response, step, handed_back, usage, compression, turn)
+
+    def _result(
+        self,
+        steps: _Steps,
+        session: SessionContext,
+        request: RequestContext,
+        started: float,
+        compressed_before: Any,
+    ) -> TurnResult:
+        response, usage, compression = steps.response, steps.usage, steps.compression
+        if steps.handed_back:
             finish = "tool_calls"
         else:
             finish = "max_steps" if response.tool_calls else response.finish_reason
@@ -673,7 +698,7 @@ class AgentChatHandler:
         return TurnResult(
             success=True,
             message=response.text,
-            step_count=step,
+            step_count=steps.calls,
             request_id=request.request_id,
             trace_id=request.trace_id,
             session_id=session.session_id,
@@ -682,7 +707,7 @@ class AgentChatHandler:
             model=self.model.name,
             duration_ms=round((time.monotonic() - started) * 1000),
             cost=turn_cost(summed(usage, compression), self.model.price),
-            max_tokens=self.reply_bound(turn),
+            max_tokens=self.reply_bound(steps.turn),
             compressed=compressed,
         )
 
@@ -698,6 +723,19 @@ class AgentChatHandler:
         if response is None:
             raise RuntimeError(f"model {self.model.name!r} ended its stream without a response")
         return response
+
+
+class _Steps(NamedTuple):
+    """What a turn's model calls came to: the last ``response``, how many
+    ``calls``, whether a client tool ``handed_back`` the turn, the replies'
+    ``usage`` and the ``compression``'s, and the options the last call had."""
+
+    response: ModelResponse
+    calls: int
+    handed_back: bool
+    usage: dict[str, int]
+    compression: dict[str, int]
+    turn: TurnOptions
 
 
 def _pending(state: Mapping[str, Any]) -> list[dict[str, Any]]:
