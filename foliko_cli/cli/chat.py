@@ -434,40 +434,35 @@ def chat(
                 )
             if dry_run or as_json:
                 raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+        assert session_id is not None  # -s names it or -c found it (checked above)
+        from foliko_cli.service.turn_request import TurnRequest
+
+        turn = TurnRequest(
+            session_id,
+            text,
+            model=model,
+            new=new,
+            fork_from=fork_from,
+            variables=dict(variables),
+            system=system,
+            agent=agent,
+            turns=turns,
+            regenerate=regenerate,
+            attachments=attachments,
+            options=dict(model_options),
+            schema=reply_schema,
+            tools=offered,
+        )
+        from foliko_cli.cli.prompting import is_prompt
+
+        if is_prompt(text):
+            from foliko_cli.cli.prompting import expand
+
+            turn = expand(facade, turn)
     except FolikoError as exc:
         if as_json and not dry_run:
             report_json_failure(exc, session_id, {}, stream=bool(stream))
         raise
-    assert session_id is not None  # -s names it or -c found it (checked above)
-    from foliko_cli.service.turn_request import TurnRequest
-
-    turn = TurnRequest(
-        session_id,
-        text,
-        model=model,
-        new=new,
-        fork_from=fork_from,
-        variables=dict(variables),
-        system=system,
-        agent=agent,
-        turns=turns,
-        regenerate=regenerate,
-        attachments=attachments,
-        options=dict(model_options),
-        schema=reply_schema,
-        tools=offered,
-    )
-    from foliko_cli.cli.prompting import is_prompt
-
-    if is_prompt(text):
-        from foliko_cli.cli.prompting import expand
-
-        try:
-            turn = expand(facade, turn)
-        except FolikoError as exc:
-            if as_json and not dry_run:
-                report_json_failure(exc, session_id, {}, stream=bool(stream))
-            raise
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from foliko_cli.engine.dry_run import RequestCaptured
+    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.stream import TurnEvents, TurnStream
     from foliko_cli.engine.turn import TurnOptions, TurnResult, TurnSetup
     from foliko_cli.service.turn_request import TurnParams
@@ -103,16 +104,8 @@ class TurnsMixin(ServiceBase):
                     on_event(event)
             assert result is not None
             return result
-        request = turn.request or self.request(turn.timeout)
-        handler = await self.handler(turn.model, turn.agent)
-        text, setup = await self._prepare(turn)
-        return await handler.chat(
-            text,
-            session_id=turn.session_id,
-            request=request,
-            setup=setup,
-            options=turn_options(turn),
-        )
+        handler, text, arguments = await self._engine_turn(turn)
+        return await handler.chat(text, **arguments)
 
     def chat_stream(
         self,
@@ -134,17 +127,17 @@ class TurnsMixin(ServiceBase):
         """A streamed turn in the caller's own task, its events written to
         ``events``: what ``chat_stream``'s stream runs, for a caller that builds
         its own ``TurnStream`` around it."""
-        request = turn.request or self.request(turn.timeout)
+        handler, text, arguments = await self._engine_turn(turn)
+        return await handler.run_turn(text, events=events, **arguments)
+
+    async def _engine_turn(self, turn: TurnRequest) -> tuple[AgentChatHandler, str, dict[str, Any]]:
+        """The handler that runs the turn, the message it sends, and the rest of
+        what the handler is given."""
         handler = await self.handler(turn.model, turn.agent)
         text, setup = await self._prepare(turn)
-        return await handler.run_turn(
-            text,
-            session_id=turn.session_id,
-            request=request,
-            setup=setup,
-            options=turn_options(turn),
-            events=events,
-        )
+        request = turn.request or self.request(turn.timeout)
+        arguments = {"session_id": turn.session_id, "request": request, "setup": setup}
+        return handler, text, {**arguments, "options": turn_options(turn)}
 
     async def _prepare(self, turn: TurnRequest) -> tuple[str, TurnSetup]:
         """Check the turn's input and build its setup; text attachments are appended

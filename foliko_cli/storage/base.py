@@ -137,7 +137,8 @@ class SessionStorageAdapter(ABC):
         ``session_ids``, still works (with a DeprecationWarning)."""
         super().__init_subclass__(**kwargs)
         legacy = cls.__dict__.get("list")
-        if legacy is not None and "session_ids" not in cls.__dict__:
+        missing = getattr(getattr(cls, "session_ids", None), "__isabstractmethod__", False)
+        if legacy is not None and missing:
             import warnings
 
             warnings.warn(

@@ -3,40 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
-from foliko_cli import AsyncFoliko
+from foliko_cli import AsyncFoliko, SessionRecord
 from foliko_cli.storage.base import SessionStorageAdapter
-from foliko_cli.storage.memory import MemoryStorage
+
+from .core_only import CoreOnlyStorage
 
 
-class Core(SessionStorageAdapter):
-    """The core over a MemoryStorage, less the session ids (each test adds them)."""
+class Core(CoreOnlyStorage):
+    """The core, less its session ids (each test adds them, or not)."""
 
-    name = "core"
-
-    def __init__(self) -> None:
-        self.inner = MemoryStorage()
-
-    async def load(self, session_id: str):
-        return await self.inner.load(session_id)
-
-    async def save(self, record, *, expected_revision: int | None = None) -> int:
-        return await self.inner.save(record, expected_revision=expected_revision)
-
-    async def append(self, session_id: str, messages: list[dict[str, Any]], state, **kw) -> int:
-        return await self.inner.append(session_id, messages, state, **kw)
-
-    async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
-        return await self.inner.delete(session_id, expected_revision=expected_revision)
-
-    async def list_summaries(self):
-        return await self.inner.list_summaries()
-
-    def lock(self, session_id: str, timeout: float):
-        return self.inner.lock(session_id, timeout)
+    session_ids = SessionStorageAdapter.session_ids
 
 
 def test_an_adapter_that_defines_list_still_works_and_is_told_to_rename_it():
@@ -53,6 +32,19 @@ def test_an_adapter_that_defines_list_still_works_and_is_told_to_rename_it():
 
     ids, info = asyncio.run(scenario())
     assert ids == ["s1"] and info["sessions"] == 1
+
+
+def test_an_adapter_that_has_session_ids_keeps_its_own_list():
+    class Helper(CoreOnlyStorage):
+        async def list(self) -> list[str]:
+            return ["not", "the", "ids"]
+
+    async def scenario():
+        storage = Helper()
+        await storage.save(SessionRecord("s1"))
+        return await storage.session_ids()
+
+    assert asyncio.run(scenario()) == ["s1"]
 
 
 def test_an_adapter_without_session_ids_cannot_be_made():
