@@ -157,3 +157,36 @@ def test_closing_a_stream_before_its_turn_is_saved_keeps_nothing():
 
     record = run(scenario())
     assert [m["content"] for m in record.messages] == ["kept", "kept"]
+
+
+def test_a_reader_cancelled_while_on_done_runs_still_gets_the_saved_turn():
+    """``on_done`` runs to its end once the turn is saved: a cancellation of the
+    reader waits for it, and the reader gets the turn's ``done``."""
+
+    async def scenario():
+        entered, release = asyncio.Event(), asyncio.Event()
+        finished = []
+
+        async def on_done(result):
+            entered.set()
+            await release.wait()
+            finished.append(result.message)
+
+        async with AsyncFoliko(storage="memory", model="echo") as foliko:
+            stream = foliko.chat_stream("s1", "hi", on_done=on_done)
+            reader = asyncio.ensure_future(_types(stream))
+            await entered.wait()
+            reader.cancel()
+            while not stream._task.cancelling():  # the cancellation has reached the turn
+                await asyncio.sleep(0)
+            release.set()
+            return await reader, finished, await foliko.get_session("s1")
+
+    events, finished, record = run(scenario())
+    assert events == ["delta", "done"]
+    assert finished == ["hi"]
+    assert len(record.messages) == 2
+
+
+async def _types(stream):
+    return [event["type"] async for event in stream]

@@ -163,13 +163,14 @@ class AgentChatHandler:
     ) -> TurnResult:
         """The turn itself, in the caller's task: ``events`` receives a streamed
         turn's events (None: the model is asked for whole replies). Once the turn
-        is saved, ``setup.on_done`` is awaited with its result."""
+        is saved, ``setup.on_done`` is awaited with its result (to its end: a
+        cancellation that arrives meanwhile waits, and the saved turn stands)."""
         setup = setup or TurnSetup()
         result = await self._serialised_turn(
             message, session_id, request, events, setup, options or TurnOptions()
         )
-        if setup.on_done is not None:
-            await setup.on_done(result)
+        if setup.on_done is not None:  # the turn is saved: a cancellation waits for it
+            await run_to_completion(setup.on_done(result))
         return result
 
     async def clear_history(self, session_id: str, timeout: float = 30.0) -> None:
