@@ -121,7 +121,7 @@ def test_client_tool_calls_and_their_results(client):
 
 
 def test_models_lists_echo(client):
-    assert "echo" in [model.id for model in client.models.session_ids().data]
+    assert "echo" in [model.id for model in client.models.list().data]
 
 
 def test_models_lists_the_configured_aliases(start_server, tmp_path):

@@ -318,8 +318,8 @@ def test_each_user_sees_only_their_stored_completions(start_server, tmp_path):
     )
     made = store(alice, "alice's", tag="users")
 
-    assert [c.id for c in alice.chat.completions.session_ids()] == [made.id]
-    assert list(bob.chat.completions.session_ids()) == []
+    assert [c.id for c in alice.chat.completions.list()] == [made.id]
+    assert list(bob.chat.completions.list()) == []
     for call in (
         lambda: bob.chat.completions.retrieve(made.id),
         lambda: bob.chat.completions.messages.list(made.id),

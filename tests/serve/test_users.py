@@ -85,7 +85,7 @@ def test_missing_or_wrong_key_is_401(keyed_server):
     import openai
 
     with pytest.raises(openai.AuthenticationError):
-        openai_for(keyed_server, "key-mallory").models.session_ids()
+        openai_for(keyed_server, "key-mallory").models.list()
     for headers in ({}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic a2V5"}):
         response = httpx.get(keyed_server.url + "/v1/sessions", headers=headers)
         assert response.status_code == 401
