@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.engine.tools import ToolResult
@@ -13,7 +13,6 @@ from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import check_message_text, forked
-from foliko_cli.service.turn_request import TurnRequest, turn_request
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.stream import TurnEvents, TurnStream
     from foliko_cli.engine.turn import TurnOptions, TurnResult, TurnSetup
-    from foliko_cli.service.turn_request import TurnParams
+    from foliko_cli.service.turn_request import TurnParams, TurnRequest
 
 
 def turn_options(turn: TurnRequest) -> TurnOptions:
@@ -30,6 +29,16 @@ def turn_options(turn: TurnRequest) -> TurnOptions:
     from foliko_cli.engine.turn import TurnOptions
 
     return TurnOptions(turn.options or {}, turn.schema, turn.compress)
+
+
+def turn_request(
+    session_id: str | TurnRequest, message: str | None, params: Mapping[str, Any]
+) -> TurnRequest:
+    """The TurnRequest a method was called with (imported when a turn is asked
+    for: the other commands do without it)."""
+    from foliko_cli.service import turn_request as values
+
+    return values.turn_request(session_id, message, params)
 
 
 class TurnsMixin(ServiceBase):
