@@ -22,8 +22,7 @@ _EXPORTS = {
     "Framework": "foliko_cli.engine.framework",
     "AgentChatHandler": "foliko_cli.engine.handler",
     "TurnResult": "foliko_cli.engine.turn",
-    "TurnSetup": "foliko_cli.engine.turn",
-    "TurnRequest": "foliko_cli.service.turn_request",
+    "TurnRequest": "foliko_cli.engine.turn",
     "TurnStream": "foliko_cli.engine.stream",
     "RequestContext": "foliko_cli.context.request",
     "SessionContext": "foliko_cli.context.session",
@@ -96,7 +95,6 @@ __all__ = [
     "ToolResult",
     "TurnRequest",
     "TurnResult",
-    "TurnSetup",
     "TurnStream",
     "TurnTimeoutError",
     "UsageError",
@@ -113,7 +111,7 @@ if TYPE_CHECKING:
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.stream import TurnStream
     from foliko_cli.engine.tools import Tool, ToolContext, ToolOutput, ToolResult
-    from foliko_cli.engine.turn import TurnResult, TurnSetup
+    from foliko_cli.engine.turn import TurnRequest, TurnResult
     from foliko_cli.errors import (
         ConflictError,
         CorruptSessionError,
@@ -134,7 +132,6 @@ if TYPE_CHECKING:
     from foliko_cli.models.base import ModelProvider, ModelRequest, ModelResponse
     from foliko_cli.service import AsyncFoliko, ImportReport
     from foliko_cli.service.facade import Foliko
-    from foliko_cli.service.turn_request import TurnRequest
     from foliko_cli.storage import open_storage
     from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter, StoredProblem
 

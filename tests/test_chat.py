@@ -13,7 +13,7 @@ from foliko_cli.common.clock import now_ms
 from foliko_cli.context import RequestContext
 from foliko_cli.engine.framework import Framework
 from foliko_cli.engine.handler import AgentChatHandler
-from foliko_cli.engine.turn import TurnSetup
+from foliko_cli.engine.turn import TurnRequest
 from foliko_cli.errors import ModelError, TurnTimeoutError
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.models.base import (
@@ -664,16 +664,14 @@ class SystemRecorder(EchoModel):
         return await super().generate(request)
 
 
-def test_setup_variables_and_system_prompt_are_saved_with_the_turn():
+def test_the_turns_variables_and_system_prompt_are_saved_with_it():
     fw = Framework("memory")
     model = SystemRecorder()
     handler = AgentChatHandler(fw, model, system_prompt="default prompt")
 
     async def scenario():
         await handler.chat("a", session_id="s1")
-        await handler.chat(
-            "b", session_id="s1", setup=TurnSetup(variables={"x": 1}, system_prompt="pirate")
-        )
+        await handler.chat(TurnRequest("s1", "b", variables={"x": 1}, system="pirate"))
         await handler.chat("c", session_id="s1")
         return await fw.session_storage.load("s1")
 
@@ -684,14 +682,14 @@ def test_setup_variables_and_system_prompt_are_saved_with_the_turn():
     assert [c for _, c in contents(record)] == ["a", "a", "b", "b", "c", "c"]
 
 
-def test_setup_start_from_an_empty_record_starts_over():
+def test_start_from_an_empty_record_starts_over():
     fw = Framework("memory")
     handler = AgentChatHandler(fw, EchoModel())
 
     async def scenario():
         await handler.chat('/tool set_variable {"key": "k", "value": 1}', session_id="s1")
-        setup = TurnSetup(start_from=SessionRecord("s1", metadata=new_metadata()))
-        await handler.chat("again", session_id="s1", setup=setup)
+        fresh = SessionRecord("s1", metadata=new_metadata())
+        await handler.chat(TurnRequest("s1", "again", start_from=fresh))
         return await fw.session_storage.load("s1")
 
     record = run(scenario())
@@ -706,9 +704,9 @@ def test_starting_over_forgets_the_old_system_prompt():
     handler = AgentChatHandler(fw, model)
 
     async def scenario():
-        await handler.chat("a", session_id="s1", setup=TurnSetup(system_prompt="pirate"))
-        setup = TurnSetup(start_from=SessionRecord("s1", metadata=new_metadata()))
-        await handler.chat("b", session_id="s1", setup=setup)
+        await handler.chat(TurnRequest("s1", "a", system="pirate"))
+        fresh = SessionRecord("s1", metadata=new_metadata())
+        await handler.chat(TurnRequest("s1", "b", start_from=fresh))
         return await fw.session_storage.load("s1")
 
     record = run(scenario())
@@ -716,7 +714,7 @@ def test_starting_over_forgets_the_old_system_prompt():
     assert "system_prompt" not in record.metadata
 
 
-def test_setup_start_from_a_copy_forks():
+def test_start_from_a_copy_forks():
     fw = Framework("memory")
     handler = AgentChatHandler(fw, EchoModel())
 
@@ -724,7 +722,7 @@ def test_setup_start_from_a_copy_forks():
         await handler.chat("shared", session_id="s1")
         source = await fw.session_storage.load("s1")
         copy = SessionRecord("s2", source.messages, source.variables, dict(source.metadata))
-        await handler.chat("only in s2", session_id="s2", setup=TurnSetup(start_from=copy))
+        await handler.chat(TurnRequest("s2", "only in s2", start_from=copy))
         return await fw.session_storage.load("s1"), await fw.session_storage.load("s2")
 
     original, fork = run(scenario())
@@ -732,15 +730,17 @@ def test_setup_start_from_a_copy_forks():
     assert [c for _, c in contents(fork)] == ["shared", "shared", "only in s2", "only in s2"]
 
 
-def test_failed_turn_with_setup_changes_nothing():
+def test_a_failed_turn_that_replaces_the_session_changes_nothing():
     fw, before = seeded_framework()
-    setup = TurnSetup(
+    turn = TurnRequest(
+        "s1",
+        "doomed",
         start_from=SessionRecord("s1", metadata=new_metadata()),
         variables={"x": 1},
-        system_prompt="pirate",
+        system="pirate",
     )
     with pytest.raises(ModelError):
-        run(AgentChatHandler(fw, FailingModel()).chat("doomed", session_id="s1", setup=setup))
+        run(AgentChatHandler(fw, FailingModel()).chat(turn))
     after = run(fw.session_storage.load("s1"))
     assert after.messages == before.messages
     assert after.variables == before.variables

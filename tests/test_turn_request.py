@@ -12,7 +12,7 @@ import pytest
 
 from foliko_cli import AsyncFoliko, TurnRequest, TurnStream
 from foliko_cli.errors import SessionBusyError, UsageError
-from foliko_cli.service import turn_request as module
+from foliko_cli.engine import turn as module
 
 SOURCE = Path(inspect.getfile(module)).read_text()
 

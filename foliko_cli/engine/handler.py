@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.common.clock import now_ms
@@ -28,7 +28,7 @@ from foliko_cli.engine.prompts import turn_system_prompt
 from foliko_cli.engine.shield import run_to_completion
 from foliko_cli.engine.stream import TurnEvents, TurnStream
 from foliko_cli.engine.tools import Tool, ToolResult
-from foliko_cli.engine.turn import TurnOptions, TurnResult, TurnSetup
+from foliko_cli.engine.turn import TurnRequest, TurnResult
 from foliko_cli.errors import (
     ContextOverflowError,
     TurnTimeoutError,
@@ -76,9 +76,13 @@ def turn_cost(usage: Mapping[str, int], price: Mapping[str, float]) -> float | N
 
 
 class AgentChatHandler:
-    """``context_window`` (FOLIKO_CONTEXT_WINDOW) yields only to a window configured
+    """Runs turns with ``model`` over the framework's storage and sessions.
+
+    ``context_window`` (FOLIKO_CONTEXT_WINDOW) yields only to a window configured
     for the model itself; without either, the server is asked once, then the
-    model's known window is used."""
+    model's known window is used. ``keeps_trash(session_id)`` says whether a
+    session a turn starts over (``TurnRequest.new``) is first kept in the trash.
+    """
 
     def __init__(
         self,
@@ -89,10 +93,14 @@ class AgentChatHandler:
         system_prompt: str | None = None,
         max_steps: int = DEFAULT_MAX_STEPS,
         context_window: int | None = None,
+        keeps_trash: Callable[[str], bool] | None = None,
     ):
         if max_steps < 1:
             raise ValueError("max_steps must be at least 1")
         self.framework = framework
+        self.storage = framework.session_storage
+        self.sessions = framework.context_manager
+        self.keeps_trash = keeps_trash or _never
         self.model = model
         self.agent = agent
         self.system_prompt = system_prompt
@@ -105,83 +113,80 @@ class AgentChatHandler:
 
     async def chat(
         self,
-        message: str,
+        turn: TurnRequest | str,
         *,
-        session_id: str,
+        session_id: str | None = None,
         request: RequestContext | None = None,
-        setup: TurnSetup | None = None,
-        options: TurnOptions | None = None,
     ) -> TurnResult:
-        """One turn without streaming: the model is asked for whole replies."""
-        request = request or self.framework.get_request_context() or RequestContext()
-        task = asyncio.ensure_future(
-            self.run_turn(
-                message, session_id=session_id, request=request, setup=setup, options=options
-            )
-        )
-        request.on_cancel(task.cancel)
+        """One turn without streaming: the model is asked for whole replies.
+        ``turn`` is a TurnRequest, or the message of one in ``session_id``."""
+        turn = self._turn(turn, session_id, request)
+        assert turn.request is not None
+        task = asyncio.ensure_future(self.run_turn(turn))
+        turn.request.on_cancel(task.cancel)
         try:
             return await task
         finally:
-            request.remove_on_cancel(task.cancel)
+            turn.request.remove_on_cancel(task.cancel)
 
     def chat_stream(
         self,
-        message: str,
+        turn: TurnRequest | str,
         *,
-        session_id: str,
+        session_id: str | None = None,
         request: RequestContext | None = None,
-        setup: TurnSetup | None = None,
-        options: TurnOptions | None = None,
     ) -> TurnStream:
-        """Yield ``delta``, ``tool_call`` and ``tool_result`` events, then ``done``.
+        """``delta``, ``tool_call`` and ``tool_result`` events, then ``done``: the
+        model streams its replies and the deltas are passed on as they come."""
+        turn = self._turn(turn, session_id, request)
+        assert turn.request is not None
+        return TurnStream(lambda events: self.run_turn(turn, events), turn.request)
 
-        The model streams its replies; the deltas are passed on as they come.
-        """
-        request = request or self.framework.get_request_context() or RequestContext()
-        return TurnStream(
-            lambda events: self.run_turn(
-                message,
-                session_id=session_id,
-                request=request,
-                setup=setup,
-                options=options,
-                events=events,
-            ),
-            request,
-        )
+    async def run_turn(self, turn: TurnRequest, events: TurnEvents | None = None) -> TurnResult:
+        """The turn itself, in the caller's task (the one primitive ``chat`` and
+        ``chat_stream`` adapt): ``events`` receives a streamed turn's events
+        (None: the model is asked for whole replies). Once the turn is saved,
+        ``turn.on_done`` is awaited with its result (to its end: a cancellation
+        that arrives meanwhile waits, and the saved turn stands)."""
+        request = turn.request or self._request()
+        trash = "new" if turn.new and self.keeps_trash(turn.session_id) else None
 
-    async def run_turn(
-        self,
-        message: str,
-        *,
-        session_id: str,
-        request: RequestContext,
-        setup: TurnSetup | None = None,
-        options: TurnOptions | None = None,
-        events: TurnEvents | None = None,
-    ) -> TurnResult:
-        """The turn itself, in the caller's task: ``events`` receives a streamed
-        turn's events (None: the model is asked for whole replies). Once the turn
-        is saved, ``setup.on_done`` is awaited with its result (to its end: a
-        cancellation that arrives meanwhile waits, and the saved turn stands)."""
-        setup = setup or TurnSetup()
-        result = await self._serialised_turn(
-            message, session_id, request, events, setup, options or TurnOptions()
+        async def work(session: SessionContext) -> tuple[TurnResult, bool]:
+            turn.check_start(session)
+            replace = turn.apply_start(session)
+            return await self._run_steps(turn, session, request, events), replace
+
+        result = await self._in_session(
+            turn.session_id, request, work, trash=trash, replacing=turn.start_from is not None
         )
-        if setup.on_done is not None:  # the turn is saved: a cancellation waits for it
-            await run_to_completion(setup.on_done(result))
+        if turn.on_done is not None:  # the turn is saved: a cancellation waits for it
+            await run_to_completion(turn.on_done(result))
         return result
+
+    def _turn(
+        self, turn: TurnRequest | str, session_id: str | None, request: RequestContext | None
+    ) -> TurnRequest:
+        if isinstance(turn, str):
+            if session_id is None:
+                raise TypeError("a message needs its session_id")
+            turn = TurnRequest(session_id, turn)
+        elif session_id is not None:
+            raise TypeError("a TurnRequest names its own session")
+        request = request or turn.request or self._request()
+        return turn if request is turn.request else turn._replace(request=request)
+
+    def _request(self) -> RequestContext:
+        return self.framework.get_request_context() or RequestContext()
 
     async def clear_history(self, session_id: str, timeout: float = 30.0) -> None:
         """Drop the session's messages, keeping its variables."""
-        storage = self.framework.session_storage
+        storage = self.storage
         async with self.framework.hold_session(session_id, timeout):
             record = await storage.load(session_id)
             if record is None:
                 return
             revision = await storage.save(clear_record(record))
-            session = self.framework.context_manager.get_session_context(session_id)
+            session = self.sessions.get_session_context(session_id)
             if session is not None:
                 session.apply_record(record)
                 session.revision = revision
@@ -198,7 +203,7 @@ class AgentChatHandler:
         compression.py), which waits in the compression state for the next
         turn's reply; NothingToCompactError, and nothing saved, when there is
         nothing to fold in."""
-        request = request or self.framework.get_request_context() or RequestContext()
+        request = request or self._request()
 
         async def work(session: SessionContext) -> tuple[dict[str, Any], bool]:
             await self.learn_context_window()
@@ -223,7 +228,7 @@ class AgentChatHandler:
         self, name: str, arguments: Any, *, session_id: str, request: RequestContext | None = None
     ) -> ToolResult:
         """Run one tool inside the session (a workflow step), saving what it changed."""
-        request = request or self.framework.get_request_context() or RequestContext()
+        request = request or self._request()
 
         async def work(session: SessionContext) -> tuple[ToolResult, bool]:
             return await self.framework.execute_tool(name, arguments), False
@@ -232,22 +237,6 @@ class AgentChatHandler:
 
     # the turn
 
-    async def _serialised_turn(
-        self,
-        message: str,
-        session_id: str,
-        request: RequestContext,
-        events: TurnEvents | None,
-        setup: TurnSetup,
-        options: TurnOptions,
-    ) -> TurnResult:
-        async def work(session: SessionContext) -> tuple[TurnResult, bool]:
-            setup.check(session)
-            replace = setup.apply(session)
-            return await self._run_steps(message, session, request, events, options, setup), replace
-
-        return await self._in_session(session_id, request, work, trash=setup.trash)
-
     async def _in_session(
         self,
         session_id: str,
@@ -255,11 +244,14 @@ class AgentChatHandler:
         work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
         *,
         trash: str | None = None,
+        replacing: bool = False,
     ) -> T:
         """Hold the session, run ``work`` on its fresh state, save whole or not at all.
 
         ``work`` returns its result and whether the session must be replaced
-        (rather than appended to); ``trash`` as for ``TurnSetup``.
+        (rather than appended to); with ``trash``, the reason the stored session
+        is first kept in the trash when it is. ``replacing``: ``work`` replaces
+        the session whole, so its history is not loaded.
         """
         committed: list[T] = []
         try:
@@ -270,7 +262,9 @@ class AgentChatHandler:
                 try:
                     async with asyncio.timeout(request.remaining()) as deadline:
                         with request.follow(deadline):
-                            return await self._transaction(session, request, work, committed, trash)
+                            return await self._transaction(
+                                session, request, work, committed, trash, replacing
+                            )
                 except TimeoutError:
                     if committed:
                         return committed[0]
@@ -289,9 +283,10 @@ class AgentChatHandler:
         work: Callable[[SessionContext], Awaitable[tuple[T, bool]]],
         committed: list[T],
         trash_reason: str | None = None,
+        replacing: bool = False,
     ) -> T:
         """Run ``work`` and write its outcome; once written, ``committed`` holds the result."""
-        await self._sync_history(session)
+        await self._sync_history(session, replacing)
         checkpoint = session.checkpoint()
         try:
             with self.framework.bind(request=request, session=session, agent=self.agent):
@@ -314,7 +309,7 @@ class AgentChatHandler:
     async def _appended(
         self, session: SessionContext, checkpoint: SessionCheckpoint
     ) -> tuple[int, None]:
-        revision = await self.framework.session_storage.append(
+        revision = await self.storage.append(
             session.session_id,
             session.messages[checkpoint.message_count :],
             SessionState(session.variables, session.metadata, session.compression_state),
@@ -330,7 +325,7 @@ class AgentChatHandler:
         is dropped again when the write fails."""
         from foliko_cli.storage import trash
 
-        storage = self.framework.session_storage
+        storage = self.storage
         entry = None
         if trash_reason is not None and expected:
             stored = await storage.load(record.session_id)
@@ -343,12 +338,16 @@ class AgentChatHandler:
                 await trash.discard(storage, entry)
             raise
 
-    async def _sync_history(self, session: SessionContext) -> None:
-        """Load the history once, and again only when another writer moved it."""
-        stored_revision = await self.framework.session_storage.revision(session.session_id)
+    async def _sync_history(self, session: SessionContext, replacing: bool = False) -> None:
+        """Load the history once, and again only when another writer moved it;
+        ``replacing`` (the turn replaces it whole): only its revision."""
+        stored_revision = await self.storage.revision(session.session_id)
         if session.history_loaded and stored_revision == session.revision:
             return
-        if stored_revision is None:
+        if replacing:  # loaded again by the next turn that keeps it
+            session.history_loaded = False
+            session.revision = stored_revision or 0
+        elif stored_revision is None:
             session.apply_record(SessionRecord(session.session_id, metadata=new_metadata()))
         else:
             await session.load_from_storage(recent_only=True)
@@ -372,26 +371,26 @@ class AgentChatHandler:
         session: SessionContext,
         tools: list[dict[str, Any]],
         request: RequestContext,
-        turn: TurnOptions | None = None,
+        options: Mapping[str, Any] | None = None,
+        schema: Mapping[str, Any] | None = None,
     ) -> ModelRequest:
         """What the model is sent: the compressed view, reduced to the model's keys,
-        with a bounded reply unless the config or the turn says how long."""
-        turn = turn or TurnOptions()
+        with a bounded reply unless the config or the turn's ``options`` say how long."""
         system, messages = self.compressor.view(session, session.system_prompt)
-        options = {"max_tokens": self.reply_bound(), **self.model.options, **turn.options}
+        asked = {"max_tokens": self.reply_bound(), **self.model.options, **(options or {})}
         return ModelRequest(
             messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
             system=system,
             tools=tools,
             deadline=time.monotonic() + request.remaining(),
-            options=options,
-            schema=turn.schema,
+            options=asked,
+            schema=schema,
         )
 
-    def reply_bound(self, turn: TurnOptions | None = None) -> int:
+    def reply_bound(self, options: Mapping[str, Any] | None = None) -> int:
         """A reply's ``max_tokens``: the turn's option, the model's, else the alias's
         ``max_tokens``, else a share of the window (``default_max_tokens``)."""
-        asked = {**self.model.options, **(turn.options if turn else {})}.get("max_tokens")
+        asked = {**self.model.options, **(options or {})}.get("max_tokens")
         return asked or self.model.max_tokens or default_max_tokens(self.compressor.budget)
 
     async def learn_context_window(self) -> None:
@@ -427,7 +426,8 @@ class AgentChatHandler:
         session: SessionContext,
         specs: list[dict[str, Any]],
         request: RequestContext,
-        turn: TurnOptions,
+        turn: TurnRequest,
+        options: Mapping[str, Any],
         events: TurnEvents | None,
         spent: dict[str, int],
         made: list[dict[str, Any]],
@@ -435,7 +435,7 @@ class AgentChatHandler:
         """Call the model; when the prompt overflows its window, learn the window
         (from the error, or below the prompt's estimate), compress, and retry once.
         A compression's model call is added to ``spent``, the compaction to ``made``."""
-        model_request = self.model_request(session, specs, request, turn)
+        model_request = self.model_request(session, specs, request, options, turn.schema)
         try:
             return await self._call_model(model_request, events)
         except ContextOverflowError as exc:
@@ -447,7 +447,7 @@ class AgentChatHandler:
                 self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
             await self._compress(session, request, force=True, spent=spent, made=made)
-            model_request = self.model_request(session, specs, request, turn)
+            model_request = self.model_request(session, specs, request, options, turn.schema)
             self._check_fits(model_request, session)
             try:
                 return await self._call_model(model_request, events)
@@ -482,7 +482,7 @@ class AgentChatHandler:
             window=window,
         )
 
-    def _user_message(self, text: str, attachments: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    def _user_message(self, text: str, attachments: Sequence[Any]) -> dict[str, Any]:
         """The turn's user message; an image for a model that takes none is refused."""
         if not attachments:
             return {"role": "user", "content": text}
@@ -498,17 +498,16 @@ class AgentChatHandler:
             )
         return {"role": "user", "content": text, "attachments": [dict(p) for p in attachments]}
 
-    def _offered_tools(self, setup: TurnSetup) -> tuple[dict[str, Tool], set[str]]:
+    def _offered_tools(self, turn: TurnRequest) -> tuple[dict[str, Tool], set[str]]:
         """The tools this turn runs itself, by name, and the names of the client's
         (which end the turn when called); a client tool wins over a server one."""
-        client_tools = {spec["name"] for spec in setup.client_tools}
+        client_tools = {spec["name"] for spec in turn.client_tools}
         tools = {
             name: tool
             for name, tool in self.framework.resolve_tools().items()
-            if name not in client_tools
-            and (setup.server_tools is None or name in setup.server_tools)
+            if name not in client_tools and (turn.server_tools is None or name in turn.server_tools)
         }
-        tools.update((tool.name, tool) for tool in setup.tools if tool.name not in client_tools)
+        tools.update((tool.name, tool) for tool in turn.tools if tool.name not in client_tools)
         return tools, client_tools
 
     def _reply(
@@ -585,58 +584,55 @@ class AgentChatHandler:
 
     async def _run_steps(
         self,
-        message: str,
+        turn: TurnRequest,
         session: SessionContext,
         request: RequestContext,
         events: TurnEvents | None,
-        turn: TurnOptions | None = None,
-        setup: TurnSetup | None = None,
     ) -> TurnResult:
-        turn = turn or TurnOptions()
-        setup = setup or TurnSetup()
         started = time.monotonic()
         await self.learn_context_window()
         first = len(session.messages)
         compressed_before = session.compression_state.get("last_compressed_at")
-        if setup.on_start is not None:
-            setup.on_start(session.message_offset + first)
+        if turn.on_start is not None:
+            turn.on_start(session.message_offset + first)
         if events is not None:
             events.start(session.message_offset + first)
+        annotations = turn.annotations or {}
 
         def add(new: dict[str, Any]) -> None:
             if len(session.messages) == first:
-                new.update(setup.annotations)
+                new.update(annotations)
             session.add_message(self._stamp(new, request))
-            if setup.on_message is not None:
-                setup.on_message(session.message_offset + len(session.messages) - 1, new)
+            if turn.on_message is not None:
+                turn.on_message(session.message_offset + len(session.messages) - 1, new)
 
-        for extra in setup.messages:
+        for extra in turn.messages:
             add(dict(extra))
-        if message or not setup.messages:
-            add(self._user_message(message, setup.attachments))
-        steps = await self._steps(session, request, events, turn, setup, add)
-        if setup.on_finish is not None:
-            setup.on_finish(session.messages[first:])
+        if turn.message or not turn.messages:
+            add(self._user_message(turn.message or "", turn.attachments))
+        steps = await self._steps(turn, session, request, events, add)
+        if turn.on_finish is not None:
+            turn.on_finish(session.messages[first:])
         return self._result(steps, session, request, started, compressed_before)
 
     async def _steps(
         self,
+        turn: TurnRequest,
         session: SessionContext,
         request: RequestContext,
         events: TurnEvents | None,
-        turn: TurnOptions,
-        setup: TurnSetup,
         add: Callable[[dict[str, Any]], None],
     ) -> _Steps:
         """Call the model and run the tools it asks for, at most ``max_steps``
         times, adding each reply and tool message with ``add``."""
-        tools, client_tools = self._offered_tools(setup)
-        specs = [tool.spec() for tool in tools.values()] + list(setup.client_tools)
+        tools, client_tools = self._offered_tools(turn)
+        specs = [tool.spec() for tool in tools.values()] + list(turn.client_tools)
         self.compressor.count_tools(specs)
-        asked = {**self.model.options, **turn.options}
+        options = dict(turn.options or {})
+        asked = {**self.model.options, **options}
         check_options(asked)
         choice = _checked_tool_choice(asked, specs)
-        session.system_prompt = self.build_system_prompt(session, setup.instructions)
+        session.system_prompt = self.build_system_prompt(session, turn.instructions)
         usage: dict[str, int] = {}
         compression: dict[str, int] = {}
         spent: dict[str, int] = {}  # by compression, not yet on a reply
@@ -650,15 +646,14 @@ class AgentChatHandler:
             if turn.compress:
                 await self._compress(session, request, spent=spent, made=made)
             else:
-                model_request = self.model_request(session, specs, request, turn)
+                model_request = self.model_request(session, specs, request, options, turn.schema)
                 self._check_fits(model_request, session, compressed=False)
             called = time.monotonic()
             response = await self._call_within_window(
-                session, specs, request, turn, events, spent, made
+                session, specs, request, turn, options, events, spent, made
             )
             if choice not in (None, "auto"):
-                turn = turn._replace(options={**turn.options, "tool_choice": "auto"})
-                choice = "auto"
+                options["tool_choice"] = choice = "auto"
             if turn.schema is not None and not response.tool_calls:
                 from foliko_cli.models.schema import check_reply
 
@@ -673,7 +668,7 @@ class AgentChatHandler:
             handed_back = await self._run_tool_calls(response, tools, client_tools, events, add)
             if handed_back:
                 break
-        return _Steps(response, step, handed_back, usage, compression, turn)
+        return _Steps(response, step, handed_back, usage, compression, options)
 
     def _result(
         self,
@@ -708,7 +703,7 @@ class AgentChatHandler:
             model=self.model.name,
             duration_ms=round((time.monotonic() - started) * 1000),
             cost=turn_cost(summed(usage, compression), self.model.price),
-            max_tokens=self.reply_bound(steps.turn),
+            max_tokens=self.reply_bound(steps.options),
             compressed=compressed,
         )
 
@@ -736,7 +731,11 @@ class _Steps(NamedTuple):
     handed_back: bool
     usage: dict[str, int]
     compression: dict[str, int]
-    turn: TurnOptions
+    options: Mapping[str, Any]
+
+
+def _never(session_id: str) -> bool:
+    return False
 
 
 def _pending(state: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 whoever reads them.
 
 This is the one pump between a turn and its reader. The turn does not wait
-for its reader: it runs to its end (and its ``TurnSetup.on_done`` runs) even
+for its reader: it runs to its end (and its ``TurnRequest.on_done`` runs) even
 when nobody reads, so a server can answer once the turn holds its session
 (``started``) and still account for a turn whose client stopped reading.
 """
@@ -11,15 +11,37 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from foliko_cli.context.request import RequestContext
     from foliko_cli.engine.turn import TurnResult
 
 
-class TurnEvents:
-    """What the running turn writes: its events, and that it has started."""
+class TurnEvents(Protocol):
+    """Where a running turn writes its events, and that it has started."""
+
+    async def put(self, event: dict[str, Any]) -> None: ...
+
+    def start(self, position: int) -> None:
+        """The turn holds its session; its messages begin at ``position``."""
+
+
+class CallbackEvents:
+    """Each event handed to a callback as it happens (``chat(on_event=...)``)."""
+
+    def __init__(self, on_event: Callable[[dict[str, Any]], None]) -> None:
+        self.on_event = on_event
+
+    async def put(self, event: dict[str, Any]) -> None:
+        self.on_event(event)
+
+    def start(self, position: int) -> None:
+        pass
+
+
+class QueuedEvents:
+    """A ``TurnStream``'s: the events queued for its reader."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
@@ -29,7 +51,6 @@ class TurnEvents:
         await self.queue.put(event)
 
     def start(self, position: int) -> None:
-        """The turn holds its session; its messages begin at ``position``."""
         if not self.started.done():
             self.started.set_result(position)
 
@@ -51,7 +72,7 @@ class TurnStream:
     ) -> None:
         self._run = run
         self._request = request
-        self._events: TurnEvents | None = None
+        self._events: QueuedEvents | None = None
         self._task: asyncio.Task[None] | None = None
         self.result: TurnResult | None = None
 
@@ -59,7 +80,7 @@ class TurnStream:
         """Start the turn (once), without waiting for any of its events."""
         if self._task is not None:
             return
-        self._events = TurnEvents()
+        self._events = QueuedEvents()
         self._task = asyncio.ensure_future(self._produce(self._events))
         self._request.on_cancel(self._task.cancel)
 
@@ -79,7 +100,7 @@ class TurnStream:
                 raise event
         raise RuntimeError("the turn ended without starting")
 
-    async def _produce(self, events: TurnEvents) -> None:
+    async def _produce(self, events: QueuedEvents) -> None:
         try:
             self.result = await self._run(events)
             await events.put({"type": "done", "result": self.result})

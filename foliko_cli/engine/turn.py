@@ -1,16 +1,29 @@
-"""What a turn is given and what it returns: TurnSetup (changes made inside
-the turn), TurnOptions (what it asks of the model) and TurnResult."""
+"""One turn as one value: ``TurnRequest`` (what it is asked to do) and
+``TurnResult`` (what it returns).
 
-from __future__ import annotations
+The CLI, every HTTP route and a script build a TurnRequest; the service
+resolves what needs the store or the network (a fork's copy, attachments,
+the regenerated turn) into the same value (``_replace``), and the engine
+runs it as it is. Name the fields after the message: their order is not
+part of the contract.
+"""
 
-from collections.abc import Awaitable, Callable, Mapping
-from types import MappingProxyType
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from foliko_cli.context import SessionContext
+# Evaluated annotations, not strings: typing.NamedTuple compiles every string
+# annotation, which costs start-up time (P1). These modules are loaded by then.
+from foliko_cli.context.request import RequestContext
+from foliko_cli.context.session import SessionContext
 from foliko_cli.engine.tools import Tool
 from foliko_cli.errors import ConflictError, SessionExistsError
 from foliko_cli.messages.record import SessionRecord, new_metadata
+from foliko_cli.models.base import ModelProvider
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from foliko_cli.messages.attachments import Source
 
 
 class TurnResult(NamedTuple):
@@ -42,54 +55,75 @@ class TurnResult(NamedTuple):
         return self._asdict()
 
 
-class TurnSetup(NamedTuple):
-    """Changes made inside the turn, before the user message, saved with it.
+class TurnRequest(NamedTuple):
+    """One turn in ``session_id`` with ``message`` (None: regenerate's own).
 
-    ``start_from`` replaces the stored session (an empty record starts it over,
-    a copy of another session forks it); ``expected_revision`` is the stored
-    revision it was derived from (0: the session must not exist yet; None:
-    replace whatever is there), checked under the session's lock before the
-    model is called. ``system_prompt`` is kept in the session's metadata for
-    later turns. ``messages`` are added before the user message (an empty
-    user message adds none: a turn may continue after tool results).
-    ``instructions`` stand in for the session's own system prompt in this
-    turn only (they are not kept). ``client_tools`` are tool specs the caller
-    runs itself: when the model calls one, the turn ends there (finish reason
-    ``tool_calls``). ``on_start`` gets the history position of the turn's
-    first message, ``on_message`` each message the turn adds and its
-    position, as it is added, ``on_finish`` the messages it wrote (before
-    they are saved), ``on_done`` is awaited with the TurnResult once the turn
-    is saved (in the turn's own task: a streamed turn runs it even when
-    nobody reads its events). ``attachments`` are the user message's parts (see
-    ``foliko_cli.messages.attachments``; text ones are already in the message).
-    ``server_tools`` names the server's own tools the turn may offer (None:
-    all of them); a client tool of the same name as a server tool wins.
+    What the service resolves: ``model`` and ``agent`` pick the handler;
+    ``new`` starts the session over (the old one goes to the trash),
+    ``fork_from`` copies another first (its first ``turns`` turns, or ``upto``
+    messages); ``regenerate`` replaces the last turn by a new answer to its
+    user message (or to ``message``: that message edited); ``attachments`` are
+    paths, http(s) URLs or ``Attachment`` bytes, read into the message (text)
+    and its parts (dicts, which is what the engine is given); ``timeout``
+    makes the ``request`` when there is none.
+
+    What the engine reads: ``request`` traces and cancels the turn.
+    ``variables`` are set and ``system`` (the session's system prompt, kept
+    for later turns) recorded before the user message. ``start_from``
+    replaces the stored session (an empty record starts it over, a copy of
+    another forks it); ``expected_revision`` is the stored revision it was
+    made from (0: the session must not exist yet; None: replace whatever is
+    there), checked under the session's lock before the model is called.
+    ``messages`` are added before the user message (an empty message adds
+    none: a turn may continue after tool results). ``instructions`` stand in
+    for the session's system prompt in this turn only. ``options`` are model
+    options over the model's configured ones, ``schema`` a JSON Schema the
+    reply must follow; ``compress`` False refuses a history that does not fit
+    the model's window instead of compressing it. ``client_tools`` are tool
+    specs the caller runs itself: when the model calls one, the turn ends
+    there (finish reason ``tool_calls``). ``server_tools`` names the server's
+    own tools the turn may offer (None: all), ``tools`` are offered in this
+    turn only (a client tool of the same name wins over either).
     ``annotations`` are keys stored on the turn's first message, for the
-    caller to find with the turn again (never sent to the model).
-    ``trash`` is the reason (``storage.trash.REASONS``) under which a stored
-    session that ``start_from`` replaces is first copied to the trash; None:
-    it is not kept. ``tools`` are offered in this turn only, besides the
-    server's own (over one of the same name).
+    caller to find the turn again (never sent to the model). ``on_start`` gets
+    the history position of the turn's first message, ``on_message`` each
+    message the turn adds and its position, ``on_finish`` the messages it
+    wrote (before they are saved); ``on_done`` is awaited with the result once
+    the turn is saved, in the turn's own task (a streamed turn runs it even
+    when nobody reads its events).
     """
 
-    start_from: SessionRecord | None = None
-    variables: Mapping[str, Any] = MappingProxyType({})
-    system_prompt: str | None = None
-    expected_revision: int | None = None
-    messages: tuple[dict[str, Any], ...] = ()
+    session_id: str
+    message: str | None = None
+    model: str | ModelProvider | None = None
+    agent: str | None = None
+    timeout: float | None = None
+    new: bool = False
+    fork_from: str | None = None
+    variables: Mapping[str, Any] | None = None
+    system: str | None = None
+    turns: int | None = None
+    upto: int | None = None
+    regenerate: bool = False
+    attachments: "Sequence[Source | dict[str, Any]]" = ()
+    options: Mapping[str, Any] | None = None
+    schema: Mapping[str, Any] | None = None
+    compress: bool = True
+    request: RequestContext | None = None
+    messages: Sequence[dict[str, Any]] = ()
     instructions: str | None = None
-    client_tools: tuple[dict[str, Any], ...] = ()
+    client_tools: Sequence[dict[str, Any]] = ()
+    server_tools: frozenset[str] | None = None
+    tools: Sequence[Tool] = ()
+    annotations: Mapping[str, Any] | None = None
+    start_from: SessionRecord | None = None
+    expected_revision: int | None = None
     on_start: Callable[[int], None] | None = None
     on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
-    on_done: Callable[[TurnResult], Awaitable[None]] | None = None
-    attachments: tuple[dict[str, Any], ...] = ()
-    server_tools: frozenset[str] | None = None
-    annotations: Mapping[str, Any] = MappingProxyType({})
-    trash: str | None = None
-    tools: tuple[Tool, ...] = ()
+    on_done: "Callable[[TurnResult], Awaitable[None]] | None" = None
 
-    def check(self, session: SessionContext) -> None:
+    def check_start(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
         expected = self.expected_revision
         if expected is None or session.revision == expected:
@@ -98,23 +132,61 @@ class TurnSetup(NamedTuple):
             raise SessionExistsError(session.session_id)
         raise ConflictError(session.session_id, expected, session.revision)
 
-    def apply(self, session: SessionContext) -> bool:
-        """Change ``session``; return True when it must be saved whole."""
+    def apply_start(self, session: SessionContext) -> bool:
+        """Set up ``session`` for the turn; True when it must be saved whole."""
         if self.start_from is not None:
             session.metadata = new_metadata()
             session.apply_record(self.start_from)
-        session.variables.update(self.variables)
-        if self.system_prompt is not None:
-            session.metadata["system_prompt"] = self.system_prompt
+        if self.variables:
+            session.variables.update(self.variables)
+        if self.system is not None:
+            session.metadata["system_prompt"] = self.system
         return self.start_from is not None
 
 
-class TurnOptions(NamedTuple):
-    """What one turn asks of the model beyond the messages: sampling ``options``
-    (over the model's configured ones), a JSON ``schema`` for the reply, and
-    whether the history may be ``compress``-ed to fit the window (without,
-    a history that does not fit is a ContextOverflowError)."""
+def turn_request(
+    session_id: "str | TurnRequest", message: str | None, params: Mapping[str, Any]
+) -> TurnRequest:
+    """The turn a method was called with: a TurnRequest as it is, or one made of
+    the session, the message and the keywords."""
+    if not isinstance(session_id, TurnRequest):
+        return TurnRequest(session_id, message, **params)
+    if message is not None or params:
+        raise TypeError("a TurnRequest is the whole turn: pass no message or options with it")
+    return session_id
 
-    options: Mapping[str, Any] = MappingProxyType({})
-    schema: Mapping[str, Any] | None = None
-    compress: bool = True
+
+if TYPE_CHECKING:
+    # For type checkers only (``**params: Unpack[TurnParams]``): a TypedDict
+    # costs start-up time. tests/test_turn_request.py keeps it TurnRequest's twin.
+    class TurnParams(TypedDict, total=False):
+        """``TurnRequest``'s fields after the session and the message, as keywords
+        (``chat("s1", "hi", model="echo")``); see ``TurnRequest``."""
+
+        model: str | ModelProvider | None
+        agent: str | None
+        timeout: float | None
+        new: bool
+        fork_from: str | None
+        variables: Mapping[str, Any] | None
+        system: str | None
+        turns: int | None
+        upto: int | None
+        regenerate: bool
+        attachments: Sequence[Source | dict[str, Any]]
+        options: Mapping[str, Any] | None
+        schema: Mapping[str, Any] | None
+        compress: bool
+        request: RequestContext | None
+        messages: Sequence[dict[str, Any]]
+        instructions: str | None
+        client_tools: Sequence[dict[str, Any]]
+        server_tools: frozenset[str] | None
+        tools: Sequence[Tool]
+        annotations: Mapping[str, Any] | None
+        start_from: SessionRecord | None
+        expected_revision: int | None
+        on_start: Callable[[int], None] | None
+        on_message: Callable[[int, dict[str, Any]], None] | None
+        on_finish: Callable[[list[dict[str, Any]]], None] | None
+        on_done: Callable[[TurnResult], Awaitable[None]] | None

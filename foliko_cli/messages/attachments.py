@@ -185,16 +185,19 @@ async def fetch_url(url: str, timeout: float) -> Loaded:
 
 
 async def load_all(
-    sources: Sequence[Source],
+    sources: Sequence[Source | dict[str, Any]],
     timeout: float = 30.0,
     read_resource: Callable[[str], Awaitable[list[Loaded]]] | None = None,
 ) -> list[Loaded]:
-    """Every source read, in order: a path, an http(s) URL, an ``Attachment`` or
-    an MCP resource (read by ``read_resource``)."""
+    """Every source read, in order: a path, an http(s) URL, an ``Attachment``,
+    an MCP resource (read by ``read_resource``) or a part already read (a dict,
+    taken as it is)."""
     deadline = time.monotonic() + timeout
     loaded = []
     for source in sources:
-        if isinstance(source, Attachment):
+        if isinstance(source, dict):
+            loaded.append(Loaded(dict(source)))
+        elif isinstance(source, Attachment):
             loaded.append(classify(source.name, bytes(source.data)))
         elif is_resource(source):
             if read_resource is None:

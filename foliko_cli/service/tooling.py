@@ -284,6 +284,7 @@ class ToolsMixin(ServiceBase):
             max_steps=self.max_steps,
             system_prompt=self.system_prompt,
             context_window=self.context_window,
+            keeps_trash=self._keeps_trash,
         )
 
     async def handler(

@@ -18,17 +18,8 @@ if TYPE_CHECKING:
     from typing import Unpack
 
     from foliko_cli.engine.dry_run import RequestCaptured
-    from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.stream import TurnEvents, TurnStream
-    from foliko_cli.engine.turn import TurnOptions, TurnResult, TurnSetup
-    from foliko_cli.service.turn_request import TurnParams, TurnRequest
-
-
-def turn_options(turn: TurnRequest) -> TurnOptions:
-    """What the turn asks of the model beyond its messages."""
-    from foliko_cli.engine.turn import TurnOptions
-
-    return TurnOptions(turn.options or {}, turn.schema, turn.compress)
+    from foliko_cli.engine.turn import TurnParams, TurnRequest, TurnResult
 
 
 def turn_request(
@@ -36,53 +27,16 @@ def turn_request(
 ) -> TurnRequest:
     """The TurnRequest a method was called with (imported when a turn is asked
     for: the other commands do without it)."""
-    from foliko_cli.service import turn_request as values
+    from foliko_cli.engine import turn
 
-    return values.turn_request(session_id, message, params)
+    return turn.turn_request(session_id, message, params)
 
 
 class TurnsMixin(ServiceBase):
-    """Turns as coroutines and event streams."""
+    """Turns as coroutines and event streams, all run by one primitive:
+    ``run_turn`` (the engine's, over the turn the service resolved)."""
 
     # turns
-
-    async def _turn_setup(self, turn: TurnRequest) -> TurnSetup:
-        from foliko_cli.engine.turn import TurnSetup
-
-        session_id, fork_from = turn.session_id, turn.fork_from
-        start_from, expected = turn.start_from, turn.expected_revision
-        if fork_from is not None:
-            check_session_id(fork_from)
-            if fork_from == session_id:
-                raise UsageError(
-                    f"cannot fork session {session_id!r} into itself", fix="name a new session"
-                )
-            if not turn.new and await self.storage.revision(session_id) is not None:
-                raise SessionExistsError(session_id)
-            source = await self.get_session(fork_from)
-            start_from = forked(source, session_id, turn.turns, turn.upto)
-            expected = None if turn.new else 0
-        elif turn.turns is not None or turn.upto is not None:
-            raise UsageError("a number of turns to keep needs a session to fork from")
-        elif turn.new:
-            start_from = SessionRecord(session_id, metadata=new_metadata())
-        return TurnSetup(
-            start_from=start_from,
-            variables=turn.variables or {},
-            system_prompt=turn.system,
-            expected_revision=expected,
-            messages=tuple(turn.messages),
-            instructions=turn.instructions,
-            client_tools=tuple(turn.client_tools),
-            on_start=turn.on_start,
-            on_message=turn.on_message,
-            on_finish=turn.on_finish,
-            on_done=turn.on_done,
-            server_tools=turn.server_tools,
-            annotations=turn.annotations or {},
-            trash="new" if turn.new and self._keeps_trash(session_id) else None,
-            tools=tuple(turn.tools),
-        )
 
     async def latest_session_id(self) -> str:
         """The most recently active session (what ``chat --continue`` continues)."""
@@ -104,17 +58,11 @@ class TurnsMixin(ServiceBase):
         stream's ``delta``, ``tool_call`` and ``tool_result`` events as they
         happen (the model then streams)."""
         turn = turn_request(session_id, message, params)
-        if on_event is not None:
-            result: TurnResult | None = None
-            async for event in self.chat_stream(turn):
-                if event["type"] == "done":
-                    result = event["result"]
-                else:
-                    on_event(event)
-            assert result is not None
-            return result
-        handler, text, arguments = await self._engine_turn(turn)
-        return await handler.chat(text, **arguments)
+        if on_event is None:
+            return await self.run_turn(turn)
+        from foliko_cli.engine.stream import CallbackEvents
+
+        return await self.run_turn(turn, CallbackEvents(on_event))
 
     def chat_stream(
         self,
@@ -132,26 +80,20 @@ class TurnsMixin(ServiceBase):
         turn = turn._replace(request=request)
         return TurnStream(lambda events: self.run_turn(turn, events), request)
 
-    async def run_turn(self, turn: TurnRequest, events: TurnEvents) -> TurnResult:
-        """A streamed turn in the caller's own task, its events written to
-        ``events``: what ``chat_stream``'s stream runs, for a caller that builds
-        its own ``TurnStream`` around it."""
-        handler, text, arguments = await self._engine_turn(turn)
-        return await handler.run_turn(text, events=events, **arguments)
-
-    async def _engine_turn(self, turn: TurnRequest) -> tuple[AgentChatHandler, str, dict[str, Any]]:
-        """The handler that runs the turn, the message it sends, and the rest of
-        what the handler is given."""
+    async def run_turn(self, turn: TurnRequest, events: TurnEvents | None = None) -> TurnResult:
+        """The one primitive every turn runs through, in the caller's task:
+        ``events`` receives a streamed turn's events (None: the model is asked
+        for whole replies). ``chat`` and ``chat_stream`` adapt it; a caller that
+        needs its own ``TurnStream`` (foliko serve) builds one around it."""
         handler = await self.handler(turn.model, turn.agent)
-        text, setup = await self._prepare(turn)
-        request = turn.request or self.request(turn.timeout)
-        arguments = {"session_id": turn.session_id, "request": request, "setup": setup}
-        return handler, text, {**arguments, "options": turn_options(turn)}
+        return await handler.run_turn(await self._prepare(turn), events)
 
-    async def _prepare(self, turn: TurnRequest) -> tuple[str, TurnSetup]:
-        """Check the turn's input and build its setup; text attachments are appended
-        to the message."""
+    async def _prepare(self, turn: TurnRequest) -> TurnRequest:
+        """The turn as the engine runs it: its input checked, its request made, a
+        fork's copy or a new start as ``start_from``, its attachments read (text
+        appended to the message, the parts in their place)."""
         check_session_id(turn.session_id)
+        turn = turn._replace(request=turn.request or self.request(turn.timeout))
         if turn.regenerate:
             if turn.attachments:
                 raise UsageError(
@@ -169,11 +111,31 @@ class TurnsMixin(ServiceBase):
             message, parts = compose(message, loaded)
         if message or not (parts or turn.messages):  # else it continues or attaches
             check_message_text(message)
-        setup = await self._turn_setup(turn)
-        return message, setup._replace(attachments=tuple(parts))
+        turn = await self._started(turn)
+        return turn._replace(message=message, attachments=tuple(parts))
 
-    async def _regenerated(self, turn: TurnRequest) -> tuple[str, TurnSetup]:
-        """The setup that replaces the session's last turn by a new answer to its
+    async def _started(self, turn: TurnRequest) -> TurnRequest:
+        """A fork's copy or a new start as the turn's ``start_from``."""
+        session_id, fork_from = turn.session_id, turn.fork_from
+        if fork_from is not None:
+            check_session_id(fork_from)
+            if fork_from == session_id:
+                raise UsageError(
+                    f"cannot fork session {session_id!r} into itself", fix="name a new session"
+                )
+            if not turn.new and await self.storage.revision(session_id) is not None:
+                raise SessionExistsError(session_id)
+            source = await self.get_session(fork_from)
+            copy = forked(source, session_id, turn.turns, turn.upto)
+            return turn._replace(start_from=copy, expected_revision=None if turn.new else 0)
+        if turn.turns is not None or turn.upto is not None:
+            raise UsageError("a number of turns to keep needs a session to fork from")
+        if turn.new:
+            return turn._replace(start_from=SessionRecord(session_id, metadata=new_metadata()))
+        return turn
+
+    async def _regenerated(self, turn: TurnRequest) -> TurnRequest:
+        """The turn that replaces the session's last turn by a new answer to its
         user message, sent again with its attachments; given a message, that
         message stands in for the user message (edit and resend)."""
         if turn.new or turn.fork_from is not None:
@@ -181,8 +143,9 @@ class TurnsMixin(ServiceBase):
                 "regenerating a turn replaces the session's own last turn",
                 fix="neither start over nor fork",
             )
+        if turn.turns is not None or turn.upto is not None:
+            raise UsageError("a number of turns to keep needs a session to fork from")
         session_id, message = turn.session_id, turn.message
-        setup = await self._turn_setup(turn)
         record = await self.get_session(session_id)
         kept = drop_turns(record.messages, 1, session_id=session_id)
         replaced = record.messages[kept]
@@ -202,8 +165,11 @@ class TurnsMixin(ServiceBase):
         )
         if message or not parts:
             check_message_text(message)
-        return message, setup._replace(
-            start_from=start_from, expected_revision=record.revision, attachments=parts
+        return turn._replace(
+            message=message,
+            start_from=start_from,
+            expected_revision=record.revision,
+            attachments=parts,
         )
 
     async def dry_run(
@@ -272,21 +238,15 @@ class TurnsMixin(ServiceBase):
     ) -> tuple[ModelProvider, RequestCaptured]:
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
+        from foliko_cli.engine.stream import CallbackEvents
         from foliko_cli.models import resolve_model
 
-        message, setup = await self._prepare(turn)
+        # the history is compressed to fit, as a turn that may compress it sends it
+        prepared = (await self._prepare(turn))._replace(compress=True)
         target = resolve_model(self.model_name(turn.model, turn.agent), self.models)
         handler = await self._make_handler(CaptureModel(target), turn.agent)
-        request = turn.request or self.request(turn.timeout)
-        arguments: dict[str, Any] = {"session_id": turn.session_id, "request": request}
-        # the history is compressed to fit, as a turn that may compress it sends it
-        arguments.update(setup=setup, options=turn_options(turn._replace(compress=True)))
         try:
-            if stream:
-                async for _event in handler.chat_stream(message, **arguments):
-                    pass
-            else:
-                await handler.chat(message, **arguments)
+            await handler.run_turn(prepared, CallbackEvents(_ignore) if stream else None)
         except RequestCaptured as captured:
             return target, captured
         except BaseException:
@@ -308,3 +268,7 @@ class TurnsMixin(ServiceBase):
         return await handler.run_tool(
             name, arguments, session_id=session_id, request=self.request()
         )
+
+
+def _ignore(event: dict[str, Any]) -> None:
+    """A dry run's stream events: none reach anyone."""
