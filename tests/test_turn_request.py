@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from foliko_cli import AsyncFoliko, TurnRequest, TurnStream
-from foliko_cli.errors import SessionBusyError, UsageError
 from foliko_cli.engine import turn as module
+from foliko_cli.errors import SessionBusyError, UsageError
 
 SOURCE = Path(inspect.getfile(module)).read_text()
 
