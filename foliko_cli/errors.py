@@ -7,6 +7,8 @@ the ``Hint`` names): the CLI replaces the generic fix by the flag that
 sets it, so the core never speaks in CLI flags.
 """
 
+from typing import Any
+
 
 class ExitCode:
     """The documented exit codes (plain ints: an enum class costs start-up time)."""
@@ -307,15 +309,18 @@ class StepFailed(FolikoError):
 
 
 class Interrupted(FolikoError):
-    """SIGINT or SIGTERM stopped an operation; ``message`` says what was kept."""
+    """SIGINT or SIGTERM came during an operation; ``message`` says what was kept.
+    When the operation had committed before the signal, ``result`` is what it
+    returned (a saved turn's TurnResult); else None."""
 
     exit_code = ExitCode.INTERRUPTED
     http_status = 503
     code = "shutting_down"
     retryable = True
 
-    def __init__(self, message: str, *, signal_number: int = 2):
+    def __init__(self, message: str, *, signal_number: int = 2, result: Any = None):
         self.signal_number = signal_number
+        self.result = result
         if signal_number == 15:
             self.exit_code = ExitCode.TERMINATED
         super().__init__(message)

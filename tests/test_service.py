@@ -214,22 +214,43 @@ with Foliko(storage=PausingStorage(sys.argv[1]), model="echo") as foliko:
     try:
         result = foliko.chat("s", "hello")
     except Interrupted as exc:
-        print("interrupted", exc.exit_code, flush=True)
+        kept = "saved " + exc.result.message if exc.result else "nothing saved"
+        print("interrupted", exc.exit_code, kept, str(exc), flush=True)
     else:
-        print("saved", result.message, flush=True)
+        print("not interrupted", result.message, flush=True)
 """
 
 
 @pytest.mark.parametrize(
     ("pause", "sig", "expected", "stored"),
     [
-        ("before", signal.SIGINT, "interrupted 130", False),
-        ("before", signal.SIGTERM, "interrupted 143", False),
-        ("after", signal.SIGINT, "saved hello", True),
-        ("after", signal.SIGTERM, "saved hello", True),
+        (
+            "before",
+            signal.SIGINT,
+            "interrupted 130 nothing saved interrupted; the turn was not saved",
+            False,
+        ),
+        (
+            "before",
+            signal.SIGTERM,
+            "interrupted 143 nothing saved interrupted; the turn was not saved",
+            False,
+        ),
+        (
+            "after",
+            signal.SIGINT,
+            "interrupted 130 saved hello interrupted after the turn was saved",
+            True,
+        ),
+        (
+            "after",
+            signal.SIGTERM,
+            "interrupted 143 saved hello interrupted after the turn was saved",
+            True,
+        ),
     ],
 )
-def test_a_signal_before_the_commit_saves_nothing_and_after_it_reports_success(
+def test_a_signal_is_never_swallowed_and_says_whether_the_turn_was_saved(
     tmp_path: Path, pause, sig, expected, stored
 ):
     db = tmp_path / "s.db"

@@ -22,7 +22,7 @@ from foliko_cli.cli.params import (
 )
 from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter, turn_notes
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
-from foliko_cli.errors import ExitCode, FolikoError, UsageError
+from foliko_cli.errors import ExitCode, FolikoError, Interrupted, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.engine.tools import Tool
@@ -523,13 +523,16 @@ def run_turn(
     on_event = None
     if stream:
         on_event = emit_json_quietly if as_json else writer.on_event
+    interrupted = None
     try:
         result = facade.chat(turn._replace(request=request), on_event=on_event)
+    except Interrupted as exc:
+        if exc.result is None:
+            _failed(exc, session_id, ids, as_json=as_json, stream=stream, writer=writer)
+            raise
+        result, interrupted = exc.result, exc  # saved: printed, then reported
     except (FolikoError, KeyboardInterrupt) as exc:
-        if as_json:
-            report_json_failure(exc, session_id, ids, stream=stream)
-        else:
-            writer.end_line()
+        _failed(exc, session_id, ids, as_json=as_json, stream=stream, writer=writer)
         raise
     try:
         if as_json and stream:
@@ -543,4 +546,21 @@ def run_turn(
             click.echo(result.message)
     except StdoutWriteError as exc:
         raise output_failure(exc, after=SAVED_NOT_WRITTEN) from None
+    if interrupted is not None:
+        raise interrupted
     return result
+
+
+def _failed(
+    exc: BaseException,
+    session_id: str,
+    ids: dict[str, str | None],
+    *,
+    as_json: bool,
+    stream: bool,
+    writer: ReplyWriter,
+) -> None:
+    if as_json:
+        report_json_failure(exc, session_id, ids, stream=stream)
+    else:
+        writer.end_line()

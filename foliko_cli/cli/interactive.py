@@ -182,10 +182,16 @@ def interactive(
             else:
                 result = facade.chat(this)
                 click.echo(result.message)
-        except (KeyboardInterrupt, Interrupted):
+        except (KeyboardInterrupt, Interrupted) as exc:
             writer.end_line()
-            note("turn cancelled; nothing saved")
-            continue
+            saved = exc.result if isinstance(exc, Interrupted) else None
+            if saved is None:
+                note("turn cancelled; nothing saved")
+                continue
+            note("interrupted after the turn was saved")
+            if turn.schema is not None:
+                click.echo(saved.message)
+            result = saved
         except FolikoError as exc:
             writer.end_line()
             note(f"{paint('error:', 'red', err=True)} {render(exc)}")

@@ -14,19 +14,18 @@ only ever said of a turn that was not.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.common.clock import now_ms
+from foliko_cli.common.loop import require_loop, running_loop
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.context.session import SessionCheckpoint
 from foliko_cli.engine.compression import Compressor
 from foliko_cli.engine.framework import Framework
 from foliko_cli.engine.prompts import turn_system_prompt
 from foliko_cli.engine.shield import run_to_completion
-from foliko_cli.engine.stream import TurnEvents, TurnStream
 from foliko_cli.engine.tools import Tool, ToolResult
 from foliko_cli.engine.turn import TurnRequest, TurnResult
 from foliko_cli.errors import (
@@ -44,6 +43,7 @@ from foliko_cli.models.base import (
 )
 
 if TYPE_CHECKING:
+    from foliko_cli.engine.stream import TurnEvents, TurnStream
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
@@ -120,14 +120,7 @@ class AgentChatHandler:
     ) -> TurnResult:
         """One turn without streaming: the model is asked for whole replies.
         ``turn`` is a TurnRequest, or the message of one in ``session_id``."""
-        turn = self._turn(turn, session_id, request)
-        assert turn.request is not None
-        task = asyncio.ensure_future(self.run_turn(turn))
-        turn.request.on_cancel(task.cancel)
-        try:
-            return await task
-        finally:
-            turn.request.remove_on_cancel(task.cancel)
+        return await self.run_turn(self._turn(turn, session_id, request))
 
     def chat_stream(
         self,
@@ -138,6 +131,8 @@ class AgentChatHandler:
     ) -> TurnStream:
         """``delta``, ``tool_call`` and ``tool_result`` events, then ``done``: the
         model streams its replies and the deltas are passed on as they come."""
+        from foliko_cli.engine.stream import TurnStream
+
         turn = self._turn(turn, session_id, request)
         assert turn.request is not None
         return TurnStream(lambda events: self.run_turn(turn, events), turn.request)
@@ -147,8 +142,29 @@ class AgentChatHandler:
         ``chat_stream`` adapt): ``events`` receives a streamed turn's events
         (None: the model is asked for whole replies). Once the turn is saved,
         ``turn.on_done`` is awaited with its result (to its end: a cancellation
-        that arrives meanwhile waits, and the saved turn stands)."""
+        that arrives meanwhile waits, and the saved turn stands).
+
+        The turn runs in a task of its own, which ``turn.request.cancel()``
+        cancels — or, with no event loop running, in the caller's (see
+        common/loop.py: nothing can cancel it then).
+        """
         request = turn.request or self._request()
+        if running_loop() is None:
+            return await self._run_turn(turn, request, events)
+        import asyncio
+
+        task = asyncio.ensure_future(self._run_turn(turn, request, events))
+        request.on_cancel(task.cancel)
+        try:
+            return await task
+        finally:
+            request.remove_on_cancel(task.cancel)
+
+    async def _run_turn(
+        self, turn: TurnRequest, request: RequestContext, events: TurnEvents | None
+    ) -> TurnResult:
+        if not self.model.offline:
+            require_loop(f"calling {self.model.name}")
         trash = "new" if turn.new and self.keeps_trash(turn.session_id) else None
 
         async def work(session: SessionContext) -> tuple[TurnResult, bool]:
@@ -260,18 +276,23 @@ class AgentChatHandler:
             ):
                 session = self.framework.get_or_create_session_context(session_id)
                 try:
+                    transaction = self._transaction(
+                        session, request, work, committed, trash, replacing
+                    )
+                    if running_loop() is None:  # nothing here waits (common/loop.py)
+                        return await transaction
+                    import asyncio
+
                     async with asyncio.timeout(request.remaining()) as deadline:
                         with request.follow(deadline):
-                            return await self._transaction(
-                                session, request, work, committed, trash, replacing
-                            )
+                            return await transaction
                 except TimeoutError:
                     if committed:
                         return committed[0]
                     raise TurnTimeoutError(request.timeout) from None
                 finally:
                     self.framework.release_session_context(session_id)
-        except asyncio.CancelledError:
+        except BaseException:  # once saved, the turn stands: whatever comes after
             if committed:
                 return committed[0]
             raise
@@ -556,6 +577,7 @@ class AgentChatHandler:
             if call.name in client_tools:
                 handed_back = True
                 continue
+            require_loop("running a tool")  # a tool may wait on anything
             called = {"id": call.id, "name": call.name, "arguments": call.arguments}
             await _emit(events, {"type": "tool_call", **called})
             result = await self.framework.execute_tool(call.name, call.arguments, tools)

@@ -11,12 +11,17 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from foliko_cli.common.loop import running_loop
+
 T = TypeVar("T")
 
 
 async def run_to_completion(awaitable: Awaitable[T]) -> tuple[T, bool]:
     """Await ``awaitable`` to its end; return its value and whether a
-    cancellation arrived meanwhile (it is held back, not raised)."""
+    cancellation arrived meanwhile (it is held back, not raised). Without an
+    event loop nothing can cancel it: it is simply awaited."""
+    if running_loop() is None:
+        return await awaitable, False
     import asyncio
 
     task = asyncio.ensure_future(awaitable)

@@ -150,6 +150,9 @@ def read_file(path: str | os.PathLike) -> Loaded:
 
 async def fetch_url(url: str, timeout: float) -> Loaded:
     """Download ``url`` (following redirects) within ``timeout`` seconds."""
+    from foliko_cli.common.loop import require_loop
+
+    require_loop(f"downloading {url}")
     import httpx2
 
     limit = max(MAX_IMAGE_BYTES, MAX_TEXT_BYTES)

@@ -1,34 +1,45 @@
 """``Foliko``: the synchronous twin of ``AsyncFoliko``, for the CLI and scripts.
 
-Every method is the service's coroutine of the same name, run to its end on
-one event loop that lives as long as the facade. Called from a thread that
-is already running an event loop (a notebook, an async framework), the loop
-is driven from a worker thread instead, so the facade works there too
-(``AsyncFoliko`` is the better fit inside a loop). SIGINT and SIGTERM
-cancel the running operation and surface as ``Interrupted`` (exit 130 or
-143) — unless it had already committed, in which case its result stands.
+Every public method of the service has a twin here with the same signature:
+the service's coroutine run to its end on one event loop that lives as long
+as the facade (reads and turns that never wait run without one: see
+common/loop.py). Called from a thread that is already running an event loop
+(a notebook, an async framework), the loop is driven from a worker thread
+instead, so the facade works there too (``AsyncFoliko`` is the better fit
+inside a loop). Anything the service has that is not listed here is an
+AttributeError, never a coroutine nobody awaits.
+
+SIGINT and SIGTERM during a call surface as ``Interrupted`` (exit 130 or
+143), never swallowed: before the operation committed, nothing of it is
+kept; after, its result is on the exception (``Interrupted.result``) and the
+message says it was saved.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from foliko_cli.common.loop import NeedsLoop, run_without_loop
 from foliko_cli.errors import Interrupted, SessionNotFoundError
 from foliko_cli.service import AsyncFoliko, ImportReport, check_message_text
 
 if TYPE_CHECKING:
     import asyncio
     from pathlib import Path
+    from typing import Unpack
 
     from foliko_cli.context.request import RequestContext
     from foliko_cli.engine.framework import Framework
     from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.engine.turn import TurnParams, TurnRequest
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord
+    from foliko_cli.models.base import ModelProvider
     from foliko_cli.storage.base import SessionStorageAdapter
 
 __all__ = ["Foliko", "ImportReport", "check_message_text"]
@@ -36,12 +47,18 @@ __all__ = ["Foliko", "ImportReport", "check_message_text"]
 T = TypeVar("T")
 P = ParamSpec("P")
 
-INTERRUPTED = "interrupted before the operation finished"
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+INTERRUPTED = (
+    "interrupted before the operation finished",
+    "interrupted after the operation finished",
+)
+INTERRUPTED_TURN = ("interrupted; the turn was not saved", "interrupted after the turn was saved")
 READS = frozenset(
     {
         "get_session",
         "list_sessions",
         "session_ids",
+        "session_titles",
         "get_variables",
         "search",
         "usage",
@@ -51,17 +68,14 @@ READS = frozenset(
     }
 )
 """Operations that only read: they may run without an event loop (see ``_without_loop``)."""
-INTERRUPTED_TURN = "interrupted; the turn was not saved"
+TURNS = frozenset({"chat"})
+"""Operations that may run without an event loop when they never wait (common/loop.py)."""
 
 
 def _loop_running_here() -> bool:
-    import asyncio
+    from foliko_cli.common.loop import running_loop
 
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    return running_loop() is not None
 
 
 def _without_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> tuple[bool, T | None]:
@@ -81,8 +95,27 @@ def _without_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> tuple[bool, T |
         if "no running event loop" not in str(exc):
             raise
         return False, None
+    except NeedsLoop:
+        return False, None
     coroutine.close()
     return False, None
+
+
+@contextlib.contextmanager
+def _signals_held(received: list[int]) -> Iterator[None]:
+    """While the block runs, SIGINT and SIGTERM are only noted in ``received``
+    (in the main thread; elsewhere Python delivers none)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {
+        sig: signal.signal(sig, lambda number, _: received.append(number)) for sig in SIGNALS
+    }
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _takes_arguments_of(
@@ -98,24 +131,52 @@ def _takes_arguments_of(
 
 
 class _LoopRunner:
-    """One event loop for the facade's lifetime, made on first need; calls are serialised."""
+    """One event loop for the facade's lifetime, made on first need; calls are
+    serialised. ``interrupted`` names what a signal during a call means, before
+    and after the operation committed."""
 
     def __init__(self) -> None:
         self._runner: asyncio.Runner | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
-    def read(self, make: Callable[[], Coroutine[Any, Any, T]], interrupted: str) -> T:
+    def read(self, make: Callable[[], Coroutine[Any, Any, T]], interrupted: tuple[str, str]) -> T:
         """A read: without an event loop while none was needed yet (see ``_without_loop``)."""
         if self._runner is None:
             try:
                 finished, value = _without_loop(make)
             except KeyboardInterrupt:
-                raise Interrupted(interrupted) from None
+                raise Interrupted(interrupted[0]) from None
             if finished:
                 return value  # type: ignore[return-value]
         return self.run(make(), interrupted)
 
-    def run(self, coroutine: Coroutine[Any, Any, T], interrupted: str) -> T:
+    def turn(self, make: Callable[[], Coroutine[Any, Any, T]], interrupted: tuple[str, str]) -> T:
+        """A turn: without an event loop when it never waits (see common/loop.py),
+        signals held until it has ended; else on the loop."""
+        if _loop_running_here():
+            return self.run(make(), interrupted)
+        received: list[int] = []
+        with self._lock:
+            with _signals_held(received):
+                try:
+                    value = run_without_loop(make())
+                except NeedsLoop:
+                    needs_loop = True
+                except BaseException as exc:
+                    if not received:
+                        raise
+                    raise Interrupted(interrupted[0], signal_number=received[0]) from exc
+                else:
+                    needs_loop = False
+            if received:
+                if needs_loop:
+                    raise Interrupted(interrupted[0], signal_number=received[0])
+                raise Interrupted(interrupted[1], signal_number=received[0], result=value)
+            if needs_loop:
+                return self.run(make(), interrupted)
+            return value
+
+    def run(self, coroutine: Coroutine[Any, Any, T], interrupted: tuple[str, str]) -> T:
         with self._lock:
             if self._runner is None:
                 import asyncio
@@ -125,40 +186,49 @@ class _LoopRunner:
                 return self._in_worker_thread(coroutine, interrupted)
             return self._here(coroutine, interrupted)
 
-    def _here(self, coroutine: Coroutine[Any, Any, T], interrupted: str) -> T:
+    def _here(self, coroutine: Coroutine[Any, Any, T], interrupted: tuple[str, str]) -> T:
         import asyncio
 
         assert self._runner is not None
         loop = self._runner.get_loop()
-        terminated = threading.Event()
+        received: list[int] = []
         main_thread = threading.current_thread() is threading.main_thread()
 
         async def guarded() -> T:
-            if main_thread:
-                task = asyncio.current_task()
+            if not main_thread:
+                return await coroutine
+            task = asyncio.current_task()
+            previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
 
-                def on_sigterm() -> None:
-                    terminated.set()
-                    if task:
-                        task.cancel()
+            def on_signal(number: int) -> None:
+                received.append(number)
+                if task:
+                    task.cancel()
 
-                loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+            for sig in SIGNALS:
+                loop.add_signal_handler(sig, on_signal, sig)
             try:
                 return await coroutine
             finally:
-                if main_thread:
-                    loop.remove_signal_handler(signal.SIGTERM)
+                for sig, handler in previous.items():
+                    loop.remove_signal_handler(sig)
+                    signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
         try:
-            return self._runner.run(guarded())
+            value = self._runner.run(guarded())
         except KeyboardInterrupt:
-            raise Interrupted(interrupted) from None
+            raise Interrupted(interrupted[0]) from None
         except asyncio.CancelledError:
-            if terminated.is_set():
-                raise Interrupted(interrupted, signal_number=signal.SIGTERM) from None
+            if received:
+                raise Interrupted(interrupted[0], signal_number=received[0]) from None
             raise
+        if received:  # it had committed when the signal came: say so, never swallow it
+            raise Interrupted(interrupted[1], signal_number=received[0], result=value)
+        return value
 
-    def _in_worker_thread(self, coroutine: Coroutine[Any, Any, T], interrupted: str) -> T:
+    def _in_worker_thread(
+        self, coroutine: Coroutine[Any, Any, T], interrupted: tuple[str, str]
+    ) -> T:
         values: list[T] = []
         errors: list[BaseException] = []
 
@@ -187,45 +257,26 @@ def _in_thread(work: Callable[[], None]) -> None:
 
 def _blocking(
     coroutine_function: Callable[Concatenate[AsyncFoliko, P], Coroutine[Any, Any, T]],
-    interrupted: str = INTERRUPTED,
+    interrupted: tuple[str, str] = INTERRUPTED,
 ) -> Callable[Concatenate[Foliko, P], T]:
     """The facade's method for the service's coroutine function, with its signature
     (less the coroutine) for type checkers."""
     name = coroutine_function.__name__
-
-    if name in READS:
-
-        @functools.wraps(coroutine_function)
-        def read(self: Foliko, *args: P.args, **kwargs: P.kwargs) -> T:
-            bound: Callable[P, Coroutine[Any, Any, T]] = getattr(self.service, name)
-            return self._loop.read(lambda: bound(*args, **kwargs), interrupted)
-
-        return read
+    how = "read" if name in READS else "turn" if name in TURNS else "run"
 
     @functools.wraps(coroutine_function)
     def method(self: Foliko, *args: P.args, **kwargs: P.kwargs) -> T:
-        run: Coroutine[Any, Any, T] = getattr(self.service, name)(*args, **kwargs)
-        return self._loop.run(run, interrupted)
+        bound: Callable[P, Coroutine[Any, Any, T]] = getattr(self.service, name)
+        if how == "run" or (how == "turn" and kwargs.get("on_event") is not None):
+            return self._loop.run(bound(*args, **kwargs), interrupted)
+        run = self._loop.read if how == "read" else self._loop.turn
+        return run(lambda: bound(*args, **kwargs), interrupted)
 
     return method
 
 
 class Foliko:
     """Takes the same arguments as ``AsyncFoliko``; see its methods for each call."""
-
-    if TYPE_CHECKING:  # the service's own, passed through by __getattr__
-        storage: SessionStorageAdapter
-        framework: Framework
-        home: Path
-        user: str | None
-        trash_keep: int
-
-        @property
-        def mcp(self) -> MCPManager: ...
-
-        def skills(self) -> SkillSet: ...
-
-        def request(self, timeout: float | None = None, **options: Any) -> RequestContext: ...
 
     @_takes_arguments_of(AsyncFoliko.__init__)
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -234,23 +285,20 @@ class Foliko:
 
     @classmethod
     def from_settings(cls, settings: Any, **overrides: Any) -> Foliko:
-        facade = cls.__new__(cls)
-        facade.service = AsyncFoliko.from_settings(settings, **overrides)
-        facade._loop = _LoopRunner()
-        return facade
+        """See ``AsyncFoliko.from_settings``."""
+        return cls._over(AsyncFoliko.from_settings(settings, **overrides))
 
     @classmethod
     def from_config(cls, **flags: Any) -> Foliko:
+        """Settings from the config files and environment, as the CLI reads them."""
+        return cls._over(AsyncFoliko.from_config(**flags))
+
+    @classmethod
+    def _over(cls, service: AsyncFoliko) -> Foliko:
         facade = cls.__new__(cls)
-        facade.service = AsyncFoliko.from_config(**flags)
+        facade.service = service
         facade._loop = _LoopRunner()
         return facade
-
-    def __getattr__(self, name: str) -> Any:
-        """Attributes and plain methods of the service (storage, framework, skills, ...)."""
-        if name in ("service", "_loop"):
-            raise AttributeError(name)
-        return getattr(self.service, name)
 
     def __enter__(self) -> Foliko:
         return self
@@ -260,26 +308,73 @@ class Foliko:
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine of one's own over ``self.service`` on the facade's
-        event loop, as its methods run: SIGINT or SIGTERM cancels it
-        (``Interrupted``)."""
+        event loop, as its methods run: SIGINT or SIGTERM raises ``Interrupted``."""
         return self._loop.run(coroutine, INTERRUPTED)
 
     def close(self) -> None:
+        """The twin of ``aclose``: stop the MCP servers, close the connections and
+        the storage, then the event loop."""
         try:
             self._loop.read(self.service.aclose, INTERRUPTED)
         finally:
             self._loop.close()
 
+    # the service's state and its plain methods, as they are
+
+    @property
+    def storage(self) -> SessionStorageAdapter:
+        return self.service.storage
+
+    @property
+    def framework(self) -> Framework:
+        return self.service.framework
+
+    @property
+    def home(self) -> Path:
+        return self.service.home
+
+    @property
+    def user(self) -> str | None:
+        return self.service.user
+
+    @property
+    def trash_keep(self) -> int:
+        return self.service.trash_keep
+
+    @property
+    def mcp(self) -> MCPManager:
+        return self.service.mcp
+
+    def skills(self) -> SkillSet:
+        """See ``AsyncFoliko.skills``."""
+        return self.service.skills()
+
+    def request(self, timeout: float | None = None, **options: Any) -> RequestContext:
+        """See ``AsyncFoliko.request``."""
+        return self.service.request(timeout, **options)
+
+    def model_name(
+        self, model: str | ModelProvider | None = None, agent: str | None = None
+    ) -> str | ModelProvider | None:
+        """See ``AsyncFoliko.model_name``."""
+        return self.service.model_name(model, agent)
+
+    # the service's coroutines, run to their end
+
     chat = _blocking(AsyncFoliko.chat, INTERRUPTED_TURN)
+    run_turn = _blocking(AsyncFoliko.run_turn, INTERRUPTED_TURN)
     dry_run = _blocking(AsyncFoliko.dry_run)
+    count_tokens = _blocking(AsyncFoliko.count_tokens)
     call_tool = _blocking(AsyncFoliko.call_tool)
     get_session = _blocking(AsyncFoliko.get_session)
     list_sessions = _blocking(AsyncFoliko.list_sessions)
     session_ids = _blocking(AsyncFoliko.session_ids)
+    session_titles = _blocking(AsyncFoliko.session_titles)
     delete_sessions = _blocking(AsyncFoliko.delete_sessions)
     rename_session = _blocking(AsyncFoliko.rename_session)
     fork_session = _blocking(AsyncFoliko.fork_session)
     rewind_session = _blocking(AsyncFoliko.rewind_session)
+    splice_messages = _blocking(AsyncFoliko.splice_messages)
     compact = _blocking(AsyncFoliko.compact)
     compactions = _blocking(AsyncFoliko.compactions)
     uncompact = _blocking(AsyncFoliko.uncompact)
@@ -313,10 +408,31 @@ class Foliko:
     search = _blocking(AsyncFoliko.search)
     usage = _blocking(AsyncFoliko.usage)
 
+    # the service's streams, read one item at a time
+
+    @functools.wraps(AsyncFoliko.chat_stream)
+    def chat_stream(
+        self,
+        session_id: str | TurnRequest,
+        message: str | None = None,
+        **params: Unpack[TurnParams],
+    ) -> Iterator[dict[str, Any]]:
+        stream = self.service.chat_stream(session_id, message, **params)
+        try:
+            while True:
+                try:
+                    yield self._loop.run(anext(stream), INTERRUPTED_TURN)
+                except StopAsyncIteration:
+                    return
+        finally:
+            self._loop.run(stream.aclose(), INTERRUPTED_TURN)
+
     def export_sessions(
         self, session_ids: list[str], *, skip_missing: bool = False
     ) -> Iterator[SessionRecord]:
-        """The named sessions, each loaded once, in order (see ``AsyncFoliko``)."""
+        """The named sessions, each loaded once, in order; with ``skip_missing``,
+        one deleted or renamed meanwhile is left out instead of failing (each a
+        ``get_session``, so a local store needs no event loop)."""
         for session_id in session_ids:
             try:
                 yield self.get_session(session_id)

@@ -4,7 +4,7 @@ prune and variables."""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from foliko_cli.common.clock import now_ms
@@ -254,7 +254,7 @@ class SessionsMixin(ServiceBase):
 
     async def export_sessions(
         self, session_ids: list[str], *, skip_missing: bool = False
-    ) -> AsyncIterator[SessionRecord]:
+    ) -> AsyncGenerator[SessionRecord, None]:
         """The named sessions, each loaded once, in order; with ``skip_missing``,
         one deleted or renamed meanwhile is left out instead of failing."""
         for session_id in session_ids:

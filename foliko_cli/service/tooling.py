@@ -119,7 +119,10 @@ class ToolsMixin(ServiceBase):
 
     async def _read_resource(self, source: str) -> list[Any]:
         """An ``mcp:SERVER:URI`` attachment's parts (see ``attachments.load_all``)."""
+        from foliko_cli.common.loop import require_loop
         from foliko_cli.mcp.resources import read_resource
+
+        require_loop(f"reading {source}")
 
         return await read_resource(self.mcp, source)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from foliko_cli.common.loop import require_loop
 from foliko_cli.engine.tools import ToolResult
 from foliko_cli.errors import SessionExistsError, UsageError
 from foliko_cli.messages.ids import check_session_id
@@ -13,6 +14,7 @@ from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import check_message_text, forked
+from foliko_cli.storage.base import answers_at_once
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -85,6 +87,11 @@ class TurnsMixin(ServiceBase):
         ``events`` receives a streamed turn's events (None: the model is asked
         for whole replies). ``chat`` and ``chat_stream`` adapt it; a caller that
         needs its own ``TurnStream`` (foliko serve) builds one around it."""
+        if not answers_at_once(self.storage):
+            require_loop(f"a turn over {self.storage.name} storage")
+        if turn.on_start or turn.on_message or turn.on_finish or turn.on_done:
+            # seen while it runs: it must not need running again (common/loop.py)
+            require_loop("a turn with callbacks")
         handler = await self.handler(turn.model, turn.agent)
         return await handler.run_turn(await self._prepare(turn), events)
 

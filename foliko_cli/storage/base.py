@@ -15,6 +15,11 @@ from foliko_cli.errors import ConflictError, SessionExistsError
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 
 
+def answers_at_once(storage: object) -> bool:
+    """Whether ``storage``'s own class declares that its calls never suspend."""
+    return bool(type(storage).__dict__.get("answers_at_once", False))
+
+
 def check_expected(session_id: str, expected: int | None, found: int) -> None:
     """The compare-and-set rule of ``save``/``delete``; ``found`` is 0 when absent."""
     if expected is None:
@@ -97,6 +102,11 @@ class SessionStorageAdapter(ABC):
     """
 
     name: ClassVar[str]
+    answers_at_once: ClassVar[bool] = False
+    """Every call completes without suspending (no network I/O): a turn over
+    this storage may run without an event loop (see common/loop.py). Only the
+    class that sets it has it (``answers_at_once(storage)``): a subclass's own
+    methods may wait, so it says so again if they never do."""
 
     @abstractmethod
     async def load(self, session_id: str) -> SessionRecord | None: ...

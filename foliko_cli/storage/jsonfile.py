@@ -146,6 +146,7 @@ def _one_line(text: str) -> str:
 
 class JsonStorage(SavesInBatches, SessionStorageAdapter):
     name = "json"
+    answers_at_once = True
 
     def __init__(self, directory: str | os.PathLike[str]):
         self.directory = Path(directory)

@@ -34,6 +34,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
     A write's revision check and the write hold one lock (threads may share it)."""
 
     name = "memory"
+    answers_at_once = True
 
     def __init__(self) -> None:
         self._records: dict[str, SessionRecord] = {}

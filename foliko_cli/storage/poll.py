@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 
+from foliko_cli.common.loop import require_loop
+
 FIRST_DELAY = 0.002
 MAX_DELAY = 0.1
 
@@ -20,8 +22,8 @@ async def poll(
     """Call ``attempt`` (a function or a coroutine function) until it returns
     true (then True) or the ``time.monotonic`` ``deadline`` has passed (then
     False). The sleeps between tries double from ``first_delay`` up to
-    ``max_delay`` and never reach past the deadline."""
-    import asyncio  # loaded by the running event loop already; not at start-up
+    ``max_delay`` and never reach past the deadline. Waiting needs an event
+    loop (``NeedsLoop`` without one, see common/loop.py)."""
     import inspect
 
     async def tried() -> bool:
@@ -33,6 +35,9 @@ async def poll(
         left = deadline - time.monotonic()
         if left <= 0:
             return False
+        require_loop("waiting for another process")
+        import asyncio
+
         await asyncio.sleep(min(delay, left))
         delay = min(delay * 2, max_delay)
     return True

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
+from foliko_cli.common.loop import running_loop
 from foliko_cli.errors import SessionBusyError
 
 IN_THIS_PROCESS = "another turn in this process"
@@ -12,9 +14,7 @@ IN_THIS_PROCESS = "another turn in this process"
 
 class _Queue:
     def __init__(self) -> None:
-        import asyncio
-
-        self.lock = asyncio.Lock()
+        self.lock: Any = None  # an asyncio.Lock, made when a loop runs
         self.users = 0
 
 
@@ -22,7 +22,9 @@ class SessionQueues:
     """One asyncio.Lock per session, which wakes its waiters in arrival order.
 
     A session's entry is dropped as soon as nobody holds or waits for it, so a
-    long-lived process keeps no state for idle sessions.
+    long-lived process keeps no state for idle sessions. Held without an event
+    loop (see common/loop.py), a session needs no lock: nothing else runs in
+    the process meanwhile.
     """
 
     def __init__(self) -> None:
@@ -41,9 +43,14 @@ class SessionQueues:
         if queue is None:
             queue = self._queues[session_id] = _Queue()
         queue.users += 1
-        import asyncio
-
         try:
+            if running_loop() is None:
+                yield
+                return
+            import asyncio
+
+            if queue.lock is None:
+                queue.lock = asyncio.Lock()
             try:
                 async with asyncio.timeout(wait):
                     await queue.lock.acquire()

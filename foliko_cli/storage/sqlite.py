@@ -145,6 +145,7 @@ def _text_row(row: sqlite3.Row) -> dict[str, Any]:
 
 class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     name = "sqlite"
+    answers_at_once = True
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = str(path)

@@ -1,0 +1,61 @@
+"""Coroutines that run with or without an event loop.
+
+A turn with an offline model over SQLite, JSON files or memory never waits
+on anything: its coroutines can be driven to their end without asyncio,
+whose import alone costs more than half of a ``foliko chat`` process (P1).
+Code on that path that would wait (a lock another process holds, a model
+or a tool that may do anything, a URL) calls ``require_loop`` first: the
+caller that drove it without a loop gets ``NeedsLoop`` before anything was
+written, and runs it again on one.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class NeedsLoop(Exception):
+    """Raised when code that needs an event loop runs without one."""
+
+
+def running_loop() -> Any:
+    """The asyncio loop running in this thread, or None (without importing asyncio:
+    no loop can run before it is imported)."""
+    asyncio = sys.modules.get("asyncio")
+    return None if asyncio is None else asyncio._get_running_loop()
+
+
+def require_loop(what: str) -> None:
+    """Raise ``NeedsLoop`` when no event loop runs: ``what`` needs one."""
+    if running_loop() is None:
+        raise NeedsLoop(what)
+
+
+def run_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Drive ``coroutine`` to its end with no event loop. ``NeedsLoop`` when it
+    needed one after all: ``require_loop`` said so, asyncio itself failed for
+    want of one (code foliko does not own, such as a tool or a model of one's
+    own, awaited something), or it suspended."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    except (RuntimeError, AttributeError) as exc:
+        if _raised_by_asyncio(exc):
+            raise NeedsLoop(f"asyncio: {exc}") from exc
+        raise
+    coroutine.close()
+    raise NeedsLoop("a coroutine suspended")
+
+
+def _raised_by_asyncio(exc: BaseException) -> bool:
+    traceback = exc.__traceback__
+    while traceback is not None and traceback.tb_next is not None:
+        traceback = traceback.tb_next
+    where = traceback.tb_frame.f_code.co_filename if traceback is not None else ""
+    return f"{os.sep}asyncio{os.sep}" in where
