@@ -6,7 +6,6 @@ would be noise. The line is cleared when the call ends.
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import TYPE_CHECKING
 
@@ -46,6 +45,8 @@ class ProgressLine:
                 stream.flush()
                 self._shown = False
             return
+        import shutil
+
         width = max(20, shutil.get_terminal_size().columns - 1)
         line = progress_text(update).replace("\n", " ")
         if len(line) > width:

@@ -4,6 +4,9 @@ import os
 import re
 import time
 
+DEFAULT_TIMEOUT = 120.0
+"""Seconds a request (one turn, one command) may take unless told otherwise (SPEC §2)."""
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 

@@ -7,9 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from foliko_cli.common.clock import new_request_id, new_trace_id
-
-DEFAULT_TIMEOUT = 120.0
+from foliko_cli.common.clock import DEFAULT_TIMEOUT, new_request_id, new_trace_id
 
 
 class RequestContext:

@@ -1,10 +1,11 @@
 """Each server's tool list, kept between runs so a turn offers its tools without starting it.
 
 One small JSON file per server config in ``FOLIKO_HOME/mcp-tools/`` (mode
-0600), named by a hash of what makes the server the one it is: its
-command, arguments, environment and working directory, or its URL and
-headers, all as the config writes them (a ``${VAR}`` stays unexpanded, so
-no secret is hashed or stored). Editing those keys makes a new entry;
+0600), which holds what makes the server the one it is: its command,
+arguments, environment and working directory, or its URL and headers, all
+as the config writes them (a ``${VAR}`` stays unexpanded, so no secret is
+stored), and is named by a checksum of it; an entry whose identity is not
+the config's is a miss. Editing those keys makes a new entry;
 ``tools``, ``exclude``, timeouts and approval do not, as they change what
 foliko offers, not what the server lists.
 
@@ -18,8 +19,8 @@ written is skipped (the server then starts on every turn, as without it).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
+import zlib
 import time
 from pathlib import Path
 from typing import Any
@@ -30,23 +31,32 @@ from foliko_cli.mcp.connection import ServerTool
 from foliko_cli.mcp.server_config import ServerConfig
 
 DIRECTORY = "mcp-tools"
-FORMAT = 1
+FORMAT = 2
 TTL_SECONDS = 24 * 3600
 
 
-def config_key(config: ServerConfig) -> str:
-    """The hash that names ``config``'s entry. A stdio server without an absolute
-    ``cwd`` runs relative to foliko's working directory, which is then part of it."""
+def identity(config: ServerConfig) -> str:
+    """What makes the server the one it is, as one JSON text. A stdio server
+    without an absolute ``cwd`` runs relative to foliko's working directory,
+    which is then part of it."""
     if config.command is not None:
-        identity: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "command": config.command,
             "args": list(config.args),
             "env": sorted(config.env),
             "cwd": os.path.join(os.getcwd(), os.path.expanduser(config.cwd or "")),
         }
     else:
-        identity = {"url": config.url, "headers": sorted(config.headers)}
-    return hashlib.sha256(orjson.dumps(identity, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+        fields = {"url": config.url, "headers": sorted(config.headers)}
+    return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def config_key(config: ServerConfig) -> str:
+    """The name of ``config``'s entry: a checksum of its identity (CRC-32, not a
+    cryptographic hash: hashlib costs start-up time, and the entry holds the
+    identity it is checked against)."""
+    data = identity(config).encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
 
 class ToolCache:
@@ -60,7 +70,7 @@ class ToolCache:
         """The tools last listed by this server, or None when there is no fresh entry."""
         try:
             entry = orjson.loads(self.path(config).read_bytes())
-            if entry.get("format") != FORMAT:
+            if entry.get("format") != FORMAT or entry.get("identity") != identity(config):
                 return None
             age = (time.time() if now is None else now) - entry["listed_at"]
             if not 0 <= age <= TTL_SECONDS:
@@ -76,6 +86,7 @@ class ToolCache:
         entry = {
             "format": FORMAT,
             "server": config.name,
+            "identity": identity(config),
             "listed_at": time.time(),
             "tools": [
                 {

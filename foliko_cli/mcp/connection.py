@@ -21,13 +21,12 @@ at once and makes the supervisor list the tools again and hand them to
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.engine.tools import ToolOutput
 from foliko_cli.errors import ToolError
@@ -36,6 +35,9 @@ from foliko_cli.mcp.logs import log_level, log_notification
 from foliko_cli.mcp.results import result_images, result_text
 from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
 from foliko_cli.mcp.transport import open_transport, scrub
+
+if TYPE_CHECKING:
+    import asyncio
 
 CLIENT_NAME = "foliko"
 _CLIENT_PACKAGES = ("mcp", "mcp_types", "httpx2", "anyio", "pydantic")
@@ -65,6 +67,8 @@ class _Call:
 
     @contextlib.contextmanager
     def waiting_on_user(self) -> Iterator[None]:
+        import asyncio
+
         loop = asyncio.get_running_loop()
         when = self.deadline.when()
         left = None if when is None else when - loop.time()
@@ -207,6 +211,8 @@ class ServerConnection:
         A server that died after starting is started again (once per death);
         if that fails, it stays failed.
         """
+        import asyncio  # not at import: a turn that starts no server runs without it
+
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -222,6 +228,11 @@ class ServerConnection:
                 await self._settled.wait()
             return self.state == "ready"
 
+    @property
+    def running(self) -> bool:
+        """Whether a server process (or connection) of this server's is up."""
+        return self._task is not None
+
     async def aclose(self) -> None:
         await self._stop()
         self.state = "closed"
@@ -231,6 +242,8 @@ class ServerConnection:
         if self._scope is not None:
             self._scope.cancel()
         if self._task is not None:
+            import asyncio
+
             await asyncio.gather(self._task, return_exceptions=True)
         self._task = None
         self._stopping = False
@@ -453,6 +466,8 @@ class ServerConnection:
         if not await self.start() or self._client is None:
             raise ToolError(f"{where} is not available: {self.error}")
         client = self._client
+        import asyncio
+
         call = _Call(asyncio.timeout(self.config.call_timeout), request)
         self._calls.append(call)
         try:
@@ -478,6 +493,8 @@ class ServerConnection:
         where = f"MCP server {self.name!r}"
         if not await self.start() or self._client is None:
             raise ToolError(f"{where} is not available: {self.error}")
+        import asyncio
+
         call = _Call(asyncio.timeout(self.config.call_timeout), None)
         self._calls.append(call)
         try:

@@ -10,35 +10,42 @@ logging: the messages are the server's, not foliko's.
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+if TYPE_CHECKING:
+    import logging
+
 LOGGER = "foliko.mcp"
+# logging's levels (DEBUG 10 ... CRITICAL 50), by number: logging is imported
+# only when a server logs (start-up time, P1)
+DEBUG, INFO, NOTICE, WARNING, ERROR, CRITICAL = 10, 20, 25, 30, 40, 50
 
 _LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "notice": logging.INFO + 5,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-    "critical": logging.CRITICAL,
-    "alert": logging.CRITICAL,
-    "emergency": logging.CRITICAL,
+    "debug": DEBUG,
+    "info": INFO,
+    "notice": NOTICE,
+    "warning": WARNING,
+    "error": ERROR,
+    "critical": CRITICAL,
+    "alert": CRITICAL,
+    "emergency": CRITICAL,
 }
 Level = Literal["debug", "info", "notice", "warning", "error", "critical"]
 
 _ASKED: tuple[tuple[int, Level], ...] = (
-    (logging.DEBUG, "debug"),
-    (logging.INFO, "info"),
-    (logging.INFO + 5, "notice"),
-    (logging.WARNING, "warning"),
-    (logging.ERROR, "error"),
+    (DEBUG, "debug"),
+    (INFO, "info"),
+    (NOTICE, "notice"),
+    (WARNING, "warning"),
+    (ERROR, "error"),
 )
 
 
 def server_logger(server: str) -> logging.Logger:
+    import logging
+
     parent = logging.getLogger(LOGGER)
     if not any(isinstance(h, logging.NullHandler) for h in parent.handlers):
         parent.addHandler(logging.NullHandler())
@@ -60,5 +67,5 @@ def log_notification(server: str, params: Any) -> None:
     text = data if isinstance(data, str) else orjson.dumps(data, default=str).decode()
     name = getattr(params, "logger", None)
     logger = server_logger(server)
-    level = _LEVELS.get(str(params.level), logging.INFO)
+    level = _LEVELS.get(str(params.level), INFO)
     logger.log(level, f"{name}: {text}" if name else text)

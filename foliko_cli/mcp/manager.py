@@ -14,12 +14,12 @@ answers the server's elicitations the same way (``asking.py``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foliko_cli.common.loop import require_loop
 from foliko_cli.engine.tools import Tool
 from foliko_cli.errors import MCPLoginError, ToolError, UsageError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation, Interaction, Progress, ToolCall
@@ -129,16 +129,14 @@ class MCPManager:
     async def start(self, names: Iterable[str]) -> list[str]:
         """Start the servers (together); return one warning per problem not yet reported."""
         connections = [self.connection(name) for name in dict.fromkeys(names)]
-        await asyncio.gather(
-            *(c.start() for c in connections if c.state in ("idle", "cached", "exited"))
-        )
+        await _start_all(c for c in connections if c.state in ("idle", "cached", "exited"))
         return self._new_warnings(connections)
 
     async def prepare(self, names: Iterable[str]) -> list[str]:
         """Make the tools of these servers known, starting only those whose tool
         list is not cached; return the warnings ``start`` would."""
         connections = [self.connection(name) for name in dict.fromkeys(names)]
-        await asyncio.gather(*(c.start() for c in connections if c.state in ("idle", "exited")))
+        await _start_all(c for c in connections if c.state in ("idle", "exited"))
         _stop_for_login(connections)
         return self._new_warnings(connections)
 
@@ -335,4 +333,24 @@ class MCPManager:
         }
 
     async def aclose(self) -> None:
-        await asyncio.gather(*(c.aclose() for c in self._connections.values()))
+        """Stop the servers that run (together), and close the rest."""
+        running = [c for c in self._connections.values() if c.running]
+        for connection in self._connections.values():
+            if not connection.running:
+                await connection.aclose()
+        if running:
+            import asyncio
+
+            await asyncio.gather(*(c.aclose() for c in running))
+
+
+async def _start_all(connections: Iterable[ServerConnection]) -> None:
+    """Start these servers together; none to start needs no event loop (a turn
+    that offers cached tool lists runs without one: see common/loop.py)."""
+    starting = list(connections)
+    if not starting:
+        return
+    require_loop("starting MCP servers")
+    import asyncio
+
+    await asyncio.gather(*(c.start() for c in starting))

@@ -8,7 +8,6 @@ hash of the original keeps two rewritten names apart.
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 MAX_LENGTH = 64
@@ -22,6 +21,8 @@ def exposed_name(server: str, tool: str) -> str:
     name = f"{server}{SEPARATOR}{tool}"
     if len(name) <= MAX_LENGTH and _ALLOWED.match(name):
         return name
+    import hashlib
+
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:_HASH_LENGTH]
     stem = _OTHER.sub("_", name)[: MAX_LENGTH - _HASH_LENGTH - 1]
     return f"{stem}_{digest}"

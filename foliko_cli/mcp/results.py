@@ -15,8 +15,6 @@ value). Next to prose, the JSON adds what the prose leaves out.
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
 import orjson
@@ -24,8 +22,10 @@ import orjson
 
 def _decoded_size(data: str) -> int:
     try:
+        import base64
+
         return len(base64.b64decode(data, validate=False))
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error is one
         return len(data)
 
 
@@ -81,8 +81,10 @@ def result_images(result: Any, name: str) -> list[dict[str, Any]]:
         else:
             continue
         try:
+            import base64
+
             raw = base64.b64decode(data, validate=True)
-        except (binascii.Error, ValueError):
+        except ValueError:  # binascii.Error is one
             continue
         media_type = image_type(raw)
         if media_type is None or len(raw) > INLINE_LIMIT:

@@ -20,10 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from foliko_cli.context.request import DEFAULT_TIMEOUT
-from foliko_cli.engine.framework import Framework
+from foliko_cli.common.clock import DEFAULT_TIMEOUT
 from foliko_cli.errors import UsageError
-from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.common import (
     ImportReport,
     PruneReport,
@@ -47,6 +45,7 @@ if TYPE_CHECKING:
     from foliko_cli.engine.skills import SkillSet
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
+    from foliko_cli.models.base import ModelProvider
 
 
 __all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]
@@ -95,8 +94,7 @@ class AsyncFoliko(
 
             self.storage = UserScopedStorage(self.storage, user)
         self.user = user
-        self.framework = Framework(self.storage, home=self.home)
-        self.framework.on_wait = self._waiting
+        self._framework = None
         self.model = model
         self.timeout = timeout
         self.max_steps = max_steps
@@ -167,9 +165,6 @@ class AsyncFoliko(
                 await provider.aclose()
         finally:
             await self.storage.close()
-
-    def _waiting(self, session_id: str, holder: str | None) -> None:
-        self.notify(f"waiting for session {session_id!r} (held by {holder or 'another process'})…")
 
 
 def _keep_ms(keep: int | str) -> int:

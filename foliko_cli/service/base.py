@@ -7,17 +7,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from foliko_cli.engine.framework import Framework
-from foliko_cli.models.base import ModelProvider
 from foliko_cli.storage.base import SessionStorageAdapter
 
 if TYPE_CHECKING:
     from foliko_cli.context.request import RequestContext
+    from foliko_cli.engine.framework import Framework
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord, SessionSummary
+    from foliko_cli.models.base import ModelProvider
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ class ServiceBase:
     home: Path
     storage: SessionStorageAdapter
     user: str | None
-    framework: Framework
+    _framework: Framework | None
     model: str | ModelProvider | None
     timeout: float
     max_steps: int
@@ -52,6 +52,21 @@ class ServiceBase:
     _mcp_generation: int
     trash_keep: int
     _trash_purged_at: int
+
+    @property
+    def framework(self) -> Framework:
+        """The seed's Framework over this service's storage (the three context
+        layers, the session queues, the tools), made on first need: listing or
+        reading sessions needs none of it."""
+        if self._framework is None:
+            from foliko_cli.engine.framework import Framework
+
+            self._framework = Framework(self.storage, home=self.home)
+            self._framework.on_wait = self._waiting
+        return self._framework
+
+    def _waiting(self, session_id: str, holder: str | None) -> None:
+        self.notify(f"waiting for session {session_id!r} (held by {holder or 'another process'})…")
 
     async def _held(
         self, session_id: str, work: Callable[[], Awaitable[T]], timeout: float | None = None

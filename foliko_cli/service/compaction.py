@@ -10,16 +10,18 @@ is compressed anew only if that passes the window's threshold.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import SessionNotFoundError, UsageError
 from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord, SessionState, covered_messages
 from foliko_cli.messages.turns import turns_before
-from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
+
+if TYPE_CHECKING:
+    from foliko_cli.models.base import ModelProvider
 
 ACTIVE, FOLDED, UNDONE = "active", "folded", "undone"
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.context.request import RequestContext
-from foliko_cli.engine.tools import Tool
-from foliko_cli.models.base import ModelProvider
-
 if TYPE_CHECKING:
     from foliko_cli.context.agent import AgentContext
+    from foliko_cli.context.request import RequestContext
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.engine.tools import Tool
     from foliko_cli.mcp.manager import MCPManager
+    from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import (
     _NOTICE_MARKER,
@@ -308,4 +307,6 @@ class ToolsMixin(ServiceBase):
 
     def request(self, timeout: float | None = None, **options: Any) -> RequestContext:
         """A new RequestContext (pass it to ``chat`` to trace or cancel a turn)."""
+        from foliko_cli.context.request import RequestContext
+
         return RequestContext(timeout=timeout or self.timeout, **options)

@@ -6,12 +6,10 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.common.loop import require_loop
-from foliko_cli.engine.tools import ToolResult
 from foliko_cli.errors import SessionExistsError, UsageError
 from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.messages.turns import cut_compression, drop_turns
-from foliko_cli.models.base import ModelProvider
 from foliko_cli.service.base import ServiceBase
 from foliko_cli.service.common import check_message_text, forked
 from foliko_cli.storage.base import answers_at_once
@@ -21,7 +19,9 @@ if TYPE_CHECKING:
 
     from foliko_cli.engine.dry_run import RequestCaptured
     from foliko_cli.engine.stream import TurnEvents, TurnStream
+    from foliko_cli.engine.tools import ToolResult
     from foliko_cli.engine.turn import TurnParams, TurnRequest, TurnResult
+    from foliko_cli.models.base import ModelProvider
 
 
 def turn_request(
