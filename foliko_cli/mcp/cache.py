@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import zlib
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import signal
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -47,7 +46,8 @@ __all__ = ["Foliko", "ImportReport", "check_message_text"]
 T = TypeVar("T")
 P = ParamSpec("P")
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS = (2, 15)
+"""SIGINT and SIGTERM (the signal module, an enum, is imported when one is handled)."""
 INTERRUPTED = (
     "interrupted before the operation finished",
     "interrupted after the operation finished",
@@ -108,6 +108,8 @@ def _signals_held(received: list[int]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    import signal
+
     previous = {
         sig: signal.signal(sig, lambda number, _: received.append(number)) for sig in SIGNALS
     }
@@ -197,6 +199,8 @@ class _LoopRunner:
         async def guarded() -> T:
             if not main_thread:
                 return await coroutine
+            import signal
+
             task = asyncio.current_task()
             previous = {sig: signal.getsignal(sig) for sig in SIGNALS}
 
@@ -264,7 +268,6 @@ def _blocking(
     name = coroutine_function.__name__
     how = "read" if name in READS else "turn" if name in TURNS else "run"
 
-    @functools.wraps(coroutine_function)
     def method(self: Foliko, *args: P.args, **kwargs: P.kwargs) -> T:
         bound: Callable[P, Coroutine[Any, Any, T]] = getattr(self.service, name)
         if how == "run" or (how == "turn" and kwargs.get("on_event") is not None):
@@ -272,6 +275,11 @@ def _blocking(
         run = self._loop.read if how == "read" else self._loop.turn
         return run(lambda: bound(*args, **kwargs), interrupted)
 
+    # what functools.wraps sets, for help() and inspect.signature (wraps costs start-up time)
+    method.__name__ = name
+    method.__qualname__ = f"Foliko.{name}"
+    method.__doc__ = coroutine_function.__doc__
+    method.__wrapped__ = coroutine_function  # type: ignore[attr-defined]
     return method
 
 
