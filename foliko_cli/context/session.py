@@ -67,7 +67,6 @@ class SessionContext:
         }
         self.compression_state: dict[str, Any] = new_compression_state()
         self.custom_data: dict[str, Any] = {}
-        self.system_prompt: str | None = None
         self.history_loaded = False
         self.revision = 0
 

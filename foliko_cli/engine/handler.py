@@ -223,10 +223,9 @@ class AgentChatHandler:
 
         async def work(session: SessionContext) -> tuple[dict[str, Any], bool]:
             await self.learn_context_window()
-            session.system_prompt = self.build_system_prompt(session)
             entry = await self.compressor.compact(
                 session,
-                session.system_prompt,
+                self.build_system_prompt(session),
                 self.model,
                 time.monotonic() + request.remaining(),
                 keep=keep,
@@ -390,6 +389,7 @@ class AgentChatHandler:
     def model_request(
         self,
         session: SessionContext,
+        system: str | None,
         tools: list[dict[str, Any]],
         request: RequestContext,
         options: Mapping[str, Any] | None = None,
@@ -397,7 +397,7 @@ class AgentChatHandler:
     ) -> ModelRequest:
         """What the model is sent: the compressed view, reduced to the model's keys,
         with a bounded reply unless the config or the turn's ``options`` say how long."""
-        system, messages = self.compressor.view(session, session.system_prompt)
+        system, messages = self.compressor.view(session, system)
         asked = {"max_tokens": self.reply_bound(), **self.model.options, **(options or {})}
         return ModelRequest(
             messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
@@ -426,6 +426,7 @@ class AgentChatHandler:
     async def _compress(
         self,
         session: SessionContext,
+        system: str | None,
         request: RequestContext,
         *,
         force: bool = False,
@@ -434,7 +435,7 @@ class AgentChatHandler:
     ) -> bool:
         return await self.compressor.compress_if_needed(
             session,
-            session.system_prompt,
+            system,
             self.model,
             time.monotonic() + request.remaining(),
             force=force,
@@ -445,6 +446,7 @@ class AgentChatHandler:
     async def _call_within_window(
         self,
         session: SessionContext,
+        system: str | None,
         specs: list[dict[str, Any]],
         request: RequestContext,
         turn: TurnRequest,
@@ -456,7 +458,7 @@ class AgentChatHandler:
         """Call the model; when the prompt overflows its window, learn the window
         (from the error, or below the prompt's estimate), compress, and retry once.
         A compression's model call is added to ``spent``, the compaction to ``made``."""
-        model_request = self.model_request(session, specs, request, options, turn.schema)
+        model_request = self.model_request(session, system, specs, request, options, turn.schema)
         try:
             return await self._call_model(model_request, events)
         except ContextOverflowError as exc:
@@ -467,8 +469,10 @@ class AgentChatHandler:
             if exc.window:
                 self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
-            await self._compress(session, request, force=True, spent=spent, made=made)
-            model_request = self.model_request(session, specs, request, options, turn.schema)
+            await self._compress(session, system, request, force=True, spent=spent, made=made)
+            model_request = self.model_request(
+                session, system, specs, request, options, turn.schema
+            )
             self._check_fits(model_request, session)
             try:
                 return await self._call_model(model_request, events)
@@ -654,7 +658,7 @@ class AgentChatHandler:
         asked = {**self.model.options, **options}
         check_options(asked)
         choice = _checked_tool_choice(asked, specs)
-        session.system_prompt = self.build_system_prompt(session, turn.instructions)
+        system = self.build_system_prompt(session, turn.instructions)
         usage: dict[str, int] = {}
         compression: dict[str, int] = {}
         spent: dict[str, int] = {}  # by compression, not yet on a reply
@@ -666,13 +670,15 @@ class AgentChatHandler:
         while step < self.max_steps:
             step += 1
             if turn.compress:
-                await self._compress(session, request, spent=spent, made=made)
+                await self._compress(session, system, request, spent=spent, made=made)
             else:
-                model_request = self.model_request(session, specs, request, options, turn.schema)
+                model_request = self.model_request(
+                    session, system, specs, request, options, turn.schema
+                )
                 self._check_fits(model_request, session, compressed=False)
             called = time.monotonic()
             response = await self._call_within_window(
-                session, specs, request, turn, options, events, spent, made
+                session, system, specs, request, turn, options, events, spent, made
             )
             if choice not in (None, "auto"):
                 options["tool_choice"] = choice = "auto"
