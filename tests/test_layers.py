@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("formats", ("foliko_cli.formats",)),
     ("providers and backends", ("foliko_cli.models", "foliko_cli.storage")),
     ("messages", ("foliko_cli.messages",)),
-    ("common", ("foliko_cli.common", "foliko_cli.errors", "foliko_cli._version")),
+    ("common", ("foliko_cli.common", "foliko_cli.errors")),
 ]
 
 
@@ -47,12 +47,30 @@ def owner(name: str) -> str:
     return name
 
 
+def root_exports() -> dict[str, str]:
+    """``foliko_cli``'s lazy names and the modules they come from (``_EXPORTS``)."""
+    tree = ast.parse(MODULES["foliko_cli"].read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "_EXPORTS" for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise AssertionError("foliko_cli/__init__.py has no _EXPORTS")
+
+
+EXPORTS = root_exports()
+
+
 def imports(name: str) -> set[str]:
+    """What ``name`` depends on; ``from foliko_cli import X`` is a dependency on
+    the module X comes from, never a way around the layers."""
     tree = ast.parse(MODULES[name].read_text(encoding="utf-8"))
     found = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module.startswith("foliko_cli"):
+            if node.module == "foliko_cli":
+                found.update(EXPORTS[a.name] for a in node.names if a.name in EXPORTS)
+            elif node.module.startswith("foliko_cli"):
                 submodules = {f"{node.module}.{a.name}" for a in node.names} & set(MODULES)
                 # ``from package import submodule`` depends on the submodule only
                 found.update(submodules or {owner(node.module)})
@@ -111,6 +129,18 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_import_graph_has_no_cycle():
     assert cycles(GRAPH) == []
+
+
+def test_the_package_root_is_no_way_around_the_layers(tmp_path):
+    """``from foliko_cli import AsyncFoliko`` in the engine imports the service."""
+    assert EXPORTS["AsyncFoliko"] == "foliko_cli.service"
+    module = tmp_path / "probe.py"
+    module.write_text("from foliko_cli import AsyncFoliko, __version__\n")
+    MODULES["foliko_cli.engine.probe"] = module
+    try:
+        assert imports("foliko_cli.engine.probe") == {"foliko_cli.service"}
+    finally:
+        del MODULES["foliko_cli.engine.probe"]
 
 
 def test_the_checker_finds_a_cycle_and_a_wrong_way_import():
