@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -26,6 +27,7 @@ from foliko_cli.errors import ExitCode, FolikoError, Interrupted, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.engine.tools import Tool
+    from foliko_cli.formats.templates import Template
     from foliko_cli.service.turn_request import TurnRequest
 
 STDIN_NOTICE_AFTER = 2.0
@@ -371,69 +373,25 @@ def chat(
         )
         return
     try:
-        if continue_latest == (session_id is not None):
-            raise UsageError(
-                "name the session with -s/--session or continue the latest with -c/--continue "
-                "(one of them)"
-            )
-        if turns is not None and fork_from is None:
-            raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
-        if regenerate and message is not None:
-            raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
-        chosen = None
-        if template is not None:
-            from foliko_cli.formats.templates import load_template
-
-            chosen = load_template(template)
-        elif params:
-            raise UsageError(
-                "-p/--param gives a template's $NAME a value; use it with -t NAME "
-                "(or keep it as a default with --save NAME)"
-            )
-        reply_schema = chosen.schema if chosen is not None else None
-        if schema is not None:
-            from foliko_cli.models.schema import load_schema
-
-            reply_schema = load_schema(schema)
+        check_flags(session_id, continue_latest, turns, fork_from, regenerate, message)
+        chosen = chosen_template(template, params)
         attachments, agent, piped_attachment = attachment_sources(ctx, attach, agent)
-        if regenerate:
-            text = None
-        elif piped_attachment:
-            text = message if message is not None else ""
-        else:
-            text = compose_message(message, read_stdin(skip=no_stdin))
-            if text is None and attachments:
-                text = ""
+        text = message_text(message, regenerate, piped_attachment, bool(attachments), no_stdin)
         compose = None
         if chosen is not None:
             from foliko_cli.cli.templates import apply_template
 
+            asking = text is None and stdin_is_terminal()
             text, system, compose = apply_template(
-                chosen,
-                text,
-                dict(params),
-                system,
-                regenerate=regenerate,
-                interactive=text is None and stdin_is_terminal(),
+                chosen, text, dict(params), system, regenerate=regenerate, interactive=asking
             )
             model = model or chosen.model
             model_options = (*chosen.options.items(), *model_options)
-        offered: tuple[Tool, ...] = ()
-        if tools or functions or (chosen is not None and (chosen.tools or chosen.functions)):
-            from foliko_cli.cli.templates import turn_tools
-
-            offered = turn_tools(tools, functions, chosen)
         facade = open_facade(ctx, model=model, timeout=timeout, yes=yes)
         if continue_latest:
             session_id = facade.latest_session_id()
         if text is None and not regenerate:
-            if not stdin_is_terminal():
-                raise UsageError(
-                    'no message: pass it as an argument (foliko chat -s ID "hi") '
-                    "or pipe it on stdin"
-                )
-            if dry_run or as_json:
-                raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+            check_interactive(dry_run=dry_run, as_json=as_json)
         assert session_id is not None  # -s names it or -c found it (checked above)
         from foliko_cli.service.turn_request import TurnRequest
 
@@ -450,15 +408,10 @@ def chat(
             regenerate=regenerate,
             attachments=attachments,
             options=dict(model_options),
-            schema=reply_schema,
-            tools=offered,
+            schema=reply_schema(chosen, schema),
+            tools=offered_tools(tools, functions, chosen, dry_run=dry_run),
         )
-        from foliko_cli.cli.prompting import is_prompt
-
-        if is_prompt(text):
-            from foliko_cli.cli.prompting import expand
-
-            turn = expand(facade, turn)
+        turn = expanded(facade, turn)
     except FolikoError as exc:
         if as_json and not dry_run:
             report_json_failure(exc, session_id, {}, stream=bool(stream))
@@ -466,24 +419,122 @@ def chat(
     if text is None and not regenerate:
         from foliko_cli.cli.interactive import interactive
 
-        interactive(
-            facade,
-            turn,
-            history=settings_for(ctx).home / "history",
-            latest=continue_latest,
-            compose=compose,
+        history = settings_for(ctx).home / "history"
+        interactive(facade, turn, history=history, latest=continue_latest, compose=compose)
+    elif dry_run:
+        emit_json(facade.dry_run(turn, stream=streamed(stream, turn, as_json)), pretty=True)
+    else:
+        stream = streamed(stream, turn, as_json)
+        result = run_turn(facade, turn, as_json=as_json, stream=stream, timeout=timeout)
+        report_turn(facade, turn, result, latest=continue_latest, show_usage=show_usage)
+
+
+def streamed(stream: bool | None, turn: TurnRequest, as_json: bool) -> bool:
+    """--stream/--no-stream, by default on a terminal; a reply with a schema is
+    printed whole once it is checked."""
+    if turn.schema is not None:
+        return False
+    return sys.stdout.isatty() and not as_json if stream is None else stream
+
+
+def check_flags(
+    session_id: str | None,
+    continue_latest: bool,
+    turns: int | None,
+    fork_from: str | None,
+    regenerate: bool,
+    message: str | None,
+) -> None:
+    """Refuse flags that cannot go together, before anything is read or opened."""
+    if continue_latest == (session_id is not None):
+        raise UsageError(
+            "name the session with -s/--session or continue the latest with -c/--continue "
+            "(one of them)"
         )
-        return
-    if stream is None or reply_schema is not None:
-        stream = sys.stdout.isatty() and not as_json and reply_schema is None
-    if dry_run:
-        emit_json(facade.dry_run(turn, stream=stream), pretty=True)
-        return
-    result = run_turn(facade, turn, as_json=as_json, stream=stream, timeout=timeout)
-    if new:
+    if turns is not None and fork_from is None:
+        raise UsageError("--turns needs --from SRC: it says how many of SRC's turns to copy")
+    if regenerate and message is not None:
+        raise UsageError("--regenerate reuses the last turn's message; give no MESSAGE")
+
+
+def chosen_template(template: str | None, params: tuple[tuple[str, str], ...]) -> Template | None:
+    """The template -t names (None without -t, where -p has nothing to fill)."""
+    if template is None:
+        if params:
+            raise UsageError(
+                "-p/--param gives a template's $NAME a value; use it with -t NAME "
+                "(or keep it as a default with --save NAME)"
+            )
+        return None
+    from foliko_cli.formats.templates import load_template
+
+    return load_template(template)
+
+
+def reply_schema(chosen: Template | None, schema: str | None) -> Mapping[str, Any] | None:
+    """--schema, else the template's, else none."""
+    if schema is not None:
+        from foliko_cli.models.schema import load_schema
+
+        return load_schema(schema)
+    return chosen.schema if chosen is not None else None
+
+
+def message_text(
+    message: str | None, regenerate: bool, piped_attachment: bool, attached: bool, no_stdin: bool
+) -> str | None:
+    """The message: the argument, stdin or both (stdin is an attachment with -a -);
+    none to regenerate a turn or to start the interactive loop, empty with only
+    attachments."""
+    if regenerate:
+        return None
+    if piped_attachment:
+        return message if message is not None else ""
+    text = compose_message(message, read_stdin(skip=no_stdin))
+    return "" if text is None and attached else text
+
+
+def offered_tools(
+    tools: tuple[str, ...],
+    functions: tuple[str, ...],
+    chosen: Template | None,
+    *,
+    dry_run: bool,
+) -> tuple[Tool, ...]:
+    """The tools -T, --functions and the template offer in this turn."""
+    if not (tools or functions or (chosen is not None and (chosen.tools or chosen.functions))):
+        return ()
+    from foliko_cli.cli.templates import turn_tools
+
+    return turn_tools(tools, functions, chosen)
+
+
+def check_interactive(*, dry_run: bool, as_json: bool) -> None:
+    """No message: only a terminal may start the interactive loop."""
+    if not stdin_is_terminal():
+        raise UsageError(
+            'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
+        )
+    if dry_run or as_json:
+        raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+
+
+def expanded(facade: Any, turn: TurnRequest) -> TurnRequest:
+    """The turn with a ``/prompt SERVER__NAME ...`` first line expanded."""
+    from foliko_cli.cli.prompting import expand, is_prompt
+
+    return expand(facade, turn) if is_prompt(turn.message) else turn
+
+
+def report_turn(
+    facade: Any, turn: TurnRequest, result: Any, *, latest: bool, show_usage: bool
+) -> None:
+    """What stderr says after the reply: a new start's trash entry, the turn's
+    notes, its usage when asked for."""
+    if turn.new:
         from foliko_cli.cli.trash import note_started_over
 
-        note_started_over(facade, session_id, result, latest=continue_latest)
+        note_started_over(facade, turn.session_id, result, latest=latest)
     for line in turn_notes(result, terminal=sys.stderr.isatty()):
         note(line)
     if show_usage:
