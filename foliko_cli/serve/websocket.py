@@ -27,17 +27,19 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import orjson
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from foliko_cli.errors import FolikoError
 from foliko_cli.serve import ids
-from foliko_cli.serve.common import field
 from foliko_cli.serve.errors import ApiError, error_body, status_of
 from foliko_cli.serve.middleware import TraceIds
+from foliko_cli.serve.openai_types import ResponseCreate
 from foliko_cli.serve.response_stream import response_events
 from foliko_cli.serve.responses import finished_response, plan_turn
+from foliko_cli.serve.schema import convert
 
 LIFETIME_S = 60 * 60
 MAX_LANES = 32
@@ -143,7 +145,7 @@ class Connection:
 
     async def send(self, event: dict[str, Any]) -> None:
         async with self._send_lock:
-            await self.websocket.send_text(orjson.dumps(event).decode())
+            await self.websocket.send_text(msgspec.json.encode(event).decode())
 
     async def run(self) -> None:
         try:
@@ -287,12 +289,12 @@ class Connection:
                     code="invalid_value",
                     param="generate",
                 )
-            model = field(body, "model", str)
+            asked = convert(body, ResponseCreate)
             remembered = self.memory.history_of(previous)
             try:
                 # TurnRequest has what plan_turn reads of a Request (not a subclass)
                 request = TurnRequest(self.websocket)
-                turn, options = await plan_turn(request, body, remembered)  # type: ignore[arg-type]
+                turn, options = await plan_turn(request, asked, remembered)  # type: ignore[arg-type]
             except ApiError as exc:
                 if isinstance(previous, str) and _names_missing(exc, previous):
                     raise previous_not_found(previous) from None
@@ -309,7 +311,7 @@ class Connection:
             watched = await generators.enter_async_context(
                 contextlib.aclosing(_watched(events, failure))
             )
-            stream = response_events(turn, watched, options, model, finished_response)
+            stream = response_events(turn, watched, options, asked.model, finished_response)
             async for out in await generators.enter_async_context(contextlib.aclosing(stream)):
                 if out["type"] == "error":
                     out["status"] = status_for(failure[0]) if failure else 500
