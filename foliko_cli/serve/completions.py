@@ -212,19 +212,25 @@ async def chat_completions(request: Request, body: ChatCompletionCreate):
     if body.stream:
         include_usage = body.stream_options is not None and body.stream_options.include_usage
         events = await turn.stream(services)
-        stream = keep.streamed(turn, chunks(turn, events, body.model, include_usage))
-        return EventStream(stream, ending=_ending)
+        chunked = chunks(turn, events, body.model, include_usage)
+
+        def streamed(last: Chunk) -> ChatCompletion:
+            return completion(turn, last.id, last.created, last.model)
+
+        return EventStream(keep.streamed(turn, chunked, streamed), ending=_ending)
     result = await turn.run(services)
-    calls = _tool_calls(turn)
-    message = AssistantMessage(content=result.message, tool_calls=calls or UNSET)
-    answer = ChatCompletion(
-        id=completion_id(),
-        created=int(time.time()),
-        model=body.model or result.model,
-        choices=[Choice(message=message, finish_reason=_finish(turn))],
-        usage=chat_usage(turn),
-    )
+    answer = completion(turn, completion_id(), int(time.time()), body.model or result.model)
     return await keep.kept(turn, answer)
+
+
+def completion(turn: Turn, answer_id: str, created: int, model: str) -> ChatCompletion:
+    """The finished turn as a chat completion (what a stream of it adds up to)."""
+    text = turn.result.message if turn.result is not None else ""
+    message = AssistantMessage(content=text, tool_calls=_tool_calls(turn) or UNSET)
+    choice = Choice(message=message, finish_reason=_finish(turn))
+    return ChatCompletion(
+        id=answer_id, created=created, model=model, choices=[choice], usage=chat_usage(turn)
+    )
 
 
 def _ending() -> list[Any]:

@@ -27,12 +27,10 @@ from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import items as it
 from foliko_cli.serve.chat_types import (
-    AssistantMessage,
     CalledTool,
     ChatCompletion,
     ChatCompletionCreate,
     ChatMessage,
-    Choice,
     Chunk,
     CompletionsQuery,
     CompletionUpdate,
@@ -92,40 +90,6 @@ def _answer(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return []
 
 
-class _Assembled:
-    """The completion a stream's chunks add up to (what the client received)."""
-
-    def __init__(self) -> None:
-        self.first: Chunk | None = None
-        self.text: list[str] = []
-        self.calls: list[CalledTool] = []
-        self.finish: Any = "stop"
-        self.usage: Any = None
-
-    def add(self, chunk: Chunk) -> None:
-        self.first = self.first or chunk
-        if chunk.usage is not UNSET:
-            self.usage = chunk.usage
-        for choice in chunk.choices:
-            self.text.append(choice.delta.content or "")
-            for call in choice.delta.tool_calls or ():
-                self.calls.append(CalledTool(id=call.id, function=call.function))
-            self.finish = choice.finish_reason or self.finish
-
-    def completion(self, turn: Turn) -> ChatCompletion:
-        from foliko_cli.serve.completions import chat_usage
-
-        assert self.first is not None
-        message = AssistantMessage(content="".join(self.text), tool_calls=self.calls or UNSET)
-        return ChatCompletion(
-            id=self.first.id,
-            created=self.first.created,
-            model=self.first.model,
-            choices=[Choice(message=message, finish_reason=self.finish)],
-            usage=self.usage or chat_usage(turn),
-        )
-
-
 class Keeper:
     """Stores one request's completion when it asked for ``store: true``.
     ``convert`` makes the canonical messages of the request's ``messages``."""
@@ -146,26 +110,33 @@ class Keeper:
             await self._save(turn, answer)
         return answer
 
-    def streamed(self, turn: Turn, chunks: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
-        """``chunks`` as they are; when asked, the completion is stored just
-        before the final ``[DONE]``, and a stream that ends without one stores
-        nothing."""
-        return self._stored_stream(turn, chunks) if self.body.store else chunks
+    def streamed(
+        self,
+        turn: Turn,
+        chunks: AsyncGenerator[Any, None],
+        answer: Callable[[Chunk], ChatCompletion],
+    ) -> AsyncGenerator[Any, None]:
+        """``chunks`` as they are; when asked, the completion (``answer`` of the
+        last chunk) is stored just before the final ``[DONE]``, and a stream
+        that ends without one stores nothing."""
+        return self._stored_stream(turn, chunks, answer) if self.body.store else chunks
 
     async def _stored_stream(
-        self, turn: Turn, chunks: AsyncGenerator[Any, None]
+        self,
+        turn: Turn,
+        chunks: AsyncGenerator[Any, None],
+        answer: Callable[[Chunk], ChatCompletion],
     ) -> AsyncGenerator[Any, None]:
-        assembled = _Assembled()
+        last = None
         async with contextlib.aclosing(chunks):
             async for chunk in chunks:
-                if chunk is DONE:
+                if chunk is DONE and last is not None:
                     try:
-                        await self._save(turn, assembled.completion(turn))
+                        await self._save(turn, answer(last))
                     except Exception as exc:
                         yield {"error": error_event(exc)}
                         return
-                elif isinstance(chunk, Chunk):
-                    assembled.add(chunk)
+                last = chunk if isinstance(chunk, Chunk) else last
                 yield chunk
 
     async def _save(self, turn: Turn, answer: ChatCompletion) -> None:
