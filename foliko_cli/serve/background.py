@@ -383,9 +383,8 @@ async def _settle(
     position = await _turn_position(svc, session_id, request_id)
     response = variables["response"]
     if position is not None:
-        stored = _named(
-            await hooks.stored(svc, ids.response_id(ids.scope_of(session_id), position)), ""
-        )
+        turn_id = ids.response_id(ids.scope_of(session_id), position)
+        stored = msgspec.to_builtins(await hooks.stored(svc, turn_id))
         response = _named({**stored, **_echoed(response), "status": stored["status"]}, response_id)
         ending: dict[str, Any] = {"type": f"response.{response['status']}", "response": response}
     elif variables.get("cancel"):

@@ -40,12 +40,14 @@ class ChatPart(Body, kw_only=True):
     image_url: ImageURL | str | None = None
 
 
-class CalledFunction(Body, kw_only=True):
+class CalledFunction(Body, kw_only=True, omit_defaults=False):
     name: str
-    arguments: str | dict[str, Any] = "{}"
+    arguments: Annotated[str | dict[str, Any], Meta(description="JSON (answers: a string)")] = "{}"
 
 
-class ToolCall(Body, kw_only=True):
+class ToolCall(Body, kw_only=True, omit_defaults=False):
+    """A function call of the model's (in a request, in an answer)."""
+
     id: str
     type: Literal["function"] = "function"
     function: CalledFunction
@@ -59,14 +61,14 @@ class ChatMessage(Body, kw_only=True):
     tool_call_id: str | None = None
 
 
-class JsonSchemaFormat(Body, kw_only=True, omit_defaults=True):
+class JsonSchemaFormat(Body, kw_only=True):
     name: str | None = None
     description: str | None = None
     schema: Annotated[Any, Meta(extra_json_schema=JSON_SCHEMA)] = None
     strict: bool | None = None
 
 
-class ResponseFormat(Body, kw_only=True, omit_defaults=True):
+class ResponseFormat(Body, kw_only=True):
     """``text``, ``json_object`` (any JSON object), or ``json_schema``: the
     reply follows ``json_schema.schema``, checked before the turn is saved."""
 
@@ -128,22 +130,11 @@ class MessagesQuery(Body, kw_only=True):
 # answers
 
 
-class Function(Answer, kw_only=True):
-    name: str
-    arguments: str
-
-
-class CalledTool(Answer, kw_only=True):
-    id: str
-    type: Literal["function"] = "function"
-    function: Function
-
-
 class AssistantMessage(Answer, kw_only=True):
     role: Literal["assistant"] = "assistant"
     content: str | None
     refusal: str | None = None
-    tool_calls: list[CalledTool] | UnsetType = UNSET
+    tool_calls: list[ToolCall] | UnsetType = UNSET
 
 
 class Choice(Answer, kw_only=True):
@@ -183,11 +174,8 @@ class StoredCompletion(ChatCompletion, kw_only=True):
     frequency_penalty: float | None
 
 
-class CallChunk(Answer, kw_only=True):
+class CallChunk(ToolCall, kw_only=True):
     index: int
-    id: str
-    type: Literal["function"] = "function"
-    function: Function
 
 
 class Delta(Answer, omit_defaults=True, kw_only=True):
@@ -215,14 +203,6 @@ class Chunk(Answer, kw_only=True):
     usage: ChatUsage | UnsetType = UNSET
 
 
-class ImagePart(Answer, tag_field="type", tag="image_url", kw_only=True):
-    image_url: ImageURL
-
-
-class TextPart(Answer, tag_field="type", tag="text", kw_only=True):
-    text: str
-
-
 class StoreMessage(Answer, kw_only=True):
     """A message of a stored completion's request (``ChatCompletionStoreMessage``)."""
 
@@ -231,8 +211,8 @@ class StoreMessage(Answer, kw_only=True):
     content: str | None
     refusal: str | None = None
     name: str | None
-    content_parts: list[TextPart | ImagePart] | None
-    tool_calls: list[CalledTool] | UnsetType = UNSET
+    content_parts: list[ChatPart] | None
+    tool_calls: list[ToolCall] | UnsetType = UNSET
     tool_call_id: str | UnsetType = UNSET
 
 

@@ -21,7 +21,6 @@ from foliko_cli.serve import items as it
 from foliko_cli.serve.chat_types import (
     AssistantMessage,
     CallChunk,
-    CalledTool,
     ChatCompletion,
     ChatCompletionCreate,
     ChatMessage,
@@ -31,9 +30,9 @@ from foliko_cli.serve.chat_types import (
     ChunkChoice,
     Delta,
     Finish,
-    Function,
     Model,
     ModelList,
+    ToolCall,
 )
 from foliko_cli.serve.common import request_context, service
 from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
@@ -171,15 +170,10 @@ def completion_id() -> str:
     return "chatcmpl-" + os.urandom(12).hex()
 
 
-def _tool_calls(turn: Turn) -> list[CalledTool]:
+def _tool_calls(turn: Turn) -> list[ToolCall]:
     answered = {m.get("tool_call_id") for m in turn.messages if m.get("role") == "tool"}
     return [
-        CalledTool(
-            id=call["id"],
-            function=Function(
-                name=call["name"], arguments=it.dumps_arguments(call.get("arguments", {}))
-            ),
-        )
+        it.tool_call(call)
         for message in turn.messages
         for call in message.get("tool_calls") or []
         if call.get("id") not in answered

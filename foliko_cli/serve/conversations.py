@@ -27,6 +27,7 @@ from foliko_cli.serve.openai_types import (
     ItemsQuery,
     Page,
     page,
+    page_of,
 )
 from foliko_cli.serve.schema import Api
 
@@ -105,7 +106,7 @@ def _items(record: SessionRecord) -> list[Item]:
 async def list_items(request: Request, query: ItemsQuery):
     """A conversation's items."""
     record = await service(request).get_session(_id(request))
-    return it.page_of(_items(record), query)
+    return page_of(_items(record), query, "item")
 
 
 def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, Item]:

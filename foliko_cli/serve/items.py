@@ -17,6 +17,7 @@ import orjson
 
 from foliko_cli.messages.attachments import unavailable
 from foliko_cli.serve import ids
+from foliko_cli.serve.chat_types import CalledFunction, ToolCall
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
 from foliko_cli.serve.openai_types import (
@@ -28,13 +29,10 @@ from foliko_cli.serve.openai_types import (
     InputItem,
     InputText,
     Item,
-    ItemsQuery,
     MessageItem,
     OutputText,
-    Page,
     Status,
     Usage,
-    page,
 )
 
 INCOMPLETE_REASONS = {
@@ -72,6 +70,12 @@ def function_call_item(item_id: str, call: dict[str, Any]) -> FunctionCallItem:
         name=call.get("name") or "",
         arguments=dumps_arguments(call.get("arguments", {})),
     )
+
+
+def tool_call(call: dict[str, Any]) -> ToolCall:
+    """A stored call as Chat Completions shows it."""
+    arguments = dumps_arguments(call.get("arguments", {}))
+    return ToolCall(id=call["id"], function=CalledFunction(name=call["name"], arguments=arguments))
 
 
 def message_items(message: dict[str, Any], position: int, scope: str) -> list[Item]:
@@ -290,16 +294,3 @@ def name_tool_outputs(
                     param=param,
                 )
             message["name"] = name
-
-
-def page_of(items: list[Item], query: ItemsQuery) -> Page[Item]:
-    """One page of ``items`` (oldest first) by the query's ``limit``, ``order``
-    and ``after``, in OpenAI's list shape."""
-    ordered = items if query.order == "asc" else items[::-1]
-    if query.after is not None:
-        positions = {item.id: i for i, item in enumerate(ordered)}
-        if query.after not in positions:
-            shown = query.after[:200]
-            raise ApiError(400, f"after: no item {shown!r} in this list", param="after")
-        ordered = ordered[positions[query.after] + 1 :]
-    return page(ordered[: query.limit], len(ordered) > query.limit)

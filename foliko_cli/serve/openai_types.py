@@ -10,9 +10,12 @@ the body into a turn, with a message naming where.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from msgspec import UNSET, Meta, Struct, UnsetType, field
+
+from foliko_cli.serve.errors import ApiError
 
 T = TypeVar("T")
 
@@ -32,8 +35,9 @@ JSON_SCHEMA = {"anyOf": [{"type": "object"}, {"type": "null"}], "description": "
 """A JSON Schema in a request: checked as one where it is used (models/schema.py)."""
 
 
-class Body(Struct, kw_only=True):
-    """A request body (fields it does not declare are ignored)."""
+class Body(Struct, kw_only=True, omit_defaults=True):
+    """A request body (fields it does not declare are ignored; echoed, those
+    it left at their default are left out)."""
 
 
 class Answer(Struct, kw_only=True):
@@ -91,14 +95,14 @@ class InputItem(Body, kw_only=True):
 Input = str | list[InputItem]
 
 
-class FunctionDefinition(Body, kw_only=True, omit_defaults=True):
+class FunctionDefinition(Body, kw_only=True):
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
 
 
-class Tool(Body, kw_only=True, omit_defaults=True):
+class Tool(Body, kw_only=True):
     """A tool the client offers: ``function`` (``name``, ``parameters``; or as
     Chat Completions writes it, under ``function``), ``namespace`` (a named
     group of function ``tools``, whose ``type`` may be left out), or a hosted
@@ -113,21 +117,17 @@ class Tool(Body, kw_only=True, omit_defaults=True):
     tools: list[Tool] | None = None
 
 
-class FunctionName(Body, kw_only=True):
-    name: str
-
-
-class ToolChoice(Body, omit_defaults=True, kw_only=True):
+class ToolChoice(Body, kw_only=True):
     """``{"type": "function", "name"}`` (or ``"function": {"name"}``), or
     ``{"type": "allowed_tools", "mode"}``."""
 
     type: str
     name: str | None = None
-    function: FunctionName | None = None
+    function: FunctionDefinition | None = None
     mode: str | None = None
 
 
-class TextFormat(Body, omit_defaults=True, kw_only=True):
+class TextFormat(Body, kw_only=True):
     """``text``, ``json_object`` (any JSON object), or ``json_schema``: the
     reply follows ``schema``, checked before the turn is saved."""
 
@@ -258,6 +258,10 @@ class CompactionItem(Answer, tag_field="type", tag="compaction", kw_only=True):
 Item = MessageItem | FunctionCallItem | FunctionCallOutputItem
 
 
+def _id(row: Any) -> str:
+    return row.id
+
+
 class Page(Answer, Generic[T], kw_only=True):
     """One page of a list, oldest or newest first."""
 
@@ -268,13 +272,26 @@ class Page(Answer, Generic[T], kw_only=True):
     has_more: bool
 
 
-def page(data: list[Any], has_more: bool, id_of: str = "id") -> Page[Any]:
-    return Page(
-        data=data,
-        first_id=getattr(data[0], id_of) if data else None,
-        last_id=getattr(data[-1], id_of) if data else None,
-        has_more=has_more,
-    )
+def page(data: list[Any], has_more: bool, id_of: Callable[[Any], str] = _id) -> Page[Any]:
+    first, last = (id_of(data[0]), id_of(data[-1])) if data else (None, None)
+    return Page(data=data, first_id=first, last_id=last, has_more=has_more)
+
+
+def start_after(ids: list[str], after: str | None, what: str) -> int:
+    """Where the page after ``after`` starts in ``ids`` (a 400 when it is not there)."""
+    if after is None:
+        return 0
+    if after not in ids:
+        raise ApiError(400, f"after: no {what} {after[:200]!r} in this list", param="after")
+    return ids.index(after) + 1
+
+
+def page_of(rows: list[Any], query: Any, what: str, id_of: Callable[[Any], str] = _id) -> Page[Any]:
+    """The page of ``rows`` (oldest first) the query asks for: its ``order``,
+    if it has one, ``after`` and ``limit``."""
+    ordered = rows[::-1] if getattr(query, "order", "asc") == "desc" else rows
+    rest = ordered[start_after([id_of(row) for row in ordered], query.after, what) :]
+    return page(rest[: query.limit], len(rest) > query.limit, id_of)
 
 
 class TokensDetails(Answer, kw_only=True):

@@ -38,6 +38,7 @@ from foliko_cli.serve.openai_types import (
     Response,
     ResponseCreate,
     ResponseQuery,
+    page_of,
 )
 from foliko_cli.serve.response_object import echoed_options, kept_options, response_object
 from foliko_cli.serve.response_stream import response_stream
@@ -301,7 +302,7 @@ async def get_input_items(request: Request, query: ItemsQuery):
     """The input items of a response."""
     found = await stored_response(service(request), request.path_params["response_id"])
     scope = ids.scope_of(found.record.session_id)
-    return it.page_of(it.history_items(found.inputs, found.start, scope), query)
+    return page_of(it.history_items(found.inputs, found.start, scope), query, "item")
 
 
 @api.post("/v1/responses/input_tokens", body=ResponseCreate, answer=InputTokens)

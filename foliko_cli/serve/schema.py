@@ -227,20 +227,11 @@ class Api:
 
         return declare
 
-    def get(self, path: str, **types: Any) -> Callable[[Handler], Handler]:
-        return self.route("GET", path, **types)
-
-    def post(self, path: str, **types: Any) -> Callable[[Handler], Handler]:
-        return self.route("POST", path, **types)
-
-    def put(self, path: str, **types: Any) -> Callable[[Handler], Handler]:
-        return self.route("PUT", path, **types)
-
-    def patch(self, path: str, **types: Any) -> Callable[[Handler], Handler]:
-        return self.route("PATCH", path, **types)
-
-    def delete(self, path: str, **types: Any) -> Callable[[Handler], Handler]:
-        return self.route("DELETE", path, **types)
+    get = functools.partialmethod(route, "GET")
+    post = functools.partialmethod(route, "POST")
+    put = functools.partialmethod(route, "PUT")
+    patch = functools.partialmethod(route, "PATCH")
+    delete = functools.partialmethod(route, "DELETE")
 
 
 def _endpoint(handler: Handler, operation: Operation) -> Callable[[Request], Awaitable[Response]]:

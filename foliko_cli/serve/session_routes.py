@@ -33,7 +33,7 @@ from foliko_cli.serve.native_types import (
     Variable,
     VariableDeleted,
 )
-from foliko_cli.serve.openai_types import Page
+from foliko_cli.serve.openai_types import Page, page_of
 from foliko_cli.serve.schema import Api
 
 api = Api("Sessions")
@@ -51,21 +51,10 @@ async def list_sessions(request: Request, query: SessionsQuery):
     ``after`` is the last id of the previous page. Each row also has the
     session's ``title`` (None when it has none)."""
     summaries = await service(request).list_sessions(sort="updated")
-    if query.after is not None:
-        ids = [s.session_id for s in summaries]
-        if query.after not in ids:
-            raise ApiError(400, f"after: no session {query.after!r} in this list", param="after")
-        summaries = summaries[ids.index(query.after) + 1 :]
-    rows = [summary_to_dict(s) for s in summaries[: query.limit]]
-    titles = await service(request).session_titles([row["session_id"] for row in rows])
-    for row in rows:
-        row["title"] = titles.get(row["session_id"])
-    return Page(
-        data=rows,
-        first_id=rows[0]["session_id"] if rows else None,
-        last_id=rows[-1]["session_id"] if rows else None,
-        has_more=len(summaries) > query.limit,
-    )
+    listed = page_of(summaries, query, "session", lambda summary: summary.session_id)
+    titles = await service(request).session_titles([s.session_id for s in listed.data])
+    listed.data = [{**summary_to_dict(s), "title": titles.get(s.session_id)} for s in listed.data]
+    return listed
 
 
 def _id(request: Request) -> str:

@@ -27,25 +27,22 @@ from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import items as it
 from foliko_cli.serve.chat_types import (
-    CalledTool,
     ChatCompletion,
     ChatCompletionCreate,
     ChatMessage,
+    ChatPart,
     Chunk,
     CompletionsQuery,
     CompletionUpdate,
-    Function,
-    ImagePart,
     ImageURL,
     MessagesQuery,
     StoredCompletion,
     StoreMessage,
-    TextPart,
 )
 from foliko_cli.serve.common import service
 from foliko_cli.serve.conversations import stamped
 from foliko_cli.serve.errors import ApiError, error_event
-from foliko_cli.serve.openai_types import Deleted, Page, page
+from foliko_cli.serve.openai_types import Deleted, Page, page, page_of, start_after
 from foliko_cli.serve.schema import Api
 from foliko_cli.serve.sse import DONE
 from foliko_cli.serve.turns import Turn
@@ -206,16 +203,6 @@ def completion_object(completion_id: str, completion: dict[str, Any]) -> StoredC
     return msgspec.convert(shown, StoredCompletion)
 
 
-def _after(ids: list[str], after: str | None, what: str) -> int:
-    """Where the page after ``after`` starts in ``ids``."""
-    if after is None:
-        return 0
-    try:
-        return ids.index(after) + 1
-    except ValueError:
-        raise ApiError(400, f"after: no {what} {after!r} in this list", param="after") from None
-
-
 @api.get("/v1/chat/completions", query=CompletionsQuery, answer=Page[StoredCompletion])
 async def list_completions(request: Request, query: CompletionsQuery):
     """Stored chat completions, oldest first (``order=desc``: newest), by the
@@ -232,7 +219,7 @@ async def list_completions(request: Request, query: CompletionsQuery):
     ]
     summaries.sort(key=lambda s: (s.created_at, s.session_id), reverse=query.order == "desc")
     ids = [s.session_id for s in summaries]
-    start = _after(ids, query.after, "stored chat completion")
+    start = start_after(ids, query.after, "stored chat completion")
     found: list[StoredCompletion] = []
     has_more = False
     for completion_id in ids[start:]:
@@ -268,22 +255,15 @@ def store_message(message_id: str, message: dict[str, Any], shape: dict[str, Any
     """A request message as the reference lists it (``ChatCompletionStoreMessage``)."""
     role = shape.get("role", message["role"])
     content = message.get("content", "")
-    parts: list[TextPart | ImagePart] | None = None
+    parts: list[ChatPart] | None = None
     if shape.get("parts"):
         from foliko_cli.serve.images import data_url
 
-        parts = [TextPart(text=content)] if content else []
+        parts = [ChatPart(type="text", text=content)] if content else []
         for image in message.get("attachments") or ():
-            parts.append(ImagePart(image_url=ImageURL(url=data_url(image) or "")))
-    calls = [
-        CalledTool(
-            id=call["id"],
-            function=Function(
-                name=call["name"], arguments=it.dumps_arguments(call.get("arguments", {}))
-            ),
-        )
-        for call in message.get("tool_calls") or ()
-    ]
+            url = ImageURL(url=data_url(image) or "")
+            parts.append(ChatPart(type="image_url", image_url=url))
+    calls = [it.tool_call(call) for call in message.get("tool_calls") or ()]
     return StoreMessage(
         id=message_id,
         role=role,
@@ -312,11 +292,7 @@ async def list_messages(request: Request, query: MessagesQuery):
         store_message(f"{completion_id}-{index}", message, shape)
         for index, (message, shape) in enumerate(zip(record.messages, shapes, strict=False))
     ]
-    if query.order == "desc":
-        messages.reverse()
-    start = _after([m.id for m in messages], query.after, "message")
-    rest = messages[start:]
-    return page(rest[: query.limit], len(rest) > query.limit)
+    return page_of(messages, query, "message")
 
 
 @api.post(_ONE, body=CompletionUpdate, answer=StoredCompletion)
