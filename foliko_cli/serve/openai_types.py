@@ -31,6 +31,7 @@ Metadata = Annotated[
 ]
 NonEmpty = Annotated[str, Meta(min_length=1)]
 Status = Literal["in_progress", "completed", "incomplete"]
+LANE, LANE_TEXT = r"\A[A-Za-z0-9_.-]{1,256}\Z", "1 to 256 letters, digits, '_', '.' or '-'"
 JSON_SCHEMA = {"anyOf": [{"type": "object"}, {"type": "null"}], "description": "A JSON Schema"}
 """A JSON Schema in a request: checked as one where it is used (models/schema.py)."""
 
@@ -171,6 +172,15 @@ class ResponseCreate(Body, kw_only=True):
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
+
+
+class SocketMessage(Body, kw_only=True):
+    """A message on a WebSocket to ``/v1/responses``: ``response.create`` with the
+    body of ``POST /v1/responses`` (less ``stream`` and ``background``), in the
+    lane ``stream_id`` names; ``response.steer`` is refused."""
+
+    type: Literal["response.create", "response.steer"]
+    stream_id: Annotated[str, Meta(pattern=LANE, description=LANE_TEXT)] | None = None
 
 
 class CompactRequest(Body, kw_only=True):

@@ -6,15 +6,15 @@ A route module declares its routes with an ``Api``::
     api = Api("Conversations")
 
     @api.post("/v1/conversations", body=ConversationCreate, answer=Conversation)
-    async def create_conversation(request: Request, body: ConversationCreate):
-        \"\"\"Create a conversation (its first line is the operation's summary).\"\"\"
+    async def create_conversation(request: Request, body: ConversationCreate): ...
 
-The handler gets the body decoded into its type (and ``query``: the query
-parameters as theirs); what it returns is sent as JSON, unless it is a
-Response already. A body or a query that breaks its type is a 400 in
-OpenAI's error shape: ``param`` names the request's parameter, the message
-where in it the problem is and what is taken (the choices of an enum, the
-fields of an object).
+The handler's docstring (its first paragraph) is the operation's summary. It
+gets the body decoded into its type (and ``query``: the query parameters as
+theirs); what it returns is sent as JSON, unless it is a Response already.
+A body or a query that breaks its type is a 400 in OpenAI's error shape:
+``param`` names the request's parameter, the message where in it the
+problem is and what is taken (the choices of an enum, the fields of an
+object).
 """
 
 from __future__ import annotations
@@ -120,9 +120,11 @@ def invalid(text: str, kind: Any) -> ApiError:
     param = found_param[1] if (found_param := _PARAM.match(path)) else None
     if found and found[1]:
         where = f"a key of {where}"
+    elif where.endswith("[...]"):
+        where = f"a value of {where[:-5]}"
     if problem.startswith("Object contains unknown field"):
         name = problem.split("`")[1]
-        allowed = ", ".join(_at(kind, path).get("properties", ()))
+        allowed = ", ".join(_at(kind, path, "properties").get("properties", ()))
         field_at = f"{where}.{name}" if where else name
         return ApiError(400, f"unknown field {field_at!r}; it takes {allowed}", param=name)
     if problem.startswith("Object missing required field"):
@@ -147,19 +149,22 @@ def _phrase(problem: str, kind: Any, path: str, where: str) -> str | None:
         if bound == "<=":
             return _OVER.get(kind, "is over {}").format(f"{size:,}")
         return "must not be empty" if size == 1 else f"must hold at least {size:,} {_SIZES[kind]}"
+    if problem.startswith("Expected `str` matching regex"):
+        return f"must be {_at(kind, path, 'description').get('description', 'as documented')}"
     if match := re.match(r"Expected `(\w+)` (\S+) (\S+)", problem):
         return f"must be {_BOUNDS.get(match[2], match[2])} {match[3]}"
     if problem.startswith("Invalid base64"):
         return "is not base64"
     if match := re.match(r"Invalid (?:enum )?value (.+)", problem):
-        choices = _at(kind, path).get("enum")
+        choices = _at(kind, path, "enum").get("enum")
         taken = f"; use {', '.join(map(str, choices))}" if choices else ""
         return f"{match[1]} is not supported{taken}"
     return None
 
 
-def _at(kind: Any, path: str) -> dict[str, Any]:
-    """The JSON Schema of what sits at ``path`` in a value of ``kind`` ({}: unknown)."""
+def _at(kind: Any, path: str, wanted: str) -> dict[str, Any]:
+    """The JSON Schema of what sits at ``path`` in a value of ``kind``: of a
+    union, the branch that has ``wanted`` ({}: unknown)."""
     schema, components = _schema_of(kind)
     for name, index in _SEGMENT.findall(path):
         schema = _resolved(schema, components, "properties" if name else "items")
@@ -167,7 +172,7 @@ def _at(kind: Any, path: str) -> dict[str, Any]:
             schema = schema.get("properties", {}).get(name, {})
         else:
             schema = schema.get("items" if index != "..." else "additionalProperties") or {}
-    return _resolved(schema, components, "enum")
+    return _resolved(schema, components, wanted)
 
 
 def _resolved(schema: Any, components: dict[str, Any], wanted: str) -> dict[str, Any]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from types import SimpleNamespace
 from typing import Any
@@ -36,7 +35,7 @@ from foliko_cli.errors import FolikoError
 from foliko_cli.serve import ids
 from foliko_cli.serve.errors import ApiError, error_body, status_of
 from foliko_cli.serve.middleware import TraceIds
-from foliko_cli.serve.openai_types import ResponseCreate
+from foliko_cli.serve.openai_types import ResponseCreate, SocketMessage
 from foliko_cli.serve.response_stream import response_events
 from foliko_cli.serve.responses import finished_response, plan_turn
 from foliko_cli.serve.schema import convert
@@ -46,7 +45,6 @@ MAX_LANES = 32
 MAX_IN_FLIGHT = 16
 GOING_AWAY = 1001
 HTTP_ONLY = ("stream", "stream_options", "background")
-_LANE = re.compile(r"\A[A-Za-z0-9_.-]{1,256}\Z")
 
 _log = logging.getLogger("foliko.serve")
 _Gone = (WebSocketDisconnect, WebSocketDisconnected)
@@ -179,28 +177,11 @@ class Connection:
             event = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise SocketError(400, f"the message is not valid JSON: {exc}") from None
-        if not isinstance(event, dict):
-            raise SocketError(400, "a message must be a JSON object with a type")
-        kind = event.get("type")
-        if kind == "response.steer":
+        message = convert(event, SocketMessage)
+        if message.type == "response.steer":
             await self._refuse_steer(event)
             return
-        if kind != "response.create":
-            shown = kind if isinstance(kind, str) and len(kind) <= 100 else "(none)"
-            raise SocketError(
-                400,
-                f"unknown message type {shown!r}; send type response.create",
-                code="invalid_value",
-                param="type",
-            )
-        lane = event.get("stream_id")
-        if lane is not None and not (isinstance(lane, str) and _LANE.match(lane)):
-            raise SocketError(
-                400,
-                "stream_id must be 1 to 256 letters, digits, '_', '.' or '-'",
-                code="invalid_value",
-                param="stream_id",
-            )
+        lane = message.stream_id
         named = len(self.lanes) - (None in self.lanes)
         if lane is not None and lane not in self.lanes and named >= MAX_LANES:
             raise self._limit(f"at most {MAX_LANES} stream_id lanes; reuse one", lane)
