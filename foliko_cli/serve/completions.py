@@ -37,7 +37,7 @@ from foliko_cli.serve.chat_types import (
 from foliko_cli.serve.common import request_context, service
 from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
 from foliko_cli.serve.formats import reply_schema
-from foliko_cli.serve.images import attached, image_part
+from foliko_cli.serve.images import attached
 from foliko_cli.serve.schema import Api
 from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.stored_completions import Keeper
@@ -49,33 +49,12 @@ SESSION_HEADER = "x-session-id"
 api = Api("Chat")
 
 
-def _content(message: ChatMessage, index: int) -> tuple[str, list[dict[str, Any]]]:
-    """The message's text and its images as attachment parts (user messages only)."""
-    content = message.content
-    if content is None or isinstance(content, str):
-        return content or "", []
-    texts, images = [], []
-    for number, part in enumerate(content):
-        where = f"messages[{index}].content[{number}]"
-        if part.type == "text":
-            texts.append(part.text or "")
-        elif message.role != "user":
-            raise ApiError(400, f"{where}: only a user message may hold images", param="messages")
-        else:
-            url = (
-                part.image_url.url
-                if part.image_url is not None and not isinstance(part.image_url, str)
-                else part.image_url
-            )
-            images.append(image_part(url, where, "messages"))
-    return "".join(texts), images
-
-
 def canonical_messages(raw: list[ChatMessage]) -> list[dict[str, Any]]:
     messages = []
     for index, message in enumerate(raw):
         role = "system" if message.role == "developer" else message.role
-        text, images = _content(message, index)
+        where = f"messages[{index}]"
+        text, images = it.content_of(message.content, where, "messages", message.role == "user")
         converted: dict[str, Any] = {"role": role, "content": text}
         if images:
             converted["attachments"] = images

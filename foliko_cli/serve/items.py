@@ -9,7 +9,7 @@ names its ``model``); input messages never carry one. Ids: see ids.py.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -17,11 +17,12 @@ import orjson
 
 from foliko_cli.messages.attachments import unavailable
 from foliko_cli.serve import ids
-from foliko_cli.serve.chat_types import CalledFunction, ToolCall
+from foliko_cli.serve.chat_types import CalledFunction, ChatPart, ToolCall
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
 from foliko_cli.serve.openai_types import (
     Content,
+    ContentPart,
     FunctionCallItem,
     FunctionCallOutputItem,
     Input,
@@ -158,30 +159,34 @@ def turn_usage(turn: list[dict[str, Any]]) -> Usage:
 
 
 def _text_of(content: Content | None, where: str, param: str) -> str:
-    text, images = _content_of(content, where, param)
-    if images:
-        raise ApiError(400, f"{where}: only a user message may hold images", param=param)
-    return text
+    return content_of(content, where, param, images=False)[0]
 
 
-def _content_of(
-    content: Content | None, where: str, param: str
+def content_of(
+    content: str | Sequence[ContentPart | ChatPart] | None,
+    where: str,
+    param: str,
+    images: bool = True,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The content's text, and its ``input_image`` parts as attachment parts."""
+    """A message's text, and its images as attachment parts (both APIs' parts:
+    ``input_image`` and ``image_url``; ``images`` false: a 400 for one)."""
     if content is None or isinstance(content, str):
         return content or "", []
-    texts, images = [], []
+    texts, found = [], []
     for number, part in enumerate(content):
         at = f"{where}.content[{number}]"
-        if part.type == "input_image":
-            images.append(image_part(part.image_url, at, param))
+        if part.type in ("input_image", "image_url"):
+            if not images:
+                raise ApiError(400, f"{where}: only a user message may hold images", param=param)
+            url = part.image_url
+            found.append(image_part(getattr(url, "url", url), at, param))
         elif part.type == "input_file":
             from foliko_cli.serve.files import file_text
 
             texts.append(file_text(part, at, param))
         else:
-            texts.append(part.text or part.refusal or "")
-    return "".join(texts), images
+            texts.append(part.text or getattr(part, "refusal", None) or "")
+    return "".join(texts), found
 
 
 def _call_of(item: InputItem, where: str, param: str) -> dict[str, Any]:
@@ -212,7 +217,7 @@ def input_messages(items: Input, param: str = "input") -> list[dict[str, Any]]:
                 raise ApiError(400, f"{at}.role is required", param=param)
             role = "system" if item.role == "developer" else item.role
             if role == "user":
-                text, images = _content_of(item.content, at, param)
+                text, images = content_of(item.content, at, param)
                 message: dict[str, Any] = {"role": role, "content": text}
                 if images:
                     message["attachments"] = images
