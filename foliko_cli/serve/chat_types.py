@@ -150,11 +150,16 @@ class ChatUsage(Answer, kw_only=True):
     total_tokens: int
 
 
-class ChatCompletion(Answer, kw_only=True):
+class Completed(Answer, kw_only=True):
+    """What a completion and each chunk of a streamed one begin with."""
+
     id: str
-    object: Literal["chat.completion"] = "chat.completion"
     created: int
     model: str
+
+
+class ChatCompletion(Completed, kw_only=True):
+    object: Literal["chat.completion"] = "chat.completion"
     choices: list[Choice]
     usage: ChatUsage
 
@@ -192,13 +197,10 @@ class ChunkChoice(Answer, kw_only=True):
     logprobs: None = None
 
 
-class Chunk(Answer, kw_only=True):
+class Chunk(Completed, kw_only=True):
     """One event of a streamed completion."""
 
-    id: str
     object: Literal["chat.completion.chunk"] = "chat.completion.chunk"
-    created: int
-    model: str
     choices: list[ChunkChoice]
     usage: ChatUsage | UnsetType = UNSET
 
