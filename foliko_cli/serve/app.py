@@ -37,13 +37,14 @@ from foliko_cli.serve import (
     websocket,
 )
 from foliko_cli.serve.access_log import AccessLogMiddleware
-from foliko_cli.serve.common import JSON
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.guard import GuardMiddleware
 from foliko_cli.serve.mcp import MCPEndpoint
-from foliko_cli.serve.metrics import METRICS, metrics
+from foliko_cli.serve.metrics import CONTENT_TYPE, METRICS, metrics
 from foliko_cli.serve.middleware import RequestMiddleware
+from foliko_cli.serve.native_types import Health
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
+from foliko_cli.serve.schema import JSON, Api
 from foliko_cli.serve.user_services import LeaseMiddleware
 
 OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
@@ -100,15 +101,31 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(exc.status_code, message, code, headers=exc.headers)
 
 
+service_api = Api("Service")
+
+
+@service_api.get("/healthz", answer=Health, public=True)
 async def healthz(request: Request):
+    """Liveness and storage health (503 when the storage does not answer)."""
     healthy = await request.app.state.services.base.storage.health_check()
-    return JSON({"status": "ok" if healthy else "storage unavailable"}, 200 if healthy else 503)
+    return JSON(Health(status="ok" if healthy else "storage unavailable"), 200 if healthy else 503)
+
+
+@service_api.get("/metrics", content={CONTENT_TYPE: {"schema": {"type": "string"}}})
+async def prometheus(request: Request):
+    """The worker's counters in Prometheus's text format (0.0.4)."""
+    return await metrics(request)
+
+
+HEALTHZ, METRICS_ROUTE = service_api.routes
 
 
 async def openapi(request: Request):
     from foliko_cli.serve.openapi import document
 
-    return JSON(document())
+    if not hasattr(request.app.state, "openapi"):
+        request.app.state.openapi = document(request.app.routes)
+    return JSON(request.app.state.openapi)
 
 
 def create_app(options: ServeOptions | None = None) -> Starlette:
@@ -141,7 +158,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *responses.routes,
             *live_turns.routes,
             *websocket.routes,
-            Route("/healthz", healthz, methods=["GET"]),
+            HEALTHZ,
             Route("/openapi.json", openapi, methods=["GET"]),
             *page.routes,
             *conversations.routes,
@@ -151,7 +168,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             *search.routes,
             *trash.routes,
             Route("/mcp", mcp, methods=["POST"]),  # stateless: no GET stream, no DELETE
-            Route("/metrics", metrics, methods=["GET"]),  # last: routing others tries it never
+            METRICS_ROUTE,  # last: routing others tries it never
         ],
         exception_handlers={
             QuotaExceeded: quota_response,

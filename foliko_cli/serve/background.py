@@ -57,17 +57,19 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, NamedTuple
 
+import msgspec
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError
 from foliko_cli.messages.record import SessionState, new_metadata
 from foliko_cli.serve import ids
-from foliko_cli.serve.common import JSON, field, keep_service, query_int, service
-from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.common import keep_service, service
+from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.openai_types import Response, ResponseCreate, ResponseQuery
 from foliko_cli.serve.response_object import response_object
-from foliko_cli.serve.response_stream import DONE, response_events, sse
+from foliko_cli.serve.response_stream import error_of, response_events
+from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.service.common import INTERNAL_PREFIX
@@ -89,9 +91,9 @@ _log = logging.getLogger("foliko.serve")
 class Hooks(NamedTuple):
     """What this module uses of responses.py (which imports it)."""
 
-    plan: Callable[[Request, dict[str, Any]], Awaitable[tuple[Turn, dict[str, Any]]]]
-    finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]]
-    stored: Callable[[AsyncFoliko, str], Awaitable[dict[str, Any]]]
+    plan: Callable[[Request, ResponseCreate], Awaitable[tuple[Turn, dict[str, Any]]]]
+    finished: Callable[[Turn, dict[str, Any], str | None], Response]
+    stored: Callable[[AsyncFoliko, str], Awaitable[Response]]
     """The Response object of a stored turn (``resp_P_S``); a 404 when it is gone."""
 
 
@@ -117,8 +119,9 @@ def _stale(variables: dict[str, Any]) -> bool:
     )
 
 
-def _named(response: dict[str, Any], response_id: str) -> dict[str, Any]:
-    return {**response, "id": response_id, "background": True}
+def _named(response: Response | dict[str, Any], response_id: str) -> dict[str, Any]:
+    """The response (as plain JSON values, as the journal keeps it) under its id."""
+    return {**msgspec.to_builtins(response), "id": response_id, "background": True}
 
 
 # the journal
@@ -211,6 +214,13 @@ class Run:
         if self.streamed:
             self.events.append({"type": kind, "sequence_number": len(self.events), **fields})
 
+    def _failed(self, exc: Exception) -> None:
+        event, failure = error_of(exc, len(self.events))
+        self.response = {**self.response, "status": "failed", "error": failure}
+        if self.streamed:
+            self.events.append(event)
+        self._add("response.failed", response=self.response)
+
     async def _run_turn(self, turn: Turn, options, model, services, hooks: Hooks) -> None:
         events = await turn.stream(services)
         self.turn_at = {"session": turn.session_id, "position": turn.start}
@@ -218,7 +228,7 @@ class Run:
             if "response" in event:
                 event["response"] = self.response = _named(event["response"], self.id)
             if self.streamed:
-                self.events.append(event)
+                self.events.append(msgspec.to_builtins(event))
             self._changed()
 
     async def _main(self, turn: Turn, options, model, hooks: Hooks) -> None:
@@ -234,12 +244,7 @@ class Run:
             else:
                 self.response = {**self.response, "status": "cancelled"}
         except Exception as exc:
-            error = {**error_event(exc), "param": None}
-            failure = {"code": error["code"], "message": error["message"]}
-            self.response = {**self.response, "status": "failed", "error": failure}
-            flat = {"code": error["code"], "message": error["message"], "param": None}
-            self._add("error", **flat, error=error)
-            self._add("response.failed", response=self.response)
+            self._failed(exc)
         self.finished = True
         self._changed()
         await writer
@@ -309,16 +314,15 @@ _RUNS: dict[str, Run] = {}  # the background responses this worker process runs,
 # the routes (responses.py calls them for background ids)
 
 
-async def create(request: Request, data: dict[str, Any], hooks: Hooks):
-    if not field(data, "store", bool, True):
+async def create(request: Request, body: ResponseCreate, hooks: Hooks) -> Any:
+    if not body.store:
         raise ApiError(
             400,
             "a background response must be stored: send store: true, or no background",
             param="background",
         )
-    streamed = field(data, "stream", bool, False)
-    model = field(data, "model", str)
-    turn, options = await hooks.plan(request, data)
+    streamed, model = body.stream, body.model
+    turn, options = await hooks.plan(request, body)
     assert turn.session_id is not None
     await turn.admit(request.app.state.services)  # a 429 now, not a failed response
     svc = service(request)
@@ -344,19 +348,17 @@ async def create(request: Request, data: dict[str, Any], hooks: Hooks):
     run.task.add_done_callback(lambda _: (_RUNS.pop(response_id, None), release()))
     _prune_soon(request, svc)
     if not streamed:
-        return JSON(run.response)
+        return run.response
     return _sse(run.events_after(-1))
 
 
-def _sse(events: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    async def body() -> AsyncIterator[bytes]:
+def _sse(events: AsyncIterator[dict[str, Any]]) -> EventStream:
+    async def then_done() -> AsyncIterator[Any]:
         async for event in events:
-            yield sse(event)
+            yield event
         yield DONE
 
-    return StreamingResponse(
-        body(), media_type="text/event-stream", headers={"cache-control": "no-store"}
-    )
+    return EventStream(then_done(), named=True)
 
 
 async def _journal_of(
@@ -381,7 +383,8 @@ async def _settle(
     position = await _turn_position(svc, session_id, request_id)
     response = variables["response"]
     if position is not None:
-        stored = await hooks.stored(svc, ids.response_id(ids.scope_of(session_id), position))
+        turn_id = ids.response_id(ids.scope_of(session_id), position)
+        stored = msgspec.to_builtins(await hooks.stored(svc, turn_id))
         response = _named({**stored, **_echoed(response), "status": stored["status"]}, response_id)
         ending: dict[str, Any] = {"type": f"response.{response['status']}", "response": response}
     elif variables.get("cancel"):
@@ -445,11 +448,11 @@ async def current(request: Request, response_id: str, hooks: Hooks) -> dict[str,
     return response
 
 
-async def get(request: Request, hooks: Hooks):
+async def get(request: Request, query: ResponseQuery, hooks: Hooks) -> Any:
     response_id = request.path_params["response_id"]
-    if request.query_params.get("stream") not in ("true", "1"):
-        return JSON(await current(request, response_id, hooks))
-    after = query_int(request, "starting_after", -1, -1, 2**53)
+    if not query.stream:
+        return await current(request, response_id, hooks)
+    after = query.starting_after
     run = _RUNS.get(response_id)
     state = await _state(service(request), response_id, hooks)
     if state is None:
@@ -508,17 +511,17 @@ async def _changed(
     return found
 
 
-async def cancel(request: Request, hooks: Hooks):
+async def cancel(request: Request, hooks: Hooks) -> dict[str, Any]:
     """Stop the turn and save nothing of it; a finished response is returned as it is."""
     svc = service(request)
     response_id = request.path_params["response_id"]
     run = _RUNS.get(response_id)
     if run is not None:
         await run.cancel()
-        return JSON(run.response)
+        return run.response
     state = await _journal_of(svc, response_id, hooks)
     if state is None:
-        return JSON(await _stored_object(svc, response_id, hooks))
+        return await _stored_object(svc, response_id, hooks)
     if state["response"]["status"] in RUNNING:
 
         def ask(variables: dict[str, Any]) -> bool:
@@ -534,7 +537,7 @@ async def cancel(request: Request, hooks: Hooks):
             state = await _changed(svc, response_id, state["revision"], hooks)
         if state is None:
             raise ids.response_not_found(response_id)
-    return JSON(state["response"])
+    return state["response"]
 
 
 async def stored_id(svc: AsyncFoliko, response_id: str) -> str:

@@ -10,25 +10,38 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.routing import Route
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
-from foliko_cli.serve.common import JSON, check_metadata, json_body, seconds, service
+from foliko_cli.serve.common import seconds, service
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.openai_types import (
+    Conversation,
+    ConversationCreate,
+    ConversationUpdate,
+    Deleted,
+    Item,
+    ItemsAdd,
+    ItemsQuery,
+    Page,
+    page,
+    page_of,
+)
+from foliko_cli.serve.schema import Api
 
 METADATA_KEY = "conversation_metadata"
 
+api = Api("Conversations")
 
-def conversation_object(record: SessionRecord) -> dict[str, Any]:
-    return {
-        "id": record.session_id,
-        "object": "conversation",
-        "created_at": seconds(record.metadata.get("created_at")),
-        "metadata": record.metadata.get(METADATA_KEY) or {},
-    }
+
+def conversation_object(record: SessionRecord) -> Conversation:
+    return Conversation(
+        id=record.session_id,
+        created_at=seconds(record.metadata.get("created_at")),
+        metadata=record.metadata.get(METADATA_KEY) or {},
+    )
 
 
 def stamped(request: Request, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -40,66 +53,63 @@ def stamped(request: Request, messages: list[dict[str, Any]]) -> list[dict[str, 
     ]
 
 
-def _items_of(data: dict[str, Any]) -> list[dict[str, Any]]:
-    raw = data.get("items")
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or len(raw) > 20:
-        raise ApiError(400, "items must be a list of at most 20 items", param="items")
-    return it.input_messages(raw, "items")
-
-
-async def create_conversation(request: Request):
-    data = await json_body(request)
-    metadata = check_metadata(data.get("metadata"))
-    messages = _items_of(data)
-    it.name_tool_outputs(messages, [])
+@api.post("/v1/conversations", body=ConversationCreate, answer=Conversation)
+async def create_conversation(request: Request, body: ConversationCreate):
+    """Create a conversation (a session), with its first items."""
+    messages = it.input_messages(body.items or [], "items")
+    it.name_tool_outputs(messages, [], "items")
     record = await service(request).create_session(
         ids.new_conversation_id(),
         messages=stamped(request, messages),
-        metadata={METADATA_KEY: metadata},
+        metadata={METADATA_KEY: body.metadata or {}},
     )
-    return JSON(conversation_object(record))
+    return conversation_object(record)
 
 
 def _id(request: Request) -> str:
     return request.path_params["conversation_id"]
 
 
+_ONE = "/v1/conversations/{conversation_id:id}"
+
+
+@api.get(_ONE, answer=Conversation)
 async def get_conversation(request: Request):
-    record = await service(request).get_session(_id(request))
-    return JSON(conversation_object(record))
+    """A conversation."""
+    return conversation_object(await service(request).get_session(_id(request)))
 
 
-async def update_conversation(request: Request):
-    data = await json_body(request)
-    if "metadata" not in data:
-        raise ApiError(400, "metadata is required", param="metadata")
-    metadata = check_metadata(data["metadata"])
-    record = await service(request).update_metadata(_id(request), {METADATA_KEY: metadata})
-    return JSON(conversation_object(record))
+@api.post(_ONE, body=ConversationUpdate, answer=Conversation)
+async def update_conversation(request: Request, body: ConversationUpdate):
+    """Replace a conversation's metadata."""
+    metadata = {METADATA_KEY: body.metadata}
+    return conversation_object(await service(request).update_metadata(_id(request), metadata))
 
 
+@api.delete(_ONE, answer=Deleted)
 async def delete_conversation(request: Request):
+    """Delete a conversation (its session)."""
     from foliko_cli.errors import SessionNotFoundError
 
     conversation = _id(request)
     deleted, _ = await service(request).delete_sessions([conversation])
     if not deleted:
         raise SessionNotFoundError(conversation)
-    return JSON({"id": conversation, "object": "conversation.deleted", "deleted": True})
+    return Deleted(id=conversation, object="conversation.deleted")
 
 
-def _items(record: SessionRecord) -> list[dict[str, Any]]:
+def _items(record: SessionRecord) -> list[Item]:
     return it.history_items(record.messages, 0, ids.scope_of(record.session_id))
 
 
-async def list_items(request: Request):
+@api.get(_ONE + "/items", query=ItemsQuery, answer=Page[Item])
+async def list_items(request: Request, query: ItemsQuery):
+    """A conversation's items."""
     record = await service(request).get_session(_id(request))
-    return JSON(it.page_of(_items(record), request))
+    return page_of(_items(record), query, "item")
 
 
-def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, dict[str, Any]]:
+def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, Item]:
     ref = ids.parse_item_id(wanted)
     if (
         ref is not None
@@ -108,19 +118,27 @@ def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, dict[str,
     ):
         scope = ids.scope_of(record.session_id)
         for item in it.message_items(record.messages[ref.position], ref.position, scope):
-            if item["id"] == wanted:
+            if item.id == wanted:
                 return ref, item
     shown = wanted if len(wanted) <= 200 else "(this id)"
     raise ApiError(404, f"no item {shown!r} in this conversation", code="not_found")
 
 
+_ITEM = _ONE + "/items/{item_id:id}"
+
+
+@api.get(_ITEM, answer=Item)
 async def get_item(request: Request):
+    """One item of a conversation."""
     record = await service(request).get_session(_id(request))
-    return JSON(_item_at(record, request.path_params["item_id"])[1])
+    return _item_at(record, request.path_params["item_id"])[1]
 
 
+@api.delete(_ITEM, answer=Conversation)
 async def delete_item(request: Request):
-    """Take one item out of the conversation: a message, or one function call
+    """Remove an item (the items after a removed message move up).
+
+    Take one item out of the conversation: a message, or one function call
     of an assistant message (its other calls and its text stay). The items
     after a removed message move up one position, so their ids change."""
     svc = service(request)
@@ -143,40 +161,22 @@ async def delete_item(request: Request):
     record = await svc.splice_messages(
         record.session_id, ref.position, 1, keep, expected_revision=record.revision
     )
-    return JSON(conversation_object(record))
+    return conversation_object(record)
 
 
-async def add_items(request: Request):
-    data = await json_body(request)
-    messages = _items_of(data)
+@api.post(_ONE + "/items", body=ItemsAdd, answer=Page[Item])
+async def add_items(request: Request, body: ItemsAdd):
+    """Add items to a conversation."""
+    messages = it.input_messages(body.items, "items")
     if not messages:
         raise ApiError(400, "items must hold at least one item", param="items")
     svc = service(request)
     conversation = _id(request)
     record = await svc.get_session(conversation)
-    it.name_tool_outputs(messages, record.messages)
+    it.name_tool_outputs(messages, record.messages, "items")
     messages = stamped(request, messages)
     first = await svc.append_messages(conversation, messages)
-    added = it.history_items(messages, first, ids.scope_of(conversation))
-    return JSON(
-        {
-            "object": "list",
-            "data": added,
-            "first_id": added[0]["id"] if added else None,
-            "last_id": added[-1]["id"] if added else None,
-            "has_more": False,
-        }
-    )
+    return page(it.history_items(messages, first, ids.scope_of(conversation)), False)
 
 
-_ONE = "/v1/conversations/{conversation_id:id}"
-routes = [
-    Route("/v1/conversations", create_conversation, methods=["POST"]),
-    Route(_ONE + "/items/{item_id:id}", get_item, methods=["GET"]),
-    Route(_ONE + "/items/{item_id:id}", delete_item, methods=["DELETE"]),
-    Route(_ONE + "/items", list_items, methods=["GET"]),
-    Route(_ONE + "/items", add_items, methods=["POST"]),
-    Route(_ONE, get_conversation, methods=["GET"]),
-    Route(_ONE, update_conversation, methods=["POST"]),
-    Route(_ONE, delete_conversation, methods=["DELETE"]),
-]
+routes = api.routes

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-import orjson
+import msgspec
 from starlette.responses import Response
 
 from foliko_cli.errors import (
@@ -48,10 +48,22 @@ class BodyTooLarge(ApiError):
         )
 
 
+class ErrorDetail(msgspec.Struct):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorBody(msgspec.Struct):
+    """Every error answer: OpenAI's error object."""
+
+    error: ErrorDetail
+
+
 def error_body(status: int, message: str, code: str | None = None, param=None) -> bytes:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    error = {"message": message, "type": kind, "param": param, "code": code}
-    return orjson.dumps({"error": error})
+    return msgspec.json.encode(ErrorBody(ErrorDetail(message, kind, param, code)))
 
 
 def error_response(

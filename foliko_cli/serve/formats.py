@@ -9,39 +9,32 @@ schema before the turn is saved, as on the command line.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import UsageError
 from foliko_cli.serve.errors import ApiError
 
+if TYPE_CHECKING:
+    from foliko_cli.serve.chat_types import ResponseFormat
+    from foliko_cli.serve.openai_types import TextFormat
+
 ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
 
-def reply_schema(format_: Any, param: str, *, nested: bool) -> dict[str, Any] | None:
-    """The schema a format asks for (None: plain text). ``nested``: the schema is
-    under ``json_schema`` (Chat Completions), not beside ``type`` (Responses)."""
-    if format_ is None:
+def reply_schema(format_: TextFormat | ResponseFormat | None, param: str) -> dict[str, Any] | None:
+    """The schema a format asks for (None: plain text). Chat Completions nests
+    it under ``json_schema``, the Responses API has it beside ``type``."""
+    if format_ is None or format_.type == "text":
         return None
-    if not isinstance(format_, dict):
-        raise ApiError(400, f"{param} must be an object", param=param)
-    kind = format_.get("type")
-    if kind == "text":
-        return None
-    if kind == "json_object":
+    if format_.type == "json_object":
         return ANY_OBJECT
-    if kind != "json_schema":
-        raise ApiError(
-            400,
-            f"{param}.type {kind!r} is not supported; use text, json_object or json_schema",
-            param=param,
-        )
-    holder = format_.get("json_schema") if nested else format_
-    where = f"{param}.json_schema" if nested else param
-    if not isinstance(holder, dict) or "schema" not in holder:
+    holder = getattr(format_, "json_schema", format_)
+    where = param if holder is format_ else f"{param}.json_schema"
+    if getattr(holder, "schema", None) is None:
         raise ApiError(400, f"{where}.schema is required for json_schema", param=param)
     from foliko_cli.models.schema import checked_schema
 
     try:
-        return checked_schema(holder["schema"], f"{where}.schema")
+        return checked_schema(holder.schema, f"{where}.schema")  # type: ignore[union-attr]
     except UsageError as exc:
         raise ApiError(400, str(exc), param=param) from None

@@ -9,15 +9,32 @@ names its ``model``); input messages never carry one. Ids: see ids.py.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import msgspec
 import orjson
 
 from foliko_cli.messages.attachments import unavailable
 from foliko_cli.serve import ids
+from foliko_cli.serve.chat_types import CalledFunction, ChatPart, ToolCall
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
+from foliko_cli.serve.openai_types import (
+    Content,
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    Input,
+    InputImage,
+    InputItem,
+    InputText,
+    Item,
+    MessageItem,
+    OutputText,
+    Status,
+    Usage,
+)
 
 INCOMPLETE_REASONS = {
     "length": "max_output_tokens",
@@ -42,56 +59,50 @@ def loads_arguments(text: Any) -> Any:
 # messages -> items
 
 
-def text_item(item_id: str, role: str, text: str, status: str = "completed") -> dict[str, Any]:
-    if role == "assistant":
-        part: dict[str, Any] = {"type": "output_text", "text": text, "annotations": []}
-        part["logprobs"] = []
-    else:
-        part = {"type": "input_text", "text": text}
-    return {"type": "message", "id": item_id, "status": status, "role": role, "content": [part]}
+def text_item(item_id: str, role: str, text: str, status: Status = "completed") -> MessageItem:
+    part = OutputText(text=text) if role == "assistant" else InputText(text=text)
+    return MessageItem(id=item_id, status=status, role=role, content=[part])
 
 
-def function_call_item(item_id: str, call: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call.get("id") or item_id,
-        "name": call.get("name") or "",
-        "arguments": dumps_arguments(call.get("arguments", {})),
-        "status": "completed",
-    }
+def function_call_item(item_id: str, call: dict[str, Any]) -> FunctionCallItem:
+    return FunctionCallItem(
+        id=item_id,
+        call_id=call.get("id") or item_id,
+        name=call.get("name") or "",
+        arguments=dumps_arguments(call.get("arguments", {})),
+    )
 
 
-def message_items(message: dict[str, Any], position: int, scope: str) -> list[dict[str, Any]]:
+def tool_call(call: dict[str, Any]) -> ToolCall:
+    """A stored call as Chat Completions shows it."""
+    arguments = dumps_arguments(call.get("arguments", {}))
+    return ToolCall(id=call["id"], function=CalledFunction(name=call["name"], arguments=arguments))
+
+
+def message_items(message: dict[str, Any], position: int, scope: str) -> list[Item]:
     role = message.get("role")
     content = str(message.get("content", ""))
     if role == "tool":
-        return [
-            {
-                "type": "function_call_output",
-                "id": ids.message_item_id(scope, position, "tool"),
-                "call_id": message.get("tool_call_id") or "",
-                "output": content,
-                "status": "completed",
-            }
-        ]
-    items = []
+        item_id = ids.message_item_id(scope, position, "tool")
+        call_id = message.get("tool_call_id") or ""
+        return [FunctionCallOutputItem(id=item_id, call_id=call_id, output=content)]
+    items: list[Item] = []
+    text = None
     if content or role != "assistant" or not message.get("tool_calls"):
-        items.append(text_item(ids.message_item_id(scope, position), str(role), content))
+        text = text_item(ids.message_item_id(scope, position), str(role), content)
+        items.append(text)
     for image in message.get("attachments") or ():
-        if image.get("type") == "image" and items:
+        if image.get("type") == "image" and text is not None:
             url = data_url(image)
-            items[0]["content"].append(
-                {"type": "input_image", "image_url": url, "detail": "auto"}
-                if url is not None
-                else {"type": "input_text", "text": unavailable(image)}
+            text.content.append(
+                InputImage(image_url=url) if url is not None else InputText(text=unavailable(image))
             )
     for index, call in enumerate(message.get("tool_calls") or []):
         items.append(function_call_item(ids.call_item_id(scope, position, index), call))
     return items
 
 
-def history_items(messages: list[dict[str, Any]], first: int, scope: str) -> list[dict[str, Any]]:
+def history_items(messages: list[dict[str, Any]], first: int, scope: str) -> list[Item]:
     return [item for i, m in enumerate(messages) for item in message_items(m, first + i, scope)]
 
 
@@ -105,12 +116,12 @@ def output_start(turn: list[dict[str, Any]]) -> int:
 
 def output_items(
     outputs: list[dict[str, Any]], first: int, scope: str, namespaces: dict[str, str] | None = None
-) -> list[dict[str, Any]]:
+) -> list[Item]:
     """What a response returns: the model's text, and the function calls no
     tool message of the turn answered (the client's to run), each with the
     ``namespace`` its function was offered in."""
     answered = {m.get("tool_call_id") for m in outputs if m.get("role") == "tool"}
-    items = []
+    items: list[Item] = []
     for offset, message in enumerate(outputs):
         if message.get("role") != "assistant":
             continue
@@ -122,7 +133,7 @@ def output_items(
             if call.get("id") not in answered:
                 item = function_call_item(ids.call_item_id(scope, position, index), call)
                 if namespaces and call.get("name") in namespaces:
-                    item["namespace"] = namespaces[call["name"]]
+                    item.namespace = namespaces[call["name"]]
                 items.append(item)
     return items
 
@@ -135,84 +146,60 @@ def incomplete_reason(outputs: list[dict[str, Any]]) -> str | None:
     return None
 
 
-def turn_usage(turn: list[dict[str, Any]]) -> dict[str, Any]:
+def turn_usage(turn: list[dict[str, Any]]) -> Usage:
     spent = {"input_tokens": 0, "output_tokens": 0}
     for message in turn:
         for key in spent:
             spent[key] += int((message.get("usage") or {}).get(key, 0) or 0)
-    return {
-        "input_tokens": spent["input_tokens"],
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": spent["output_tokens"],
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": spent["input_tokens"] + spent["output_tokens"],
-    }
-
-
-def chat_usage(turn: list[dict[str, Any]]) -> dict[str, int]:
-    """A turn's usage in Chat Completions' terms."""
-    usage = turn_usage(turn)
-    return {
-        "prompt_tokens": usage["input_tokens"],
-        "completion_tokens": usage["output_tokens"],
-        "total_tokens": usage["total_tokens"],
-    }
+    given, made = spent["input_tokens"], spent["output_tokens"]
+    return Usage(input_tokens=given, output_tokens=made, total_tokens=given + made)
 
 
 # input -> messages
 
 
-def _text_of(content: Any, where: str) -> str:
-    text, images = _content_of(content, where)
-    if images:
-        raise ApiError(400, f"{where}: only a user message may hold images", param="input")
-    return text
+def _text_of(content: Content | None, where: str, param: str) -> str:
+    return content_of(content, where, param, images=False)[0]
 
 
-def _content_of(content: Any, where: str) -> tuple[str, list[dict[str, Any]]]:
-    """The content's text, and its ``input_image`` parts as attachment parts."""
-    if isinstance(content, str):
-        return content, []
-    if isinstance(content, list):
-        texts, images = [], []
-        for number, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-            if kind in ("input_text", "output_text", "text", "refusal"):
-                value = part.get("text", part.get("refusal", ""))
-                texts.append(value if isinstance(value, str) else "")
-            elif kind == "input_image":
-                at = f"{where}.content[{number}]"
-                images.append(image_part(part.get("image_url"), at, "input"))
-            elif kind == "input_file":
-                from foliko_cli.serve.files import file_text
+def content_of(
+    content: str | Sequence[ContentPart | ChatPart] | None,
+    where: str,
+    param: str,
+    images: bool = True,
+) -> tuple[str, list[dict[str, Any]]]:
+    """A message's text, and its images as attachment parts (both APIs' parts:
+    ``input_image`` and ``image_url``; ``images`` false: a 400 for one)."""
+    if content is None or isinstance(content, str):
+        return content or "", []
+    texts, found = [], []
+    for number, part in enumerate(content):
+        at = f"{where}.content[{number}]"
+        if part.type in ("input_image", "image_url"):
+            if not images:
+                raise ApiError(400, f"{where}: only a user message may hold images", param=param)
+            url = part.image_url
+            found.append(image_part(getattr(url, "url", url), at, param))
+        elif part.type == "input_file":
+            from foliko_cli.serve.files import file_text
 
-                texts.append(file_text(part, f"{where}.content[{number}]"))
-            else:
-                raise ApiError(
-                    400,
-                    f"{where}: content part {kind!r} is not supported; "
-                    "send input_text, input_image or input_file parts",
-                    param="input",
-                )
-        return "".join(texts), images
-    raise ApiError(400, f"{where}: content must be a string or a list of parts", param="input")
+            texts.append(file_text(part, at, param))
+        else:
+            texts.append(part.text or getattr(part, "refusal", None) or "")
+    return "".join(texts), found
 
 
-def _bad(where: str, problem: str) -> ApiError:
-    return ApiError(400, f"{where}: {problem}", param="input")
+def _call_of(item: InputItem, where: str, param: str) -> dict[str, Any]:
+    if not item.call_id or not item.name:
+        raise ApiError(400, f"{where}: a function_call needs call_id and name", param=param)
+    return {
+        "id": item.call_id,
+        "name": item.name,
+        "arguments": loads_arguments(item.arguments or "{}"),
+    }
 
 
-def _call_of(item: dict[str, Any], at: str) -> dict[str, Any]:
-    call_id, name = item.get("call_id"), item.get("name")
-    if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
-        raise _bad(at, "a function_call needs call_id and name strings")
-    arguments = item.get("arguments")
-    if arguments is not None and not isinstance(arguments, str | dict):
-        raise _bad(at, "a function_call's arguments must be a JSON string")
-    return {"id": call_id, "name": name, "arguments": loads_arguments(arguments or "{}")}
-
-
-def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
+def input_messages(items: Input, param: str = "input") -> list[dict[str, Any]]:
     """Canonical messages for OpenAI input items; tool messages lack their ``name``.
 
     The function calls of one model turn are one assistant message: a call
@@ -222,74 +209,59 @@ def input_messages(items: Any, where: str = "input") -> list[dict[str, Any]]:
     """
     if isinstance(items, str):
         return [{"role": "user", "content": items}]
-    if not isinstance(items, list):
-        raise ApiError(400, f"{where} must be a string or a list of items", param=where)
     messages: list[dict[str, Any]] = []
     for index, item in enumerate(items):
-        at = f"{where}[{index}]"
-        if not isinstance(item, dict):
-            raise _bad(at, "an item must be an object")
-        kind = item.get("type", "message")
-        if kind == "message":
-            role = item.get("role")
-            if role == "developer":
-                role = "system"
-            if role not in ("user", "assistant", "system"):
-                raise _bad(at, "role must be user, assistant, system or developer")
+        at = f"{param}[{index}]"
+        if item.type == "message":
+            if item.role is None:
+                raise ApiError(400, f"{at}.role is required", param=param)
+            role = "system" if item.role == "developer" else item.role
             if role == "user":
-                text, images = _content_of(item.get("content"), at)
+                text, images = content_of(item.content, at, param)
                 message: dict[str, Any] = {"role": role, "content": text}
                 if images:
                     message["attachments"] = images
                 messages.append(message)
             else:
-                messages.append({"role": role, "content": _text_of(item.get("content"), at)})
-        elif kind == "function_call_output":
-            call_id = item.get("call_id")
-            if not isinstance(call_id, str) or not call_id:
-                raise _bad(at, "a function_call_output needs its call_id")
-            output = item.get("output", "")
-            text = output if isinstance(output, str) else _text_of(output, at)
-            messages.append({"role": "tool", "content": text, "tool_call_id": call_id})
-        elif kind == "function_call":
-            call = _call_of(item, at)
+                messages.append({"role": role, "content": _text_of(item.content, at, param)})
+        elif item.type == "function_call_output":
+            if not item.call_id:
+                raise ApiError(400, f"{at}: a function_call_output needs its call_id", param=param)
+            output = _text_of(item.output, at, param)
+            messages.append({"role": "tool", "content": output, "tool_call_id": item.call_id})
+        elif item.type == "function_call":
+            call = _call_of(item, at, param)
             last = messages[-1] if messages else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
-        elif kind == "reasoning":
-            continue
-        elif kind == "compaction":
-            raise _bad(at, "a compaction item must come first; send the compact output as it came")
-        elif kind == "item_reference":
-            raise _bad(at, f"no stored item {item.get('id')!r}")
-        else:
-            raise _bad(at, f"item type {kind!r} is not supported")
+        elif item.type == "compaction":
+            problem = "a compaction item must come first; send the compact output as it came"
+            raise ApiError(400, f"{at}: {problem}", param=param)
+        elif item.type == "item_reference":
+            raise ApiError(400, f"{at}: no stored item {item.id!r}", param=param)
     return messages
 
 
 Loader = Callable[[str], Awaitable[list[dict[str, Any]] | None]]
 
 
-async def resolve_references(items: Any, load: Loader) -> Any:
+async def resolve_references(items: Input, load: Loader) -> Input:
     """``items`` with each ``item_reference`` replaced by the item it names.
 
     ``load(session_id)`` returns a session's messages (None: no such
     session, or not the caller's); a reference to anything else is a 404.
     """
-    if not isinstance(items, list) or not any(
-        isinstance(item, dict) and item.get("type") == "item_reference" for item in items
-    ):
+    if isinstance(items, str) or all(item.type != "item_reference" for item in items):
         return items
     histories: dict[str, list[dict[str, Any]] | None] = {}
     resolved = []
     for index, item in enumerate(items):
-        if not isinstance(item, dict) or item.get("type") != "item_reference":
+        if item.type != "item_reference":
             resolved.append(item)
             continue
-        wanted = item.get("id")
-        ref = ids.parse_item_id(wanted)
+        ref = ids.parse_item_id(item.id)
         found = None
         if ref is not None:
             if ref.session_id not in histories:
@@ -298,17 +270,19 @@ async def resolve_references(items: Any, load: Loader) -> Any:
             if ref.position < len(history):
                 scope = ids.scope_of(ref.session_id)
                 candidates = message_items(history[ref.position], ref.position, scope)
-                found = next((c for c in candidates if c["id"] == wanted), None)
+                found = next((c for c in candidates if c.id == item.id), None)
         if found is None:
-            shown = wanted if isinstance(wanted, str) and len(wanted) <= 200 else "(this id)"
+            shown = item.id if item.id is not None and len(item.id) <= 200 else "(this id)"
             raise ApiError(
                 404, f"input[{index}]: no stored item {shown!r}", code="not_found", param="input"
             )
-        resolved.append(found)
+        resolved.append(msgspec.convert(msgspec.to_builtins(found), InputItem))
     return resolved
 
 
-def name_tool_outputs(messages: list[dict[str, Any]], history: list[dict[str, Any]]) -> None:
+def name_tool_outputs(
+    messages: list[dict[str, Any]], history: list[dict[str, Any]], param: str = "input"
+) -> None:
     """Give each tool message the name of the call it answers (from ``history``
     or earlier in ``messages``); a call no one made is bad input."""
     names = {}
@@ -322,32 +296,6 @@ def name_tool_outputs(messages: list[dict[str, Any]], history: list[dict[str, An
                 raise ApiError(
                     400,
                     f"no function call {message['tool_call_id']!r} is waiting for output",
-                    param="input",
+                    param=param,
                 )
             message["name"] = name
-
-
-def page_of(items: list[dict[str, Any]], request: Any) -> dict[str, Any]:
-    """One page of ``items`` (oldest first) by the ``limit``, ``order`` and
-    ``after`` query parameters, in OpenAI's list shape."""
-    from foliko_cli.serve.common import query_int
-
-    limit = query_int(request, "limit", 20, 1, 100)
-    order = request.query_params.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise ApiError(400, "order must be asc or desc", param="order")
-    ordered = items if order == "asc" else items[::-1]
-    after = request.query_params.get("after")
-    if after is not None:
-        positions = {item["id"]: i for i, item in enumerate(ordered)}
-        if after not in positions:
-            raise ApiError(400, f"after: no item {after[:200]!r} in this list", param="after")
-        ordered = ordered[positions[after] + 1 :]
-    page = ordered[:limit]
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": len(ordered) > limit,
-    }

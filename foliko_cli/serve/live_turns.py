@@ -41,23 +41,24 @@ import binascii
 from collections.abc import AsyncIterator
 from typing import Any
 
-import orjson
 from starlette.requests import Request
-from starlette.routing import Route
 
 from foliko_cli.engine.framework import listening_for_waits
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve.access_log import LOG_SESSION
-from foliko_cli.serve.common import JSON, field, json_body, request_context, service
-from foliko_cli.serve.errors import ApiError, error_event
-from foliko_cli.serve.streaming import EventStream
+from foliko_cli.serve.common import request_context, service
+from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
+from foliko_cli.serve.native_types import Attachment, TurnCancelled, TurnCreate
+from foliko_cli.serve.schema import Api
+from foliko_cli.serve.sse import EventStream
 from foliko_cli.serve.turns import Turn
 
-MAX_ATTACHMENTS = 20
 TITLE_LENGTH = 60
 _END = object()
 
 _running: dict[tuple[str | None, str], LiveTurn] = {}
+
+api = Api("Sessions")
 
 
 def title_of(message: str | None, names: list[str]) -> str:
@@ -69,25 +70,18 @@ def title_of(message: str | None, names: list[str]) -> str:
     return names[0] if names else "New session"
 
 
-def _attachments(raw: Any) -> list:
-    from foliko_cli.messages.attachments import Attachment
+def _attachments(given: list[Attachment] | None) -> list:
+    from foliko_cli.messages.attachments import Attachment as File
 
-    if raw is None:
-        return []
-    if not isinstance(raw, list) or len(raw) > MAX_ATTACHMENTS:
-        raise ApiError(
-            400, f"attachments must be a list of at most {MAX_ATTACHMENTS}", param="attachments"
-        )
     found = []
-    for number, item in enumerate(raw, start=1):
-        name = item.get("name") if isinstance(item, dict) else None
-        data = item.get("data") if isinstance(item, dict) else None
-        if not isinstance(name, str) or not name.strip() or len(name) > 255:
+    for number, item in enumerate(given or (), start=1):
+        name = (item.name or "").strip()
+        if not name:
             raise ApiError(400, f"attachment {number} needs a name", param="attachments")
-        if not isinstance(data, str):
+        if item.data is None:
             raise ApiError(400, f"attachment {name!r} needs its data, base64", param="attachments")
         try:
-            found.append(Attachment(name.strip(), base64.b64decode(data, validate=True)))
+            found.append(File(name, base64.b64decode(item.data, validate=True)))
         except (binascii.Error, ValueError):
             raise ApiError(
                 400, f"attachment {name!r}: its data is not base64", param="attachments"
@@ -95,14 +89,12 @@ def _attachments(raw: Any) -> list:
     return found
 
 
-def plan(request: Request, data: dict[str, Any]) -> Turn:
+def plan(request: Request, body: TurnCreate) -> Turn:
     """The turn the request asks for (its input checked)."""
     svc = service(request)
     session_id = request.path_params["session_id"]
-    message = field(data, "message", str)
-    regenerate = field(data, "regenerate", bool, False)
-    create = field(data, "create", bool, False)
-    attachments = _attachments(data.get("attachments"))
+    message, regenerate, create = body.message, body.regenerate, body.create
+    attachments = _attachments(body.attachments)
     if regenerate and create:
         raise ApiError(400, "a new session has no turn to regenerate", param="regenerate")
     if message is None and not regenerate:
@@ -117,11 +109,11 @@ def plan(request: Request, data: dict[str, Any]) -> Turn:
         session_id,
         message,  # None: regenerate the last one's
         api="sessions",
-        model=field(data, "model", str),
+        model=body.model,
         request=request_context(request, svc),
         regenerate=regenerate,
         attachments=attachments,
-        system=field(data, "system", str),
+        system=body.system,
         **target,
     )
 
@@ -185,18 +177,15 @@ class LiveTurn:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
 
-    async def stream(self) -> AsyncIterator[bytes]:
+    async def stream(self) -> AsyncIterator[dict[str, Any]]:
         try:
             while (event := await self.events.get()) is not _END:
-                yield _sse(self._shown(event))
+                yield self._shown(event)
             await asyncio.gather(self.task, return_exceptions=True)
             if self.task.cancelled():
-                if await self.saved():
-                    yield _sse(self._done())
-                else:
-                    yield _sse({"type": "cancelled"})
+                yield self._done() if await self.saved() else {"type": "cancelled"}
             elif (failure := self.task.exception()) is not None:
-                yield _sse({"type": "error", "error": error_event(failure)})
+                yield {"type": "error", "error": error_event(failure)}
         finally:
             self.forget()
             self.task.cancel()  # when the client left: the turn stops, nothing is saved
@@ -222,18 +211,21 @@ class LiveTurn:
             del _running[key]
 
 
-def _sse(event: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(event) + b"\n\n"
+def _ending() -> list[dict[str, Any]]:
+    return [{"type": "error", "error": error_event(SHUTTING_DOWN)}]
 
 
-def _ending() -> bytes:
-    from foliko_cli.serve.errors import SHUTTING_DOWN
-
-    return _sse({"type": "error", "error": error_event(SHUTTING_DOWN)})
+_ONE = "/v1/sessions/{session_id:id}/turns"
 
 
-async def create_turn(request: Request):
-    turn = plan(request, await json_body(request))
+@api.post(_ONE, body=TurnCreate, events=True)
+async def create_turn(request: Request, body: TurnCreate):
+    """Run one turn, its events streamed (the web app's turns).
+
+    Each event's data is a JSON object whose type is waiting, started
+    (turn_id), delta, tool_call or tool_result, then done (position,
+    messages, usage, duration_ms), cancelled or error."""
+    turn = plan(request, body)
     setattr(request.state, LOG_SESSION, turn.session_id)
     live = LiveTurn(turn, request.app.state.services, request.state.ids.request_id)
     _running[(turn.user, live.turn_id)] = live
@@ -248,10 +240,12 @@ async def create_turn(request: Request):
         if not live.task.done():
             await live.stop()
         raise
-    return EventStream(live.stream(), _ending)
+    return EventStream(live.stream(), ending=_ending)
 
 
+@api.post(_ONE + "/{turn_id:id}/cancel", answer=TurnCancelled)
 async def cancel_turn(request: Request):
+    """Stop a running turn: nothing of it is saved (``cancelled`` false: it was)."""
     turn_id = request.path_params["turn_id"]
     live = _running.get((request.state.user, turn_id))
     if live is None or live.turn.session_id != request.path_params["session_id"]:
@@ -262,11 +256,7 @@ async def cancel_turn(request: Request):
             code="not_found",
         )
     await live.stop()
-    return JSON({"turn_id": turn_id, "cancelled": not await live.saved()})
+    return TurnCancelled(turn_id=turn_id, cancelled=not await live.saved())
 
 
-_ONE = "/v1/sessions/{session_id:id}/turns"
-routes = [
-    Route(_ONE, create_turn, methods=["POST"]),
-    Route(_ONE + "/{turn_id:id}/cancel", cancel_turn, methods=["POST"]),
-]
+routes = api.routes

@@ -11,47 +11,65 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from msgspec import to_builtins
+
 from foliko_cli.serve import items as it
-from foliko_cli.serve.common import field
+from foliko_cli.serve.openai_types import (
+    ConversationRef,
+    Failure,
+    Incomplete,
+    Item,
+    Response,
+    ResponseCreate,
+    TextConfig,
+    TextFormat,
+    Tool,
+)
 
 DEFAULT_FORMAT = {"type": "text"}
 
 
-def _tool_echo(tool: Any) -> Any:
-    if tool.get("type") != "function":
-        return tool
+def _tool_echo(tool: Tool) -> dict[str, Any]:
+    if tool.type == "namespace":
+        members = [_tool_echo(member) for member in tool.tools or ()]
+        return {
+            "type": "namespace",
+            "name": tool.name,
+            "description": tool.description or "",
+            "tools": members,
+        }
+    function = tool.function or tool
     return {
         "type": "function",
-        "name": tool.get("name"),
-        "description": tool.get("description"),
-        "parameters": tool.get("parameters"),
-        "strict": tool.get("strict", True),
+        "name": function.name,
+        "description": function.description,
+        "parameters": function.parameters,
+        "strict": True if function.strict is None else function.strict,
     }
 
 
-def echoed_options(data: dict[str, Any], text_format: dict[str, Any] | None) -> dict[str, Any]:
-    """What a request asked for that its response repeats."""
-    tools = field(data, "tools", list) or []
+def echoed_options(body: ResponseCreate, text_format: TextFormat | None) -> dict[str, Any]:
+    """What a request asked for that its response repeats (plain JSON values)."""
     return {
-        "format": text_format,
-        "instructions": field(data, "instructions", str),
-        "previous_response_id": field(data, "previous_response_id", str),
-        "metadata": field(data, "metadata", dict),
-        "temperature": field(data, "temperature", (int, float)),
-        "top_p": field(data, "top_p", (int, float)),
-        "max_output_tokens": field(data, "max_output_tokens", int),
-        "max_tool_calls": field(data, "max_tool_calls", int),
+        "format": to_builtins(text_format) if text_format is not None else None,
+        "instructions": body.instructions,
+        "previous_response_id": body.previous_response_id,
+        "metadata": body.metadata,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "max_output_tokens": body.max_output_tokens,
+        "max_tool_calls": body.max_tool_calls,
         "tools": [
-            _tool_echo(tool) for tool in tools if tool.get("type") in ("function", "namespace")
+            _tool_echo(tool) for tool in body.tools or () if tool.type in ("function", "namespace")
         ],
-        "tool_choice": data.get("tool_choice"),
-        "parallel_tool_calls": field(data, "parallel_tool_calls", bool, True),
-        "store": field(data, "store", bool, True),
-        "truncation": data.get("truncation") or "auto",
-        "user": field(data, "user", str),
-        "safety_identifier": field(data, "safety_identifier", str),
-        "prompt_cache_key": field(data, "prompt_cache_key", str),
-        "background": field(data, "background", bool, False),
+        "tool_choice": to_builtins(body.tool_choice),
+        "parallel_tool_calls": body.parallel_tool_calls is not False,
+        "store": body.store,
+        "truncation": body.truncation or "auto",
+        "user": body.user,
+        "safety_identifier": body.safety_identifier,
+        "prompt_cache_key": body.prompt_cache_key,
+        "background": body.background,
     }
 
 
@@ -71,7 +89,7 @@ def response_object(
     *,
     response_id: str,
     session_id: str | None,
-    output: list[dict[str, Any]],
+    output: list[Item],
     outputs: list[dict[str, Any]],
     model: str | None,
     status: str | None = None,
@@ -79,7 +97,7 @@ def response_object(
     created_at: int | None = None,
     completed_at: int | None = None,
     error: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+) -> Response:
     """The object for a response whose model wrote ``outputs`` (shown as ``output``).
 
     Without ``status`` it is ``incomplete`` when the model was cut short, else
@@ -92,39 +110,33 @@ def response_object(
     finished = status in ("completed", "incomplete")
     if model is None:
         model = next((m.get("model") for m in reversed(outputs) if m.get("model")), "echo")
-    return {
-        "id": response_id,
-        "object": "response",
-        "created_at": now if created_at is None else created_at,
-        "status": status,
-        "background": options.get("background", False),
-        "completed_at": (completed_at or now) if finished else None,
-        "conversation": {"id": session_id} if session_id else None,
-        "error": error,
-        "incomplete_details": {"reason": reason} if status == "incomplete" else None,
-        "instructions": options.get("instructions"),
-        "max_output_tokens": options.get("max_output_tokens"),
-        "max_tool_calls": options.get("max_tool_calls"),
-        "metadata": options.get("metadata") or {},
-        "model": model,
-        "output": output,
-        "parallel_tool_calls": options.get("parallel_tool_calls", True),
-        "previous_response_id": options.get("previous_response_id"),
-        "prompt": None,
-        "prompt_cache_key": options.get("prompt_cache_key"),
-        "reasoning": {"effort": None, "summary": None},
-        "safety_identifier": options.get("safety_identifier"),
-        "service_tier": "default",
-        "store": options.get("store", True),
-        "temperature": 1.0 if options.get("temperature") is None else float(options["temperature"]),
-        "text": {"format": options.get("format") or DEFAULT_FORMAT, "verbosity": "medium"},
-        "tool_choice": options.get("tool_choice") or "auto",
-        "tools": options.get("tools") or [],
-        "top_logprobs": 0,
-        "top_p": 1.0 if options.get("top_p") is None else float(options["top_p"]),
-        "truncation": options.get("truncation", "auto"),
-        "usage": it.turn_usage(outputs) if finished else None,
-        "user": options.get("user"),
-        "presence_penalty": 0.0,
-        "frequency_penalty": 0.0,
-    }
+    temperature, top_p = options.get("temperature"), options.get("top_p")
+    return Response(
+        id=response_id,
+        created_at=now if created_at is None else created_at,
+        status=status,  # type: ignore[arg-type]
+        background=options.get("background", False),
+        completed_at=(completed_at or now) if finished else None,
+        conversation=ConversationRef(session_id) if session_id else None,
+        error=Failure(**error) if error else None,
+        incomplete_details=Incomplete(reason=reason or "") if status == "incomplete" else None,
+        instructions=options.get("instructions"),
+        max_output_tokens=options.get("max_output_tokens"),
+        max_tool_calls=options.get("max_tool_calls"),
+        metadata=options.get("metadata") or {},
+        model=model,
+        output=output,
+        parallel_tool_calls=options.get("parallel_tool_calls", True),
+        previous_response_id=options.get("previous_response_id"),
+        prompt_cache_key=options.get("prompt_cache_key"),
+        safety_identifier=options.get("safety_identifier"),
+        store=options.get("store", True),
+        temperature=1.0 if temperature is None else float(temperature),
+        text=TextConfig(format=options.get("format") or DEFAULT_FORMAT),
+        tool_choice=options.get("tool_choice") or "auto",
+        tools=options.get("tools") or [],
+        top_p=1.0 if top_p is None else float(top_p),
+        truncation=options.get("truncation", "auto"),
+        usage=it.turn_usage(outputs) if finished else None,
+        user=options.get("user"),
+    )

@@ -5,7 +5,8 @@ starts; text arrives as ``output_item.added``, ``content_part.added``,
 ``output_text.delta``... ``output_item.done``; function calls for the client
 follow; the stream ends with ``response.completed``, ``response.incomplete``
 (the model was cut short) or, after an ``error`` event, ``response.failed``.
-Every event has its ``sequence_number``; ``data: [DONE]`` closes the stream.
+Every event has its ``sequence_number``; ``data: [DONE]`` closes the stream
+(sse.py frames it).
 """
 
 from __future__ import annotations
@@ -14,40 +15,52 @@ import itertools
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
-import orjson
+import msgspec
 
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.errors import SHUTTING_DOWN, error_event
+from foliko_cli.serve.openai_types import FunctionCallItem, Item, MessageItem, Response
 from foliko_cli.serve.response_object import response_object
+from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.turns import Turn
 
-DONE = b"data: [DONE]\n\n"
+Finished = Callable[[Turn, dict[str, Any], str | None], Response]
 
 
-def sse(event: dict[str, Any]) -> bytes:
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
-
-
-async def sse_events(
+def response_stream(
     turn: Turn,
     events: AsyncIterator[dict[str, Any]],
     options: dict[str, Any],
     model: str | None,
-    finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
-    sent: list[int],
-) -> AsyncIterator[bytes]:
-    """The events as SSE; ``sent`` holds the last sequence number sent."""
-    async for event in response_events(turn, events, options, model, finished):
-        sent[:] = [event["sequence_number"]]
-        yield sse(event)
-    yield DONE
+    finished: Finished,
+    headers: dict[str, str],
+) -> EventStream:
+    """The turn's events as the Responses API streams them, then ``[DONE]``; a
+    stream the server stops ends with an error event saying so."""
+    sent = [-1]
+
+    async def numbered() -> AsyncIterator[Any]:
+        async for event in response_events(turn, events, options, model, finished):
+            sent[0] = event["sequence_number"]
+            yield event
+        yield DONE
+
+    def ending() -> list[Any]:
+        return [error_of(SHUTTING_DOWN, sent[0] + 1)[0], DONE]
+
+    return EventStream(numbered(), ending=ending, named=True, headers=headers)
 
 
-def shutdown_ending(sequence: int) -> bytes:
-    """The end of a stream the server stopped: an error event, then ``[DONE]``."""
-    error = {**error_event(SHUTTING_DOWN), "param": None}
-    return sse({"type": "error", "sequence_number": sequence, **error, "error": error}) + DONE
+def error_of(exc: BaseException, sequence: int) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``error`` event of a failure, and the Response's ``error`` for it.
+
+    OpenAI's reference has the error's fields flat, Open Responses under
+    ``error``: both."""
+    error = {**error_event(exc), "param": None}
+    flat = {"code": error["code"], "message": error["message"], "param": None}
+    event = {"type": "error", "sequence_number": sequence, **flat, "error": error}
+    return event, {"code": error["code"], "message": error["message"]}
 
 
 async def response_events(
@@ -55,7 +68,7 @@ async def response_events(
     events: AsyncIterator[dict[str, Any]],
     options: dict[str, Any],
     model: str | None,
-    finished: Callable[[Turn, dict[str, Any], str | None], dict[str, Any]],
+    finished: Finished,
 ) -> AsyncGenerator[dict[str, Any], None]:
     """The turn's events as Responses API events (any transport: SSE, WebSocket)."""
     shell: dict[str, Any] = {
@@ -82,9 +95,9 @@ async def response_events(
     for chunk in out.close_text():
         yield chunk
     final = finished(turn, options, model)
-    for chunk in out.function_calls(final["output"]):
+    for chunk in out.function_calls(final.output):
         yield chunk
-    kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
+    kind = "response.incomplete" if final.status == "incomplete" else "response.completed"
     yield out.event(kind, response=final)
 
 
@@ -98,7 +111,7 @@ class _ResponseEvents:
         # Where the next assistant message will sit: after the input messages.
         self.position = turn.start + len(turn.asked.messages) + (1 if turn.text else 0)
         self.output_index = 0
-        self.open_item: dict[str, Any] | None = None
+        self.open_item: MessageItem | None = None
         self.text = ""
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -119,10 +132,11 @@ class _ResponseEvents:
         out = []
         if self.open_item is None:
             item_id = ids.message_item_id(self.turn.scope, self.position)
-            self.open_item = {**it.text_item(item_id, "assistant", ""), "content": []}
-            self.open_item["status"] = "in_progress"
+            self.open_item = MessageItem(
+                id=item_id, status="in_progress", role="assistant", content=[]
+            )
             where = {"item_id": item_id, "output_index": self.output_index}
-            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            part = it.OutputText(text="")
             out.append(
                 self.event(
                     "response.output_item.added",
@@ -134,7 +148,7 @@ class _ResponseEvents:
                 self.event("response.content_part.added", **where, content_index=0, part=part)
             )
         self.text += text
-        where = {"item_id": self.open_item["id"], "output_index": self.output_index}
+        where = {"item_id": self.open_item.id, "output_index": self.output_index}
         out.append(
             self.event(
                 "response.output_text.delta", **where, content_index=0, delta=text, logprobs=[]
@@ -145,37 +159,35 @@ class _ResponseEvents:
     def close_text(self) -> list[dict[str, Any]]:
         if self.open_item is None:
             return []
-        done = it.text_item(self.open_item["id"], "assistant", self.text)
+        done = it.text_item(self.open_item.id, "assistant", self.text)
         index = self.output_index
-        where = {"item_id": self.open_item["id"], "output_index": index, "content_index": 0}
+        where = {"item_id": done.id, "output_index": index, "content_index": 0}
         out = [
             self.event("response.output_text.done", **where, text=self.text, logprobs=[]),
-            self.event("response.content_part.done", **where, part=done["content"][0]),
+            self.event("response.content_part.done", **where, part=done.content[0]),
             self.event("response.output_item.done", output_index=index, item=done),
         ]
         self.open_item, self.text = None, ""
         self.output_index += 1
         return out
 
-    def function_calls(self, output: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def function_calls(self, output: list[Item]) -> list[dict[str, Any]]:
         """The calls the client runs, each streamed whole once the turn has ended."""
         out = []
         for item in output:
-            if item["type"] != "function_call":
+            if not isinstance(item, FunctionCallItem):
                 continue
             index = self.output_index
-            added = {**item, "arguments": "", "status": "in_progress"}
-            where = {"item_id": item["id"], "output_index": index}
+            added = msgspec.structs.replace(item, arguments="", status="in_progress")
+            where = {"item_id": item.id, "output_index": index}
             out += [
                 self.event("response.output_item.added", output_index=index, item=added),
-                self.event(
-                    "response.function_call_arguments.delta", **where, delta=item["arguments"]
-                ),
+                self.event("response.function_call_arguments.delta", **where, delta=item.arguments),
                 self.event(
                     "response.function_call_arguments.done",
                     **where,
-                    name=item["name"],
-                    arguments=item["arguments"],
+                    name=item.name,
+                    arguments=item.arguments,
                 ),
                 self.event("response.output_item.done", output_index=index, item=item),
             ]
@@ -183,15 +195,6 @@ class _ResponseEvents:
         return out
 
     def failed(self, exc: Exception, shell: dict[str, Any]) -> list[dict[str, Any]]:
-        error = {**error_event(exc), "param": None}
-        failure = {"code": error["code"], "message": error["message"]}
-        # OpenAI's reference has the error's fields flat, Open Responses under "error": both.
-        return [
-            self.event(
-                "error", code=error["code"], message=error["message"], param=None, error=error
-            ),
-            self.event(
-                "response.failed",
-                response=response_object(**shell, status="failed", error=failure),
-            ),
-        ]
+        event, failure = error_of(exc, next(self.sequence))
+        failed = response_object(**shell, status="failed", error=failure)
+        return [event, self.event("response.failed", response=failed)]

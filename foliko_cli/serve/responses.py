@@ -15,27 +15,34 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
-from starlette.routing import Route
 
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.access_log import LOG_SESSION
-from foliko_cli.serve.common import (
-    JSON,
-    check_metadata,
-    field,
-    json_body,
-    request_context,
-    service,
-)
+from foliko_cli.serve.common import request_context, service
 from foliko_cli.serve.compaction import split_compaction
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
+from foliko_cli.serve.openai_types import (
+    ConversationRef,
+    Deleted,
+    Input,
+    InputTokens,
+    Item,
+    ItemsQuery,
+    Page,
+    Response,
+    ResponseCreate,
+    ResponseQuery,
+    page_of,
+)
 from foliko_cli.serve.response_object import echoed_options, kept_options, response_object
-from foliko_cli.serve.response_stream import shutdown_ending, sse_events
+from foliko_cli.serve.response_stream import response_stream
+from foliko_cli.serve.schema import JSON, Api
 from foliko_cli.serve.stored import (
     DELETED_KEY,
     exists,
@@ -43,51 +50,35 @@ from foliko_cli.serve.stored import (
     load_session,
     stored_response,
 )
-from foliko_cli.serve.streaming import EventStream
 from foliko_cli.serve.tools import NOT_HOSTED_HEADER, namespaces_of, offered_tools, tool_choice
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 
-
-def conversation_id(value: Any) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        value = value.get("id")
-    if not isinstance(value, str) or not value:
-        raise ApiError(400, "conversation must be an id or {'id': ID}", param="conversation")
-    return value
+api = Api("Responses")
 
 
 async def plan_turn(
-    request: Request, data: dict[str, Any], remembered: list[dict[str, Any]] | None = None
+    request: Request, body: ResponseCreate, remembered: list[dict[str, Any]] | None = None
 ) -> tuple[Turn, dict[str, Any]]:
     """The turn a request asks for, and the options its response echoes.
 
     ``remembered`` is the history ``previous_response_id`` names when only the
     caller holds it (the store: false response a WebSocket connection keeps)."""
     svc = service(request)
-    model = field(data, "model", str)
-    store = field(data, "store", bool, True)
-    instructions = field(data, "instructions", str)
-    previous = field(data, "previous_response_id", str)
-    conversation = conversation_id(data.get("conversation"))
-    text_format = (field(data, "text", dict) or {}).get("format")
-    schema = reply_schema(text_format, "text.format", nested=False)
-    client_tools, not_hosted = offered_tools(data.get("tools"))
-    check_metadata(data.get("metadata"))
-    options = echoed_options(data, text_format if schema is not None else None)
+    previous = body.previous_response_id
+    conversation = body.conversation
+    if isinstance(conversation, ConversationRef):
+        conversation = conversation.id
+    text_format = body.text.format if body.text is not None else None
+    schema = reply_schema(text_format, "text.format")
+    client_tools, not_hosted = offered_tools(body.tools)
+    options = echoed_options(body, text_format if schema is not None else None)
     options["not_hosted"] = not_hosted
-    options["namespaces"] = namespaces_of(data.get("tools"))
+    options["namespaces"] = namespaces_of(body.tools)
     if conversation and previous:
         raise ApiError(400, "give conversation or previous_response_id, not both", param="input")
-    if "input" not in data:
-        raise ApiError(400, "input is required", param="input")
-    truncation = data.get("truncation")
-    if truncation not in (None, "auto", "disabled"):
-        raise ApiError(400, "truncation must be auto or disabled", param="truncation")
-    summary, text, extra, attachments = await _input(svc, data["input"], conversation or previous)
-    place = await _place(svc, conversation, previous, remembered, store, extra)
+    summary, text, extra, attachments = await _input(svc, body.input, conversation or previous)
+    place = await _place(svc, conversation, previous, remembered, body.store, extra)
     if summary is not None:
         compressed = {"summary": summary, "covered": 0}
         start = SessionRecord(
@@ -96,19 +87,19 @@ async def plan_turn(
         place.target = {"start_from": start, "expected_revision": 0}
     it.name_tool_outputs(extra, place.history)
     turn_options = {
-        "model": model,
-        "instructions": instructions,
+        "model": body.model,
+        "instructions": body.instructions,
         "request": request_context(request, svc),
         "messages": tuple(extra),
         "client_tools": client_tools,
         "server_tools": request.app.state.services.serve_tools,
         "attachments": attachments,
-        "options": _sampling(data, options),
+        "options": _sampling(body),
         "schema": schema,
-        "compress": truncation != "disabled",
-        "annotations": {"response": kept_options(options)} if store else {},
+        "compress": body.truncation != "disabled",
+        "annotations": {"response": kept_options(options)} if body.store else {},
     }
-    if not store:
+    if not body.store:
         scratch = {key: place.target[key] for key in ("start_from",) if key in place.target}
         return Turn(svc, None, text, scratch=place.history, **turn_options, **scratch), options
     turn = Turn(svc, place.session_id, text, **turn_options, **place.target)
@@ -118,7 +109,7 @@ async def plan_turn(
 
 
 async def _input(
-    svc: AsyncFoliko, raw: Any, continued: str | None
+    svc: AsyncFoliko, raw: Input, continued: str | None
 ) -> tuple[str | None, str, list[dict[str, Any]], list[Any]]:
     """The input's compaction summary (if it starts with one), the user's text,
     the messages before it and the text's attachments. ``continued``: the
@@ -197,19 +188,19 @@ async def _place(
     return _Place(ids.new_conversation_id(), history, fork)
 
 
-def _sampling(data: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+def _sampling(body: ResponseCreate) -> dict[str, Any]:
     """The model options the request sets."""
     sampling = {
-        "temperature": options["temperature"],
-        "top_p": options["top_p"],
-        "max_tokens": options["max_output_tokens"],
-        "tool_choice": tool_choice(data.get("tool_choice")),
-        "parallel_tool_calls": False if options["parallel_tool_calls"] is False else None,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "max_tokens": body.max_output_tokens,
+        "tool_choice": tool_choice(body.tool_choice),
+        "parallel_tool_calls": False if body.parallel_tool_calls is False else None,
     }
     return {key: value for key, value in sampling.items() if value is not None}
 
 
-def finished_response(turn: Turn, options: dict[str, Any], model: str | None) -> dict[str, Any]:
+def finished_response(turn: Turn, options: dict[str, Any], model: str | None) -> Response:
     outputs = turn.messages[it.output_start(turn.messages) :]
     first = turn.start + len(turn.messages) - len(outputs)
     return response_object(
@@ -223,30 +214,24 @@ def finished_response(turn: Turn, options: dict[str, Any], model: str | None) ->
     )
 
 
-async def create_response(request: Request):
-    data = await json_body(request)
-    stream = field(data, "stream", bool, False)
-    if field(data, "background", bool, False):
-        return await background.create(request, data, HOOKS)
-    turn, options = await plan_turn(request, data)
+@api.post("/v1/responses", body=ResponseCreate, answer=Response, events=True)
+async def create_response(request: Request, body: ResponseCreate):
+    """Run one turn (``stream``: its events; ``background``: answer at once, queued)."""
+    if body.background:
+        return await background.create(request, body, HOOKS)
+    turn, options = await plan_turn(request, body)
     if turn.stored:
         setattr(request.state, LOG_SESSION, turn.session_id)
     services = request.app.state.services
-    model = field(data, "model", str)
     headers = {NOT_HOSTED_HEADER: ", ".join(options["not_hosted"])} if options["not_hosted"] else {}
-    if not stream:
+    if not body.stream:
         await turn.run(services)
-        return JSON(finished_response(turn, options, model), headers=headers)
+        return JSON(finished_response(turn, options, body.model), headers=headers)
     events = await turn.stream(services)
-    sent = [-1]
-    return EventStream(
-        sse_events(turn, events, options, model, finished_response, sent),
-        lambda: shutdown_ending(sent[0] + 1),
-        headers=headers,
-    )
+    return response_stream(turn, events, options, body.model, finished_response, headers)
 
 
-async def stored_object(svc: AsyncFoliko, response_id: str) -> dict[str, Any]:
+async def stored_object(svc: AsyncFoliko, response_id: str) -> Response:
     found = await stored_response(svc, response_id)
     first = found.start + found.split
     scope = ids.scope_of(found.record.session_id)
@@ -264,20 +249,27 @@ async def stored_object(svc: AsyncFoliko, response_id: str) -> dict[str, Any]:
     )
 
 
-async def get_response(request: Request):
+_ONE = "/v1/responses/{response_id:id}"
+
+
+@api.get(_ONE, query=ResponseQuery, answer=Response, events=True)
+async def get_response(request: Request, query: ResponseQuery):
+    """A stored response, or a background one as it stands (``stream``: its
+    events after ``starting_after``, then live to its end)."""
     if ids.parse_background_id(request.path_params["response_id"]) is not None:
-        return await background.get(request, HOOKS)
-    if request.query_params.get("stream") in ("true", "1"):
+        return await background.get(request, query, HOOKS)
+    if query.stream:
         raise ApiError(
             400,
             "a finished response has no event stream to resume; get it without stream",
             param="stream",
         )
-    return JSON(await stored_object(service(request), request.path_params["response_id"]))
+    return await stored_object(service(request), request.path_params["response_id"])
 
 
+@api.delete(_ONE, answer=Deleted)
 async def delete_response(request: Request):
-    """The response is gone (GET, input_items and continuing it are 404); its
+    """Delete a response: GET, input items and continuing it are 404; its
     messages stay in its conversation, whose items they are."""
     svc = service(request)
     rid = request.path_params["response_id"]
@@ -287,10 +279,14 @@ async def delete_response(request: Request):
         return {DELETED_KEY: sorted({*(metadata.get(DELETED_KEY) or ()), found.start})}
 
     await svc.update_metadata(found.record.session_id, tombstone)
-    return JSON({"id": rid, "object": "response", "deleted": True})
+    return Deleted(id=rid, object="response")
 
 
+@api.post(_ONE + "/cancel", answer=Response)
 async def cancel_response(request: Request):
+    """Cancel a background response: the turn stops and nothing of it is saved
+    (the Response with status cancelled; once finished, the Response as it is;
+    a response not run in the background is a 400)."""
     if ids.parse_background_id(request.path_params["response_id"]) is not None:
         return await background.cancel(request, HOOKS)
     await stored_response(service(request), request.path_params["response_id"])
@@ -301,34 +297,22 @@ async def cancel_response(request: Request):
     )
 
 
-async def get_input_items(request: Request):
+@api.get(_ONE + "/input_items", query=ItemsQuery, answer=Page[Item])
+async def get_input_items(request: Request, query: ItemsQuery):
+    """The input items of a response."""
     found = await stored_response(service(request), request.path_params["response_id"])
     scope = ids.scope_of(found.record.session_id)
-    return JSON(it.page_of(it.history_items(found.inputs, found.start, scope), request))
+    return page_of(it.history_items(found.inputs, found.start, scope), query, "item")
 
 
-async def count_input_tokens(request: Request):
-    """What a request's input would cost: counted by the model's server when it
-    has a tokenizer (llama.cpp), else foliko's estimate (``counted_by`` says which)."""
-    data = await json_body(request)
-    turn, _ = await plan_turn(request, {**data, "store": False})
+@api.post("/v1/responses/input_tokens", body=ResponseCreate, answer=InputTokens)
+async def count_input_tokens(request: Request, body: ResponseCreate):
+    """Count what a request would send its model: by the model's server when it
+    has a tokenizer (llama.cpp), else foliko's estimate (``counted_by``)."""
+    turn, _ = await plan_turn(request, msgspec.structs.replace(body, store=False))
     tokens, counted = await turn.count_tokens(request.app.state.services)
-    return JSON(
-        {
-            "object": "response.input_tokens",
-            "input_tokens": tokens,
-            "counted_by": "tokenizer" if counted else "estimate",
-        }
-    )
+    return InputTokens(input_tokens=tokens, counted_by="tokenizer" if counted else "estimate")
 
 
 HOOKS = background.Hooks(plan_turn, finished_response, stored_object)
-
-routes = [
-    Route("/v1/responses/input_tokens", count_input_tokens, methods=["POST"]),
-    Route("/v1/responses", create_response, methods=["POST"]),
-    Route("/v1/responses/{response_id:id}", get_response, methods=["GET"]),
-    Route("/v1/responses/{response_id:id}", delete_response, methods=["DELETE"]),
-    Route("/v1/responses/{response_id:id}/cancel", cancel_response, methods=["POST"]),
-    Route("/v1/responses/{response_id:id}/input_items", get_input_items, methods=["GET"]),
-]
+routes = api.routes

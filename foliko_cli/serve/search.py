@@ -7,18 +7,23 @@ position, ``snippet`` with the ``matches`` spans, ...) plus its session's
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
-from starlette.routing import Route
 
-from foliko_cli.serve.common import JSON, query_int, service
+from foliko_cli.serve.common import service
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.native_types import SearchQuery, SearchResults
+from foliko_cli.serve.schema import Api
+
+api = Api("Sessions")
 
 
-async def search(request: Request):
-    query = request.query_params.get("q", "")
-    if not query.strip():
+@api.get("/v1/search", query=SearchQuery, answer=SearchResults)
+async def search(request: Request, query: SearchQuery):
+    """Messages by their text, best first (``sessions search --json``)."""
+    if not query.q.strip():
         raise ApiError(400, "give the words to search for as ?q=WORDS", param="q")
-    limit = query_int(request, "limit", 20, 1, 200)
     svc = service(request)
     unreadable: list[str] = []
 
@@ -26,10 +31,10 @@ async def search(request: Request):
         if damage.session_id not in unreadable:
             unreadable.append(damage.session_id)
 
-    hits = await svc.search(query, limit=limit, on_unreadable=left_out)
+    hits = await svc.search(query.q, limit=query.limit, on_unreadable=left_out)
     titles = await svc.session_titles(list(dict.fromkeys(hit.session_id for hit in hits)))
-    rows = [{**hit.to_dict(), "title": titles.get(hit.session_id)} for hit in hits]
-    return JSON({"object": "list", "data": rows, "unreadable": unreadable})
+    rows: list[Any] = [{**hit.to_dict(), "title": titles.get(hit.session_id)} for hit in hits]
+    return SearchResults(data=rows, unreadable=unreadable)
 
 
-routes = [Route("/v1/search", search, methods=["GET"])]
+routes = api.routes

@@ -8,13 +8,35 @@ commands print with ``--json`` (lists as ``{"object": "list", "data"}``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
-from starlette.routing import Route
 
 from foliko_cli.messages.public import record_to_dict, summary_to_dict
 from foliko_cli.messages.usage import with_usage
-from foliko_cli.serve.common import JSON, field, json_body, query_int, service
+from foliko_cli.serve.common import service
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.native_types import (
+    Clear,
+    Compaction,
+    CompactionList,
+    CompactNow,
+    Fork,
+    ForkTree,
+    Listed,
+    Rename,
+    Session,
+    SessionDeleted,
+    SessionRow,
+    SessionsQuery,
+    Uncompacted,
+    Variable,
+    VariableDeleted,
+)
+from foliko_cli.serve.openai_types import Page, page_of
+from foliko_cli.serve.schema import Api
+
+api = Api("Sessions")
 
 
 def shown(record):
@@ -22,48 +44,44 @@ def shown(record):
     return with_usage(record_to_dict(record), record)
 
 
-async def list_sessions(request: Request):
-    """Most recently updated first; ``after`` is the last id of the previous page.
-    Each row also has the session's ``title`` (None when it has none)."""
-    limit = query_int(request, "limit", 100, 1, 1000)
-    after = request.query_params.get("after")
+@api.get("/v1/sessions", query=SessionsQuery, answer=Page[SessionRow])
+async def list_sessions(request: Request, query: SessionsQuery):
+    """Sessions, most recently updated first (``sessions list --json``).
+
+    ``after`` is the last id of the previous page. Each row also has the
+    session's ``title`` (None when it has none)."""
     summaries = await service(request).list_sessions(sort="updated")
-    if after is not None:
-        ids = [s.session_id for s in summaries]
-        if after not in ids:
-            raise ApiError(400, f"after: no session {after!r} in this list", param="after")
-        summaries = summaries[ids.index(after) + 1 :]
-    page = [summary_to_dict(s) for s in summaries[:limit]]
-    titles = await service(request).session_titles([row["session_id"] for row in page])
-    for row in page:
-        row["title"] = titles.get(row["session_id"])
-    return JSON(
-        {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["session_id"] if page else None,
-            "last_id": page[-1]["session_id"] if page else None,
-            "has_more": len(summaries) > limit,
-        }
-    )
+    listed = page_of(summaries, query, "session", lambda summary: summary.session_id)
+    titles = await service(request).session_titles([s.session_id for s in listed.data])
+    listed.data = [{**summary_to_dict(s), "title": titles.get(s.session_id)} for s in listed.data]
+    return listed
 
 
 def _id(request: Request) -> str:
     return request.path_params["session_id"]
 
 
+_ONE = "/v1/sessions/{session_id:id}"
+
+
+@api.get(_ONE, answer=Session)
 async def show_session(request: Request):
-    return JSON(shown(await service(request).get_session(_id(request))))
+    """A session (``sessions show --json``)."""
+    return shown(await service(request).get_session(_id(request)))
 
 
+@api.get(_ONE + "/export", answer=list[Session])
 async def export_session(request: Request):
+    """Export a session, as ``sessions export`` writes it."""
     from foliko_cli.formats.exporters.foliko import document
 
     record = await service(request).get_session(_id(request))
-    return JSON([document(record)])
+    return [document(record)]
 
 
+@api.delete(_ONE, answer=SessionDeleted)
 async def delete_session(request: Request):
+    """Delete a session (into the trash, when ``in_trash`` says so)."""
     from foliko_cli.errors import SessionNotFoundError
 
     svc = service(request)
@@ -71,122 +89,112 @@ async def delete_session(request: Request):
     if not deleted:
         raise SessionNotFoundError(_id(request))
     in_trash = svc.trash_keep > 0  # restore it from /v1/trash within the undo window
-    return JSON({"session_id": _id(request), "deleted": True, "in_trash": in_trash})
+    return SessionDeleted(session_id=_id(request), in_trash=in_trash)
 
 
-def _target_of(data: dict) -> str:
-    target = data.get("to")
-    if not isinstance(target, str):
-        raise ApiError(400, 'give the new name as {"to": NAME}', param="to")
-    return target
-
-
-async def _target(request: Request) -> str:
-    return _target_of(await json_body(request))
-
-
-async def rename_session(request: Request):
-    target = await _target(request)
+@api.post(_ONE + "/rename", body=Rename, answer=Session)
+async def rename_session(request: Request, body: Rename):
+    """Rename a session."""
     svc = service(request)
-    await svc.rename_session(_id(request), target)
-    return JSON(record_to_dict(await svc.get_session(target)))
+    await svc.rename_session(_id(request), body.to)
+    return record_to_dict(await svc.get_session(body.to))
 
 
-async def fork_session(request: Request):
-    """A copy named ``to``: all of it, or with ``upto``, its first ``upto`` messages."""
-    data = await json_body(request)
-    upto = field(data, "upto", int)
-    if upto is not None and upto < 0:
-        raise ApiError(400, "upto must be a number of messages, 0 or more", param="upto")
-    record = await service(request).fork_session(_id(request), _target_of(data), upto=upto)
-    return JSON(record_to_dict(record))
+@api.post(_ONE + "/fork", body=Fork, answer=Session)
+async def fork_session(request: Request, body: Fork):
+    """Copy a session as ``to``: all of it, or with ``upto``, its first ``upto`` messages."""
+    record = await service(request).fork_session(_id(request), body.to, upto=body.upto)
+    return record_to_dict(record)
 
 
-async def clear_session(request: Request):
-    data = await json_body(request)
-    everything = data.get("variables", False)
-    if not isinstance(everything, bool):
-        raise ApiError(400, "variables must be true or false", param="variables")
-    record = await service(request).clear_session(_id(request), variables=everything)
-    return JSON(record_to_dict(record))
+@api.post(_ONE + "/clear", body=Clear, answer=Session)
+async def clear_session(request: Request, body: Clear):
+    """Drop a session's history (``variables``: its variables too)."""
+    record = await service(request).clear_session(_id(request), variables=body.variables)
+    return record_to_dict(record)
 
 
-async def compact_session(request: Request):
-    """``{"keep": N, "model": M}`` (both optional): the compaction, as ``sessions
-    compact --json`` prints it."""
-    data = await json_body(request)
-    keep = field(data, "keep", int)
-    if keep is not None and keep < 0:
-        raise ApiError(400, "keep must be a whole number of turns, 0 or more", param="keep")
-    model = field(data, "model", str)
-    return JSON(await service(request).compact(_id(request), keep=keep, model=model))
+@api.post(_ONE + "/compact", body=CompactNow, answer=Compaction)
+async def compact_session(request: Request, body: CompactNow):
+    """Compress a session's history now (``sessions compact --json``)."""
+    return await service(request).compact(_id(request), keep=body.keep, model=body.model)
 
 
+@api.get(_ONE + "/compactions", answer=CompactionList)
 async def list_compactions(request: Request):
-    """As ``sessions show --compactions --json`` lists them."""
-    return JSON(_listed(await service(request).compactions(_id(request))))
+    """A session's compactions (``sessions show --compactions --json``)."""
+    return Listed(data=await service(request).compactions(_id(request)))
 
 
+@api.post(_ONE + "/uncompact", answer=Uncompacted)
 async def uncompact_session(request: Request):
+    """Send a session's whole history again from its next turn (``sessions uncompact``)."""
     record = await service(request).uncompact(_id(request))
-    return JSON({"uncompacted": record.session_id, "messages": record.first_seq})
+    return Uncompacted(uncompacted=record.session_id, messages=record.first_seq)
 
 
+@api.get(_ONE + "/tree", answer=ForkTree)
 async def family_tree(request: Request):
-    """The session's family, as ``sessions tree ID --json`` lists it."""
-    return JSON(_listed(await service(request).session_tree(_id(request))))
+    """A session's fork family (``sessions tree ID --json``)."""
+    return Listed(data=await service(request).session_tree(_id(request)))
 
 
+@api.get("/v1/tree", answer=ForkTree)
 async def whole_tree(request: Request):
-    """Every session, as ``sessions tree --json`` lists them."""
-    return JSON(_listed(await service(request).session_tree()))
+    """Every session's fork tree (``sessions tree --json``)."""
+    return Listed(data=await service(request).session_tree())
 
 
-def _listed(rows: list) -> dict:
-    return {"object": "list", "data": rows}
+_VARS = _ONE + "/vars"
 
 
+@api.get(_VARS, answer=dict[str, Any])
 async def get_vars(request: Request):
-    return JSON(await service(request).get_variables(_id(request)))
+    """A session's variables."""
+    return await service(request).get_variables(_id(request))
 
 
-async def put_vars(request: Request):
-    """Set every key of the JSON object body (others are kept)."""
-    data = await json_body(request)
-    if not data:
+@api.put(_VARS, body=dict[str, Any], answer=dict[str, Any])
+async def put_vars(request: Request, body: dict[str, Any]):
+    """Set variables: every key of the JSON object (others are kept)."""
+    if not body:
         raise ApiError(400, "send a JSON object of the variables to set")
-    return JSON(await service(request).update_variables(_id(request), data))
+    return await service(request).update_variables(_id(request), body)
 
 
+@api.delete(_VARS, answer=dict[str, Any])
 async def clear_vars(request: Request):
+    """Remove every variable of a session."""
     svc = service(request)
     current = await svc.get_variables(_id(request))
-    return JSON(await svc.update_variables(_id(request), {}, unset=tuple(current)))
+    return await svc.update_variables(_id(request), {}, unset=tuple(current))
 
 
+_VAR = _VARS + "/{key:id}"
+
+
+@api.get(_VAR, answer=Variable)
 async def get_var(request: Request):
+    """One variable."""
     key = request.path_params["key"]
     variables = await service(request).get_variables(_id(request))
     if key not in variables:
         raise ApiError(404, f"variable {key!r} is not set", code="variable_not_found")
-    return JSON({"key": key, "value": variables[key]})
+    return Variable(key=key, value=variables[key])
 
 
-async def put_var(request: Request):
-    """The body is the value: any JSON (``{"value": V}`` is stored as that object)."""
-    import orjson
-
-    body = await request.body()
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ApiError(400, f"the value is not valid JSON: {exc}") from None
+@api.put(_VAR, body=Any, answer=Variable)
+async def put_var(request: Request, body: Any):
+    """Set one variable: the body is its value, any JSON (``{"value": V}`` is
+    stored as that object)."""
     key = request.path_params["key"]
-    variables = await service(request).update_variables(_id(request), {key: value})
-    return JSON({"key": key, "value": variables[key]})
+    variables = await service(request).update_variables(_id(request), {key: body})
+    return Variable(key=key, value=variables[key])
 
 
+@api.delete(_VAR, answer=VariableDeleted)
 async def delete_var(request: Request):
+    """Remove one variable."""
     from foliko_cli.errors import VariableNotSetError
 
     key = request.path_params["key"]
@@ -194,27 +202,7 @@ async def delete_var(request: Request):
         await service(request).update_variables(_id(request), {}, unset=(key,))
     except VariableNotSetError:
         raise ApiError(404, f"variable {key!r} is not set", code="variable_not_found") from None
-    return JSON({"key": key, "deleted": True})
+    return VariableDeleted(key=key)
 
 
-_ONE = "/v1/sessions/{session_id:id}"
-routes = [
-    Route("/v1/sessions", list_sessions, methods=["GET"]),
-    Route(_ONE + "/vars/{key:id}", get_var, methods=["GET"]),
-    Route(_ONE + "/vars/{key:id}", put_var, methods=["PUT"]),
-    Route(_ONE + "/vars/{key:id}", delete_var, methods=["DELETE"]),
-    Route(_ONE + "/vars", get_vars, methods=["GET"]),
-    Route(_ONE + "/vars", put_vars, methods=["PUT"]),
-    Route(_ONE + "/vars", clear_vars, methods=["DELETE"]),
-    Route(_ONE + "/export", export_session, methods=["GET"]),
-    Route(_ONE + "/rename", rename_session, methods=["POST"]),
-    Route(_ONE + "/fork", fork_session, methods=["POST"]),
-    Route(_ONE + "/clear", clear_session, methods=["POST"]),
-    Route(_ONE + "/compact", compact_session, methods=["POST"]),
-    Route(_ONE + "/compactions", list_compactions, methods=["GET"]),
-    Route(_ONE + "/uncompact", uncompact_session, methods=["POST"]),
-    Route(_ONE + "/tree", family_tree, methods=["GET"]),
-    Route("/v1/tree", whole_tree, methods=["GET"]),
-    Route(_ONE, show_session, methods=["GET"]),
-    Route(_ONE, delete_session, methods=["DELETE"]),
-]
+routes = api.routes

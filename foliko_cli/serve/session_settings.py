@@ -11,50 +11,38 @@ from __future__ import annotations
 
 from typing import Any
 
+from msgspec import UNSET
 from starlette.requests import Request
-from starlette.routing import Route
 
-from foliko_cli.serve.common import JSON, json_body, service
+from foliko_cli.serve.common import service
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.native_types import Settings, SettingsPatch
+from foliko_cli.serve.schema import Api
 
-MAX_TITLE = 200
-MAX_SYSTEM_PROMPT = 100_000
-FIELDS = {"title": MAX_TITLE, "system_prompt": MAX_SYSTEM_PROMPT}
-
-
-def settings_of(session_id: str, metadata: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "session_id": session_id,
-        "title": metadata.get("title"),
-        "system_prompt": metadata.get("system_prompt"),
-    }
+api = Api("Sessions")
 
 
-def _checked(data: dict[str, Any]) -> dict[str, Any]:
-    unknown = sorted(set(data) - set(FIELDS))
-    if unknown:
-        raise ApiError(400, f"unknown field {unknown[0]!r}: send title or system_prompt")
-    if not data:
-        raise ApiError(400, "send title or system_prompt (null removes it)")
+def settings_of(session_id: str, metadata: dict[str, Any]) -> Settings:
+    return Settings(
+        session_id=session_id,
+        title=metadata.get("title"),
+        system_prompt=metadata.get("system_prompt"),
+    )
+
+
+@api.patch("/v1/sessions/{session_id:id}", body=SettingsPatch, answer=Settings)
+async def update_settings(request: Request, body: SettingsPatch):
+    """Set a session's title or its own system prompt (null removes either)."""
     changes: dict[str, Any] = {}
-    for name, value in data.items():
-        if value is not None and not isinstance(value, str):
-            raise ApiError(400, f"{name} must be a string or null", param=name)
-        if value is not None and len(value) > FIELDS[name]:
-            raise ApiError(
-                400, f"{name} is over {FIELDS[name]:,} characters; shorten it", param=name
-            )
-        if name == "title" and value is not None:
-            value = " ".join(value.split()) or None
-        changes[name] = value or None
-    return changes
-
-
-async def update_settings(request: Request):
-    changes = _checked(await json_body(request))
+    if body.title is not UNSET:
+        changes["title"] = " ".join((body.title or "").split()) or None
+    if body.system_prompt is not UNSET:
+        changes["system_prompt"] = body.system_prompt or None
+    if not changes:
+        raise ApiError(400, "send title or system_prompt (null removes it)")
     session_id = request.path_params["session_id"]
     record = await service(request).update_metadata(session_id, changes)
-    return JSON(settings_of(session_id, record.metadata))
+    return settings_of(session_id, record.metadata)
 
 
-routes = [Route("/v1/sessions/{session_id:id}", update_settings, methods=["PATCH"])]
+routes = api.routes

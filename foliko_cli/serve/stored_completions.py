@@ -18,17 +18,33 @@ import contextlib
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-import orjson
+import msgspec
+from msgspec import UNSET
 from starlette.requests import Request
-from starlette.routing import Route
 
 from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
 from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import items as it
-from foliko_cli.serve.common import JSON, field, json_body, query_int, service
-from foliko_cli.serve.conversations import check_metadata, stamped
+from foliko_cli.serve.chat_types import (
+    ChatCompletion,
+    ChatCompletionCreate,
+    ChatMessage,
+    ChatPart,
+    Chunk,
+    CompletionsQuery,
+    CompletionUpdate,
+    ImageURL,
+    MessagesQuery,
+    StoredCompletion,
+    StoreMessage,
+)
+from foliko_cli.serve.common import service
+from foliko_cli.serve.conversations import stamped
 from foliko_cli.serve.errors import ApiError, error_event
+from foliko_cli.serve.openai_types import Deleted, Page, page, page_of, start_after
+from foliko_cli.serve.schema import Api
+from foliko_cli.serve.sse import DONE
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import capabilities
@@ -47,19 +63,18 @@ ECHOED = (
 )
 """The request's parameters a stored completion shows (null when not sent)."""
 
-DONE = b"data: [DONE]\n\n"
-_DATA = b"data: "
+api = Api("Chat")
 
 
-def _shape(message: dict[str, Any]) -> dict[str, Any]:
+def _shape(message: ChatMessage) -> dict[str, Any]:
     """What the canonical message loses of a request message: a ``developer``
     role, a ``name``, content sent as a list of parts."""
     shape: dict[str, Any] = {}
-    if message.get("role") == "developer":
+    if message.role == "developer":
         shape["role"] = "developer"
-    if isinstance(message.get("name"), str):
-        shape["name"] = message["name"]
-    if isinstance(message.get("content"), list):
+    if message.name is not None:
+        shape["name"] = message.name
+    if isinstance(message.content, list):
         shape["parts"] = True
     return shape
 
@@ -72,107 +87,71 @@ def _answer(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return []
 
 
-class _Assembled:
-    """The completion a stream's chunks add up to (what the client received)."""
-
-    def __init__(self) -> None:
-        self.identity: dict[str, Any] = {}
-        self.text: list[str] = []
-        self.calls: list[dict[str, Any]] = []
-        self.finish = "stop"
-        self.usage: dict[str, Any] | None = None
-
-    def add(self, piece: bytes) -> None:
-        if not piece.startswith(_DATA + b"{"):
-            return
-        chunk = orjson.loads(piece[len(_DATA) :])
-        for name in ("id", "created", "model"):
-            if name in chunk:
-                self.identity[name] = chunk[name]
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self.text.append(delta["content"])
-            for call in delta.get("tool_calls") or []:
-                self.calls.append({k: v for k, v in call.items() if k != "index"})
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-
-    def completion(self, turn: Turn) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": "".join(self.text)}
-        if self.calls:
-            message["tool_calls"] = self.calls
-        return {
-            **self.identity,
-            "object": "chat.completion",
-            "choices": [
-                {"index": 0, "message": message, "finish_reason": self.finish, "logprobs": None}
-            ],
-            "usage": self.usage or it.chat_usage(turn.messages),
-        }
-
-
 class Keeper:
-    """Stores one request's completion when it asked for ``store: true``; the
-    request's ``store`` and ``metadata`` are checked before the turn runs.
+    """Stores one request's completion when it asked for ``store: true``.
     ``convert`` makes the canonical messages of the request's ``messages``."""
 
     def __init__(
         self,
         request: Request,
-        data: dict[str, Any],
-        convert: Callable[[Any], list[dict[str, Any]]],
+        body: ChatCompletionCreate,
+        convert: Callable[[list[ChatMessage]], list[dict[str, Any]]],
     ):
         self.request = request
-        self.data = data
+        self.body = body
         self.convert = convert
-        self.store = field(data, "store", bool, False)
-        self.metadata = check_metadata(data.get("metadata"))
 
-    async def kept(self, turn: Turn, body: dict[str, Any]) -> JSON:
-        """The answer ``body``, stored first when asked."""
-        if self.store:
-            await self._save(turn, body)
-        return JSON(body)
+    async def kept(self, turn: Turn, answer: ChatCompletion) -> ChatCompletion:
+        """The answer, stored first when asked."""
+        if self.body.store:
+            await self._save(turn, answer)
+        return answer
 
     def streamed(
-        self, turn: Turn, chunks: AsyncGenerator[bytes, None]
-    ) -> AsyncGenerator[bytes, None]:
-        """``chunks`` as they are; when asked, the completion is stored just
-        before the final ``[DONE]``, and a stream that ends without one stores
-        nothing."""
-        return self._stored_stream(turn, chunks) if self.store else chunks
+        self,
+        turn: Turn,
+        chunks: AsyncGenerator[Any, None],
+        answer: Callable[[Chunk], ChatCompletion],
+    ) -> AsyncGenerator[Any, None]:
+        """``chunks`` as they are; when asked, the completion (``answer`` of the
+        last chunk) is stored just before the final ``[DONE]``, and a stream
+        that ends without one stores nothing."""
+        return self._stored_stream(turn, chunks, answer) if self.body.store else chunks
 
     async def _stored_stream(
-        self, turn: Turn, chunks: AsyncGenerator[bytes, None]
-    ) -> AsyncGenerator[bytes, None]:
-        assembled = _Assembled()
+        self,
+        turn: Turn,
+        chunks: AsyncGenerator[Any, None],
+        answer: Callable[[Chunk], ChatCompletion],
+    ) -> AsyncGenerator[Any, None]:
+        last = None
         async with contextlib.aclosing(chunks):
-            async for piece in chunks:
-                if piece == DONE:
+            async for chunk in chunks:
+                if chunk is DONE and last is not None:
                     try:
-                        await self._save(turn, assembled.completion(turn))
+                        await self._save(turn, answer(last))
                     except Exception as exc:
-                        yield _DATA + orjson.dumps({"error": error_event(exc)}) + b"\n\n"
+                        yield {"error": error_event(exc)}
                         return
-                else:
-                    assembled.add(piece)
-                yield piece
+                last = chunk if isinstance(chunk, Chunk) else last
+                yield chunk
 
-    async def _save(self, turn: Turn, body: dict[str, Any]) -> None:
-        raw = self.data["messages"]
+    async def _save(self, turn: Turn, answer: ChatCompletion) -> None:
+        body = self.body
         completion = {
-            "completion": body,
-            "metadata": self.metadata,
+            "completion": msgspec.to_builtins(answer),
+            "metadata": body.metadata or {},
             "request_id": self.request.state.ids.request_id,
-            "request": {k: self.data[k] for k in ECHOED if self.data.get(k) is not None},
-            "request_messages": [_shape(m) for m in raw],
+            "request": {
+                name: msgspec.to_builtins(getattr(body, name))
+                for name in ECHOED
+                if getattr(body, name) is not None
+            },
+            "request_messages": [_shape(m) for m in body.messages],
         }
-        messages = stamped(self.request, self.convert(raw)) + _answer(turn.messages)
+        messages = stamped(self.request, self.convert(body.messages)) + _answer(turn.messages)
         await service(self.request).create_session(
-            body["id"], messages=messages, metadata={KEY: completion}
+            answer.id, messages=messages, metadata={KEY: completion}
         )
 
 
@@ -212,144 +191,95 @@ async def _state(svc: AsyncFoliko, completion_id: str) -> dict[str, Any]:
     return completion
 
 
-def completion_object(completion_id: str, completion: dict[str, Any]) -> dict[str, Any]:
+def completion_object(completion_id: str, completion: dict[str, Any]) -> StoredCompletion:
     request = completion.get("request") or {}
-    return {
+    shown = {
         **completion["completion"],
         "id": completion_id,
-        "object": "chat.completion",
         "metadata": completion.get("metadata") or {},
         "request_id": completion.get("request_id"),
         **{name: request.get(name) for name in ECHOED},
     }
+    return msgspec.convert(shown, StoredCompletion)
 
 
-def _order(request: Request) -> str:
-    order = request.query_params.get("order", "asc")
-    if order not in ("asc", "desc"):
-        raise ApiError(400, "order must be asc or desc", param="order")
-    return order
-
-
-def _metadata_filter(request: Request) -> dict[str, str]:
-    wanted = {}
-    for name, value in request.query_params.multi_items():
-        if name.startswith("metadata[") and name.endswith("]"):
-            wanted[name[len("metadata[") : -1]] = value
-        elif name.startswith("metadata"):
-            raise ApiError(400, "filter by metadata as metadata[KEY]=VALUE", param="metadata")
-    return wanted
-
-
-def _page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": has_more,
-    }
-
-
-def _after(ids: list[str], after: str | None, what: str) -> int:
-    """Where the page after ``after`` starts in ``ids``."""
-    if after is None:
-        return 0
-    try:
-        return ids.index(after) + 1
-    except ValueError:
-        raise ApiError(400, f"after: no {what} {after!r} in this list", param="after") from None
-
-
-async def list_completions(request: Request):
-    """Oldest first (``order=desc``: newest), by the time each was stored.
+@api.get("/v1/chat/completions", query=CompletionsQuery, answer=Page[StoredCompletion])
+async def list_completions(request: Request, query: CompletionsQuery):
+    """Stored chat completions, oldest first (``order=desc``: newest), by the
+    time each was stored; ``model`` and ``metadata[KEY]=VALUE`` filter them.
 
     The order and ``after`` come from the session summaries; only the
     sessions walked until the page is full (and one more, for ``has_more``)
     have their state read, so a filter that matches little reads more."""
-    limit = query_int(request, "limit", 20, 1, 100)
-    order = _order(request)
-    model = request.query_params.get("model")
-    wanted = _metadata_filter(request)
     svc = service(request)
     summaries = [
         s
         for s in await svc.list_sessions(sort="created")
         if s.session_id.startswith(PREFIX) and not s.error
     ]
-    summaries.sort(key=lambda s: (s.created_at, s.session_id), reverse=order == "desc")
+    summaries.sort(key=lambda s: (s.created_at, s.session_id), reverse=query.order == "desc")
     ids = [s.session_id for s in summaries]
-    start = _after(ids, request.query_params.get("after"), "stored chat completion")
-    page: list[dict[str, Any]] = []
+    start = start_after(ids, query.after, "stored chat completion")
+    found: list[StoredCompletion] = []
     has_more = False
     for completion_id in ids[start:]:
         completion = _stored(await capabilities.load_state(svc.storage, completion_id))
         if completion is None:
             continue
         shown = completion_object(completion_id, completion)
-        if model is not None and shown.get("model") != model:
+        if query.model is not None and shown.model != query.model:
             continue
-        if any(shown["metadata"].get(k) != v for k, v in wanted.items()):
+        if any(shown.metadata.get(k) != v for k, v in query.metadata.items()):
             continue
-        if len(page) == limit:
+        if len(found) == query.limit:
             has_more = True
             break
-        page.append(shown)
-    return JSON(_page(page, has_more))
+        found.append(shown)
+    return page(found, has_more)
 
 
 def _id(request: Request) -> str:
     return request.path_params["completion_id"]
 
 
+_ONE = "/v1/chat/completions/{completion_id}"
+
+
+@api.get(_ONE, answer=StoredCompletion)
 async def get_completion(request: Request):
-    completion = await _state(service(request), _id(request))
-    return JSON(completion_object(_id(request), completion))
+    """A stored chat completion."""
+    return completion_object(_id(request), await _state(service(request), _id(request)))
 
 
-def store_message(
-    message_id: str, message: dict[str, Any], shape: dict[str, Any]
-) -> dict[str, Any]:
+def store_message(message_id: str, message: dict[str, Any], shape: dict[str, Any]) -> StoreMessage:
     """A request message as the reference lists it (``ChatCompletionStoreMessage``)."""
     role = shape.get("role", message["role"])
     content = message.get("content", "")
-    parts = None
+    parts: list[ChatPart] | None = None
     if shape.get("parts"):
         from foliko_cli.serve.images import data_url
 
-        parts = [{"type": "text", "text": content}] if content else []
+        parts = [ChatPart(type="text", text=content)] if content else []
         for image in message.get("attachments") or ():
-            parts.append({"type": "image_url", "image_url": {"url": data_url(image)}})
-    shown: dict[str, Any] = {
-        "id": message_id,
-        "role": role,
-        "content": content if content or not message.get("tool_calls") else None,
-        "name": shape.get("name"),
-        "content_parts": parts,
-    }
-    if message.get("tool_calls"):
-        shown["tool_calls"] = [
-            {
-                "id": call["id"],
-                "type": "function",
-                "function": {
-                    "name": call["name"],
-                    "arguments": it.dumps_arguments(call.get("arguments", {})),
-                },
-            }
-            for call in message["tool_calls"]
-        ]
-    if role == "tool":
-        shown["tool_call_id"] = message.get("tool_call_id")
-    return shown
+            url = ImageURL(url=data_url(image) or "")
+            parts.append(ChatPart(type="image_url", image_url=url))
+    calls = [it.tool_call(call) for call in message.get("tool_calls") or ()]
+    return StoreMessage(
+        id=message_id,
+        role=role,
+        content=content if content or not calls else None,
+        name=shape.get("name"),
+        content_parts=parts,
+        tool_calls=calls or UNSET,
+        tool_call_id=(message.get("tool_call_id") or "") if role == "tool" else UNSET,
+    )
 
 
-async def list_messages(request: Request):
-    """The request's messages (not the answer, which is the completion's
-    choice), oldest first unless ``order=desc``."""
+@api.get(_ONE + "/messages", query=MessagesQuery, answer=Page[StoreMessage])
+async def list_messages(request: Request, query: MessagesQuery):
+    """The messages of a stored completion's request (not the answer, which is
+    the completion's choice), oldest first unless ``order=desc``."""
     completion_id = _checked(_id(request))
-    limit = query_int(request, "limit", 20, 1, 100)
-    order = _order(request)
     try:
         record = await service(request).get_session(completion_id)
     except SessionNotFoundError:
@@ -362,52 +292,32 @@ async def list_messages(request: Request):
         store_message(f"{completion_id}-{index}", message, shape)
         for index, (message, shape) in enumerate(zip(record.messages, shapes, strict=False))
     ]
-    if order == "desc":
-        messages.reverse()
-    ids = [m["id"] for m in messages]
-    start = _after(ids, request.query_params.get("after"), "message")
-    rest = messages[start:]
-    return JSON(_page(rest[:limit], len(rest) > limit))
+    return page_of(messages, query, "message")
 
 
-async def update_completion(request: Request):
-    """Only ``metadata`` may change; it replaces the stored one."""
-    data = await json_body(request)
-    if "metadata" not in data:
-        raise ApiError(400, "metadata is required", param="metadata")
-    others = sorted(set(data) - {"metadata"})
-    if others:
-        raise ApiError(
-            400,
-            f'only metadata can be changed, not {", ".join(others)}; send {{"metadata": …}}',
-            param=others[0],
-        )
-    metadata = check_metadata(data["metadata"])
+@api.post(_ONE, body=CompletionUpdate, answer=StoredCompletion)
+async def update_completion(request: Request, body: CompletionUpdate):
+    """Replace a stored completion's metadata (nothing else can change)."""
     completion_id = _id(request)
     svc = service(request)
-    completion = {**await _state(svc, completion_id), "metadata": metadata}
+    completion = {**await _state(svc, completion_id), "metadata": body.metadata or {}}
     try:
         await svc.update_metadata(completion_id, {KEY: completion})
     except SessionNotFoundError:
         raise _not_found(completion_id) from None
-    return JSON(completion_object(completion_id, completion))
+    return completion_object(completion_id, completion)
 
 
+@api.delete(_ONE, answer=Deleted)
 async def delete_completion(request: Request):
+    """Delete a stored chat completion."""
     completion_id = _id(request)
     svc = service(request)
     await _state(svc, completion_id)
     deleted, _ = await svc.delete_sessions([completion_id])
     if not deleted:
         raise _not_found(completion_id)
-    return JSON({"id": completion_id, "object": "chat.completion.deleted", "deleted": True})
+    return Deleted(id=completion_id, object="chat.completion.deleted")
 
 
-_ONE = "/v1/chat/completions/{completion_id}"
-routes = [
-    Route("/v1/chat/completions", list_completions, methods=["GET"]),
-    Route(_ONE + "/messages", list_messages, methods=["GET"]),
-    Route(_ONE, get_completion, methods=["GET"]),
-    Route(_ONE, update_completion, methods=["POST"]),
-    Route(_ONE, delete_completion, methods=["DELETE"]),
-]
+routes = api.routes

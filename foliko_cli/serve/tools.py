@@ -16,6 +16,7 @@ from typing import Any
 
 from foliko_cli.models.base import TOOL_CHOICE_MODES
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.openai_types import Tool, ToolChoice
 
 NOT_HOSTED_HEADER = "x-foliko-tools-not-hosted"
 
@@ -24,36 +25,29 @@ def _bad(message: str) -> ApiError:
     return ApiError(400, message, param="tools")
 
 
-def _function_spec(tool: dict[str, Any], at: str) -> dict[str, Any]:
-    function = given if isinstance(given := tool.get("function"), dict) else tool
-    name = function.get("name")
-    if not isinstance(name, str) or not name:
+def _function_spec(tool: Tool, at: str) -> dict[str, Any]:
+    function = tool.function or tool
+    if not function.name:
         raise _bad(f"{at}: a function tool needs a name")
-    parameters = function.get("parameters") or {"type": "object", "properties": {}}
-    if not isinstance(parameters, dict):
-        raise _bad(f"{at}: parameters must be a JSON schema object")
-    description = function.get("description")
     spec: dict[str, Any] = {
-        "name": name,
-        "description": description if isinstance(description, str) else "",
-        "input_schema": parameters,
+        "name": function.name,
+        "description": function.description or "",
+        "input_schema": function.parameters or {"type": "object", "properties": {}},
     }
-    if isinstance(function.get("strict"), bool):
-        spec["strict"] = function["strict"]
+    if function.strict is not None:
+        spec["strict"] = function.strict
     return spec
 
 
-def function_tools(tools: Any) -> tuple[dict[str, Any], ...]:
+def function_tools(tools: list[Tool] | None) -> tuple[dict[str, Any], ...]:
     """Foliko tool specs for the request's tools (Responses or Chat shape)."""
     return offered_tools(tools)[0]
 
 
-def offered_tools(tools: Any) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+def offered_tools(
+    tools: list[Tool] | None,
+) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
     """Foliko tool specs for the request's tools, and the hosted tool types left out."""
-    if tools is None:
-        return (), ()
-    if not isinstance(tools, list):
-        raise _bad("tools must be a list")
     specs: dict[str, dict[str, Any]] = {}
     hosted: list[str] = []
 
@@ -62,58 +56,53 @@ def offered_tools(tools: Any) -> tuple[tuple[dict[str, Any], ...], tuple[str, ..
             raise _bad(f"{at}: two tools are named {spec['name']!r}; give each its own name")
         specs[spec["name"]] = spec
 
-    for index, tool in enumerate(tools):
+    for index, tool in enumerate(tools or ()):
         at = f"tools[{index}]"
-        kind = tool.get("type") if isinstance(tool, dict) else None
-        if kind == "function":
+        if tool.type == "function":
             add(_function_spec(tool, at), at)
-        elif kind == "namespace":
-            members = tool.get("tools")
-            if not isinstance(members, list):
+        elif tool.type == "namespace":
+            if tool.tools is None:
                 raise _bad(f"{at}: a namespace tool needs a list of tools")
-            for number, member in enumerate(members):
+            for number, member in enumerate(tool.tools):
                 where = f"{at}.tools[{number}]"
-                if not isinstance(member, dict) or member.get("type", "function") != "function":
+                if member.type not in ("function", None):
                     raise _bad(f"{where}: a namespace holds function tools only")
                 add(_function_spec(member, where), where)
-        elif isinstance(kind, str):
-            hosted.append(kind)
-        else:
+        elif tool.type is None:
             raise _bad(f"{at}: a tool must be an object with a type")
+        else:
+            hosted.append(tool.type)
     if hosted and not specs:
         named = ", ".join(repr(kind) for kind in dict.fromkeys(hosted))
         raise _bad(f"foliko does not host {named} tools; send function tools and run them yourself")
     return tuple(specs.values()), tuple(dict.fromkeys(hosted))
 
 
-def namespaces_of(tools: Any) -> dict[str, str]:
+def namespaces_of(tools: list[Tool] | None) -> dict[str, str]:
     """The namespace of each function offered inside a ``namespace`` tool, by name
     (a call of one comes back with its ``namespace``)."""
-    found = {}
-    for tool in tools if isinstance(tools, list) else ():
-        if isinstance(tool, dict) and tool.get("type") == "namespace":
-            for member in tool.get("tools") or ():
-                if isinstance(member, dict) and isinstance(member.get("name"), str):
-                    found[member["name"]] = str(tool.get("name") or "")
-    return found
+    return {
+        member.name: tool.name or ""
+        for tool in tools or ()
+        if tool.type == "namespace"
+        for member in tool.tools or ()
+        if member.name
+    }
 
 
-def tool_choice(value: Any) -> str | None:
+def tool_choice(value: str | ToolChoice | None) -> str | None:
     """The ``tool_choice`` option a request asks for: a mode, or the name of the
     function it forces (``{"type": "function", "name": ...}`` as the Responses
     API writes it, ``{"type": "function", "function": {"name": ...}}`` as Chat
     Completions does)."""
     if value is None or (isinstance(value, str) and value in TOOL_CHOICE_MODES):
         return value
-    if isinstance(value, dict) and value.get("type") == "function":
-        function = value.get("function")
-        name = function.get("name") if isinstance(function, dict) else value.get("name")
-        if isinstance(name, str) and name and name not in TOOL_CHOICE_MODES:
+    if isinstance(value, ToolChoice):
+        name = value.function.name if value.function is not None else value.name
+        if value.type == "function" and name and name not in TOOL_CHOICE_MODES:
             return name
-    if isinstance(value, dict) and value.get("type") == "allowed_tools":
-        mode = value.get("mode")
-        if mode in ("auto", "required"):
-            return mode
+        if value.type == "allowed_tools" and value.mode in ("auto", "required"):
+            return value.mode
     raise ApiError(
         400,
         "tool_choice must be auto, none, required or a function to call by name",

@@ -4,41 +4,42 @@ window, and restoring it (``sessions trash list`` / ``restore``)."""
 from __future__ import annotations
 
 from starlette.requests import Request
-from starlette.routing import Route
 
-from foliko_cli.serve.common import JSON, field, json_body, service
+from foliko_cli.serve.common import service
+from foliko_cli.serve.native_types import Restore, Restored, Trash, TrashRow
+from foliko_cli.serve.schema import Api
+
+api = Api("Sessions")
 
 
+@api.get("/v1/trash", answer=Trash)
 async def list_trash(request: Request):
-    """Latest first, in the rows of ``sessions trash list --json``; ``keep_ms`` is
-    the undo window (0: the trash is off)."""
+    """What the trash holds, latest first; ``keep_ms`` is the undo window (0: off).
+
+    The rows of ``sessions trash list --json``."""
     svc = service(request)
     rows = [
-        {
-            "id": entry.entry_id,
-            "session_id": entry.session_id,
-            "reason": entry.reason,
-            "removed_at": entry.removed_at,
-            "expires_at": entry.expires_at(svc.trash_keep),
-            "message_count": entry.message_count,
-            "last_used": entry.last_used,
-        }
+        TrashRow(
+            id=entry.entry_id,
+            session_id=entry.session_id,
+            reason=entry.reason,
+            removed_at=entry.removed_at,
+            expires_at=entry.expires_at(svc.trash_keep),
+            message_count=entry.message_count,
+            last_used=entry.last_used,
+        )
         for entry in await svc.list_trash()
     ]
-    return JSON({"object": "list", "data": rows, "keep_ms": svc.trash_keep})
+    return Trash(data=rows, keep_ms=svc.trash_keep)
 
 
-async def restore(request: Request):
-    """``name`` is a session id (its latest removal) or an entry id; ``as`` restores
-    it under another name."""
-    data = await json_body(request)
-    as_id = field(data, "as", str)
-    entry = await service(request).restore_session(request.path_params["name"], as_id=as_id)
-    target = as_id or entry.session_id
-    return JSON({"restored": entry.entry_id, "session_id": entry.session_id, "as": target})
+@api.post("/v1/trash/{name:id}/restore", body=Restore, answer=Restored)
+async def restore(request: Request, body: Restore):
+    """Restore a session (its latest removal) or a trash entry, as itself or ``as``."""
+    entry = await service(request).restore_session(request.path_params["name"], as_id=body.as_)
+    return Restored(
+        restored=entry.entry_id, session_id=entry.session_id, as_=body.as_ or entry.session_id
+    )
 
 
-routes = [
-    Route("/v1/trash", list_trash, methods=["GET"]),
-    Route("/v1/trash/{name:id}/restore", restore, methods=["POST"]),
-]
+routes = api.routes

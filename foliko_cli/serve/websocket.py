@@ -22,29 +22,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 from collections.abc import AsyncGenerator, AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import orjson
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketDisconnected
 
 from foliko_cli.errors import FolikoError
 from foliko_cli.serve import ids
-from foliko_cli.serve.common import field
 from foliko_cli.serve.errors import ApiError, error_body, status_of
 from foliko_cli.serve.middleware import TraceIds
+from foliko_cli.serve.openai_types import ResponseCreate, SocketMessage
 from foliko_cli.serve.response_stream import response_events
 from foliko_cli.serve.responses import finished_response, plan_turn
+from foliko_cli.serve.schema import convert
 
 LIFETIME_S = 60 * 60
 MAX_LANES = 32
 MAX_IN_FLIGHT = 16
 GOING_AWAY = 1001
 HTTP_ONLY = ("stream", "stream_options", "background")
-_LANE = re.compile(r"\A[A-Za-z0-9_.-]{1,256}\Z")
 
 _log = logging.getLogger("foliko.serve")
 _Gone = (WebSocketDisconnect, WebSocketDisconnected)
@@ -143,7 +143,7 @@ class Connection:
 
     async def send(self, event: dict[str, Any]) -> None:
         async with self._send_lock:
-            await self.websocket.send_text(orjson.dumps(event).decode())
+            await self.websocket.send_text(msgspec.json.encode(event).decode())
 
     async def run(self) -> None:
         try:
@@ -177,28 +177,11 @@ class Connection:
             event = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             raise SocketError(400, f"the message is not valid JSON: {exc}") from None
-        if not isinstance(event, dict):
-            raise SocketError(400, "a message must be a JSON object with a type")
-        kind = event.get("type")
-        if kind == "response.steer":
+        message = convert(event, SocketMessage)
+        if message.type == "response.steer":
             await self._refuse_steer(event)
             return
-        if kind != "response.create":
-            shown = kind if isinstance(kind, str) and len(kind) <= 100 else "(none)"
-            raise SocketError(
-                400,
-                f"unknown message type {shown!r}; send type response.create",
-                code="invalid_value",
-                param="type",
-            )
-        lane = event.get("stream_id")
-        if lane is not None and not (isinstance(lane, str) and _LANE.match(lane)):
-            raise SocketError(
-                400,
-                "stream_id must be 1 to 256 letters, digits, '_', '.' or '-'",
-                code="invalid_value",
-                param="stream_id",
-            )
+        lane = message.stream_id
         named = len(self.lanes) - (None in self.lanes)
         if lane is not None and lane not in self.lanes and named >= MAX_LANES:
             raise self._limit(f"at most {MAX_LANES} stream_id lanes; reuse one", lane)
@@ -287,12 +270,12 @@ class Connection:
                     code="invalid_value",
                     param="generate",
                 )
-            model = field(body, "model", str)
+            asked = convert(body, ResponseCreate)
             remembered = self.memory.history_of(previous)
             try:
                 # TurnRequest has what plan_turn reads of a Request (not a subclass)
                 request = TurnRequest(self.websocket)
-                turn, options = await plan_turn(request, body, remembered)  # type: ignore[arg-type]
+                turn, options = await plan_turn(request, asked, remembered)  # type: ignore[arg-type]
             except ApiError as exc:
                 if isinstance(previous, str) and _names_missing(exc, previous):
                     raise previous_not_found(previous) from None
@@ -309,7 +292,7 @@ class Connection:
             watched = await generators.enter_async_context(
                 contextlib.aclosing(_watched(events, failure))
             )
-            stream = response_events(turn, watched, options, model, finished_response)
+            stream = response_events(turn, watched, options, asked.model, finished_response)
             async for out in await generators.enter_async_context(contextlib.aclosing(stream)):
                 if out["type"] == "error":
                     out["status"] = status_for(failure[0]) if failure else 500

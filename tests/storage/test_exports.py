@@ -268,11 +268,13 @@ def test_the_openai_items_are_the_sdks_input_items(source, run):
 
 def test_what_foliko_serve_makes_of_the_openai_items_exports_to_them(source, service, run):
     from foliko_cli.serve.items import input_messages, name_tool_outputs
+    from foliko_cli.serve.openai_types import Input
+    from foliko_cli.serve.schema import convert
 
     import_(service, export(source, "foliko", run), run)
     (session,) = orjson.loads(export(service, "openai", run, ["trip ✓ 1"]))
 
-    messages = input_messages(session["input"])
+    messages = input_messages(convert(session["input"], Input))
     name_tool_outputs(messages, [])
     run(service.create_session("replayed", messages=messages))
 
