@@ -17,7 +17,7 @@ import pytest
 from foliko_cli import AsyncFoliko, Foliko, TurnRequest
 from foliko_cli.service import facade
 
-PLAIN = {"skills", "request", "model_name"}
+PLAIN = {"skills", "request", "model_name", "check_model", "agent_config", "listening_for_waits"}
 """The service's plain (not coroutine) methods: the facade passes them on as they are."""
 RENAMED = {"aclose": "close"}
 
@@ -39,6 +39,14 @@ def test_every_public_method_of_the_service_has_a_twin_with_the_same_parameters(
         assert inspect.signature(getattr(Foliko, twin)).parameters == expected, name
     extra = set(twins) - set(service) - set(RENAMED.values()) - {"run"}
     assert not extra, f"the facade has methods the service lacks: {extra}"
+
+
+def test_the_plain_methods_are_passed_on_as_they_are(tmp_path):
+    for name in PLAIN:
+        assert not inspect.iscoroutinefunction(getattr(AsyncFoliko, name)), name
+    with Foliko("memory", "echo", home=tmp_path) as foliko:
+        assert foliko.model_name("echo") == foliko.service.model_name("echo")
+        assert foliko.request(7).timeout == 7
 
 
 def test_what_the_service_does_not_offer_is_an_attribute_error(tmp_path):

@@ -28,7 +28,7 @@ from foliko_cli.errors import ExitCode, FolikoError, Interrupted, UsageError
 if TYPE_CHECKING:
     from foliko_cli.engine.tools import Tool
     from foliko_cli.formats.templates import Template
-    from foliko_cli.service.turn_request import TurnRequest
+    from foliko_cli.service.values import TurnRequest
 
 STDIN_NOTICE_AFTER = 2.0
 
@@ -393,7 +393,7 @@ def chat(
         if text is None and not regenerate:
             check_interactive(dry_run=dry_run, as_json=as_json)
         assert session_id is not None  # -s names it or -c found it (checked above)
-        from foliko_cli.service.turn_request import TurnRequest
+        from foliko_cli.service.values import TurnRequest
 
         turn = TurnRequest(
             session_id,
@@ -474,7 +474,7 @@ def chosen_template(template: str | None, params: tuple[tuple[str, str], ...]) -
 def reply_schema(chosen: Template | None, schema: str | None) -> Mapping[str, Any] | None:
     """--schema, else the template's, else none."""
     if schema is not None:
-        from foliko_cli.models.schema import load_schema
+        from foliko_cli.messages.schema import load_schema
 
         return load_schema(schema)
     return chosen.schema if chosen is not None else None

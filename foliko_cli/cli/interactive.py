@@ -21,7 +21,7 @@ from foliko_cli.cli.output import note, paint, render
 from foliko_cli.errors import FolikoError, Interrupted
 
 if TYPE_CHECKING:
-    from foliko_cli.service.turn_request import TurnRequest
+    from foliko_cli.service.values import TurnRequest
 
 PROMPT = "> "
 MORE = "... "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from foliko_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from foliko_cli.service.turn_request import TurnRequest
+    from foliko_cli.service.values import TurnRequest
 
 COMMAND = "/prompt"
 USAGE = "/prompt SERVER__NAME key=value ..."

@@ -125,8 +125,8 @@ def save_from_chat(
     schema and tools as template NAME; no turn runs."""
     from foliko_cli.engine.plugins import is_code
     from foliko_cli.formats.templates import Template, check_name, save_template
+    from foliko_cli.messages.schema import load_schema
     from foliko_cli.models.base import check_options
-    from foliko_cli.models.schema import load_schema
 
     check_name(name)
     source = click.core.ParameterSource

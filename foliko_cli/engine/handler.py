@@ -683,7 +683,7 @@ class AgentChatHandler:
             if choice not in (None, "auto"):
                 options["tool_choice"] = choice = "auto"
             if turn.schema is not None and not response.tool_calls:
-                from foliko_cli.models.schema import check_reply
+                from foliko_cli.messages.schema import check_reply
 
                 check_reply(response.text, turn.schema, self.model.name)
             usage = summed(usage, response.usage)

@@ -266,7 +266,7 @@ def parse_template(text: str, name: str, path: Path | None = None, saved: bool =
         raise fail("model is blank")
     schema = data.get("schema_object")
     if schema is not None:
-        from foliko_cli.models.schema import checked_schema
+        from foliko_cli.messages.schema import checked_schema
 
         try:
             schema = checked_schema(schema, "schema_object")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from foliko_cli.engine.agents import agent_config
 from foliko_cli.errors import UsageError
+from foliko_cli.service import AsyncFoliko
 
 MESSAGE_ARGUMENT = "message"
 
@@ -16,11 +16,11 @@ class PromptError(Exception):
     """An unknown prompt or argument, or an agent the config gets wrong."""
 
 
-def agent_prompts(agents: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+def agent_prompts(service: AsyncFoliko) -> list[dict[str, Any]]:
     """The fields of each agent's ``Prompt``, by name."""
     listed = []
-    for name in sorted(agents):
-        config = agent_config(name, agents)
+    for name in sorted(service.agents):
+        config = service.agent_config(name)
         listed.append(
             {
                 "name": name,
@@ -38,11 +38,11 @@ def agent_prompts(agents: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any
 
 
 def agent_prompt(
-    agents: Mapping[str, Mapping[str, Any]], name: str, arguments: Mapping[str, str] | None
+    service: AsyncFoliko, name: str, arguments: Mapping[str, str] | None
 ) -> tuple[str | None, list[str]]:
     """The agent's description and the texts of the prompt's messages."""
-    if name not in agents:
-        known = ", ".join(sorted(agents)) or "none: no agents are configured"
+    if name not in service.agents:
+        known = ", ".join(sorted(service.agents)) or "none: no agents are configured"
         raise PromptError(f"unknown prompt {name!r}; the prompts are the agents ({known})")
     unknown = sorted(set(arguments or {}) - {MESSAGE_ARGUMENT})
     if unknown:
@@ -50,7 +50,7 @@ def agent_prompt(
             f"prompt {name!r} has no argument {unknown[0]!r}; it takes {MESSAGE_ARGUMENT}"
         )
     try:
-        config = agent_config(name, agents)
+        config = service.agent_config(name)
     except UsageError as exc:
         raise PromptError(str(exc)) from None
     instructions = config.system_prompt or config.description or f"Act as the agent {name}."

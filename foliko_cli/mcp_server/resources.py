@@ -7,9 +7,7 @@ import datetime
 from typing import Any
 from urllib.parse import quote, unquote
 
-from foliko_cli.formats import transcript
 from foliko_cli.messages.record import SessionSummary
-from foliko_cli.messages.turns import turn_starts
 from foliko_cli.service import AsyncFoliko
 
 PREFIX = "foliko://sessions/"
@@ -37,18 +35,6 @@ def iso(ms: int) -> str | None:
         return None
     moment = datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-async def transcript_text(service: AsyncFoliko, session_id: str, turns: int | None = None) -> str:
-    """The session as Markdown: all of it, or its last ``turns`` turns."""
-    record = await service.get_session(session_id)
-    first = 0
-    if turns is not None:
-        starts = turn_starts(record.messages)
-        if turns < len(starts):
-            first = starts[-turns]
-    record.messages = record.messages[first:]
-    return "\n".join(transcript.markdown(record, first_seq=record.first_seq + first)) + "\n"
 
 
 def resource_of(summary: SessionSummary) -> dict[str, Any]:

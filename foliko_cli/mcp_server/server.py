@@ -28,13 +28,12 @@ from foliko_cli.mcp_server.resources import (
     TEMPLATE,
     resource_page,
     session_id_of,
-    transcript_text,
 )
 from foliko_cli.mcp_server.tools import TOOLS, Call, ToolSpec
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.turn import TurnResult
     from foliko_cli.service import AsyncFoliko
+    from foliko_cli.service.values import TurnResult
 
 NAME = "foliko"
 INSTRUCTIONS = (
@@ -139,7 +138,7 @@ def build_server(backend: Backend) -> Server:
             )
         try:
             async with backend.service(ctx.request) as service:
-                text = await transcript_text(service, session_id)
+                text = await service.transcript(session_id)
         except CorruptSessionError as exc:
             raise MCPError(INTERNAL_ERROR, failure_text(exc), {"uri": uri}) from None
         except FolikoError as exc:
@@ -151,20 +150,19 @@ def build_server(backend: Backend) -> Server:
 
     async def list_prompts(ctx, params) -> types.ListPromptsResult:
         async with backend.service(ctx.request) as service:
-            agents = service.agents
-        try:
-            prompts = [types.Prompt.model_validate(entry) for entry in agent_prompts(agents)]
-        except FolikoError as exc:
-            raise MCPError(INTERNAL_ERROR, failure_text(exc)) from None
+            try:
+                listed = agent_prompts(service)
+            except FolikoError as exc:
+                raise MCPError(INTERNAL_ERROR, failure_text(exc)) from None
+        prompts = [types.Prompt.model_validate(entry) for entry in listed]
         return types.ListPromptsResult(prompts=prompts)
 
     async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
         async with backend.service(ctx.request) as service:
-            agents = service.agents
-        try:
-            description, texts = agent_prompt(agents, params.name, params.arguments)
-        except PromptError as exc:
-            raise MCPError(INVALID_PARAMS, str(exc)) from None
+            try:
+                description, texts = agent_prompt(service, params.name, params.arguments)
+            except PromptError as exc:
+                raise MCPError(INVALID_PARAMS, str(exc)) from None
         messages = [
             types.PromptMessage(role="user", content=types.TextContent(type="text", text=text))
             for text in texts

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import orjson
 
 from foliko_cli.mcp_server.arguments import SINCE_HELP, Arguments
-from foliko_cli.mcp_server.resources import iso, session_uri, transcript_text
+from foliko_cli.mcp_server.resources import iso, session_uri
 from foliko_cli.messages.record import ROLES, SessionSummary
 from foliko_cli.service import AsyncFoliko
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.turn import TurnResult
+    from foliko_cli.service.values import TurnResult
 
 READ_ONLY = {"read_only_hint": True, "open_world_hint": False}
 ADDS_A_TURN = {
@@ -158,7 +158,7 @@ async def search_sessions(call: Call) -> Reply:
 async def read_session(call: Call) -> Reply:
     session_id = call.arguments.text("session_id")
     turns = call.arguments.whole("turns", None, 1)
-    return Reply(await transcript_text(call.service, session_id, turns))
+    return Reply(await call.service.transcript(session_id, turns))
 
 
 async def chat(call: Call) -> Reply:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Any
 
-from foliko_cli.errors import (
-    InvalidSessionIdError,
-)
+from foliko_cli.errors import InvalidSessionIdError, UsageError
 
 MAX_SESSION_ID_LENGTH = 256
 
@@ -44,3 +42,13 @@ def is_internal(session_id: str) -> bool:
     if session_id.startswith("~"):
         session_id = session_id.partition("~/")[2]
     return session_id.startswith(INTERNAL_PREFIX)
+
+
+def check_user_name(user: Any) -> str:
+    """A user's name as ``foliko serve`` keys and ``--user`` give it: printable,
+    not blank, no surrounding space, no ``~`` or ``/`` (it prefixes their ids)."""
+    if not isinstance(user, str) or not user or "~" in user or "/" in user:
+        raise UsageError(f"invalid user name {user!r}", fix="use a name without '~' or '/'")
+    if not user.isprintable() or user != user.strip():
+        raise UsageError(f"invalid user name {user!r}", fix="use printable characters only")
+    return user

@@ -15,8 +15,8 @@ import tomllib
 from pathlib import Path
 
 from foliko_cli.errors import UsageError
+from foliko_cli.messages.ids import check_user_name
 from foliko_cli.serve.quotas import Limits, limits_from
-from foliko_cli.storage.scoped import user_prefix
 
 
 class KeyRing:
@@ -82,7 +82,7 @@ def load_keys(path: Path) -> KeyRing:
                 f"and {user!r} have the same key",
                 fix="give each user a key of their own",
             )
-        user_prefix(user)
+        check_user_name(user)
         stripped[key] = user
     return KeyRing(stripped, limits_from(data.get("users"), stripped.values(), str(path)))
 

@@ -61,6 +61,7 @@ import msgspec
 from starlette.requests import Request
 
 from foliko_cli.common.clock import now_ms
+from foliko_cli.common.poll import poll
 from foliko_cli.errors import ConflictError
 from foliko_cli.messages.record import SessionState, new_metadata
 from foliko_cli.serve import ids
@@ -73,8 +74,6 @@ from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.service.common import INTERNAL_PREFIX
-from foliko_cli.storage import capabilities
-from foliko_cli.storage.poll import poll
 
 JOURNAL_PREFIX = INTERNAL_PREFIX + "background/"
 FLUSH_S = 0.1
@@ -128,7 +127,7 @@ def _named(response: Response | dict[str, Any], response_id: str) -> dict[str, A
 
 
 async def _load(svc: AsyncFoliko, journal: str) -> dict[str, Any] | None:
-    record = await capabilities.load_state(svc.storage, journal)
+    record = await svc.get_state(journal)
     return None if record is None else {**record.variables, "revision": record.revision}
 
 
@@ -139,7 +138,7 @@ async def _update(
     write) as a compare-and-set, again on a conflict; the variables, or None
     when there is no journal."""
     while True:
-        record = await capabilities.load_state(svc.storage, journal)
+        record = await svc.get_state(journal)
         if record is None:
             return None
         variables = record.variables
@@ -588,7 +587,7 @@ async def _prune(svc: AsyncFoliko, retention: float) -> None:
     try:
         journals = [s for s in await svc.storage.session_ids() if s.startswith(JOURNAL_PREFIX)]
         for journal in journals:
-            record = await capabilities.load_state(svc.storage, journal)
+            record = await svc.get_state(journal)
             if record is None:
                 continue
             variables = record.variables

@@ -16,10 +16,10 @@ from urllib.parse import quote, unquote
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 
-from foliko_cli.context.request import RequestContext
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.user_services import SCOPE_KEY
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.values import RequestContext
 
 TIMEOUT_HEADER = "x-foliko-timeout"
 

@@ -258,13 +258,12 @@ async def list_models(request: Request):
 async def retrieve_model(request: Request):
     """A model a turn may name: listed, or any ``PROVIDER:MODEL``."""
     from foliko_cli.errors import UnknownModelError
-    from foliko_cli.models import model_spec
 
     name = request.path_params["model"]
     services = request.app.state.services
     if name not in services.model_names():
         try:
-            model_spec(name, services.settings.models)
+            services.base.check_model(name)
         except UnknownModelError as exc:
             raise ApiError(404, str(exc), code="model_not_found", param="model") from None
     return Model(id=name)

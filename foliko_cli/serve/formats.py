@@ -32,7 +32,7 @@ def reply_schema(format_: TextFormat | ResponseFormat | None, param: str) -> dic
     where = param if holder is format_ else f"{param}.json_schema"
     if getattr(holder, "schema", None) is None:
         raise ApiError(400, f"{where}.schema is required for json_schema", param=param)
-    from foliko_cli.models.schema import checked_schema
+    from foliko_cli.messages.schema import checked_schema
 
     try:
         return checked_schema(holder.schema, f"{where}.schema")  # type: ignore[union-attr]

@@ -43,7 +43,6 @@ from typing import Any
 
 from starlette.requests import Request
 
-from foliko_cli.engine.framework import listening_for_waits
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve.access_log import LOG_SESSION
 from foliko_cli.serve.common import request_context, service
@@ -128,7 +127,7 @@ class LiveTurn:
         loop = asyncio.get_running_loop()
         self.started = loop.create_future()
         self.waiting = loop.create_future()
-        with listening_for_waits(self._waiting):
+        with turn.service.listening_for_waits(self._waiting):
             self.task = asyncio.ensure_future(self._run(services))
 
     def _waiting(self, session_id: str, holder: str | None) -> None:

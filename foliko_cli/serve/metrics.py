@@ -22,7 +22,7 @@ from foliko_cli.messages.usage import spent_tokens
 from foliko_cli.serve.access_log import route_template
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.turn import TurnResult
+    from foliko_cli.service.values import TurnResult
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 APIS = ("responses", "chat", "websocket", "mcp", "sessions")

@@ -33,7 +33,7 @@ NonEmpty = Annotated[str, Meta(min_length=1)]
 Status = Literal["in_progress", "completed", "incomplete"]
 LANE, LANE_TEXT = r"\A[A-Za-z0-9_.-]{1,256}\Z", "1 to 256 letters, digits, '_', '.' or '-'"
 JSON_SCHEMA = {"anyOf": [{"type": "object"}, {"type": "null"}], "description": "A JSON Schema"}
-"""A JSON Schema in a request: checked as one where it is used (models/schema.py)."""
+"""A JSON Schema in a request: checked as one where it is used (messages/schema.py)."""
 
 
 class Body(Struct, kw_only=True, omit_defaults=True):

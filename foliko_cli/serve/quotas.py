@@ -33,7 +33,7 @@ import logging
 import math
 import time
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from starlette.requests import Request
@@ -44,8 +44,9 @@ from foliko_cli.messages.record import SessionState, new_metadata
 from foliko_cli.messages.usage import spent_tokens
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.service.common import INTERNAL_PREFIX
-from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import SessionStorageAdapter
+
+if TYPE_CHECKING:
+    from foliko_cli.service import AsyncFoliko
 
 QUOTA_PREFIX = INTERNAL_PREFIX + "quota/"
 LIMIT_NAMES = ("max_turns_per_minute", "max_tokens_per_day")
@@ -144,7 +145,7 @@ class Quotas:
     def limits_of(self, user: str | None) -> Limits | None:
         return None if user is None else self.limits.get(user)
 
-    async def admit(self, storage: SessionStorageAdapter, user: str | None) -> None:
+    async def admit(self, svc: AsyncFoliko, user: str | None) -> None:
         """Count one turn of ``user``, or raise QuotaExceeded."""
         limits = self.limits_of(user)
         if limits is None:
@@ -153,7 +154,7 @@ class Quotas:
         while True:
             now = time.time()
             minute, day = _windows(now)
-            record = await capabilities.load_state(storage, QUOTA_PREFIX + user)
+            record = await svc.get_state(QUOTA_PREFIX + user)
             counters = dict(record.variables) if record is not None else {}
             tokens = counters.get("tokens", 0) if counters.get("day") == day else 0
             daily = limits.max_tokens_per_day
@@ -177,10 +178,10 @@ class Quotas:
                     wait,
                 )
             counters.update(minute=minute, turns=turns + 1)
-            if await _written(storage, user, record, counters):
+            if await _written(svc, user, record, counters):
                 return
 
-    async def charge(self, storage: SessionStorageAdapter, user: str | None, tokens: int) -> None:
+    async def charge(self, svc: AsyncFoliko, user: str | None, tokens: int) -> None:
         """Add a finished turn's tokens to ``user``'s day (a failed write is logged)."""
         limits = self.limits_of(user)
         if limits is None or limits.max_tokens_per_day is None or tokens <= 0:
@@ -189,17 +190,17 @@ class Quotas:
         try:
             while True:
                 _, day = _windows(time.time())
-                record = await capabilities.load_state(storage, QUOTA_PREFIX + user)
+                record = await svc.get_state(QUOTA_PREFIX + user)
                 counters = dict(record.variables) if record is not None else {}
                 used = counters.get("tokens", 0) if counters.get("day") == day else 0
                 counters.update(day=day, tokens=used + tokens)
-                if await _written(storage, user, record, counters):
+                if await _written(svc, user, record, counters):
                     return
         except Exception as exc:
             _log.warning("the token count of %s was not saved: %s", user, exc)
 
 
-async def _written(storage, user: str, record, counters: dict[str, Any]) -> bool:
+async def _written(svc: AsyncFoliko, user: str, record, counters: dict[str, Any]) -> bool:
     """Compare-and-set the counters; False when another write came first."""
     if record is None:
         state = SessionState(counters, new_metadata(), {})
@@ -208,7 +209,7 @@ async def _written(storage, user: str, record, counters: dict[str, Any]) -> bool
         state = SessionState(counters, record.metadata, record.compression_state)
         expected = record.revision
     try:
-        await storage.append(QUOTA_PREFIX + user, [], state, expected_revision=expected)
+        await svc.storage.append(QUOTA_PREFIX + user, [], state, expected_revision=expected)
     except (ConflictError, SessionExistsError):
         return False
     return True

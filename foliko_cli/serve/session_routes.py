@@ -73,10 +73,7 @@ async def show_session(request: Request):
 @api.get(_ONE + "/export", answer=list[Session])
 async def export_session(request: Request):
     """Export a session, as ``sessions export`` writes it."""
-    from foliko_cli.formats.exporters.foliko import document
-
-    record = await service(request).get_session(_id(request))
-    return [document(record)]
+    return [await service(request).export_document(_id(request))]
 
 
 @api.delete(_ONE, answer=SessionDeleted)

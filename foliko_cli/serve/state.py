@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from foliko_cli.serve.user_services import Lease, UserServices, limits_from_env
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage.scoped import UserScopedStorage
 
 if TYPE_CHECKING:
     from foliko_cli.common.settings import Settings
@@ -35,9 +34,9 @@ class Services:
         self.quotas: Quotas | None = None
 
     def _build_user(self, user: str) -> AsyncFoliko:
-        scoped = UserScopedStorage(self.base.storage, user, owns_inner=False)
         return AsyncFoliko.from_settings(
-            self.settings._replace(storage=scoped),
+            self.settings._replace(storage=self.base.storage),
+            user=user,
             notify=self.notify,
             mcp_share=self.base,
             **UNATTENDED,

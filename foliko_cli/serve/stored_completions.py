@@ -47,7 +47,6 @@ from foliko_cli.serve.schema import Api
 from foliko_cli.serve.sse import DONE
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.storage import capabilities
 
 KEY = "chat_completion"
 PREFIX = "chatcmpl-"
@@ -185,7 +184,7 @@ def _checked(completion_id: str) -> str:
 
 async def _state(svc: AsyncFoliko, completion_id: str) -> dict[str, Any]:
     """The stored completion, read without the session's messages; 404 when there is none."""
-    completion = _stored(await capabilities.load_state(svc.storage, _checked(completion_id)))
+    completion = _stored(await svc.get_state(_checked(completion_id)))
     if completion is None:
         raise _not_found(completion_id)
     return completion
@@ -223,7 +222,7 @@ async def list_completions(request: Request, query: CompletionsQuery):
     found: list[StoredCompletion] = []
     has_more = False
     for completion_id in ids[start:]:
-        completion = _stored(await capabilities.load_state(svc.storage, completion_id))
+        completion = _stored(await svc.get_state(completion_id))
         if completion is None:
             continue
         shown = completion_object(completion_id, completion)

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from foliko_cli.models.base import TOOL_CHOICE_MODES
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.openai_types import Tool, ToolChoice
+from foliko_cli.service.values import TOOL_CHOICE_MODES
 
 NOT_HOSTED_HEADER = "x-foliko-tools-not-hosted"
 

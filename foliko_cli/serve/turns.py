@@ -13,20 +13,18 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.engine.turn import TurnResult
 from foliko_cli.errors import ConflictError
 from foliko_cli.serve import ids
 from foliko_cli.serve.metrics import METRICS
 from foliko_cli.serve.quotas import turn_tokens
 from foliko_cli.serve.state import Services, scratch_id
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.service.turn_request import TurnRequest
+from foliko_cli.service.values import TurnRequest, TurnResult
 
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from foliko_cli.engine.stream import TurnEvents, TurnStream
-    from foliko_cli.service.turn_request import TurnParams
+    from foliko_cli.service.values import TurnEvents, TurnParams, TurnStream
 
 
 class Turn:
@@ -95,7 +93,7 @@ class Turn:
     async def admit(self, services: Services) -> None:
         """Count the turn in its user's quotas, once (a 429 when over one)."""
         if services.quotas is not None and not self._admitted:
-            await services.quotas.admit(services.base.storage, self.user)
+            await services.quotas.admit(services.base, self.user)
         self._admitted = True
 
     async def _finished(self, services: Services, result: TurnResult) -> None:
@@ -103,7 +101,7 @@ class Turn:
         self.result = result
         if services.quotas is not None:
             tokens = turn_tokens(result.usage)
-            await services.quotas.charge(services.base.storage, self.user, tokens)
+            await services.quotas.charge(services.base, self.user, tokens)
         METRICS.turn(self.api, result)
 
     def fall_back_to(self, session_id: str, **target: Any) -> None:
@@ -180,7 +178,7 @@ class Turn:
                     raise
 
     async def _stream_once(self, services: Services) -> AsyncGenerator[dict[str, Any], None]:
-        from foliko_cli.engine.stream import TurnStream
+        from foliko_cli.service.values import TurnStream
 
         async def run(events: TurnEvents) -> TurnResult:
             async with self._target(services) as (service, session_id):

@@ -89,10 +89,11 @@ class AsyncFoliko(
         if model is None:
             model = os.environ.get("FOLIKO_MODEL") or None
         self.storage: SessionStorageAdapter = open_storage(storage, self.home)
-        if user is not None:
+        if user is not None:  # a view that never closes an adapter it was given
             from foliko_cli.storage.scoped import UserScopedStorage
 
-            self.storage = UserScopedStorage(self.storage, user)
+            given = isinstance(storage, SessionStorageAdapter)
+            self.storage = UserScopedStorage(self.storage, user, owns_inner=not given)
         self.user = user
         self._framework = None
         self.model = model

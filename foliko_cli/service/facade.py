@@ -29,10 +29,12 @@ from foliko_cli.service import AsyncFoliko, ImportReport, check_message_text
 
 if TYPE_CHECKING:
     import asyncio
+    from contextlib import AbstractContextManager
     from pathlib import Path
     from typing import Unpack
 
     from foliko_cli.context.request import RequestContext
+    from foliko_cli.engine.agents import AgentConfig
     from foliko_cli.engine.framework import Framework
     from foliko_cli.engine.skills import SkillSet
     from foliko_cli.engine.turn import TurnParams, TurnRequest
@@ -59,6 +61,9 @@ READS = frozenset(
         "list_sessions",
         "session_ids",
         "session_titles",
+        "get_state",
+        "transcript",
+        "export_document",
         "get_variables",
         "search",
         "usage",
@@ -357,6 +362,20 @@ class Foliko:
         """See ``AsyncFoliko.skills``."""
         return self.service.skills()
 
+    def agent_config(self, name: str) -> AgentConfig:
+        """See ``AsyncFoliko.agent_config``."""
+        return self.service.agent_config(name)
+
+    def listening_for_waits(
+        self, listener: Callable[[str, str | None], None]
+    ) -> AbstractContextManager[None]:
+        """See ``AsyncFoliko.listening_for_waits``."""
+        return self.service.listening_for_waits(listener)
+
+    def check_model(self, name: str) -> None:
+        """See ``AsyncFoliko.check_model``."""
+        self.service.check_model(name)
+
     def request(self, timeout: float | None = None, **options: Any) -> RequestContext:
         """See ``AsyncFoliko.request``."""
         return self.service.request(timeout, **options)
@@ -394,6 +413,9 @@ class Foliko:
     list_trash = _blocking(AsyncFoliko.list_trash)
     restore_session = _blocking(AsyncFoliko.restore_session)
     empty_trash = _blocking(AsyncFoliko.empty_trash)
+    get_state = _blocking(AsyncFoliko.get_state)
+    transcript = _blocking(AsyncFoliko.transcript)
+    export_document = _blocking(AsyncFoliko.export_document)
     get_variables = _blocking(AsyncFoliko.get_variables)
     update_variables = _blocking(AsyncFoliko.update_variables)
     create_session = _blocking(AsyncFoliko.create_session)

@@ -399,6 +399,33 @@ class SessionsMixin(ServiceBase):
 
         return await self._held(session_id, work)
 
+    async def transcript(self, session_id: str, turns: int | None = None) -> str:
+        """The session as Markdown (as ``sessions show --format markdown``): all of
+        it, or its last ``turns`` turns."""
+        from foliko_cli.formats import transcript
+        from foliko_cli.messages.turns import turn_starts
+
+        record = await self.get_session(session_id)
+        first = 0
+        if turns is not None:
+            starts = turn_starts(record.messages)
+            if turns < len(starts):
+                first = starts[-turns]
+        record.messages = record.messages[first:]
+        return "\n".join(transcript.markdown(record, first_seq=record.first_seq + first)) + "\n"
+
+    async def export_document(self, session_id: str) -> dict[str, Any]:
+        """The session as ``sessions export`` writes it in foliko's format."""
+        from foliko_cli.formats.exporters.foliko import document
+
+        return document(await self.get_session(session_id))
+
+    async def get_state(self, session_id: str) -> SessionRecord | None:
+        """The session without its messages (variables, metadata, revision), None
+        when there is none: what reads the small records a server keeps beside
+        the sessions (a quota's counters, a background response's journal)."""
+        return await capabilities.load_state(self.storage, session_id)
+
     async def update_metadata(
         self,
         session_id: str,

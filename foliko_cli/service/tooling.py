@@ -5,8 +5,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from contextlib import AbstractContextManager
+
     from foliko_cli.context.agent import AgentContext
     from foliko_cli.context.request import RequestContext
+    from foliko_cli.engine.agents import AgentConfig
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
     from foliko_cli.engine.tools import Tool
@@ -227,6 +231,21 @@ class ToolsMixin(ServiceBase):
                 listed.append(row(name, f"plugin {entry.value}", False, ""))
         return listed
 
+    def agent_config(self, name: str) -> AgentConfig:
+        """Agent ``name``'s config, checked: a UsageError names what is wrong."""
+        from foliko_cli.engine.agents import agent_config
+
+        return agent_config(name, self.agents)
+
+    def listening_for_waits(
+        self, listener: Callable[[str, str | None], None]
+    ) -> AbstractContextManager[None]:
+        """Tell ``listener(session_id, holder)`` when work started inside the block
+        waits for a session something else holds (see ``Framework``)."""
+        from foliko_cli.engine.framework import listening_for_waits
+
+        return listening_for_waits(listener)
+
     async def describe_agent(self, name: str) -> dict[str, Any]:
         """An agent's model, tools, skills and the system prompt its turns start with."""
         from foliko_cli.engine.prompts import agent_system_prompt
@@ -304,6 +323,13 @@ class ToolsMixin(ServiceBase):
         else:
             await self._follow_mcp_changes()
         return handler
+
+    def check_model(self, name: str) -> None:
+        """Raise UnknownModelError unless a turn may name ``name``: a configured
+        alias or ``PROVIDER:MODEL`` of a provider foliko has (nothing is called)."""
+        from foliko_cli.models import model_spec
+
+        model_spec(name, self.models)
 
     def request(self, timeout: float | None = None, **options: Any) -> RequestContext:
         """A new RequestContext (pass it to ``chat`` to trace or cancel a turn)."""

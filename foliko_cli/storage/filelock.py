@@ -27,10 +27,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from foliko_cli.common.poll import poll
 from foliko_cli.errors import SessionBusyError, StorageError
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.poll import poll
 
 LOCK_SUFFIX = ".lock"
 HOLDER_BYTES = 200

@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 from urllib.parse import unquote
 
 from foliko_cli.common.clock import now_ms
+from foliko_cli.common.poll import poll
 from foliko_cli.errors import (
     SessionBusyError,
     SessionExistsError,
@@ -74,7 +75,6 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.integrity import check_sequence
-from foliko_cli.storage.poll import poll
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key

@@ -50,6 +50,7 @@ from typing import Any
 import orjson
 
 from foliko_cli.common.clock import now_ms
+from foliko_cli.common.poll import poll
 from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
@@ -77,7 +78,6 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.integrity import damaged_summary, orphaned
-from foliko_cli.storage.poll import poll
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_PREFIX = "foliko"

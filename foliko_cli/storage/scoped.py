@@ -21,8 +21,8 @@ from foliko_cli.errors import (
     SessionBusyError,
     SessionExistsError,
     SessionNotFoundError,
-    UsageError,
 )
+from foliko_cli.messages.ids import check_user_name
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
@@ -32,11 +32,7 @@ if TYPE_CHECKING:
 
 
 def user_prefix(user: str) -> str:
-    if not isinstance(user, str) or not user or "~" in user or "/" in user:
-        raise UsageError(f"invalid user name {user!r}", fix="use a name without '~' or '/'")
-    if not user.isprintable() or user != user.strip():
-        raise UsageError(f"invalid user name {user!r}", fix="use printable characters only")
-    return f"~{user}~/"
+    return f"~{check_user_name(user)}~/"
 
 
 class UserScopedStorage(SessionStorageAdapter):

@@ -11,10 +11,10 @@ import pytest
 from foliko_cli.engine.framework import Framework
 from foliko_cli.engine.handler import AgentChatHandler, default_max_tokens
 from foliko_cli.errors import InvalidReplyError, UsageError
+from foliko_cli.messages.schema import load_schema
 from foliko_cli.models import build_model, model_spec
 from foliko_cli.models.anthropic import REPLY_TOOL
 from foliko_cli.models.base import ModelRequest
-from foliko_cli.models.schema import load_schema
 from foliko_cli.service.facade import Foliko
 
 from .fake_servers import openai_message, openai_stream

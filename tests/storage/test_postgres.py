@@ -382,7 +382,7 @@ def test_a_cancelled_wait_for_the_session_lock_leaves_it_free(url, pg, run):
 
 async def poll_query(url: str, text: str, *, at_least: int) -> bool:
     """True once ``at_least`` of this process's lock connections last ran ``text``."""
-    from foliko_cli.storage.poll import poll
+    from foliko_cli.common.poll import poll
 
     def seen() -> bool:
         ((count,),) = query(
@@ -517,7 +517,7 @@ def test_a_frozen_connection_holds_only_the_operation_running_on_it(url, schema,
     """One connection stops answering mid-query: the storage's other operations
     (other sessions, the list, a session lock) finish on its other connections
     while the frozen one is still waiting, and the frozen one fails at its bound."""
-    from foliko_cli.storage.poll import poll
+    from foliko_cli.common.poll import poll
 
     from .stallproxy import stalling_proxy, through
 
