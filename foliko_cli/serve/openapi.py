@@ -239,6 +239,7 @@ SCHEMAS: dict[str, Any] = {
             "updated_at": {"type": "integer"},
             "preview": {"type": "string"},
             "title": NULLABLE_TEXT,
+            "forked_from": NULLABLE_TEXT,
             "error": {"type": "string"},
         },
     },

@@ -8,6 +8,8 @@ commands print with ``--json`` (lists as ``{"object": "list", "data"}``).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from starlette.requests import Request
 from starlette.routing import Route
 
@@ -15,6 +17,9 @@ from foliko_cli.messages.public import record_to_dict, summary_to_dict
 from foliko_cli.messages.usage import with_usage
 from foliko_cli.serve.common import JSON, field, json_body, query_int, service
 from foliko_cli.serve.errors import ApiError
+
+if TYPE_CHECKING:
+    from foliko_cli.service import AsyncFoliko
 
 
 def shown(record):
@@ -24,7 +29,8 @@ def shown(record):
 
 async def list_sessions(request: Request):
     """Most recently updated first; ``after`` is the last id of the previous page.
-    Each row also has the session's ``title`` (None when it has none)."""
+    Each row also has the session's ``title`` and ``forked_from`` (the session it
+    was forked from), None when it has none."""
     limit = query_int(request, "limit", 100, 1, 1000)
     after = request.query_params.get("after")
     summaries = await service(request).list_sessions(sort="updated")
@@ -34,9 +40,7 @@ async def list_sessions(request: Request):
             raise ApiError(400, f"after: no session {after!r} in this list", param="after")
         summaries = summaries[ids.index(after) + 1 :]
     page = [summary_to_dict(s) for s in summaries[:limit]]
-    titles = await service(request).session_titles([row["session_id"] for row in page])
-    for row in page:
-        row["title"] = titles.get(row["session_id"])
+    await _label(service(request), page)
     return JSON(
         {
             "object": "list",
@@ -46,6 +50,23 @@ async def list_sessions(request: Request):
             "has_more": len(summaries) > limit,
         }
     )
+
+
+async def _label(svc: AsyncFoliko, rows: list[dict]) -> None:
+    """Set each row's ``title`` and ``forked_from``, read without the histories (a
+    damaged or vanished session has neither)."""
+    from foliko_cli.errors import CorruptSessionError
+    from foliko_cli.storage import capabilities
+
+    for row in rows:
+        try:
+            state = await capabilities.load_state(svc.storage, row["session_id"])
+        except CorruptSessionError:
+            state = None
+        metadata = state.metadata if state is not None else {}
+        for key in ("title", "forked_from"):
+            value = metadata.get(key)
+            row[key] = value if isinstance(value, str) and value else None
 
 
 def _id(request: Request) -> str:
