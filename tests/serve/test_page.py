@@ -383,7 +383,7 @@ SCROLL_TO = """async (node, end) => {  // scroll to an end until its message is 
 }"""
 
 
-def long_message(sections: int) -> list[dict]:
+def long_message(sections: int, session_id: str = "long-message") -> list[dict]:
     """A session whose reply is ``sections`` sections of Markdown, then THE VERY END."""
     section = (
         "## Part {n}\n\nSome *text* of part {n}.\n\n"
@@ -394,10 +394,8 @@ def long_message(sections: int) -> list[dict]:
         {"role": "user", "content": "everything, please", "created_at": 1_700_000_000_000},
         {"role": "assistant", "content": text, "created_at": 1_700_000_001_000},
     ]
-    metadata = {"title": "A long message", "created_at": 1_700_000_000_000}
-    return [
-        {"session_id": "long-message", "messages": messages, "variables": {}, "metadata": metadata}
-    ]
+    metadata = {"title": session_id.replace("-", " ").capitalize(), "created_at": 1_700_000_000_000}
+    return [{"session_id": session_id, "messages": messages, "variables": {}, "metadata": metadata}]
 
 
 def long_session(count: int) -> list[dict]:
@@ -467,14 +465,14 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     expect(page.get_by_role("article", name="user message 1")).to_have_count(0)
 
     # a long message shows its start, and all of it on asking
-    sessions.get_by_role("link", name=re.compile("^A long message")).click()
+    sessions.get_by_role("link", name=re.compile("^Long message")).click()
     long_one = page.get_by_role("article", name="assistant message 2")
     expect(long_one.get_by_role("button", name="Show all")).to_be_visible()
     expect(long_one.locator(".cut")).to_contain_text("more characters")
     expect(long_one).not_to_contain_text("THE VERY END")
     assert long_one.locator("h4").count() < 300  # a piece of it, not the 2,000 sections
-    long_one.get_by_role("button", name="Show all").click()
-    expect(long_one.get_by_role("button", name="Show less")).to_be_visible()
+    long_one.get_by_role("button", name="Show all of message 2").click()
+    expect(long_one.get_by_role("button", name="Show less of message 2")).to_be_focused()
     end = long_one.get_by_text("THE VERY END")
     wait_until(  # to the bottom, as the pieces on the way are rendered
         lambda: transcript.evaluate(SCROLL_TO, "bottom") == 0 and end.count() == 1,
@@ -487,7 +485,7 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     expect(long_one.locator(".code code .hl-f").last).to_have_text("part_1999")
     assert long_one.locator("h4").count() < 1000  # the pieces far from the screen are emptied
     long_one.get_by_role("button", name="Show less").click()
-    expect(long_one.get_by_role("button", name="Show all")).to_be_visible()
+    expect(long_one.get_by_role("button", name="Show all")).to_be_focused()
     expect(long_one).not_to_contain_text("THE VERY END")
 
     # rename, then delete and undo
@@ -560,6 +558,34 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     assert axe_violations(phone, axe_script) == []
     screenshot(phone, "session-phone")
     assert page.errors == [] and phone.errors == []
+
+
+def test_a_large_message_under_the_pages_policy(browser, web, tmp_path):
+    """A 2 MB message opens with its start shown and the message box ready; Show all
+    finds its pieces in a worker the page's policy allows; nothing is asked of
+    any origin but the page's own."""
+    from playwright.sync_api import expect
+
+    (tmp_path / "large.json").write_text(json.dumps(long_message(25_000, "large-message")))
+    assert run_cli(web.home, "sessions", "import", str(tmp_path / "large.json")).returncode == 0
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    asked, workers, said = [], [], []
+    page.on("request", lambda request: asked.append(request.url))
+    page.on("worker", lambda worker: workers.append(worker.url))
+    page.on("console", lambda message: said.append(message.text))
+    page.goto(web.url + "/#s=large-message")
+    large = page.get_by_role("article", name="assistant message 2")
+    expect(large).to_be_in_viewport()
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+    expect(large.locator(".cut")).to_contain_text("more characters")
+    large.get_by_role("button", name="Show all").click()
+    expect(large.locator(".piece")).not_to_have_count(0)
+    assert large.locator(".piece").count() > 100  # 2 MB in pieces of about 16,000 characters
+    assert workers == [web.url + "/app/markdown-worker.js"]
+    assert said == []  # no policy refused anything
+    assert asked and all(url.startswith(web.url + "/") for url in asked)
+    context.close()
 
 
 def test_stop_a_busy_session_and_an_image(browser, web, http, upstream):

@@ -3,6 +3,7 @@
 // what the browser runs.
 
 import {api, ApiError, auth, sessionPath, streamTurn} from "./api.js";
+import {askedFor, fromHash} from "./opening.js";
 import {Streaming, Transcript} from "./transcript.js";
 
 const $ = (id) => document.getElementById(id);
@@ -336,7 +337,7 @@ function closeSidebar() {
 const narrow = () => matchMedia("(max-width: 720px)").matches;
 
 async function openSession(id, at = null) {
-  const record = await api(sessionPath(id));
+  const record = await (askedFor(id) || api(sessionPath(id)));
   state.current = id;
   state.record = record;
   state.editing = false;
@@ -707,13 +708,6 @@ function wire() {
       stop().catch(showError);
     }
   });
-}
-
-function fromHash() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const id = params.get("s");
-  const at = params.get("m");
-  return id ? {id, at: at !== null && /^\d+$/.test(at) ? Number(at) : null} : null;
 }
 
 window.addEventListener("hashchange", () => { // a link to a session, or back and forward

@@ -33,11 +33,12 @@ function piecesOf(text) {
   });
 }
 
-function button(label, onClick) {
+function button(label, name, onClick) {
   const node = document.createElement("button");
   node.type = "button";
   node.className = "more";
   node.textContent = label;
+  if (name) node.setAttribute("aria-label", `${label} of ${name}`);
   node.addEventListener("click", onClick);
   return node;
 }
@@ -45,8 +46,8 @@ function button(label, onClick) {
 // ``text`` into ``box``: as Markdown (``plain``: as the text it is, in a <pre>),
 // whole when it is short, else its first piece and ``expand`` as "Show all";
 // ``expanded``: all of it, rendered piece by piece within ``scroller``, and
-// ``collapse`` as "Show less"
-export function renderText(box, text, {plain = false, expanded = false, expand, collapse, scroller} = {}) {
+// ``collapse`` as "Show less" (their accessible names say of what: ``name``)
+export function renderText(box, text, {plain = false, expanded = false, expand, collapse, scroller, name} = {}) {
   const render = plain ? (part) => Object.assign(document.createElement("pre"), {className: "plain", textContent: part})
     : renderMarkdown;
   if (text.length <= LONG) {
@@ -58,11 +59,11 @@ export function renderText(box, text, {plain = false, expanded = false, expand, 
     const cut = document.createElement("p");
     cut.className = "cut";
     cut.append(`… ${(text.length - end).toLocaleString()} more characters `);
-    if (expand) cut.append(button("Show all", expand));
+    if (expand) cut.append(button("Show all", name, expand));
     box.append(render(text.slice(0, end)), cut);
     return;
   }
-  if (collapse) box.append(button("Show less", collapse));
+  if (collapse) box.append(button("Show less", name, collapse));
   if (plain) {
     box.append(render(text));
     return;

@@ -263,18 +263,23 @@ export class Transcript {
   }
 
   fill(body, message, index) {
+    const refill = () => { // its other button takes the focus
+      this.fill(body, message, index);
+      body.querySelector("button.more")?.focus({preventScroll: true});
+    };
     fillBody(body, message, index === null ? {} : {
       expanded: this.expanded.has(index),
       expand: () => {
         this.expanded.add(index);
-        this.fill(body, message, index);
+        refill();
       },
       collapse: () => {
         this.expanded.delete(index);
-        this.fill(body, message, index);
+        refill();
         body.parentElement.scrollIntoView({block: "nearest"});
       },
       scroller: this.scroller,
+      name: `message ${index + 1}`,
     });
   }
 
