@@ -440,38 +440,47 @@ export function renderMarkdown(text) {
 }
 
 // Where ``text`` can be cut into pieces of about ``size`` characters, each of
-// which renders alone as it does in the whole: at a blank line outside code
-// fences, before a line that starts at the margin. With no such place within
-// four times ``size``, a piece ends at the end of a line (a code block then
-// goes on in the next piece, whose ``reopen`` is the fence that opened it),
-// and a longer line is cut at a space. [[start, end, reopen], ...] covering
-// the text, at most ``count`` of them; linear, and it looks no further than
-// the last piece it returns.
+// which renders alone as it does in the whole: before a line at the margin
+// that follows a blank line or starts a list item, outside code blocks and
+// tables. With no such place within four times ``size``, a piece ends at the
+// end of a line, and a code block or a table goes on in the next piece after
+// its ``reopen`` (the fence, the header rows); a longer line is cut at a
+// space. [[start, end, reopen], ...] covering the text, at most ``count`` of
+// them: linear, and it reads no further than the last piece it returns.
 export function sections(text, size, count = Infinity) {
   const out = [];
   const most = 4 * size;
+  const endOf = (pos) => (text.indexOf("\n", pos) + 1 || text.length + 1) - 1; // of its line
+  const lineAt = (pos) => text.slice(pos, Math.min(endOf(pos), pos + 400)); // enough to know it
   let start = 0;
   let reopen = "";
   let fence = null; // the code block we are in: {line, marker} of its opening
+  let table = null; // the table we are in: its header rows
   let blankBefore = false;
   const cut = (at) => {
     out.push([start, at, reopen]);
     start = at;
-    reopen = fence ? fence.line + "\n" : "";
+    reopen = fence ? fence.line + "\n" : table || "";
   };
   for (let pos = 0; pos < text.length && out.length < count;) {
-    let end = text.indexOf("\n", pos);
-    if (end < 0) end = text.length;
-    const margin = text[pos] !== " " && text[pos] !== "\t" && pos < end;
-    if (pos - start >= size && ((blankBefore && margin && !fence) || pos - start >= most)) cut(pos);
+    const end = endOf(pos);
+    const line = lineAt(pos);
+    if (table && (blank(line) || !line.includes("|"))) table = null;
+    const starts = !fence && !table && !blank(line) && !/^[ \t]/.test(line) && (blankBefore || ITEM.test(line));
+    if (pos > start && ((pos - start >= size && starts) || end - start > most)) cut(pos);
     while (end - start > most && out.length < count) { // a line too long for one piece
       const space = text.lastIndexOf(" ", start + most);
       cut(space > Math.max(start, pos) ? space + 1 : start + most);
     }
-    const line = text.slice(pos, Math.min(end, pos + 400)); // a fence fits
     const marker = (fence ? line.match(CLOSING_FENCE) : line.match(FENCE))?.[1];
-    if (!fence && marker) fence = {line, marker};
-    else if (marker && marker[0] === fence.marker[0] && marker.length >= fence.marker.length) fence = null;
+    if (!fence && marker) {
+      fence = {line, marker};
+    } else if (marker && marker[0] === fence.marker[0] && marker.length >= fence.marker.length) {
+      fence = null;
+    } else if (!fence && !table && line.includes("|")) {
+      const next = lineAt(end + 1);
+      if (DELIMITER_ROW.test(next) && next.includes("-")) table = `${line}\n${next}\n`;
+    }
     blankBefore = blank(line);
     pos = end + 1;
   }
