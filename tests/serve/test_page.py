@@ -453,10 +453,15 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     articles = page.get_by_role("article")
     expect(page.get_by_role("article", name="assistant message 1000")).to_be_visible()
     assert articles.count() <= 40
+    expect(page.get_by_role("article", name="assistant message 1000")).to_contain_text(
+        "message 1000"
+    )
     transcript = page.locator("#transcript")
     scrolls = transcript.evaluate(SCROLL_TO, "top")
     assert 20 <= scrolls <= 30  # 40 at a time
     assert page.locator("article").first.get_attribute("aria-label") == "user message 1"
+    first_one = page.get_by_role("article", name="user message 1", exact=True)
+    expect(first_one.locator(".body")).to_have_text("message 1")  # rendered near the screen
     assert articles.count() <= 120  # the window moved: those furthest below left the page
     expect(page.get_by_role("article", name="assistant message 1000")).to_have_count(0)
     assert 20 <= transcript.evaluate(SCROLL_TO, "bottom") <= 30  # and back to the end

@@ -2,8 +2,9 @@
 // added as the reader scrolls towards either end of the window, and those
 // furthest from the screen leave it (a session of thousands of messages opens
 // and scrolls as fast as a short one; the browser skips laying out those out
-// of view: content-visibility in app.css). A long message shows its start
-// (long.js).
+// of view: content-visibility in app.css). A message's body is rendered as
+// it comes near the screen (those on it at once), and a long one shows its
+// start (long.js).
 
 import {renderText} from "./long.js";
 import {copyText} from "./markdown.js";
@@ -12,6 +13,8 @@ const CHUNK = 40;
 const WINDOW = 3 * CHUNK; // messages in the page at most
 const CONTEXT = 5; // messages shown before a search hit
 const MARGIN = 600; // px from an end of the rendered messages that renders more
+const NEAR = "1000px 0px"; // how near the screen a message's body is rendered
+const SCREENFUL = 12000; // characters of messages rendered at once when a session opens
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -113,6 +116,11 @@ export class Transcript {
     scroller.replaceChildren(this.earlier, this.list, this.later);
     this.checking = false;
     scroller.addEventListener("scroll", () => this.schedule(), {passive: true});
+    this.near = new IntersectionObserver((entries) => {
+      for (const {target, isIntersecting} of entries) {
+        if (isIntersecting) this.fillNow(target);
+      }
+    }, {root: scroller, rootMargin: NEAR});
   }
 
   // near an end of what is rendered: render more there (once a frame at most)
@@ -141,7 +149,7 @@ export class Transcript {
       this.first = Math.max(0, at - CONTEXT);
       this.end = Math.min(messages.length, at + CHUNK);
     }
-    this.list.append(...this.range(this.first, this.end));
+    this.list.append(...this.range(this.first, this.end, this.onScreen(at)));
     this.refreshEnds();
     if (at === null) {
       this.toBottom();
@@ -157,10 +165,33 @@ export class Transcript {
     this.schedule();
   }
 
-  range(from, to) {
+  // the messages [from, to) as articles, the bodies of those in [now[0],
+  // now[1]) rendered at once (the others' as they come near the screen)
+  range(from, to, now = [0, 0]) {
     const nodes = [];
-    for (let i = from; i < to; i++) nodes.push(this.articleFor(this.messages[i], i));
+    for (let i = from; i < to; i++) {
+      nodes.push(this.articleFor(this.messages[i], i, i >= now[0] && i < now[1]));
+    }
     return nodes;
+  }
+
+  // the messages on screen once the window is shown: around ``at``, or those
+  // at its end that fill a screen or so
+  onScreen(at) {
+    if (at !== null && at < this.messages.length) {
+      return [Math.max(this.first, at - CONTEXT), Math.min(this.end, at + CONTEXT)];
+    }
+    let from = this.end;
+    for (let shown = 0; from > this.first && shown < SCREENFUL; from--) {
+      shown += Math.min(String(this.messages[from - 1].content ?? "").length, 2 * SCREENFUL);
+    }
+    return [from, this.end];
+  }
+
+  fillNow(article) {
+    this.near.unobserve(article);
+    article.fillBody?.();
+    article.fillBody = null;
   }
 
   refreshEnds() {
@@ -236,15 +267,21 @@ export class Transcript {
     });
   }
 
-  articleFor(message, index) {
+  articleFor(message, index, now = true) {
     const role = message.role || "assistant";
     const article = el("article", "message " + role);
     article.dataset.role = role;
     if (index !== null) article.dataset.index = index;
     article.setAttribute("aria-label", `${role} message${index !== null ? " " + (index + 1) : ""}`);
     const body = el("div", "body");
-    this.fill(body, message, index);
     article.append(body);
+    article.fillBody = () => this.fill(body, message, index);
+    if (now) { // on screen at once: laid out at once too, so the window lands where it should
+      this.fillNow(article);
+      article.style.contentVisibility = "visible";
+    } else {
+      this.near.observe(article);
+    }
     const footer = el("div", "footer");
     const about = el("span", "about");
     if (typeof message.created_at === "number") about.append(timeOf(message.created_at));
@@ -350,7 +387,7 @@ export class Transcript {
       this.refreshEnds();
       return;
     }
-    this.list.append(...this.range(position, this.messages.length));
+    this.list.append(...this.range(position, this.messages.length, [position, this.messages.length]));
     this.end = this.messages.length;
     this.drop(this.first, this.end - WINDOW);
     this.refreshEnds();
