@@ -588,6 +588,39 @@ def test_a_large_message_under_the_pages_policy(browser, web, tmp_path):
     expect(large.locator(".piece")).not_to_have_count(0)
     assert large.locator(".piece").count() > 100  # 2 MB in pieces of about 16,000 characters
     assert workers == [web.url + "/app/markdown-worker.js"]
+
+    # a tool's long result: its start, then all of it, as the text it is
+    output = "".join(f"line {n} <b>not bold</b>\n" for n in range(20_000)) + "LAST LINE"
+    tooled = [
+        {"role": "user", "content": "read it", "created_at": 1_700_000_000_000},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "x"}}],
+            "created_at": 1_700_000_000_001,
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "read_file",
+            "content": output,
+            "created_at": 1_700_000_000_002,
+        },
+        {"role": "assistant", "content": "done", "created_at": 1_700_000_000_003},
+    ]
+    session = {"session_id": "tooled", "messages": tooled, "variables": {}, "metadata": {}}
+    (tmp_path / "tooled.json").write_text(json.dumps([session]))
+    assert run_cli(web.home, "sessions", "import", str(tmp_path / "tooled.json")).returncode == 0
+    page.goto(web.url + "/#s=tooled")
+    result = page.get_by_role("article", name="tool message 3")
+    result.get_by_text("Result of read_file").click()
+    expect(result.locator("pre").first).to_contain_text("line 0 <b>not bold</b>")
+    expect(result).not_to_contain_text("LAST LINE")
+    result.get_by_role("button", name="Show all").click()
+    end = result.get_by_text("LAST LINE")
+    to_end = "node => { node.scrollIntoView(false); return true; }"  # as its pieces are rendered
+    wait_until(lambda: result.evaluate(to_end) and end.count() == 1, what="the result's end")
+    assert result.locator("b").count() == 0
     assert said == []  # no policy refused anything
     assert asked and all(url.startswith(web.url + "/") for url in asked)
     context.close()

@@ -43,45 +43,55 @@ function button(label, name, onClick) {
   return node;
 }
 
+// a plain text's pieces: about PIECE characters each, cut after a line's end
+function plainPieces(text, count = Infinity) {
+  const out = [];
+  for (let start = 0; start < text.length && out.length < count;) {
+    let end = Math.min(text.length, start + PIECE);
+    const line = end < text.length ? text.lastIndexOf("\n", end) : -1;
+    if (line > start) end = line + 1;
+    out.push([start, end, ""]);
+    start = end;
+  }
+  return out;
+}
+
 // ``text`` into ``box``: as Markdown (``plain``: as the text it is, in a <pre>),
 // whole when it is short, else its first piece and ``expand`` as "Show all";
 // ``expanded``: all of it, rendered piece by piece within ``scroller``, and
 // ``collapse`` as "Show less" (their accessible names say of what: ``name``)
 export function renderText(box, text, {plain = false, expanded = false, expand, collapse, scroller, name} = {}) {
-  const render = plain ? (part) => Object.assign(document.createElement("pre"), {className: "plain", textContent: part})
+  const render = plain ? (part) => Object.assign(document.createElement("pre"), {textContent: part})
     : renderMarkdown;
   if (text.length <= LONG) {
     box.append(render(text));
     return;
   }
+  const [, end] = (plain ? plainPieces(text, 1) : sections(text, PIECE, 1))[0];
+  const column = document.createElement("div");
+  column.append(render(text.slice(0, end))); // the first piece
   if (!expanded) {
-    const end = plain ? PIECE : sections(text, PIECE, 1)[0][1];
     const cut = document.createElement("p");
     cut.className = "cut";
     cut.append(`… ${(text.length - end).toLocaleString()} more characters `);
     if (expand) cut.append(button("Show all", name, expand));
-    box.append(render(text.slice(0, end)), cut);
+    box.append(column, cut);
     return;
   }
   if (collapse) box.append(button("Show less", name, collapse));
-  if (plain) {
-    box.append(render(text));
-    return;
-  }
-  const column = document.createElement("div");
-  column.append(render(text.slice(0, sections(text, PIECE, 1)[0][1]))); // the first piece
   box.append(column);
-  piecesOf(text).then((pieces) => showPieces(column, text, pieces, scroller));
+  const pieces = plain ? Promise.resolve(plainPieces(text)) : piecesOf(text);
+  pieces.then((found) => showPieces(column, text, found, scroller, render));
 }
 
-function showPieces(column, text, pieces, scroller) {
+function showPieces(column, text, pieces, scroller, render) {
   const first = [...column.childNodes]; // rendered already
-  const perChar = column.offsetHeight / (pieces[0][1] - pieces[0][0]); // a piece's height until it is rendered
+  const perChar = Math.max(column.offsetHeight / pieces[0][1], 0.05); // a piece's height until rendered
   const observer = new IntersectionObserver((entries) => {
     for (const {target, isIntersecting} of entries) {
       if (isIntersecting && !target.firstChild) {
         const [start, end, reopen] = target.piece;
-        target.append(renderMarkdown(reopen + text.slice(start, end)));
+        target.append(render(reopen + text.slice(start, end)));
         target.style.height = "";
       } else if (!isIntersecting && target.firstChild) {
         target.style.height = target.offsetHeight + "px";

@@ -83,9 +83,11 @@ function attachmentsOf(message) {
 // the message's content, attachments and tool calls into ``body``; ``view``:
 // how a long one is shown (see long.js's renderText)
 export function fillBody(body, message, view = {}) {
+  const open = body.querySelector(":scope > details")?.open; // filled again: as it was
   body.replaceChildren();
   if (message.role === "tool") {
     const details = el("details", "tool-output");
+    details.open = Boolean(open);
     details.append(el("summary", null, `Result of ${message.name || "a tool"}`));
     renderText(details, String(message.content ?? ""), {...view, plain: true});
     body.append(details);
