@@ -17,8 +17,9 @@ const LINE_START = String.raw`(?<![^\n])`; // no "m" flag: "$" is the code's end
 const words = (text) => new Set(text.split(" "));
 
 // each family: its comment and string patterns, an optional "meta" pattern
-// (decorators, directives, variables), keywords, literals, and whether a
-// capitalised word is a type
+// (decorators, directives, variables), keywords, literals, whether a
+// capitalised word is a type, and what follows a key (a word or string)
+const COLON = /^\s*:(?!:)/;
 const FAMILIES = {
   js: {
     comment: C_COMMENTS, string: `${QUOTED}|${BACKTICK}`, meta: String.raw`@[\w.]+`,
@@ -61,15 +62,15 @@ const FAMILIES = {
     literals: words("true false null"),
   },
   json: {
-    comment: C_COMMENTS, string: QUOTED, key: true,
+    comment: C_COMMENTS, string: QUOTED, key: COLON,
     keywords: new Set(), literals: words("true false null"),
   },
   yaml: {
-    comment: String.raw`(?<!\S)#.*`, string: QUOTED, key: true, meta: String.raw`${LINE_START}---(?=\n|$)|[&*][\w-]+|![\w!]+`,
+    comment: String.raw`(?<!\S)#.*`, string: QUOTED, key: COLON, meta: String.raw`${LINE_START}---(?=\n|$)|[&*][\w-]+|![\w!]+`,
     keywords: new Set(), literals: words("true false null yes no on off ~"),
   },
   toml: {
-    comment: String.raw`[#;].*`, string: `${TRIPLE}|${QUOTED}`, key: true, meta: String.raw`${LINE_START}[ \t]*\[[^\]\n]*\]+`,
+    comment: String.raw`[#;].*`, string: `${TRIPLE}|${QUOTED}`, key: /^\s*=/, meta: String.raw`${LINE_START}[ \t]*\[[^\]\n]*\]+`,
     keywords: new Set(), literals: words("true false"),
   },
   css: {
@@ -132,11 +133,11 @@ function tokenize(code, family) {
       const word = spec.ignoreCase ? text.toLowerCase() : text;
       if (spec.keywords.has(word)) kind = "k";
       else if (spec.literals.has(word)) kind = "l";
-      else if (spec.key && /^\s*:/.test(code.slice(end, end + 40))) kind = "p";
+      else if (spec.key?.test(code.slice(end, end + 40))) kind = "p";
       else if (code[end] === "(") kind = "f";
       else if (spec.types && /^[A-Z][a-z]/.test(text)) kind = "t";
       else kind = "";
-    } else if (kind === "s" && spec.key && /^\s*:(?!:)/.test(code.slice(end, end + 40))) {
+    } else if (kind === "s" && spec.key?.test(code.slice(end, end + 40))) {
       kind = "p";
     }
     out.push([kind, text]);
