@@ -143,6 +143,7 @@ export class Transcript {
   show(messages, at = null) {
     this.messages = messages;
     this.expanded.clear();
+    this.near.disconnect();
     this.list.replaceChildren();
     if (at === null || at >= messages.length) {
       this.end = messages.length;
@@ -188,6 +189,12 @@ export class Transcript {
       shown += Math.min(String(this.messages[from - 1].content ?? "").length, 2 * SCREENFUL);
     }
     return [from, this.end];
+  }
+
+  takeOut(article) {
+    if (!article) return;
+    this.near.unobserve(article);
+    article.remove();
   }
 
   fillNow(article) {
@@ -239,7 +246,7 @@ export class Transcript {
   // take messages [from, to) out of the page: the window's first or last ones
   drop(from, to) {
     if (from >= to) return;
-    for (let i = from; i < to; i++) this.article(i)?.remove();
+    for (let i = from; i < to; i++) this.takeOut(this.article(i));
     if (from === this.first) this.first = to;
     else this.end = from;
   }
@@ -373,7 +380,7 @@ export class Transcript {
     this.messages = this.messages.slice(0, index);
     for (const shown of this.expanded) if (shown >= index) this.expanded.delete(shown);
     for (const node of [...this.list.querySelectorAll("article[data-index]")]) {
-      if (Number(node.dataset.index) >= index) node.remove();
+      if (Number(node.dataset.index) >= index) this.takeOut(node);
     }
     this.end = Math.min(this.end, index);
     this.first = Math.min(this.first, this.end);
