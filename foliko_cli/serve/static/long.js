@@ -6,8 +6,8 @@
 
 import {renderMarkdown, sections} from "./markdown.js";
 
-export const PIECE = 16000; // characters of a piece, about
-export const LONG = 2 * PIECE; // longer than this, a message shows its first piece
+const PIECE = 16000; // characters of a piece, about
+const LONG = 2 * PIECE; // longer than this, a message shows its first piece
 const NEAR = "2000px 0px"; // how near the screen a piece is rendered
 
 let worker = null;
@@ -60,7 +60,8 @@ function plainPieces(text, count = Infinity) {
 // whole when it is short, else its first piece and ``expand`` as "Show all";
 // ``expanded``: all of it, rendered piece by piece within ``scroller``, and
 // ``collapse`` as "Show less" (their accessible names say of what: ``name``)
-export function renderText(box, text, {plain = false, expanded = false, expand, collapse, scroller, name} = {}) {
+export function renderText(box, text, view = {}) {
+  const {plain = false, expanded = false, expand, collapse, scroller, name} = view;
   const render = plain ? (part) => Object.assign(document.createElement("pre"), {textContent: part})
     : renderMarkdown;
   if (text.length <= LONG) {

@@ -466,7 +466,8 @@ export function sections(text, size, count = Infinity) {
     const end = endOf(pos);
     const line = lineAt(pos);
     if (table && (blank(line) || !line.includes("|"))) table = null;
-    const starts = !fence && !table && !blank(line) && !/^[ \t]/.test(line) && (blankBefore || ITEM.test(line));
+    const starts = !fence && !table && !blank(line) && !/^[ \t]/.test(line) &&
+      (blankBefore || ITEM.test(line));
     if (pos > start && ((pos - start >= size && starts) || end - start > most)) cut(pos);
     while (end - start > most && out.length < count) { // a line too long for one piece
       const space = text.lastIndexOf(" ", start + most);

@@ -10,11 +10,12 @@ const HASH_COMMENT = String.raw`#.*`;
 const QUOTED = String.raw`"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?`;
 const BACKTICK = String.raw`\x60(?:\\[\s\S]|[^\x60\\])*\x60?`;
 const TRIPLE = String.raw`"""[\s\S]*?(?:"""|$)|'''[\s\S]*?(?:'''|$)`;
-const NUMBER = String.raw`\b(?:0[xX][\da-fA-F_]+|0[bB][01_]+|\d[\d_]*(?:\.\d[\d_]*)?(?:[eE][+-]?\d+)?)[a-zA-Z]*\b`;
+const NUMBER = String.raw`\b(?:0[xX][\da-fA-F_]+|0[bB][01_]+|\d[\d_]*(?:\.\d[\d_]*)?(?:[eE][+-]?\d+)?)` +
+  String.raw`[a-zA-Z]*\b`; // and a suffix: 10px, 1u32, 2.5f
 const WORD = String.raw`[A-Za-z_$][\w$]*`;
 const LINE_START = String.raw`(?<![^\n])`; // no "m" flag: "$" is the code's end
 
-const words = (text) => new Set(text.split(" "));
+const words = (text) => new Set(text.trim().split(/\s+/));
 
 // each family: its comment and string patterns, an optional "meta" pattern
 // (decorators, directives, variables), keywords, literals, whether a
@@ -23,42 +24,75 @@ const COLON = /^\s*:(?!:)/;
 const FAMILIES = {
   js: {
     comment: C_COMMENTS, string: `${QUOTED}|${BACKTICK}`, meta: String.raw`@[\w.]+`,
-    keywords: words("as async await break case catch class const continue debugger declare default delete do else enum export extends finally for from function get if implements import in instanceof interface keyof let new of private protected public readonly return set static switch throw try type typeof var void while with yield"),
+    keywords: words(`
+      as async await break case catch class const continue debugger declare default delete do else
+      enum export extends finally for from function get if implements import in instanceof
+      interface keyof let new of private protected public readonly return set static switch throw
+      try type typeof var void while with yield
+    `),
     literals: words("true false null undefined NaN Infinity this super"),
     types: true,
   },
   python: {
     comment: HASH_COMMENT, string: `${TRIPLE}|[rRbBfFuU]{0,2}(?:${QUOTED})`, meta: String.raw`@[\w.]+`,
-    keywords: words("and as assert async await break case class continue def del elif else except finally for from global if import in is lambda match nonlocal not or pass raise return try while with yield"),
+    keywords: words(`
+      and as assert async await break case class continue def del elif else except finally for
+      from global if import in is lambda match nonlocal not or pass raise return try while with
+      yield
+    `),
     literals: words("True False None self cls"),
     types: true,
   },
   c: {
     comment: C_COMMENTS, string: QUOTED, meta: String.raw`${LINE_START}[ \t]*#[ \t]*\w+|@\w+`,
-    keywords: words("abstract auto bool boolean break byte case catch char class const constexpr continue default defer delete do double else enum extends extern final finally float fn for func go goto if impl implements import in inline int interface let long loop match mod mut namespace native new package private protected pub public range return select short signed sizeof static struct super switch synchronized template this throw throws trait try type typedef typename union unsafe unsigned use using var virtual void volatile where while chan map"),
+    keywords: words(`
+      abstract auto bool boolean break byte case catch char class const constexpr continue default
+      defer delete do double else enum extends extern final finally float fn for func go goto if
+      impl implements import in inline int interface let long loop match mod mut namespace native
+      new package private protected pub public range return select short signed sizeof static
+      struct super switch synchronized template this throw throws trait try type typedef typename
+      union unsafe unsigned use using var virtual void volatile where while chan map
+    `),
     literals: words("true false null nullptr nil NULL None Some Ok Err self Self iota"),
     types: true,
   },
   ruby: {
     comment: HASH_COMMENT, string: QUOTED, meta: String.raw`[@$:][A-Za-z_]\w*`,
-    keywords: words("alias and begin break case class def do else elsif end ensure for if in module next not or redo rescue retry return super then undef unless until when while yield require"),
+    keywords: words(`
+      alias and begin break case class def do else elsif end ensure for if in module next not or
+      redo rescue retry return super then undef unless until when while yield require
+    `),
     literals: words("true false nil self"),
     types: true,
   },
   php: {
     comment: `${C_COMMENTS}|${HASH_COMMENT}`, string: QUOTED, meta: String.raw`\$\w+`,
-    keywords: words("abstract and as break case catch class const continue declare default do echo else elseif extends final finally fn for foreach function global if implements include interface match namespace new or private protected public require return static switch throw trait try use var while yield"),
+    keywords: words(`
+      abstract and as break case catch class const continue declare default do echo else elseif
+      extends final finally fn for foreach function global if implements include interface match
+      namespace new or private protected public require return static switch throw trait try use
+      var while yield
+    `),
     literals: words("true false null TRUE FALSE NULL"),
     types: true,
   },
   bash: {
     comment: String.raw`(?<!\S)#.*`, string: QUOTED, meta: String.raw`\$\{[^}\n]*\}?|\$[\w@#?*!$-]`,
-    keywords: words("if then else elif fi for while until do done case esac in function return select export local readonly declare unset source alias"),
+    keywords: words(`
+      if then else elif fi for while until do done case esac in function return select export
+      local readonly declare unset source alias
+    `),
     literals: words("true false"),
   },
   sql: {
     comment: String.raw`--.*|\/\*[\s\S]*?(?:\*\/|$)`, string: QUOTED, ignoreCase: true,
-    keywords: words("add all alter and as asc begin between by case check column commit constraint create cross default delete desc distinct drop else end exists foreign from full group having if in index inner insert into is join key left like limit not offset on or order outer primary references returning right rollback select set table then union unique update values view when where with"),
+    keywords: words(`
+      add all alter and as asc begin between by case check column commit constraint create cross
+      default delete desc distinct drop else end exists foreign from full group having if in index
+      inner insert into is join key left like limit not offset on or order outer primary
+      references returning right rollback select set table then union unique update values view
+      when where with
+    `),
     literals: words("true false null"),
   },
   json: {
@@ -66,15 +100,18 @@ const FAMILIES = {
     keywords: new Set(), literals: words("true false null"),
   },
   yaml: {
-    comment: String.raw`(?<!\S)#.*`, string: QUOTED, key: COLON, meta: String.raw`${LINE_START}---(?=\n|$)|[&*][\w-]+|![\w!]+`,
+    comment: String.raw`(?<!\S)#.*`, string: QUOTED, key: COLON,
+    meta: String.raw`${LINE_START}---(?=\n|$)|[&*][\w-]+|![\w!]+`,
     keywords: new Set(), literals: words("true false null yes no on off ~"),
   },
   toml: {
-    comment: String.raw`[#;].*`, string: `${TRIPLE}|${QUOTED}`, key: /^\s*=/, meta: String.raw`${LINE_START}[ \t]*\[[^\]\n]*\]+`,
+    comment: String.raw`[#;].*`, string: `${TRIPLE}|${QUOTED}`, key: /^\s*=/,
+    meta: String.raw`${LINE_START}[ \t]*\[[^\]\n]*\]+`,
     keywords: new Set(), literals: words("true false"),
   },
   css: {
-    comment: String.raw`\/\*[\s\S]*?(?:\*\/|$)`, string: QUOTED, meta: String.raw`@[\w-]+|#[\da-fA-F]{3,8}\b|!important`,
+    comment: String.raw`\/\*[\s\S]*?(?:\*\/|$)`, string: QUOTED,
+    meta: String.raw`@[\w-]+|#[\da-fA-F]{3,8}\b|!important`,
     keywords: new Set(), literals: new Set(),
   },
 };
@@ -181,11 +218,6 @@ function tokenizeDiff(code) {
     const kind = first === "+" ? "i" : first === "-" ? "d" : line.startsWith("@@") ? "m" : "";
     return [kind, line];
   });
-}
-
-// Whether code labelled ``language`` is highlighted
-export function knows(language) {
-  return Object.hasOwn(FAMILY_OF, String(language || "").toLowerCase());
 }
 
 // ``code`` as a fragment of text and spans; code in a language not known

@@ -36,7 +36,9 @@ function seconds(ms) {
 }
 
 const today = new Intl.DateTimeFormat(undefined, {hour: "numeric", minute: "2-digit"});
-const thisYear = new Intl.DateTimeFormat(undefined, {month: "short", day: "numeric", hour: "numeric", minute: "2-digit"});
+const thisYear = new Intl.DateTimeFormat(undefined, {
+  month: "short", day: "numeric", hour: "numeric", minute: "2-digit",
+});
 const anyDay = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "short"});
 const full = new Intl.DateTimeFormat(undefined, {dateStyle: "full", timeStyle: "medium"});
 
@@ -56,7 +58,9 @@ function timeOf(ms) {
 // ``alias``: the model's name as it was picked, when it is not the model's own
 export function usageLine(message, alias) {
   const parts = [];
-  if (message.model) parts.push(alias && alias !== message.model ? `${alias} (${message.model})` : message.model);
+  if (message.model) {
+    parts.push(alias && alias !== message.model ? `${alias} (${message.model})` : message.model);
+  }
   const usage = message.usage || {};
   if (typeof usage.input_tokens === "number") parts.push(`${usage.input_tokens.toLocaleString()} in`);
   if (typeof usage.output_tokens === "number") parts.push(`${usage.output_tokens.toLocaleString()} out`);
@@ -199,8 +203,8 @@ export class Transcript {
 
   fillNow(article) {
     this.near.unobserve(article);
-    article.fillBody?.();
-    article.fillBody = null;
+    article.renderBody?.();
+    article.renderBody = null;
   }
 
   refreshEnds() {
@@ -284,7 +288,7 @@ export class Transcript {
     article.setAttribute("aria-label", `${role} message${index !== null ? " " + (index + 1) : ""}`);
     const body = el("div", "body");
     article.append(body);
-    article.fillBody = () => this.fill(body, message, index);
+    article.renderBody = () => this.fill(body, message, index);
     if (now) { // on screen at once: laid out at once too, so the window lands where it should
       this.fillNow(article);
       article.style.contentVisibility = "visible";
