@@ -65,7 +65,10 @@ def test_the_twins_return_values_never_coroutines(tmp_path):
         foliko.update_metadata("s1", {"title": "A title"})
         tokens, counted = foliko.count_tokens("s1", "how many?")
         assert isinstance(tokens, int) and tokens > 0 and counted is False
-        assert foliko.session_titles(["s1", "missing"]) == {"s1": "A title"}
+        assert foliko.session_labels(["s1", "missing"]) == {
+            "s1": {"title": "A title", "forked_from": None},
+            "missing": {"title": None, "forked_from": None},
+        }
         spliced = foliko.splice_messages("s1", 0, 2)
         assert spliced.messages == []
 

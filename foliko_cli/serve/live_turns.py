@@ -6,7 +6,9 @@ The body: ``message``; ``model``; ``attachments``, a list of ``{name, data}``
 turn by a new answer to its message, or with ``message``, by a turn of that
 message: edit and resend); ``create`` (the session must not exist yet: the
 turn creates it, titled after its message); ``system``, the session's own
-system prompt from this turn on (kept in the turn's write).
+system prompt from this turn on (kept in the turn's write). The name of the
+model, as asked or the server's default (an alias in the config, say), is
+kept as ``model_alias`` on the turn's first message.
 
 A turn that fails before it holds its session, and before it is known to
 wait for it, is an error answer (400, 404, 409, ...). Otherwise the answer is
@@ -99,6 +101,7 @@ def plan(request: Request, body: TurnCreate) -> Turn:
     if message is None and not regenerate:
         raise ApiError(400, "message is required", param="message")
     target: dict[str, Any] = {}
+    picked = svc.model_name(body.model)  # the name asked for, or the default's
     if create:
         title = title_of(message, [a.name for a in attachments])
         start = SessionRecord(session_id, metadata={**new_metadata(), "title": title})
@@ -113,6 +116,7 @@ def plan(request: Request, body: TurnCreate) -> Turn:
         regenerate=regenerate,
         attachments=attachments,
         system=body.system,
+        annotations={"model_alias": picked} if isinstance(picked, str) else None,
         **target,
     )
 

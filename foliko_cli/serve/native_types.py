@@ -91,6 +91,7 @@ class SessionRow(Answer, kw_only=True):
     updated_at: int
     preview: str
     title: Text
+    forked_from: Text
     damaged: bool | UnsetType = UNSET
     error: str | UnsetType = UNSET
 

@@ -32,8 +32,8 @@ async def search(request: Request, query: SearchQuery):
             unreadable.append(damage.session_id)
 
     hits = await svc.search(query.q, limit=query.limit, on_unreadable=left_out)
-    titles = await svc.session_titles(list(dict.fromkeys(hit.session_id for hit in hits)))
-    rows: list[Any] = [{**hit.to_dict(), "title": titles.get(hit.session_id)} for hit in hits]
+    labels = await svc.session_labels(list(dict.fromkeys(hit.session_id for hit in hits)))
+    rows: list[Any] = [{**hit.to_dict(), "title": labels[hit.session_id]["title"]} for hit in hits]
     return SearchResults(data=rows, unreadable=unreadable)
 
 

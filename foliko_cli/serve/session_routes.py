@@ -49,11 +49,12 @@ async def list_sessions(request: Request, query: SessionsQuery):
     """Sessions, most recently updated first (``sessions list --json``).
 
     ``after`` is the last id of the previous page. Each row also has the
-    session's ``title`` (None when it has none)."""
+    session's ``title`` and ``forked_from`` (the session it was forked from),
+    None when it has none."""
     summaries = await service(request).list_sessions(sort="updated")
     listed = page_of(summaries, query, "session", lambda summary: summary.session_id)
-    titles = await service(request).session_titles([s.session_id for s in listed.data])
-    listed.data = [{**summary_to_dict(s), "title": titles.get(s.session_id)} for s in listed.data]
+    labels = await service(request).session_labels([s.session_id for s in listed.data])
+    listed.data = [{**summary_to_dict(s), **labels[s.session_id]} for s in listed.data]
     return listed
 
 

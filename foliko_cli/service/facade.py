@@ -60,7 +60,7 @@ READS = frozenset(
         "get_session",
         "list_sessions",
         "session_ids",
-        "session_titles",
+        "session_labels",
         "get_state",
         "transcript",
         "export_document",
@@ -396,7 +396,7 @@ class Foliko:
     get_session = _blocking(AsyncFoliko.get_session)
     list_sessions = _blocking(AsyncFoliko.list_sessions)
     session_ids = _blocking(AsyncFoliko.session_ids)
-    session_titles = _blocking(AsyncFoliko.session_titles)
+    session_labels = _blocking(AsyncFoliko.session_labels)
     delete_sessions = _blocking(AsyncFoliko.delete_sessions)
     rename_session = _blocking(AsyncFoliko.rename_session)
     fork_session = _blocking(AsyncFoliko.fork_session)

@@ -67,20 +67,22 @@ class SessionsMixin(ServiceBase):
         summaries.sort(key=key, reverse=reverse)
         return summaries[:limit] if limit is not None else summaries
 
-    async def session_titles(self, session_ids: list[str]) -> dict[str, str]:
-        """The titles (``metadata["title"]``: an import's, or one given) of those of
-        ``session_ids`` that have one, read without their histories; a damaged or
-        vanished session has none."""
-        titles = {}
+    async def session_labels(self, session_ids: list[str]) -> dict[str, dict[str, str | None]]:
+        """Each session's ``title`` (an import's, or one given) and ``forked_from``
+        (the session it was forked from), None when it has none, read without the
+        histories; a damaged or vanished session has neither."""
+        labels: dict[str, dict[str, str | None]] = {}
         for session_id in session_ids:
             try:
                 state = await capabilities.load_state(self.storage, session_id)
             except CorruptSessionError:
-                continue
-            title = state.metadata.get("title") if state is not None else None
-            if isinstance(title, str) and title:
-                titles[session_id] = title
-        return titles
+                state = None
+            metadata = state.metadata if state is not None else {}
+            labels[session_id] = {
+                key: value if isinstance(value := metadata.get(key), str) and value else None
+                for key in ("title", "forked_from")
+            }
+        return labels
 
     async def session_ids(self) -> list[str]:
         """Every session's id but foliko's own (``is_internal``), sorted."""

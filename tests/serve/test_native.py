@@ -13,13 +13,15 @@ def test_list_pages_like_the_cli(http, server):
     listed = run_cli(server.home, "sessions", "list", "--json")
     cli_rows = json.loads(listed.stdout)
     everything = http.get("/v1/sessions", params={"limit": 1000}).json()["data"]
-    assert [row.pop("title") for row in everything] == [None] * len(everything)  # none has one
+    extras = [(row.pop("title"), row.pop("forked_from")) for row in everything]
+    assert extras == [(None, None)] * len(everything)  # none has a title or was forked
     assert everything == cli_rows
     first = http.get("/v1/sessions", params={"limit": 2}).json()
     assert first["has_more"] and len(first["data"]) == 2
     rest = http.get("/v1/sessions", params={"limit": 1000, "after": first["last_id"]}).json()
     assert [
-        {k: v for k, v in row.items() if k != "title"} for row in first["data"] + rest["data"]
+        {k: v for k, v in row.items() if k not in ("title", "forked_from")}
+        for row in first["data"] + rest["data"]
     ] == everything
 
 

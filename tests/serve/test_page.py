@@ -14,6 +14,7 @@ import json
 import os
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,11 @@ def stored(http, session_id: str) -> dict:
     return response.json()
 
 
+def iso(ms: int) -> str:
+    """A time in ms as JavaScript's Date.toISOString writes it."""
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
+
+
 def no_sideways_scroll(page) -> bool:
     return page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
 
@@ -249,6 +255,11 @@ def test_a_conversation_from_the_first_load(browser, web, http):
     session_id = link.get_attribute("data-id")
     assert session_id.startswith("conv_")
     assert stored(http, session_id)["metadata"]["title"] == "Packing list"
+    written = [m["created_at"] for m in stored(http, session_id)["messages"]]
+    times = page.get_by_role("article").locator("time")
+    expect(times).to_have_count(2)
+    assert [times.nth(i).get_attribute("datetime") for i in range(2)] == [iso(t) for t in written]
+    expect(times.first).to_have_text(re.compile(r"\d:\d\d"))
     expect(box).to_have_value("")
 
     box.fill(MARKDOWN)
@@ -261,6 +272,11 @@ def test_a_conversation_from_the_first_load(browser, web, http):
     expect(reply.locator("th")).to_have_text(["day", "km"])
     expect(reply.locator("td").last).to_have_css("text-align", "right")
     expect(reply.locator(".code pre code")).to_have_text("print('hi')")
+    expect(reply.locator(".code code .hl-f")).to_have_text(["print"])  # highlighted
+    expect(reply.locator(".code code .hl-s")).to_have_text(["'hi'"])
+    assert reply.locator(".hl-s").evaluate("n => getComputedStyle(n).color") != reply.locator(
+        ".code code"
+    ).evaluate("n => getComputedStyle(n).color")
     expect(reply.locator("strong")).to_have_text("bold")
     expect(reply).to_contain_text('<img src=x onerror="window.__xss = 1">')
     expect(reply).to_contain_text("<script>window.__xss = 2</script>")
@@ -326,6 +342,10 @@ def test_a_conversation_from_the_first_load(browser, web, http):
     fork_id = page.locator("a.session[aria-current=page]").get_attribute("data-id")
     fork = stored(http, fork_id)
     assert fork["metadata"]["forked_from"] == session_id
+    forks = page.get_by_role("list", name="Forks of Packing list")  # under its origin
+    expect(forks.get_by_role("link")).to_have_text([re.compile(r"^Packing list \(fork\)")])
+    origin = page.locator("#sessions > li").filter(has=page.locator(f"a[data-id='{session_id}']"))
+    expect(origin.locator(f"ul.forks a[data-id='{fork_id}']")).to_have_count(1)
     assert [m["content"] for m in fork["messages"]] == ["Packing list\nfor the trip"]
 
     # a failed send: the text stays, one line says what went wrong, nothing is saved
@@ -344,6 +364,38 @@ def test_a_conversation_from_the_first_load(browser, web, http):
     expect(page.get_by_role("article")).to_have_count(3)
     expect(error).to_be_hidden()
     assert page.errors == []
+
+
+SCROLL_TO = """async (node, end) => {  // scroll to an end until its message is there
+    const frame = () => new Promise((done) => requestAnimationFrame(done));
+    const done = () => end === "top" ? node.querySelector("article[data-index='0']")
+        : node.querySelector("article:last-of-type .footer button[aria-label='Regenerate']");
+    const edge = () => node.querySelector("article[data-index]")?.dataset.index;
+    let scrolls = 0;
+    while (!done() && scrolls < 100) {
+        const shown = edge();
+        node.scrollTop = end === "top" ? 0 : node.scrollHeight;
+        scrolls++;
+        for (let i = 0; i < 60 && edge() === shown; i++) await frame();
+    }
+    node.scrollTop = end === "top" ? 0 : node.scrollHeight;
+    return scrolls;
+}"""
+
+
+def long_message(sections: int, session_id: str = "long-message") -> list[dict]:
+    """A session whose reply is ``sections`` sections of Markdown, then THE VERY END."""
+    section = (
+        "## Part {n}\n\nSome *text* of part {n}.\n\n"
+        "```python\ndef part_{n}():\n    return {n}\n```\n\n"
+    )
+    text = "".join(section.format(n=n) for n in range(sections)) + "THE VERY END"
+    messages = [
+        {"role": "user", "content": "everything, please", "created_at": 1_700_000_000_000},
+        {"role": "assistant", "content": text, "created_at": 1_700_000_001_000},
+    ]
+    metadata = {"title": session_id.replace("-", " ").capitalize(), "created_at": 1_700_000_000_000}
+    return [{"session_id": session_id, "messages": messages, "variables": {}, "metadata": metadata}]
 
 
 def long_session(count: int) -> list[dict]:
@@ -370,7 +422,7 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     exported.write_text(json.dumps(chatgpt_export()))
     imported = run_cli(web.home, "sessions", "import", "--format", "chatgpt", str(exported))
     assert imported.returncode == 0, imported.stderr
-    (tmp_path / "long.json").write_text(json.dumps(long_session(1000)))
+    (tmp_path / "long.json").write_text(json.dumps(long_session(1000) + long_message(2000)))
     assert run_cli(web.home, "sessions", "import", str(tmp_path / "long.json")).returncode == 0
 
     page = ready(open_page(browser, web.url, csp=False))
@@ -401,25 +453,45 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     articles = page.get_by_role("article")
     expect(page.get_by_role("article", name="assistant message 1000")).to_be_visible()
     assert articles.count() <= 40
-    transcript = page.locator("#transcript")
-    scrolls = transcript.evaluate(
-        """async (node) => {  // scroll to the top until the first message is there
-            const frame = () => new Promise((done) => requestAnimationFrame(done));
-            let scrolls = 0;
-            while (!node.querySelector("article[data-index='0']") && scrolls < 100) {
-                const shown = node.querySelectorAll("article").length;
-                node.scrollTop = 0;
-                scrolls++;
-                for (let i = 0; i < 60 && node.querySelectorAll("article").length === shown; i++) {
-                    await frame();
-                }
-            }
-            return scrolls;
-        }"""
+    expect(page.get_by_role("article", name="assistant message 1000")).to_contain_text(
+        "message 1000"
     )
+    transcript = page.locator("#transcript")
+    scrolls = transcript.evaluate(SCROLL_TO, "top")
     assert 20 <= scrolls <= 30  # 40 at a time
-    assert articles.count() == 1000
     assert page.locator("article").first.get_attribute("aria-label") == "user message 1"
+    first_one = page.get_by_role("article", name="user message 1", exact=True)
+    expect(first_one.locator(".body")).to_have_text("message 1")  # rendered near the screen
+    assert articles.count() <= 120  # the window moved: those furthest below left the page
+    expect(page.get_by_role("article", name="assistant message 1000")).to_have_count(0)
+    assert 20 <= transcript.evaluate(SCROLL_TO, "bottom") <= 30  # and back to the end
+    expect(page.get_by_role("article", name="assistant message 1000")).to_be_in_viewport()
+    assert articles.count() <= 120
+    expect(page.get_by_role("article", name="user message 1")).to_have_count(0)
+
+    # a long message shows its start, and all of it on asking
+    sessions.get_by_role("link", name=re.compile("^Long message")).click()
+    long_one = page.get_by_role("article", name="assistant message 2")
+    expect(long_one.get_by_role("button", name="Show all")).to_be_visible()
+    expect(long_one.locator(".cut")).to_contain_text("more characters")
+    expect(long_one).not_to_contain_text("THE VERY END")
+    assert long_one.locator("h4").count() < 300  # a piece of it, not the 2,000 sections
+    long_one.get_by_role("button", name="Show all of message 2").click()
+    expect(long_one.get_by_role("button", name="Show less of message 2")).to_be_focused()
+    end = long_one.get_by_text("THE VERY END")
+    wait_until(  # to the bottom, as the pieces on the way are rendered
+        lambda: transcript.evaluate(SCROLL_TO, "bottom") == 0 and end.count() == 1,
+        what="the end of the long message",
+    )
+    end.scroll_into_view_if_needed()
+    expect(end).to_be_in_viewport()
+    assert axe_violations(page, axe_script) == []
+    screenshot(page, "long-message-desktop")
+    expect(long_one.locator(".code code .hl-f").last).to_have_text("part_1999")
+    assert long_one.locator("h4").count() < 1000  # the pieces far from the screen are emptied
+    long_one.get_by_role("button", name="Show less").click()
+    expect(long_one.get_by_role("button", name="Show all")).to_be_focused()
+    expect(long_one).not_to_contain_text("THE VERY END")
 
     # rename, then delete and undo
     sessions.get_by_role("link", name=re.compile("^Größe")).click()
@@ -461,7 +533,7 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     expect(chips).to_have_count(0)
 
     # long lines wrap, long code scrolls inside its block
-    box.fill("x" * 3000 + "\n\n```\n" + "y" * 800 + "\n```")
+    box.fill("x" * 3000 + "\n\n```python\n# a comment\nprint('" + "y" * 800 + "', 42, None)\n```")
     box.press("Enter")
     long_reply = page.get_by_role("article", name="assistant message 4")
     expect(long_reply.locator("pre")).to_have_count(1)
@@ -491,6 +563,67 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
     assert axe_violations(phone, axe_script) == []
     screenshot(phone, "session-phone")
     assert page.errors == [] and phone.errors == []
+
+
+def test_a_large_message_under_the_pages_policy(browser, web, tmp_path):
+    """A 2 MB message opens with its start shown and the message box ready; Show all
+    finds its pieces in a worker the page's policy allows; nothing is asked of
+    any origin but the page's own."""
+    from playwright.sync_api import expect
+
+    (tmp_path / "large.json").write_text(json.dumps(long_message(25_000, "large-message")))
+    assert run_cli(web.home, "sessions", "import", str(tmp_path / "large.json")).returncode == 0
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    asked, workers, said = [], [], []
+    page.on("request", lambda request: asked.append(request.url))
+    page.on("worker", lambda worker: workers.append(worker.url))
+    page.on("console", lambda message: said.append(message.text))
+    page.goto(web.url + "/#s=large-message")
+    large = page.get_by_role("article", name="assistant message 2")
+    expect(large).to_be_in_viewport()
+    expect(page.get_by_role("textbox", name="Message")).to_be_focused()
+    expect(large.locator(".cut")).to_contain_text("more characters")
+    large.get_by_role("button", name="Show all").click()
+    expect(large.locator(".piece")).not_to_have_count(0)
+    assert large.locator(".piece").count() > 100  # 2 MB in pieces of about 16,000 characters
+    assert workers == [web.url + "/app/markdown-worker.js"]
+
+    # a tool's long result: its start, then all of it, as the text it is
+    output = "".join(f"line {n} <b>not bold</b>\n" for n in range(20_000)) + "LAST LINE"
+    tooled = [
+        {"role": "user", "content": "read it", "created_at": 1_700_000_000_000},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "x"}}],
+            "created_at": 1_700_000_000_001,
+        },
+        {
+            "role": "tool",
+            "tool_call_id": "c1",
+            "name": "read_file",
+            "content": output,
+            "created_at": 1_700_000_000_002,
+        },
+        {"role": "assistant", "content": "done", "created_at": 1_700_000_000_003},
+    ]
+    session = {"session_id": "tooled", "messages": tooled, "variables": {}, "metadata": {}}
+    (tmp_path / "tooled.json").write_text(json.dumps([session]))
+    assert run_cli(web.home, "sessions", "import", str(tmp_path / "tooled.json")).returncode == 0
+    page.goto(web.url + "/#s=tooled")
+    result = page.get_by_role("article", name="tool message 3")
+    result.get_by_text("Result of read_file").click()
+    expect(result.locator("pre").first).to_contain_text("line 0 <b>not bold</b>")
+    expect(result).not_to_contain_text("LAST LINE")
+    result.get_by_role("button", name="Show all").click()
+    end = result.get_by_text("LAST LINE")
+    to_end = "node => { node.scrollIntoView(false); return true; }"  # as its pieces are rendered
+    wait_until(lambda: result.evaluate(to_end) and end.count() == 1, what="the result's end")
+    assert result.locator("b").count() == 0
+    assert said == []  # no policy refused anything
+    assert asked and all(url.startswith(web.url + "/") for url in asked)
+    context.close()
 
 
 def test_stop_a_busy_session_and_an_image(browser, web, http, upstream):
@@ -545,6 +678,9 @@ def test_stop_a_busy_session_and_an_image(browser, web, http, upstream):
         "a tiny picture"
     )
     expect(page.get_by_role("article", name="user message 5").locator("img.thumb")).to_have_count(1)
+    usage = page.get_by_role("article", name="assistant message 6").locator(".usage")
+    expect(usage).to_have_text(re.compile(r"^slow \(openai:m\) · "))  # the name it was picked by
+    assert stored(http, "busy-s")["messages"][4]["model_alias"] == "slow"
     sent = upstream.requests[-1].body["messages"][-1]["content"]
     assert any(part.get("type") == "image_url" for part in sent)
     assert page.errors == []

@@ -113,3 +113,30 @@ def test_delete_restore_and_fork_up_to_a_message(http):
     assert [m["content"] for m in forked["messages"]] == ["one", "one", "two"]
     bad = http.post("/v1/sessions/binned/fork", json={"to": "binned-3", "upto": -1})
     assert bad.status_code == 400 and "upto" in bad.json()["error"]["message"]
+    rows = {row["session_id"]: row for row in http.get("/v1/sessions").json()["data"]}
+    assert rows["binned-2"]["forked_from"] == "binned"  # the list nests it under its origin
+    assert rows["binned"]["forked_from"] is None
+
+
+def test_a_turn_keeps_the_model_as_it_was_picked(start_server, tmp_path):
+    import httpx2 as httpx
+
+    config = tmp_path / "config.toml"
+    config.write_text('[models.quick]\nmodel = "echo"\n')
+    server = start_server(env={"FOLIKO_CONFIG": str(config), "FOLIKO_MODEL": "quick"})
+
+    def first_of_turn(body: dict) -> dict:
+        url = f"{server.url}/v1/sessions/picked/turns"
+        with httpx.stream("POST", url, json={"message": "hi", **body}, timeout=30) as answer:
+            assert answer.status_code == 200
+            done = [line for line in answer.iter_lines() if '"done"' in line]
+        assert len(done) == 1
+        messages = httpx.get(f"{server.url}/v1/sessions/picked").json()["messages"]
+        assert messages[-1]["model"] == "echo"  # the model's own name on the reply
+        return messages[-2]
+
+    assert first_of_turn({"model": "quick", "create": True})["model_alias"] == "quick"
+    assert first_of_turn({"model": "echo"})["model_alias"] == "echo"
+    assert first_of_turn({})["model_alias"] == "quick"  # the server's default, by its name
+    regenerated = first_of_turn({"message": None, "regenerate": True, "model": "echo"})
+    assert regenerated["model_alias"] == "echo" and regenerated["content"] == "hi"

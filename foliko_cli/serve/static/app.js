@@ -3,6 +3,7 @@
 // what the browser runs.
 
 import {api, ApiError, auth, sessionPath, streamTurn} from "./api.js";
+import {askedFor, fromHash} from "./opening.js";
 import {Streaming, Transcript} from "./transcript.js";
 
 const $ = (id) => document.getElementById(id);
@@ -155,32 +156,73 @@ async function moreSessions() {
   renderSessions();
 }
 
+// The rows as families, in the order of their most recent member: each fork
+// under the session it was forked from, when that one is listed too.
+function families(rows) {
+  const listed = new Map(rows.map((row) => [row.session_id, row]));
+  const parentOf = (row) => (listed.has(row.forked_from) ? row.forked_from : null);
+  const forks = new Map();
+  for (const row of rows) {
+    const parent = parentOf(row);
+    if (parent !== null) forks.set(parent, [...(forks.get(parent) || []), row]);
+  }
+  const placed = new Set();
+  const family = (row) => {
+    placed.add(row.session_id);
+    const under = (forks.get(row.session_id) || []).filter((fork) => !placed.has(fork.session_id));
+    return {row, forks: under.map(family)};
+  };
+  const out = [];
+  for (const row of rows) {
+    let top = row;
+    const seen = new Set([top.session_id]); // forks that loop are families of their own
+    while (parentOf(top) !== null && !seen.has(parentOf(top))) {
+      top = listed.get(parentOf(top));
+      seen.add(top.session_id);
+    }
+    if (!placed.has(top.session_id)) out.push(family(top));
+    if (!placed.has(row.session_id)) out.push(family(row));
+  }
+  return out;
+}
+
+function sessionItem({row, forks}) {
+  const item = document.createElement("li");
+  item.append(sessionLink(row));
+  if (forks.length) {
+    const list = document.createElement("ul");
+    list.className = "forks";
+    list.setAttribute("aria-label", `Forks of ${titleOf(row)}`);
+    list.append(...forks.map(sessionItem));
+    item.append(list);
+  }
+  return item;
+}
+
 function renderSessions() {
-  const list = $("sessions");
-  const items = state.sessions.map((row) => {
-    const item = document.createElement("li");
-    const link = document.createElement("a");
-    link.href = "#s=" + encodeURIComponent(row.session_id);
-    link.className = "session";
-    link.dataset.id = row.session_id;
-    if (row.session_id === state.current) link.setAttribute("aria-current", "page");
-    const name = document.createElement("span");
-    name.className = "name";
-    name.textContent = titleOf(row);
-    const when = document.createElement("span");
-    when.className = "when";
-    when.textContent = row.damaged ? "damaged" : ago(row.updated_at);
-    link.title = row.title ? `${row.title} (${row.session_id})` : row.session_id;
-    link.append(name, when);
-    link.addEventListener("click", (event) => {
-      event.preventDefault();
-      openSession(row.session_id).catch(showError);
-    });
-    item.append(link);
-    return item;
-  });
-  list.replaceChildren(...items);
+  $("sessions").replaceChildren(...families(state.sessions).map(sessionItem));
   $("more-sessions").hidden = !state.hasMore;
+}
+
+function sessionLink(row) {
+  const link = document.createElement("a");
+  link.href = "#s=" + encodeURIComponent(row.session_id);
+  link.className = "session";
+  link.dataset.id = row.session_id;
+  if (row.session_id === state.current) link.setAttribute("aria-current", "page");
+  const name = document.createElement("span");
+  name.className = "name";
+  name.textContent = titleOf(row);
+  const when = document.createElement("span");
+  when.className = "when";
+  when.textContent = row.damaged ? "damaged" : ago(row.updated_at);
+  link.title = row.title ? `${row.title} (${row.session_id})` : row.session_id;
+  link.append(name, when);
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    openSession(row.session_id).catch(showError);
+  });
+  return link;
 }
 
 // search
@@ -292,8 +334,10 @@ function closeSidebar() {
   $("open-sidebar").setAttribute("aria-expanded", "false");
 }
 
+const narrow = () => matchMedia("(max-width: 720px)").matches;
+
 async function openSession(id, at = null) {
-  const record = await api(sessionPath(id));
+  const record = await (askedFor(id) || api(sessionPath(id)));
   state.current = id;
   state.record = record;
   state.editing = false;
@@ -304,6 +348,7 @@ async function openSession(id, at = null) {
   setHash(id, at);
   showError(null);
   closeSidebar();
+  if (at === null && !narrow()) $("message").focus({preventScroll: true}); // a phone's keyboard stays down
   if (state.running.has(id)) notice("A turn is running in this session.");
 }
 
@@ -665,13 +710,6 @@ function wire() {
   });
 }
 
-function fromHash() {
-  const params = new URLSearchParams(location.hash.slice(1));
-  const id = params.get("s");
-  const at = params.get("m");
-  return id ? {id, at: at !== null && /^\d+$/.test(at) ? Number(at) : null} : null;
-}
-
 window.addEventListener("hashchange", () => { // a link to a session, or back and forward
   const wanted = fromHash();
   if (wanted) openSession(wanted.id, wanted.at).catch(showError);
@@ -679,6 +717,12 @@ window.addEventListener("hashchange", () => { // a link to a session, or back an
 });
 
 async function start() {
+  const wanted = fromHash();
+  const opening = wanted && openSession(wanted.id, wanted.at).catch((error) => { // while the rest loads
+    if (error.status === 401) return; // the key dialog is open
+    newSession();
+    showError(error);
+  });
   try {
     await Promise.all([loadSessions(), loadModels()]);
   } catch (error) {
@@ -686,12 +730,8 @@ async function start() {
     showError(error);
     return;
   }
-  const wanted = fromHash();
-  if (wanted) {
-    await openSession(wanted.id, wanted.at).catch((error) => { newSession(); showError(error); });
-  } else if (state.current === null) {
-    newSession();
-  }
+  if (opening) await opening;
+  else if (state.current === null) newSession();
   document.documentElement.dataset.readyAt = String(Math.round(performance.now()));
   document.documentElement.dataset.ready = "true";
 }

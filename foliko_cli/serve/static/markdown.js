@@ -5,7 +5,12 @@
 // rules. Inline: code, strong, emphasis, strikethrough, links and autolinks
 // (http, https and mailto only; images are shown as links: the page loads
 // nothing from elsewhere), hard breaks, backslash escapes. An unclosed fence
-// (a reply still streaming) is a code block to the end.
+// (a reply still streaming) is a code block to the end. Code blocks are
+// highlighted (syntax.js). Linear in the text's length, give or take an
+// emphasis that never closes; ``sections`` cuts a long text into pieces that
+// render alone as they do together.
+
+import {highlight} from "./syntax.js";
 
 const FENCE = /^ {0,3}(`{3,}|~{3,})\s*([^\s`]*)[^`]*$/;
 const HEADING = /^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$/;
@@ -13,7 +18,11 @@ const RULE = /^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$/;
 const QUOTE = /^ {0,3}> ?(.*)$/;
 const ITEM = /^( {0,12})([-*+]|\d{1,9}[.)])([ \t]+(.*))?$/;
 const DELIMITER_ROW = /^ {0,3}\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$/;
+const CLOSING_FENCE = /^ {0,3}(`{3,}|~{3,})[ \t]*$/;
 const SAFE_URL = /^(https?:\/\/|mailto:)/i;
+const AUTOLINK = /<((?:https?:\/\/|mailto:)[^\s<>]+)>/iy;
+const BARE_URL = /https?:\/\/[^\s<>]+/iy;
+const LETTER_END = /[\p{L}\p{N}]$/u;
 const PUNCTUATION = /[!-/:-@[-`{-~]/;
 
 function el(tag, className, text) {
@@ -42,7 +51,8 @@ export function codeBlock(code, language) {
   copy.addEventListener("click", () => copyText(code, copy));
   head.append(copy);
   const pre = el("pre");
-  const inner = el("code", null, code);
+  const inner = el("code");
+  inner.append(highlight(code, language));
   if (language) inner.dataset.language = language;
   pre.append(inner);
   pre.tabIndex = 0; // scrollable with the keyboard
@@ -194,7 +204,7 @@ function parseBlocks(rawLines) {
       const code = [];
       i++;
       while (i < lines.length) {
-        const closing = lines[i].match(/^ {0,3}(`{3,}|~{3,})[ \t]*$/);
+        const closing = lines[i].match(CLOSING_FENCE);
         if (closing && closing[1][0] === fence[0] && closing[1].length >= fence.length) { i++; break; }
         code.push(lines[i].slice(Math.min(indent, indentOf(lines[i]))));
         i++;
@@ -295,11 +305,33 @@ function linkTarget(text, start) {
 const DELIMS = ["**", "__", "~~", "*", "_"];
 const TAGS = {"**": "strong", "__": "strong", "~~": "del", "*": "em", "_": "em"};
 
-function closingDelimiter(text, delim, from) {
+// the run of ``char`` starting at ``i``
+function runAt(text, i, char) {
+  let end = i;
+  while (text[end] === char) end++;
+  return text.slice(i, end);
+}
+
+// the last character of ``text`` is a letter or a digit (a look at its end only)
+const wordBefore = (text) => LETTER_END.test(text.slice(-2));
+
+function match(pattern, text, at) {
+  pattern.lastIndex = at;
+  return pattern.exec(text);
+}
+
+function closingDelimiter(text, delim, from, unclosed) {
+  if (unclosed[delim] !== undefined && from >= unclosed[delim]) return -1; // searched already
+  const found = findClosing(text, delim, from);
+  if (found < 0) unclosed[delim] = from;
+  return found;
+}
+
+function findClosing(text, delim, from) {
   for (let i = from; i < text.length; i++) {
     if (text[i] === "\\") { i++; continue; }
     if (text[i] === "`") {
-      const run = text.slice(i).match(/^`+/)[0];
+      const run = runAt(text, i, "`");
       const close = text.indexOf(run, i + run.length);
       if (close > 0) { i = close + run.length - 1; continue; }
     }
@@ -314,6 +346,7 @@ function closingDelimiter(text, delim, from) {
 
 export function inline(text) {
   const out = document.createDocumentFragment();
+  const unclosed = {}; // delimiter -> where a search for its closing one failed
   let buffer = "";
   const flush = () => { if (buffer) { out.append(buffer); buffer = ""; } };
   for (let i = 0; i < text.length;) {
@@ -321,14 +354,16 @@ export function inline(text) {
     if (char === "\\" && PUNCTUATION.test(text[i + 1] || "")) { buffer += text[i + 1]; i += 2; continue; }
     if (char === "\\" && text[i + 1] === "\n") { flush(); out.append(el("br")); i += 2; continue; }
     if (char === "\n") {
-      if (/ {2,}$/.test(buffer)) { buffer = buffer.replace(/ +$/, ""); flush(); out.append(el("br")); }
+      if (buffer.endsWith("  ")) { buffer = buffer.trimEnd(); flush(); out.append(el("br")); }
       else buffer += "\n";
       i++;
       continue;
     }
     if (char === "`") {
-      const run = text.slice(i).match(/^`+/)[0];
-      const close = text.indexOf(run, i + run.length);
+      const run = runAt(text, i, "`");
+      const key = "`" + run.length;
+      const close = unclosed[key] <= i ? -1 : text.indexOf(run, i + run.length);
+      if (close < 0) unclosed[key] = i;
       if (close > 0 && text[close + run.length] !== "`") {
         let code = text.slice(i + run.length, close).replace(/\n/g, " ");
         if (/^ .* $/.test(code) && code.trim()) code = code.slice(1, -1);
@@ -363,11 +398,11 @@ export function inline(text) {
       }
     }
     if (char === "<") {
-      const auto = text.slice(i).match(/^<((?:https?:\/\/|mailto:)[^\s<>]+)>/i);
+      const auto = match(AUTOLINK, text, i);
       if (auto) { flush(); out.append(safeLink(auto[1], [auto[1]])); i += auto[0].length; continue; }
     }
-    if ((char === "h" || char === "H") && !/[\p{L}\p{N}]$/u.test(buffer)) {
-      const bare = text.slice(i).match(/^https?:\/\/[^\s<>]+/i);
+    if ((char === "h" || char === "H") && !wordBefore(buffer)) {
+      const bare = match(BARE_URL, text, i);
       if (bare) {
         let url = bare[0];
         while (/[.,:;!?'")\]]$/.test(url) && !(url.endsWith(")") && url.split("(").length > url.split(")").length - 1)) url = url.slice(0, -1);
@@ -379,8 +414,8 @@ export function inline(text) {
     }
     const delim = DELIMS.find((d) => text.startsWith(d, i));
     if (delim && text[i + delim.length] && !/\s/.test(text[i + delim.length]) &&
-        !(delim[0] === "_" && /[\p{L}\p{N}]$/u.test(buffer))) {
-      const close = closingDelimiter(text, delim, i + delim.length);
+        !(delim[0] === "_" && wordBefore(buffer))) {
+      const close = closingDelimiter(text, delim, i + delim.length, unclosed);
       if (close > 0) {
         flush();
         const node = el(TAGS[delim]);
@@ -402,4 +437,54 @@ export function renderMarkdown(text) {
   const fragment = document.createDocumentFragment();
   fragment.append(...parseBlocks(String(text).replace(/\r\n?/g, "\n").split("\n")));
   return fragment;
+}
+
+// Where ``text`` can be cut into pieces of about ``size`` characters, each of
+// which renders alone as it does in the whole: before a line at the margin
+// that follows a blank line or starts a list item, outside code blocks and
+// tables. With no such place within four times ``size``, a piece ends at the
+// end of a line, and a code block or a table goes on in the next piece after
+// its ``reopen`` (the fence, the header rows); a longer line is cut at a
+// space. [[start, end, reopen], ...] covering the text, at most ``count`` of
+// them: linear, and it reads no further than the last piece it returns.
+export function sections(text, size, count = Infinity) {
+  const out = [];
+  const most = 4 * size;
+  const endOf = (pos) => (text.indexOf("\n", pos) + 1 || text.length + 1) - 1; // of its line
+  const lineAt = (pos) => text.slice(pos, Math.min(endOf(pos), pos + 400)); // enough to know it
+  let start = 0;
+  let reopen = "";
+  let fence = null; // the code block we are in: {line, marker} of its opening
+  let table = null; // the table we are in: its header rows
+  let blankBefore = false;
+  const cut = (at) => {
+    out.push([start, at, reopen]);
+    start = at;
+    reopen = fence ? fence.line + "\n" : table || "";
+  };
+  for (let pos = 0; pos < text.length && out.length < count;) {
+    const end = endOf(pos);
+    const line = lineAt(pos);
+    if (table && (blank(line) || !line.includes("|"))) table = null;
+    const starts = !fence && !table && !blank(line) && !/^[ \t]/.test(line) &&
+      (blankBefore || ITEM.test(line));
+    if (pos > start && ((pos - start >= size && starts) || end - start > most)) cut(pos);
+    while (end - start > most && out.length < count) { // a line too long for one piece
+      const space = text.lastIndexOf(" ", start + most);
+      cut(space > Math.max(start, pos) ? space + 1 : start + most);
+    }
+    const marker = (fence ? line.match(CLOSING_FENCE) : line.match(FENCE))?.[1];
+    if (!fence && marker) {
+      fence = {line, marker};
+    } else if (marker && marker[0] === fence.marker[0] && marker.length >= fence.marker.length) {
+      fence = null;
+    } else if (!fence && !table && line.includes("|")) {
+      const next = lineAt(end + 1);
+      if (DELIMITER_ROW.test(next) && next.includes("-")) table = `${line}\n${next}\n`;
+    }
+    blankBefore = blank(line);
+    pos = end + 1;
+  }
+  if (out.length < count && (start < text.length || !out.length)) out.push([start, text.length, reopen]);
+  return out;
 }
