@@ -521,6 +521,8 @@ def check_interactive(*, dry_run: bool, as_json: bool) -> None:
 
 def expanded(facade: Any, turn: TurnRequest) -> TurnRequest:
     """The turn with a ``/prompt SERVER__NAME ...`` first line expanded."""
+    if not (turn.message or "").lstrip().startswith("/prompt"):  # is_prompt, without its module
+        return turn
     from foliko_cli.cli.prompting import expand, is_prompt
 
     return expand(facade, turn) if is_prompt(turn.message) else turn

@@ -6,14 +6,16 @@ whose import alone costs more than half of a ``foliko chat`` process (P1).
 Code on that path that would wait (a lock another process holds, a model
 or a tool that may do anything, a URL) calls ``require_loop`` first: the
 caller that drove it without a loop gets ``NeedsLoop`` before anything was
-written, and runs it again on one.
+written, and runs it again on one. ``run_to_completion`` shields what must
+not stop half-way (a commit, a lock's release) on a loop and simply awaits it
+without one.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -59,3 +61,26 @@ def _raised_by_asyncio(exc: BaseException) -> bool:
         traceback = traceback.tb_next
     where = traceback.tb_frame.f_code.co_filename if traceback is not None else ""
     return f"{os.sep}asyncio{os.sep}" in where
+
+
+async def run_to_completion(awaitable: Awaitable[T]) -> tuple[T, bool]:
+    """Await ``awaitable`` to its end; return its value and whether a
+    cancellation arrived meanwhile (it is held back, not raised): a storage
+    commit or a lock release a signal interrupts half-way would leave the
+    caller unable to say what happened. Without an event loop nothing can
+    cancel it: it is simply awaited."""
+    if running_loop() is None:
+        return await awaitable, False
+    import asyncio
+
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            cancelled = True
+            if task.done():
+                if task.cancelled():
+                    raise
+                return task.result(), True

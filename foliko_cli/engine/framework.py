@@ -18,10 +18,9 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from foliko_cli.common.loop import run_to_completion
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.context.manager import DEFAULT_MAX_IDLE_SESSIONS, DEFAULT_SESSION_TTL
-from foliko_cli.engine.events import EventEmitter
-from foliko_cli.engine.shield import run_to_completion
 from foliko_cli.engine.tools import (
     BUILTIN_TOOLS,
     Tool,
@@ -62,6 +61,35 @@ def _tell_waiting(session_id: str, holder: str | None) -> None:
     listener = _wait_listener.get()
     if listener is not None:
         listener(session_id, holder)
+
+
+Handler = Callable[..., Any]
+
+
+class EventEmitter:
+    """A minimal synchronous event emitter (on / off / emit): the Framework's
+    ``session:context-created`` and ``session:context-destroyed``."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, list[Handler]] = {}
+
+    def on(self, event: str, handler: Handler) -> Handler:
+        self._handlers.setdefault(event, []).append(handler)
+        return handler
+
+    def off(self, event: str, handler: Handler) -> bool:
+        handlers = self._handlers.get(event, [])
+        if handler in handlers:
+            handlers.remove(handler)
+            return True
+        return False
+
+    def emit(self, event: str, *args: Any) -> int:
+        """Call every handler of ``event`` in registration order; return how many ran."""
+        handlers = list(self._handlers.get(event, ()))
+        for handler in handlers:
+            handler(*args)
+        return len(handlers)
 
 
 class Framework(EventEmitter):

@@ -19,13 +19,12 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from foliko_cli.common.clock import now_ms
-from foliko_cli.common.loop import require_loop, running_loop
+from foliko_cli.common.loop import require_loop, run_to_completion, running_loop
 from foliko_cli.context import AgentContext, RequestContext, SessionContext
 from foliko_cli.context.session import SessionCheckpoint
 from foliko_cli.engine.compression import Compressor
 from foliko_cli.engine.framework import Framework
 from foliko_cli.engine.prompts import turn_system_prompt
-from foliko_cli.engine.shield import run_to_completion
 from foliko_cli.engine.tools import Tool, ToolResult
 from foliko_cli.engine.turn import TurnRequest, TurnResult
 from foliko_cli.errors import (
