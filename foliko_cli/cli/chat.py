@@ -422,7 +422,7 @@ def chat(
         if tools or functions or (chosen is not None and (chosen.tools or chosen.functions)):
             from foliko_cli.cli.templates import turn_tools
 
-            offered = turn_tools(tools, functions, chosen)
+            offered = turn_tools(tools, functions, chosen, run_code=not dry_run)
         facade = open_facade(ctx, model=model, timeout=timeout, yes=yes)
         if continue_latest:
             session_id = facade.latest_session_id()

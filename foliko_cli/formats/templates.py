@@ -99,6 +99,23 @@ class Template(NamedTuple):
     tools: tuple[str, ...] = ()
     functions: tuple[str, ...] = ()
     """Paths of Python files (relative ones from the template's directory) or Python code."""
+    trusted: bool = True
+    """False for a template file outside the user's templates directory that runs
+    code (``runs_code``) and that the user has not trusted as it is."""
+
+    def runs_code(self) -> bool:
+        """Whether a turn with it runs Python: its functions, or a tool it names
+        as ``module:function``."""
+        return bool(self.functions) or any(":" in tool for tool in self.tools)
+
+    def check_trusted(self) -> None:
+        """Refuse a template whose code the user has not trusted."""
+        if not self.trusted:
+            raise UsageError(
+                f"{self.where} runs Python code (its functions or module tools) and is "
+                "neither in your templates directory nor trusted",
+                fix=f"review it, then trust it: foliko config trust {self.path}",
+            )
 
     @property
     def where(self) -> str:
@@ -309,14 +326,20 @@ def load_template(reference: str) -> Template:
                 hint=Hint.TEMPLATES,
             )
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(
             f"cannot read template file {str(path)!r} ({reason})",
             fix="give the path of a YAML template file, or a saved template's name",
         ) from None
-    return parse_template(text, name, path, saved=saved)
+    template = parse_template(text, name, path, saved=saved)
+    if template.runs_code() and not saved and path.resolve().parent != templates_dir().resolve():
+        from foliko_cli.common.settings import trust_store
+
+        template = template._replace(trusted=trust_store().trusts(path, data))
+    return template
 
 
 def save_template(template: Template) -> tuple[Path, bool]:

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from foliko_cli.context.request import RequestContext
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.engine.tools import Tool
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord, SessionSummary
@@ -88,6 +89,8 @@ class ServiceBase:
         async def _make_handler(
             self, provider: ModelProvider, agent: str | None
         ) -> AgentChatHandler: ...
+
+        def stand_ins(self) -> tuple[Tool, ...]: ...
 
         def _keeps_trash(self, session_id: str) -> bool: ...
 

@@ -36,27 +36,44 @@ class ToolsMixin(ServiceBase):
         return self._skills
 
     async def _load_global_tools(self) -> None:
-        """Plugin tools from the config and the tools of the enabled MCP servers, once."""
+        """Plugin tools from the config and the tools of the enabled MCP servers,
+        once (a dry run loads no plugin: ``stand_ins`` shows them)."""
         if self._tools_loaded:
             return
-        if self.tools:
-            from foliko_cli.engine.plugins import load_tool
+        from foliko_cli.engine.plugins import code_stood_in, load_tool
 
+        dry = code_stood_in()
+        if self.tools and not dry:
             for reference in self.tools:
                 self.framework.register_tool(load_tool(reference))
         if self.mcp_servers:
             await self._offer_mcp_tools(None, self.mcp.enabled())
-        self._tools_loaded = True
+        self._tools_loaded = not dry
+
+    def stand_ins(self) -> tuple[Tool, ...]:
+        """The config's tools as a dry run offers them: those from code stood in for."""
+        from foliko_cli.engine.plugins import load_tool
+
+        return tuple(load_tool(reference) for reference in self.tools)
 
     async def agent_context(self, name: str) -> AgentContext:
-        """The agent's context, filled from its config (tools, skills, MCP servers)."""
+        """The agent's context, filled from its config (tools, skills, MCP servers).
+
+        A dry run builds one of its own, so that the stand-ins for the agent's
+        tools from code never replace the tools of the agent's real turns."""
+        from foliko_cli.context.agent import AgentContext
         from foliko_cli.engine.agents import agent_config, build_agent
+        from foliko_cli.engine.plugins import code_stood_in
 
         config = agent_config(name, self.agents)
-        context = self.framework.get_or_create_agent_context(name)
+        dry = code_stood_in()
+        context = AgentContext(name) if dry else self.framework.get_or_create_agent_context(name)
         for warning in build_agent(context, config, self.skills()):
             self.notify(warning)
-        if config.mcp_servers:
+        if config.mcp_servers and dry:
+            for tool in await self.mcp_tools(list(config.mcp_servers), owner=f"agent {name!r}"):
+                context.register_tool(tool)
+        elif config.mcp_servers:
             await self._offer_mcp_tools(name, list(config.mcp_servers))
         return context
 
