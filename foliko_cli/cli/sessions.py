@@ -32,6 +32,7 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
+from foliko_cli.cli.stdout import file_failure
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
@@ -316,15 +317,14 @@ def _write_output(path: Path | None, lines) -> None:
         for line in lines:
             click.echo(line)
         return
-    temporary = path.with_name(f".{path.name}.tmp")
+    from foliko_cli.common.files import replaced
+
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
+        with replaced(path) as handle:
             for line in lines:
                 handle.write(line + "\n")
-        temporary.replace(path)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror}; choose another -o path") from None
+        raise file_failure(path, exc) from None
 
 
 @sessions.command()

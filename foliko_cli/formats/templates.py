@@ -345,20 +345,18 @@ def load_template(reference: str) -> Template:
 def save_template(template: Template) -> tuple[Path, bool]:
     """Write ``template`` as ``NAME.yaml``, owner-only (over one of that name: True);
     the file is replaced whole, never left half written."""
+    from foliko_cli.common.files import replaced
+
     path = template_path(template.name)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        replaced = path.exists()
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        existed = path.exists()
+        with replaced(path) as file:
             file.write(template.to_yaml())
-        os.replace(temporary, path)
     except OSError as exc:
         raise StorageError(
             f"cannot save template {template.name!r} to {path} ({exc.strerror or exc})",
-            fix="make the directory writable, or point FOLIKO_CONFIG elsewhere",
+            fix="make the directory writable (or free some space), or point FOLIKO_CONFIG "
+            "elsewhere",
         ) from None
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path, replaced
+    return path, existed

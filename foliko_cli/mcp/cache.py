@@ -87,14 +87,12 @@ class ToolCache:
                 for t in tools
             ],
         }
-        path = self.path(config)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        from foliko_cli.common.files import replaced
+
         with contextlib.suppress(OSError):
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as out:
+            with replaced(self.path(config), text=False) as out:
                 out.write(orjson.dumps(entry))
-            os.replace(temporary, path)
 
     def forget(self, config: ServerConfig) -> None:
         """Drop the entry (the server could not start: its tools are not offered)."""

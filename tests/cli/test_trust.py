@@ -248,7 +248,10 @@ def test_a_saved_template_runs_its_functions(invoke, repo, tmp_path):
 
 def test_saving_a_template_runs_none_of_its_functions(invoke, tmp_path):
     marker = tmp_path / "marker"
-    code = f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\ndef f() -> int:\n    return 1\n"
+    code = (
+        f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n"
+        "def f() -> int:\n    return 1\n"
+    )
     saved = invoke("chat", "--save", "kit", "--functions", code, "hello")
     assert saved.exit_code == 0, saved.stderr
     assert not marker.exists()
