@@ -209,14 +209,21 @@ def show(
 
 @sessions.command()
 @sessions_argument(many=True)
+@click.option(
+    "--no-trash",
+    is_flag=True,
+    help="Delete for good, keeping no copy in the trash (frees the space at once).",
+)
 @json_flag("Print {deleted: [...], missing: [...]} as JSON.")
 @storage_option
 @click.pass_context
-def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
+def delete(ctx: click.Context, session_ids: list[str], no_trash: bool, as_json: bool) -> None:
     """Delete sessions (no prompt); prints their ids. Unknown ids are reported and exit 2.
 
     They go to the trash (foliko sessions trash list) for the undo window:
-    foliko sessions restore ID brings one back.
+    foliko sessions restore ID brings one back. When the storage is full
+    and a session cannot go into the trash, it is not deleted (exit 3):
+    --no-trash deletes it without a copy, which frees its space.
 
     \b
     Example:
@@ -225,7 +232,7 @@ def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
     if not session_ids:
         raise UsageError("name the sessions to delete: foliko sessions delete ID...")
     facade = open_facade(ctx)
-    deleted, missing = facade.delete_sessions(session_ids)
+    deleted, missing = facade.delete_sessions(session_ids, trash=not no_trash)
     if as_json:
         emit_json({"deleted": deleted, "missing": missing})
     else:
