@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 import orjson
 
+from foliko_cli.common.redaction import remembered, scrub
+
 LOGGER = "foliko.mcp"
 
 _LEVELS = {
@@ -42,7 +44,9 @@ def server_logger(server: str) -> logging.Logger:
     parent = logging.getLogger(LOGGER)
     if not any(isinstance(h, logging.NullHandler) for h in parent.handlers):
         parent.addHandler(logging.NullHandler())
-    return parent.getChild(server)
+    logger = parent.getChild(server)
+    filter_secrets(logger.name)
+    return logger
 
 
 def log_level(server: str) -> Level:
@@ -62,3 +66,31 @@ def log_notification(server: str, params: Any) -> None:
     logger = server_logger(server)
     level = _LEVELS.get(str(params.level), logging.INFO)
     logger.log(level, f"{name}: {text}" if name else text)
+
+
+class SecretFilter(logging.Filter):
+    """Hides the remembered secrets in a record's message and traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not remembered():
+            return True
+        record.msg, record.args = scrub(record.getMessage()), None
+        if record.exc_info:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            record.exc_info, record.exc_text = None, scrub(formatted)
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True
+
+
+def filter_secrets(prefix: str) -> None:
+    """Put a ``SecretFilter`` on the logger ``prefix`` and every one below it that
+    exists (a logger's filters see only its own records)."""
+    loggers = [logging.getLogger(prefix)] + [
+        logger
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith(prefix + ".") and isinstance(logger, logging.Logger)
+    ]
+    for logger in loggers:
+        if not any(isinstance(f, SecretFilter) for f in logger.filters):
+            logger.addFilter(SecretFilter())

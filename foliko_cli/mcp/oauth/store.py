@@ -42,7 +42,11 @@ class TokenFile:
     def write(self, data: dict[str, Any]) -> None:
         """Written whole to a private temporary file, then renamed over the old one."""
         from foliko_cli.common.files import replaced
+        from foliko_cli.common.redaction import remember_secrets
 
+        tokens = data.get("tokens")
+        if isinstance(tokens, dict):
+            remember_secrets(str(tokens.get(k) or "") for k in ("access_token", "refresh_token"))
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with replaced(self.path) as out:
             json.dump({**data, "server_url": self.server_url}, out, indent=2)
