@@ -409,9 +409,18 @@ def export(
     help="The tool that wrote SOURCE; told from the data when left out.",
 )
 @click.option(
+    "--branches",
+    type=click.Choice(["current", "all"]),
+    default="current",
+    show_default=True,
+    help="current: only the branch each conversation showed (the others are counted); all: "
+    "each other branch too, as a session of its own messages forked from the line it leaves.",
+)
+@click.option(
     "--main-only",
     is_flag=True,
-    help="Only the branch each conversation showed: leave out its other branches and forks.",
+    help="Only the branch each conversation showed, and no conversation a tool forked "
+    "from another one.",
 )
 @json_flag(
     "Print {imported: [...], unchanged: [...], skipped: [...], unreadable: [...]} on stdout."
@@ -423,6 +432,7 @@ def import_(
     source: str,
     on_conflict: str,
     fmt: str | None,
+    branches: str,
     main_only: bool,
     as_json: bool,
 ) -> None:
@@ -434,8 +444,10 @@ def import_(
     claude (conversations.json of a Claude.ai data export), claude-code
     (~/.claude/projects/), codex (~/.codex/sessions/), llm (its logs.db),
     openwebui (a chat export) or librechat (a conversation's JSON export).
-    A conversation becomes a session named by its id; each other branch of it
-    becomes a session ID.branch-N forked from it (left out with --main-only).
+    A conversation becomes a session named by its id; with --branches all,
+    each other branch of it becomes a session ID.branch-N of its own messages,
+    forked from the line it leaves. A message over 16 MiB is named and its
+    conversation left out (in foliko's own export: nothing is imported).
 
     Idempotent: sessions already stored with the same content are left alone.
     The summary goes to stderr (to stdout as JSON with --json). A conversation
@@ -451,7 +463,9 @@ def import_(
     """
     from foliko_cli.cli.imports import left_out, read_source
 
-    imported = read_source(source, fmt, main_only)
+    if main_only and branches == "all":
+        raise UsageError("--main-only leaves out the branches --branches all asks for; drop one")
+    imported = read_source(source, fmt, main_only, branches)
     records = imported.records
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(
