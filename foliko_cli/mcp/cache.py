@@ -13,6 +13,11 @@ tools and its entry is rewritten: when it starts, and when it says its list
 changed (``tools/list_changed``). A missing, outdated or unreadable entry is a
 miss, and the server is started to list its tools; a cache that cannot be
 written is skipped (the server then starts on every turn, as without it).
+
+A server that failed to start leaves an entry saying so: for
+``BACKOFF_SECONDS`` no turn starts it again (each says it is left out), so a
+broken server does not cost every turn its start-up timeout; a change of the
+keys above names another entry, which is tried at once.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from foliko_cli.mcp.server_config import ServerConfig
 DIRECTORY = "mcp-tools"
 FORMAT = 1
 TTL_SECONDS = 24 * 3600
+BACKOFF_SECONDS = 60
 
 
 def config_key(config: ServerConfig) -> str:
@@ -73,20 +79,43 @@ class ToolCache:
             return None
 
     def store(self, config: ServerConfig, tools: list[ServerTool]) -> None:
-        entry = {
-            "format": FORMAT,
-            "server": config.name,
-            "listed_at": time.time(),
-            "tools": [
-                {
-                    "name": t.name,
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                    "read_only": t.read_only,
-                }
-                for t in tools
-            ],
-        }
+        self._write(
+            config,
+            {
+                "format": FORMAT,
+                "server": config.name,
+                "listed_at": time.time(),
+                "tools": [
+                    {
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.input_schema,
+                        "read_only": t.read_only,
+                    }
+                    for t in tools
+                ],
+            },
+        )
+
+    def failed(self, config: ServerConfig, error: str | None) -> None:
+        """The server could not start: no tools are offered, and the failure is kept."""
+        self._write(
+            config,
+            {"format": FORMAT, "server": config.name, "failed_at": time.time(), "error": error},
+        )
+
+    def failure(self, config: ServerConfig, now: float | None = None) -> tuple[float, str] | None:
+        """``(seconds ago, why)`` of the server's failure to start, within the back-off."""
+        try:
+            entry = orjson.loads(self.path(config).read_bytes())
+            age = (time.time() if now is None else now) - entry["failed_at"]
+            if entry.get("format") == FORMAT and 0 <= age < BACKOFF_SECONDS:
+                return age, str(entry.get("error") or "it failed")
+        except (OSError, orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+            pass
+        return None
+
+    def _write(self, config: ServerConfig, entry: dict[str, Any]) -> None:
         from foliko_cli.common.files import replaced
 
         with contextlib.suppress(OSError):
@@ -95,6 +124,6 @@ class ToolCache:
                 out.write(orjson.dumps(entry))
 
     def forget(self, config: ServerConfig) -> None:
-        """Drop the entry (the server could not start: its tools are not offered)."""
+        """Drop the entry (its list is outdated: the next turn lists the tools again)."""
         with contextlib.suppress(OSError):
             self.path(config).unlink(missing_ok=True)

@@ -185,6 +185,8 @@ class ServerConnection:
         self.tools: list[ServerTool] = []
         """What the server lists (or, before it starts, what it listed last time)."""
         self.restarts = 0
+        self.backed_off = False
+        """Failed because it failed to start a short while ago (``cache.failure``)."""
         self.on_tools = on_tools
         self.on_changed = on_changed
         self.on_elicit = on_elicit

@@ -119,12 +119,16 @@ class ToolsMixin(ServiceBase):
         return [self.mcp.status(name) for name in names]
 
     async def mcp_tool_list(self, server: str | None = None) -> list[dict[str, Any]]:
-        """Each tool of the server (or of every server), also those the config leaves out."""
+        """Each tool of the server (or of every server), also those the config leaves
+        out. Two tools that would reach the model under one name are a UsageError
+        naming both servers, as in a turn."""
+        names = list(self.mcp.configs)
         if server is not None:
             await self.mcp.start(self.mcp.check([server], "mcp tools"))
-            return self.mcp.tool_rows([server])
-        await self.start_mcp_servers()
-        return self.mcp.tool_rows(self.mcp.configs)
+        else:
+            await self.start_mcp_servers()
+        self.mcp.tools(names if server is None else [server], beside=self.mcp.enabled())
+        return self.mcp.tool_rows(names if server is None else [server])
 
     async def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
         """The tools of these servers: a server whose tool list is cached starts
