@@ -44,8 +44,8 @@ def _positive_int(value: Any) -> int:
         number = int(value)
     except (TypeError, ValueError, OverflowError):
         raise ValueError("must be a whole number, such as 10") from None
-    if number < 1:
-        raise ValueError("must be at least 1")
+    if not 1 <= number <= 2**31 - 1:
+        raise ValueError("must be a whole number from 1 to 2,147,483,647")
     return number
 
 

@@ -268,6 +268,8 @@ def test_bad_value_in_the_environment_exits_2(invoke, places, monkeypatch, name,
     result = invoke("chat", "-s", "s", "hi")
     assert result.exit_code == 2
     assert f"from env {name}" in result.stderr
+    assert "could not convert" not in result.stderr and "invalid literal" not in result.stderr
+    assert result.stderr.count("\n") == 1
     assert not (Path(os.environ["FOLIKO_HOME"]) / "sessions.db").exists()
 
 

@@ -307,6 +307,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
 
     async def show(url: str) -> None:
         assert login is not None
+        login.loopback.expect(url)
         login.open_url(url)
 
     async def wait() -> AuthorizationCodeResult:
