@@ -76,6 +76,7 @@ def free_bytes(path: Path) -> int:
     return stat.f_bavail * stat.f_frsize
 
 
+@pytest.mark.slow
 def test_on_a_full_disk_delete_says_so_and_no_trash_frees_space(tmp_path):
     """Was: a full home could not be emptied: every delete first wrote the trash."""
     with small_disk(tmp_path / "disk", size="2m") as disk:

@@ -20,6 +20,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+pytestmark = pytest.mark.slow  # dozens of processes: in `make test`, not test-fast
+
 FOLIKO = str(Path(sys.executable).with_name("foliko"))
 BIG = "x" * 300_000  # more than the free room left for the "fills up" case
 FREE_ROOM = 64 * 1024
