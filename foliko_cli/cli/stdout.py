@@ -12,6 +12,7 @@ from every other OSError (a file foliko reads, a socket): it raises
 from __future__ import annotations
 
 import errno
+import io
 import os
 import sys
 from typing import Any
@@ -116,6 +117,7 @@ def _whole_writes(stream: Any) -> Any:
     return writer(
         fd,
         closefd=False,
+        buffered=isinstance(getattr(stream, "buffer", None), io.BufferedWriter),
         encoding=stream.encoding,
         errors=stream.errors,
         line_buffering=stream.line_buffering,

@@ -41,16 +41,23 @@ def writer(
     *,
     text: bool = True,
     closefd: bool = True,
+    buffered: bool = True,
     encoding: str = "utf-8",
     errors: str = "strict",
     line_buffering: bool = False,
 ) -> IO[Any]:
-    """A buffered stream over ``fd`` whose writes are whole (text unless ``text`` is False)."""
-    buffered = io.BufferedWriter(WholeWrites(fd, "w", closefd=closefd))
+    """A stream over ``fd`` whose writes are whole (text unless ``text`` is
+    False; written at once, as ``python -u`` writes, unless ``buffered``)."""
+    raw = WholeWrites(fd, "w", closefd=closefd)
+    binary: Any = io.BufferedWriter(raw) if buffered else raw
     if not text:
-        return buffered
+        return binary
     return io.TextIOWrapper(
-        buffered, encoding=encoding, errors=errors, line_buffering=line_buffering
+        binary,
+        encoding=encoding,
+        errors=errors,
+        line_buffering=line_buffering,
+        write_through=not buffered,
     )
 
 

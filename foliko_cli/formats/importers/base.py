@@ -43,7 +43,6 @@ HEAD_BYTES = 256 * 1024
 SNIFFED = 8  # the items of a JSON export sniffing looks at
 BOM = b"\xef\xbb\xbf"
 BRANCH_SUFFIX = ".branch-"
-BRANCHES = ("current", "all")
 LEFT_OUT_BRANCH = "branch(es)"
 LEFT_OUT_FORK = "fork(s)"
 LEFT_OUT_PART = "hidden, reasoning or unsupported item(s)"
@@ -415,10 +414,9 @@ def _as_branches(
     the lines before it (those that add nothing are dropped)."""
     found = [branch for branch in branches if isinstance(branch, Branch)]
     histories = [history for history in branches if not isinstance(history, Branch)]
-    lines = _Lines(main) if histories else None
-    for history in histories:
-        placed = lines.add(history) if lines is not None else None
-        if lines is not None and placed is not None:
+    if histories:
+        lines = _Lines(main)
+        for placed in filter(None, map(lines.add, histories)):
             parent, shared, own = placed
             turns = fork_origin("", lines.full[parent], shared)["forked_at_turn"]
             found.append(Branch(own, parent, shared, turns))
