@@ -12,13 +12,14 @@ from pathlib import Path
 
 import orjson
 import pytest
+from filesystems import small_filesystem
 
 from foliko_cli.errors import ExitCode, StorageError, TrashFullError
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.storage import trash
 from foliko_cli.storage.memory import MemoryStorage
 
-from .test_full_disk import fill, small_disk
+from .test_full_disk import fill
 
 FOLIKO = str(Path(sys.executable).with_name("foliko"))
 FULL = "SQLite database /x/sessions.db failed: database or disk is full"
@@ -79,7 +80,7 @@ def free_bytes(path: Path) -> int:
 @pytest.mark.slow
 def test_on_a_full_disk_delete_says_so_and_no_trash_frees_space(tmp_path):
     """Was: a full home could not be emptied: every delete first wrote the trash."""
-    with small_disk(tmp_path / "disk", size="2m") as disk:
+    with small_filesystem(tmp_path / "disk", size="2m") as disk:
         env = {**os.environ, "FOLIKO_HOME": str(disk / "home"), "FOLIKO_STORAGE": "json"}
         message = {"role": "user", "content": "x" * 200_000}
         sessions = b"".join(

@@ -19,32 +19,13 @@ from pathlib import Path
 
 import orjson
 import pytest
+from filesystems import small_filesystem
 
 pytestmark = pytest.mark.slow  # dozens of processes: in `make test`, not test-fast
 
 FOLIKO = str(Path(sys.executable).with_name("foliko"))
 BIG = "x" * 300_000  # more than the free room left for the "fills up" case
 FREE_ROOM = 64 * 1024
-
-
-@contextlib.contextmanager
-def small_disk(path: Path, size: str = "512k") -> Iterator[Path]:
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if mounted.returncode != 0:
-        reason = f"cannot mount a small tmpfs here: {mounted.stderr.strip() or 'not root'}"
-        if os.environ.get("FOLIKO_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"FOLIKO_REQUIRE_SERVICES=1 but {reason}")
-        pytest.skip(reason)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 def fill(disk: Path, leave: int = 0) -> None:
@@ -62,7 +43,7 @@ def fill(disk: Path, leave: int = 0) -> None:
 
 @pytest.fixture(scope="module")
 def disk(tmp_path_factory) -> Iterator[Path]:
-    with small_disk(tmp_path_factory.mktemp("full") / "disk") as mounted:
+    with small_filesystem(tmp_path_factory.mktemp("full") / "disk") as mounted:
         yield mounted
 
 
