@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import select
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -28,6 +27,8 @@ class WholeWrites(io.FileIO):
         while done < len(view):
             written = super().write(view[done:])
             if written is None:  # a non-blocking descriptor that is full for now
+                import select
+
                 select.select([], [self.fileno()], [])
                 continue
             if written == 0:

@@ -518,7 +518,7 @@ def _project_settings(
     from foliko_cli.common.trust import TrustStore
 
     assert data is not None
-    store = TrustStore(state_home(user, env))
-    if store.trusts(path, data):
+    state = TrustStore(state_home(user, env)).state(path, data)
+    if state == "trusted":
         return table, table, None
-    return table, _trusted_part(table), Untrusted(path, held, store.knows(path))
+    return table, _trusted_part(table), Untrusted(path, held, state == "changed")

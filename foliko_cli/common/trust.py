@@ -12,7 +12,6 @@ content trusted.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +21,8 @@ TRUST_FILE = "trusted.json"
 
 
 def digest(data: bytes) -> str:
+    import hashlib  # OpenSSL's: loaded only when a file is hashed
+
     return hashlib.sha256(data).hexdigest()
 
 
@@ -58,13 +59,14 @@ class TrustStore:
             return {}
         return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
 
-    def trusts(self, path: Path, data: bytes) -> bool:
-        """Whether the user trusted ``path`` holding exactly ``data``."""
-        return self._read().get(key(path)) == digest(data)
-
-    def knows(self, path: Path) -> bool:
-        """Whether some content of ``path`` was trusted (it may have changed since)."""
-        return key(path) in self._read()
+    def state(self, path: Path, data: bytes) -> str:
+        """``trusted`` (the user trusted ``path`` holding exactly ``data``),
+        ``changed`` (other content of it) or ``unknown``; a file never trusted
+        is not hashed."""
+        sha = self._read().get(key(path))
+        if sha is None:
+            return "unknown"
+        return "trusted" if sha == digest(data) else "changed"
 
     def entries(self) -> list[Trusted]:
         rows = []

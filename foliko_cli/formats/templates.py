@@ -338,7 +338,7 @@ def load_template(reference: str) -> Template:
     if template.runs_code() and not saved and path.resolve().parent != templates_dir().resolve():
         from foliko_cli.common.settings import trust_store
 
-        template = template._replace(trusted=trust_store().trusts(path, data))
+        template = template._replace(trusted=trust_store().state(path, data) == "trusted")
     return template
 
 
