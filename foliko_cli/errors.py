@@ -40,6 +40,7 @@ class Hint:
     TEMPLATES = "templates"
     EDIT_TEMPLATE = "edit_template"
     KEEP = "keep"
+    NO_TRASH = "no_trash"
 
 
 class FolikoError(Exception):
@@ -164,6 +165,28 @@ class StorageError(FolikoError):
     http_status = 503
     code = "storage_error"
     retryable = True
+
+
+class TrashFullError(StorageError):
+    """A session could not be moved into the trash because the storage is full:
+    nothing of it was removed. Deleting it without a copy frees the space."""
+
+    def __init__(self, session_id: str, done: list[str], cause: StorageError):
+        before = f"deleted {', '.join(map(repr, done))}; " if done else ""
+        super().__init__(
+            f"{before}session {session_id!r} was not deleted: the trash could not be "
+            f"written, the storage is full ({cause.problem})",
+            fix="to free space, delete it without keeping a copy in the trash",
+            hint=Hint.NO_TRASH,
+        )
+        self.session_id = session_id
+        self.done = done
+
+
+def storage_full(exc: StorageError) -> bool:
+    """Whether a storage error says the disk (or database) is full."""
+    text = str(exc)
+    return any(sign in text for sign in ("No space left", "disk is full", "could not extend"))
 
 
 class ConflictError(StorageError):

@@ -36,7 +36,6 @@ TABLES_USED = {
     "mcp": ("mcp_servers",),
 }
 """The config tables each command reads; an unknown key in another is a warning."""
-_warned: set[str] = set()
 
 
 def settings_for(ctx: click.Context, **flags) -> Settings:
@@ -48,10 +47,14 @@ def settings_for(ctx: click.Context, **flags) -> Settings:
     stopping = [problem for problem in settings.problems if problem.table in used]
     if stopping:
         raise UsageError(stopping[0].message)
-    for problem in settings.problems:
-        if problem.message not in _warned:
-            _warned.add(problem.message)
-            note(f"warning: {problem.message}")
+    warnings = [problem.message for problem in settings.problems]
+    if settings.untrusted is not None:
+        warnings.append(settings.untrusted.message())
+    warned = root.meta.setdefault("foliko.warned", set())  # once per command
+    for message in warnings:
+        if message not in warned:
+            warned.add(message)
+            note(f"warning: {message}")
     return settings
 
 

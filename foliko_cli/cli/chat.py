@@ -506,7 +506,7 @@ def offered_tools(
         return ()
     from foliko_cli.cli.templates import turn_tools
 
-    return turn_tools(tools, functions, chosen)
+    return turn_tools(tools, functions, chosen, run_code=not dry_run)
 
 
 def check_interactive(*, dry_run: bool, as_json: bool) -> None:

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 import sys
 
-from foliko_cli.formats.importers.base import LEFT_OUT_BRANCH, Imported
+from foliko_cli.formats.importers.base import LEFT_OUT_BRANCH, LEFT_OUT_FORK, Imported
 from foliko_cli.formats.importers.reading import read
 
 
-def read_source(source: str, fmt: str | None, main_only: bool) -> Imported:
+def read_source(source: str, fmt: str | None, main_only: bool, branches: str) -> Imported:
     stdin = sys.stdin.buffer.read() if source == "-" else None
-    return read(source, fmt, main_only=main_only, stdin=stdin)
+    return read(source, fmt, main_only=main_only, branches=branches, stdin=stdin)
 
 
 def left_out(imported: Imported) -> str:
     """What the summary adds: what was left out on purpose, when anything was."""
     if not imported.left_out:
         return ""
+    why = {LEFT_OUT_BRANCH: " (--branches all imports them)", LEFT_OUT_FORK: " (--main-only)"}
     counts = ", ".join(
-        f"{count} {what}" + (" (--main-only)" if what == LEFT_OUT_BRANCH else "")
+        f"{count} {what}" + ("" if imported.main_only else why.get(what, ""))
         for what, count in sorted(imported.left_out.items())
     )
     return f"; left out {counts}"

@@ -54,6 +54,7 @@ FLAGS = {
     Hint.TEMPLATES: "foliko templates list",
     Hint.EDIT_TEMPLATE: "foliko templates edit NAME",
     Hint.KEEP: "--keep N",
+    Hint.NO_TRASH: "foliko sessions delete --no-trash ID...",
 }
 
 

@@ -32,6 +32,7 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
+from foliko_cli.cli.stdout import file_failure
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
@@ -208,14 +209,21 @@ def show(
 
 @sessions.command()
 @sessions_argument(many=True)
+@click.option(
+    "--no-trash",
+    is_flag=True,
+    help="Delete for good, keeping no copy in the trash (frees the space at once).",
+)
 @json_flag("Print {deleted: [...], missing: [...]} as JSON.")
 @storage_option
 @click.pass_context
-def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
+def delete(ctx: click.Context, session_ids: list[str], no_trash: bool, as_json: bool) -> None:
     """Delete sessions (no prompt); prints their ids. Unknown ids are reported and exit 2.
 
     They go to the trash (foliko sessions trash list) for the undo window:
-    foliko sessions restore ID brings one back.
+    foliko sessions restore ID brings one back. When the storage is full
+    and a session cannot go into the trash, it is not deleted (exit 3):
+    --no-trash deletes it without a copy, which frees its space.
 
     \b
     Example:
@@ -224,7 +232,7 @@ def delete(ctx: click.Context, session_ids: list[str], as_json: bool) -> None:
     if not session_ids:
         raise UsageError("name the sessions to delete: foliko sessions delete ID...")
     facade = open_facade(ctx)
-    deleted, missing = facade.delete_sessions(session_ids)
+    deleted, missing = facade.delete_sessions(session_ids, trash=not no_trash)
     if as_json:
         emit_json({"deleted": deleted, "missing": missing})
     else:
@@ -316,15 +324,14 @@ def _write_output(path: Path | None, lines) -> None:
         for line in lines:
             click.echo(line)
         return
-    temporary = path.with_name(f".{path.name}.tmp")
+    from foliko_cli.common.files import replaced
+
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
+        with replaced(path) as handle:
             for line in lines:
                 handle.write(line + "\n")
-        temporary.replace(path)
     except OSError as exc:
-        temporary.unlink(missing_ok=True)
-        raise UsageError(f"cannot write {path}: {exc.strerror}; choose another -o path") from None
+        raise file_failure(path, exc) from None
 
 
 @sessions.command()
@@ -402,9 +409,18 @@ def export(
     help="The tool that wrote SOURCE; told from the data when left out.",
 )
 @click.option(
+    "--branches",
+    type=click.Choice(["current", "all"]),
+    default="current",
+    show_default=True,
+    help="current: only the branch each conversation showed (the others are counted); all: "
+    "each other branch too, as a session of its own messages forked from the line it leaves.",
+)
+@click.option(
     "--main-only",
     is_flag=True,
-    help="Only the branch each conversation showed: leave out its other branches and forks.",
+    help="Only the branch each conversation showed, and no conversation a tool forked "
+    "from another one.",
 )
 @json_flag(
     "Print {imported: [...], unchanged: [...], skipped: [...], unreadable: [...]} on stdout."
@@ -416,6 +432,7 @@ def import_(
     source: str,
     on_conflict: str,
     fmt: str | None,
+    branches: str,
     main_only: bool,
     as_json: bool,
 ) -> None:
@@ -427,8 +444,10 @@ def import_(
     claude (conversations.json of a Claude.ai data export), claude-code
     (~/.claude/projects/), codex (~/.codex/sessions/), llm (its logs.db),
     openwebui (a chat export) or librechat (a conversation's JSON export).
-    A conversation becomes a session named by its id; each other branch of it
-    becomes a session ID.branch-N forked from it (left out with --main-only).
+    A conversation becomes a session named by its id; with --branches all,
+    each other branch of it becomes a session ID.branch-N of its own messages,
+    forked from the line it leaves. A message over 16 MiB is named and its
+    conversation left out (in foliko's own export: nothing is imported).
 
     Idempotent: sessions already stored with the same content are left alone.
     The summary goes to stderr (to stdout as JSON with --json). A conversation
@@ -444,7 +463,9 @@ def import_(
     """
     from foliko_cli.cli.imports import left_out, read_source
 
-    imported = read_source(source, fmt, main_only)
+    if main_only and branches == "all":
+        raise UsageError("--main-only leaves out the branches --branches all asks for; drop one")
+    imported = read_source(source, fmt, main_only, branches)
     records = imported.records
     with progress(len(records), "importing") as advance:
         report = open_facade(ctx).import_sessions(

@@ -12,6 +12,7 @@ from every other OSError (a file foliko reads, a socket): it raises
 from __future__ import annotations
 
 import errno
+import io
 import os
 import sys
 from typing import Any
@@ -100,7 +101,27 @@ def guard_stdout() -> None:
                 os.close(fd)
         sys.stdout = GuardedStdout(_Closed())
     elif not isinstance(sys.stdout, _Guarded):
-        sys.stdout = GuardedStdout(sys.stdout)
+        sys.stdout = GuardedStdout(_whole_writes(sys.stdout))
+
+
+def _whole_writes(stream: Any) -> Any:
+    """``stream`` rebuilt over a raw layer that writes everything or raises: the
+    one Python gives takes a short write (a disk that filled up) as done."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):
+        return stream
+    from foliko_cli.common.files import writer
+
+    stream.flush()
+    return writer(
+        fd,
+        closefd=False,
+        buffered=isinstance(getattr(stream, "buffer", None), io.BufferedWriter),
+        encoding=stream.encoding,
+        errors=stream.errors,
+        line_buffering=stream.line_buffering,
+    )
 
 
 def stdout_failed(exc: BaseException) -> bool:
@@ -137,3 +158,21 @@ def flush_stdout() -> None:
     """Flush now, so that a late write error is reported, not lost at exit."""
     if sys.stdout is not None:
         sys.stdout.flush()
+
+
+_BAD_PATH = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EACCES, errno.EPERM})
+
+
+def file_failure(path: Any, exc: OSError) -> Exception:
+    """A file a command was asked to write (``-o FILE``) that could not be written
+    whole: a path that cannot be one is a usage error (exit 2), a full disk or
+    any other failure to write an OutputError (exit 3). Nothing was replaced."""
+    from foliko_cli.errors import UsageError
+
+    reason = exc.strerror or str(exc)
+    if exc.errno in _BAD_PATH:
+        return UsageError(f"cannot write {path} ({reason})", fix="choose another -o path")
+    return OutputError(
+        f"cannot write {path} ({reason}); nothing was written there",
+        fix="free some space or choose another -o path",
+    )

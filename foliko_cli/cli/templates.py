@@ -45,11 +45,30 @@ NOT_SAVED = {
 
 
 def turn_tools(
-    references: Sequence[str], functions: Sequence[str], template: Template | None = None
+    references: Sequence[str],
+    functions: Sequence[str],
+    template: Template | None = None,
+    *,
+    run_code: bool = True,
 ) -> tuple[Tool, ...]:
     """The tools one turn offers besides the configured ones: the template's, then
     ``-T`` names (a built-in, a plugin, module:function), then every function of the
-    ``--functions`` files or code; a name given twice is refused."""
+    ``--functions`` files or code; a name given twice is refused. Without
+    ``run_code`` (a dry run, a template being saved) no code is imported or run:
+    the tools from code are stand-ins, by name."""
+    from foliko_cli.engine.plugins import no_code
+
+    if template is not None:
+        template.check_trusted()
+    if not run_code:
+        with no_code():
+            return _turn_tools(references, functions, template)
+    return _turn_tools(references, functions, template)
+
+
+def _turn_tools(
+    references: Sequence[str], functions: Sequence[str], template: Template | None
+) -> tuple[Tool, ...]:
     from foliko_cli.engine.plugins import function_tools, is_code, load_tool
 
     found: dict[str, tuple[Tool, str]] = {}
@@ -147,7 +166,7 @@ def save_from_chat(
 
         model_spec(model, settings_for(ctx).models)
     check_options(options)
-    turn_tools(tools, functions)
+    turn_tools(tools, functions, run_code=False)
     template = Template(
         name,
         prompt=read_message(),

@@ -100,15 +100,23 @@ def run(
 
 
 def known_tools(ctx: click.Context, agent: str | None) -> set[str]:
-    """The tools a workflow's tool steps may call: built-ins, the config's, the agent's."""
-    from foliko_cli.engine.plugins import load_tool
+    """The tools a workflow's tool steps may call: built-ins, the config's, the
+    agent's, by name (no plugin is imported: validating runs no code)."""
+    from foliko_cli.engine.plugins import load_tool, no_code
     from foliko_cli.engine.tools import BUILTIN_TOOLS
 
     settings = settings_for(ctx)
     names = {tool.name for tool in BUILTIN_TOOLS}
-    names.update(load_tool(reference).name for reference in settings.tools)
+    with no_code():
+        names.update(load_tool(reference).name for reference in settings.tools)
     if agent:
-        names.update(open_facade(ctx).agent_context(agent).tools)
+        facade = open_facade(ctx)
+
+        async def agent_tools() -> set[str]:
+            with no_code():
+                return set((await facade.service.agent_context(agent)).tools)
+
+        names.update(facade.run(agent_tools()))
     return names
 
 

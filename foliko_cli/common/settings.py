@@ -15,28 +15,37 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from foliko_cli.common.trust import TrustStore
 
 PROJECT_FILE = "foliko.toml"
 
 
 def _positive_float(value: Any) -> float:
-    if isinstance(value, bool):
-        raise ValueError("must be a number of seconds")
-    number = float(value)
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("must be a number of seconds, such as 30 or 2.5") from None
     if not math.isfinite(number) or number <= 0:
         raise ValueError("must be a finite number greater than 0")
     return number
 
 
 def _positive_int(value: Any) -> int:
-    if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
-        raise ValueError("must be a whole number")
-    number = int(value)
-    if number < 1:
-        raise ValueError("must be at least 1")
+    try:
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError("must be a whole number, such as 10") from None
+    if not 1 <= number <= 2**31 - 1:
+        raise ValueError("must be a whole number from 1 to 2,147,483,647")
     return number
 
 
@@ -230,19 +239,30 @@ def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
     ``required`` names what made the file required (e.g. ``FOLIKO_CONFIG``):
     then a missing file is an error too.
     """
+    return parse_toml(path, _file_bytes(path, required))
+
+
+def _file_bytes(path: Path, required: str | None = None) -> bytes | None:
+    """The file's bytes, None when it does not exist (an error when ``required``)."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         if required:
             raise UsageError(
                 f"config file {path} (from {required}) does not exist; "
                 f"create it or unset {required}"
             ) from None
-        return {}
+        return None
     except OSError as exc:
         raise UsageError(
             f"cannot read config file {path}: {exc.strerror}; fix its permissions"
         ) from None
+
+
+def parse_toml(path: Path, data: bytes | None) -> dict[str, Any]:
+    """The settings in ``data``, the content of the config file ``path`` (None: {})."""
+    if data is None:
+        return {}
     import tomllib
 
     try:
@@ -278,6 +298,53 @@ def read_toml(path: Path, *, required: str | None = None) -> dict[str, Any]:
     return table
 
 
+HARMLESS = ("model", "timeout", "max_steps", "context_window")
+"""The settings a project file applies before it is trusted: none of them runs
+code, sends a key, moves the sessions or changes what is sent to the model."""
+MODEL_SERVER_KEYS = ("base_url", "api_key_env", "api_key")
+"""An alias holding one of these sends a key somewhere: it waits for trust."""
+
+
+class Untrusted(NamedTuple):
+    """A project file not (or no longer) trusted: what in it was left out."""
+
+    path: Path
+    held: tuple[str, ...]
+    changed: bool
+
+    def message(self) -> str:
+        shown = ", ".join(self.held[:6]) + (
+            f" and {len(self.held) - 6} more" if len(self.held) > 6 else ""
+        )
+        state = "has changed since it was trusted" if self.changed else "is not trusted"
+        return (
+            f"{self.path} {state}, so its {shown} are not used; review it, then "
+            f"trust it with: foliko config trust {self.path}"
+        )
+
+
+def needs_trust(table: Mapping[str, Any]) -> tuple[str, ...]:
+    """What in a project file's settings takes effect only once the file is
+    trusted, named as the file spells it (``tools``, ``[mcp_servers.files]``)."""
+    held = [display_name(key) for key in FIELDS if key in table and key not in HARMLESS]
+    for name, entry in table.get("models", {}).items():
+        if any(key in entry for key in MODEL_SERVER_KEYS):
+            held.append(f"[models.{name}]")
+    held += [f"[{t}.{name}]" for t in ("agents", "mcp_servers") for name in table.get(t, {})]
+    return tuple(held)
+
+
+def _trusted_part(table: dict[str, Any]) -> dict[str, Any]:
+    """The part of a project file's settings that applies before it is trusted."""
+    kept: dict[str, Any] = {key: table[key] for key in HARMLESS if key in table}
+    kept["models"] = {
+        name: entry
+        for name, entry in table.get("models", {}).items()
+        if not any(key in entry for key in MODEL_SERVER_KEYS)
+    }
+    return kept
+
+
 class Settings(NamedTuple):
     home: Path
     storage: Any  # a storage spec, or an opened adapter (serve's per-user view)
@@ -297,6 +364,8 @@ class Settings(NamedTuple):
     problems: tuple[ConfigProblem, ...] = ()
     """Unknown keys in the tables' entries: each command decides whether the
     ones in the tables it uses stop it (see ``cli.app``)."""
+    untrusted: Untrusted | None = None
+    """The project file, when some of it waits for the user's trust."""
 
     def shown(self) -> list[tuple[str, Any, str]]:
         """(key, value with secrets redacted, source) for ``config show``.
@@ -359,8 +428,8 @@ def load_settings(
     env = os.environ if env is None else env
     user_path = user_config_path(env)
     project_path = find_project_file(cwd or Path.cwd())
-    project = read_toml(project_path)
     user = read_toml(user_path, required="FOLIKO_CONFIG" if env.get("FOLIKO_CONFIG") else None)
+    written, project, untrusted = _project_settings(project_path, user_path, user, env)
     layers: list[tuple[str, Mapping[str, Any]]] = [
         ("flag", {k: v for k, v in flags.items() if v is not None}),
         ("env", {k: env[env_name(k)] for k in FIELDS if env.get(env_name(k))}),
@@ -369,20 +438,15 @@ def load_settings(
     ]
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for key, spec in FIELDS.items():
-        values[key], sources[key] = spec.default, "default"
+    for key in FIELDS:
+        values[key], sources[key] = FIELDS[key].default, "default"
         for origin, layer in layers:
             if key in layer:
                 where = f"env {env_name(key)}" if origin == "env" else origin
-                try:
-                    values[key] = spec.parse(layer[key])
-                except (TypeError, ValueError) as exc:
-                    raise UsageError(
-                        f"setting {display_name(key)!r} from {where}: {exc} "
-                        f"(got {layer[key]!r}); fix it"
-                    ) from None
-                sources[key] = where
+                values[key], sources[key] = _parsed(key, layer[key], where), where
                 break
+        if key in written and key not in project:  # held back, and checked all the same
+            _parsed(key, written[key], f"project {project_path}")
     for table in TABLES:
         for origin, layer in layers[3:1:-1]:
             for name in layer.get(table, {}):
@@ -391,7 +455,7 @@ def load_settings(
     home = Path(raw_home).expanduser() if raw_home else default_home(env)
     problems = tuple(
         ConfigProblem(table, path, f"config file {path}: {message}")
-        for path, layer in ((project_path, project), (user_path, user))
+        for path, layer in ((project_path, written), (user_path, user))
         for table in TABLES
         for name, entry in layer.get(table, {}).items()
         if (message := entry_problem(table, name, entry))
@@ -405,4 +469,56 @@ def load_settings(
         sources=sources,
         files={"user": user_path, "project": project_path},
         problems=problems,
+        untrusted=untrusted,
     )
+
+
+def _parsed(key: str, value: Any, where: str) -> Any:
+    try:
+        return FIELDS[key].parse(value)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(
+            f"setting {display_name(key)!r} from {where}: {exc} (got {value!r}); fix it"
+        ) from None
+
+
+def state_home(user: Mapping[str, Any], env: Mapping[str, str]) -> Path:
+    """The foliko home as the user alone sets it (``FOLIKO_HOME``, the user
+    file's ``home``, else the default): where the trust store is, which no
+    project file can move."""
+    configured = env.get("FOLIKO_HOME") or user.get("home")
+    return Path(configured).expanduser() if isinstance(configured, str) else default_home(env)
+
+
+def trust_store(env: Mapping[str, str] | None = None) -> TrustStore:
+    """The user's store of trusted files (see ``common/trust.py``)."""
+    from foliko_cli.common.trust import TrustStore
+
+    env = os.environ if env is None else env
+    user = read_toml(
+        user_config_path(env), required="FOLIKO_CONFIG" if env.get("FOLIKO_CONFIG") else None
+    )
+    return TrustStore(state_home(user, env))
+
+
+def _project_settings(
+    path: Path, user_path: Path, user: Mapping[str, Any], env: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, Any], Untrusted | None]:
+    """The project file's settings as written, those that apply, and what of it
+    waits for trust.
+
+    The file is hashed only when it holds something that needs trust; the one
+    read of its bytes is both parsed and hashed.
+    """
+    data = _file_bytes(path)
+    table = parse_toml(path, data)
+    held = needs_trust(table)
+    if not held or (user_path.exists() and path.resolve() == user_path.resolve()):
+        return table, table, None
+    from foliko_cli.common.trust import TrustStore
+
+    assert data is not None
+    state = TrustStore(state_home(user, env)).state(path, data)
+    if state == "trusted":
+        return table, table, None
+    return table, _trusted_part(table), Untrusted(path, held, state == "changed")

@@ -3,17 +3,21 @@
 A function's signature, type hints and docstring become the tool's JSON
 schema and description. Nothing is loaded unless the user names it in the
 config (``tools = [...]`` or an agent's ``tools``): plugins are opt-in.
+Within ``no_code()`` (a dry run) nothing is imported or run at all: each tool
+that would come from Python code is stood in for by ``unloaded_tool``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import importlib
 import inspect
 import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +136,40 @@ def _as_tool(value: Any, name: str, where: str) -> Tool:
         ) from None
 
 
+_NO_CODE: contextvars.ContextVar[bool] = contextvars.ContextVar("foliko_no_code", default=False)
+
+
+@contextlib.contextmanager
+def no_code() -> Iterator[None]:
+    """Within it, a tool that comes from Python code is never imported or run:
+    ``load_tool`` and ``function_tools`` give stand-ins (a dry run runs no code)."""
+    token = _NO_CODE.set(True)
+    try:
+        yield
+    finally:
+        _NO_CODE.reset(token)
+
+
+def code_stood_in() -> bool:
+    """Whether tools from code are stood in for here (inside ``no_code()``)."""
+    return _NO_CODE.get()
+
+
+def unloaded_tool(name: str, source: str) -> Tool:
+    """What a dry run shows for a tool from Python code it did not load: its
+    name, where it comes from, and no schema."""
+
+    def refuse(arguments: dict[str, Any], context: Any) -> Any:
+        raise RuntimeError(f"tool {name!r} was not loaded (a dry run runs no code)")
+
+    return Tool(
+        name=name,
+        description=f"[{source}: not loaded in a dry run]",
+        execute=refuse,
+        input_schema={"type": "object"},
+    )
+
+
 def entry_point_tools() -> dict[str, Any]:
     """Installed plugins (group ``foliko.tools``), by name, not loaded yet."""
     from importlib.metadata import entry_points
@@ -146,6 +184,8 @@ def load_tool(reference: str) -> Tool:
         return builtins[reference]
     if ":" in reference:
         module_name, _, attribute = reference.partition(":")
+        if code_stood_in():
+            return unloaded_tool(attribute, reference)
         project = str(Path.cwd())
         if project not in sys.path:
             sys.path.append(project)
@@ -171,6 +211,8 @@ def load_tool(reference: str) -> Tool:
             fix="list the tools there are",
             hint=Hint.TOOLS,
         )
+    if code_stood_in():
+        return unloaded_tool(reference, f"plugin {entry.value}")
     try:
         value = entry.load()
     except Exception as exc:
@@ -210,7 +252,13 @@ def function_tools(source: str, base: Path | None = None) -> list[Tool]:
                 fix="give the path of a Python file, or Python code that defines functions",
             ) from None
         filename = str(path)
-        folder = str(path.resolve().parent)
+    if code_stood_in():
+        names = _function_names(code, filename, where)
+        if not names:
+            raise _no_function(where)
+        return [unloaded_tool(name, where) for name in names]
+    if filename != "<functions>":
+        folder = str(Path(filename).resolve().parent)
         if folder not in sys.path:
             sys.path.append(folder)
     name = "foliko_functions_" + hashlib.sha256(f"{filename}\0{code}".encode()).hexdigest()[:12]
@@ -235,8 +283,31 @@ def function_tools(source: str, base: Path | None = None) -> list[Tool]:
         if inspect.isfunction(value) and value.__module__ == name and not attribute.startswith("_")
     ]
     if not functions:
-        raise UsageError(
-            f"{where} defines no function to offer (names starting with _ are left out)",
-            fix="define one with def",
-        )
+        raise _no_function(where)
     return [_as_tool(value, attribute, f"{where}: {attribute}") for attribute, value in functions]
+
+
+def _function_names(code: str, filename: str, where: str) -> list[str]:
+    """The public functions ``code`` defines at its top level, read from its
+    syntax tree (nothing runs)."""
+    import ast
+
+    try:
+        tree = ast.parse(code, filename)
+    except SyntaxError as exc:
+        raise UsageError(
+            f"{where} does not compile (line {exc.lineno}: {exc.msg})", fix="fix the code"
+        ) from None
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and not node.name.startswith("_")
+    ]
+
+
+def _no_function(where: str) -> UsageError:
+    return UsageError(
+        f"{where} defines no function to offer (names starting with _ are left out)",
+        fix="define one with def",
+    )

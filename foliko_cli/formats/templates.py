@@ -99,6 +99,23 @@ class Template(NamedTuple):
     tools: tuple[str, ...] = ()
     functions: tuple[str, ...] = ()
     """Paths of Python files (relative ones from the template's directory) or Python code."""
+    trusted: bool = True
+    """False for a template file outside the user's templates directory that runs
+    code (``runs_code``) and that the user has not trusted as it is."""
+
+    def runs_code(self) -> bool:
+        """Whether a turn with it runs Python: its functions, or a tool it names
+        as ``module:function``."""
+        return bool(self.functions) or any(":" in tool for tool in self.tools)
+
+    def check_trusted(self) -> None:
+        """Refuse a template whose code the user has not trusted."""
+        if not self.trusted:
+            raise UsageError(
+                f"{self.where} runs Python code (its functions or module tools) and is "
+                "neither in your templates directory nor trusted",
+                fix=f"review it, then trust it: foliko config trust {self.path}",
+            )
 
     @property
     def where(self) -> str:
@@ -309,33 +326,37 @@ def load_template(reference: str) -> Template:
                 hint=Hint.TEMPLATES,
             )
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(
             f"cannot read template file {str(path)!r} ({reason})",
             fix="give the path of a YAML template file, or a saved template's name",
         ) from None
-    return parse_template(text, name, path, saved=saved)
+    template = parse_template(text, name, path, saved=saved)
+    if template.runs_code() and not saved and path.resolve().parent != templates_dir().resolve():
+        from foliko_cli.common.settings import trust_store
+
+        template = template._replace(trusted=trust_store().state(path, data) == "trusted")
+    return template
 
 
 def save_template(template: Template) -> tuple[Path, bool]:
     """Write ``template`` as ``NAME.yaml``, owner-only (over one of that name: True);
     the file is replaced whole, never left half written."""
+    from foliko_cli.common.files import replaced
+
     path = template_path(template.name)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        replaced = path.exists()
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        existed = path.exists()
+        with replaced(path) as file:
             file.write(template.to_yaml())
-        os.replace(temporary, path)
     except OSError as exc:
         raise StorageError(
             f"cannot save template {template.name!r} to {path} ({exc.strerror or exc})",
-            fix="make the directory writable, or point FOLIKO_CONFIG elsewhere",
+            fix="make the directory writable (or free some space), or point FOLIKO_CONFIG "
+            "elsewhere",
         ) from None
-    finally:
-        temporary.unlink(missing_ok=True)
-    return path, replaced
+    return path, existed

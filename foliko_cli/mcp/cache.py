@@ -14,6 +14,11 @@ tools and its entry is rewritten: when it starts, and when it says its list
 changed (``tools/list_changed``). A missing, outdated or unreadable entry is a
 miss, and the server is started to list its tools; a cache that cannot be
 written is skipped (the server then starts on every turn, as without it).
+
+A server that failed to start leaves an entry saying so: for
+``BACKOFF_SECONDS`` no turn starts it again (each says it is left out), so a
+broken server does not cost every turn its start-up timeout; a change of the
+keys above names another entry, which is tried at once.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from foliko_cli.mcp.server_config import ServerConfig
 DIRECTORY = "mcp-tools"
 FORMAT = 2
 TTL_SECONDS = 24 * 3600
+BACKOFF_SECONDS = 60
 
 
 def identity(config: ServerConfig) -> str:
@@ -69,8 +75,8 @@ class ToolCache:
     def load(self, config: ServerConfig, now: float | None = None) -> list[ServerTool] | None:
         """The tools last listed by this server, or None when there is no fresh entry."""
         try:
-            entry = orjson.loads(self.path(config).read_bytes())
-            if entry.get("format") != FORMAT or entry.get("identity") != identity(config):
+            entry = self._entry(config)
+            if entry is None:
                 return None
             age = (time.time() if now is None else now) - entry["listed_at"]
             if not 0 <= age <= TTL_SECONDS:
@@ -83,31 +89,67 @@ class ToolCache:
             return None
 
     def store(self, config: ServerConfig, tools: list[ServerTool]) -> None:
-        entry = {
-            "format": FORMAT,
-            "server": config.name,
-            "identity": identity(config),
-            "listed_at": time.time(),
-            "tools": [
-                {
-                    "name": t.name,
-                    "description": t.description,
-                    "input_schema": t.input_schema,
-                    "read_only": t.read_only,
-                }
-                for t in tools
-            ],
-        }
-        path = self.path(config)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        self._write(
+            config,
+            {
+                "format": FORMAT,
+                "server": config.name,
+                "identity": identity(config),
+                "listed_at": time.time(),
+                "tools": [
+                    {
+                        "name": t.name,
+                        "description": t.description,
+                        "input_schema": t.input_schema,
+                        "read_only": t.read_only,
+                    }
+                    for t in tools
+                ],
+            },
+        )
+
+    def failed(self, config: ServerConfig, error: str | None) -> None:
+        """The server could not start: no tools are offered, and the failure is kept."""
+        self._write(
+            config,
+            {
+                "format": FORMAT,
+                "server": config.name,
+                "identity": identity(config),
+                "failed_at": time.time(),
+                "error": error,
+            },
+        )
+
+    def failure(self, config: ServerConfig, now: float | None = None) -> tuple[float, str] | None:
+        """``(seconds ago, why)`` of the server's failure to start, within the back-off."""
+        try:
+            entry = self._entry(config)
+            if entry is None:
+                return None
+            age = (time.time() if now is None else now) - entry["failed_at"]
+            if 0 <= age < BACKOFF_SECONDS:
+                return age, str(entry.get("error") or "it failed")
+        except (OSError, orjson.JSONDecodeError, AttributeError, KeyError, TypeError):
+            pass
+        return None
+
+    def _entry(self, config: ServerConfig) -> dict[str, Any] | None:
+        """The entry of this very server (its identity checked), or None."""
+        entry: dict[str, Any] = orjson.loads(self.path(config).read_bytes())
+        if entry.get("format") != FORMAT or entry.get("identity") != identity(config):
+            return None
+        return entry
+
+    def _write(self, config: ServerConfig, entry: dict[str, Any]) -> None:
+        from foliko_cli.common.files import replaced
+
         with contextlib.suppress(OSError):
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as out:
+            with replaced(self.path(config), text=False) as out:
                 out.write(orjson.dumps(entry))
-            os.replace(temporary, path)
 
     def forget(self, config: ServerConfig) -> None:
-        """Drop the entry (the server could not start: its tools are not offered)."""
+        """Drop the entry (its list is outdated: the next turn lists the tools again)."""
         with contextlib.suppress(OSError):
             self.path(config).unlink(missing_ok=True)

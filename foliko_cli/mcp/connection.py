@@ -34,7 +34,7 @@ from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
 from foliko_cli.mcp.logs import log_level, log_notification
 from foliko_cli.mcp.results import result_images, result_text
 from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
-from foliko_cli.mcp.transport import open_transport, scrub
+from foliko_cli.mcp.transport import open_transport, scrub, transport_secrets
 
 if TYPE_CHECKING:
     import asyncio
@@ -143,9 +143,12 @@ def _keep_sdk_logs_off_stderr() -> None:
     an application that configures logging."""
     import logging
 
+    from foliko_cli.mcp.logs import filter_secrets
+
     logger = logging.getLogger("mcp")
     if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
         logger.addHandler(logging.NullHandler())
+    filter_secrets("mcp")  # its records may quote a server's answer: no secret in them
 
 
 def _load_sdk() -> None:
@@ -186,6 +189,8 @@ class ServerConnection:
         self.tools: list[ServerTool] = []
         """What the server lists (or, before it starts, what it listed last time)."""
         self.restarts = 0
+        self.backed_off = False
+        """Failed because it failed to start a short while ago (``cache.failure``)."""
         self.on_tools = on_tools
         self.on_changed = on_changed
         self.on_elicit = on_elicit
@@ -195,7 +200,7 @@ class ServerConnection:
         self._scope: Any = None
         self._task: asyncio.Task | None = None
         self._settled: asyncio.Event | None = None
-        self._secrets: tuple[str, ...] = ()
+        self._transport_secrets: tuple[str, ...] = ()
         self._lock: asyncio.Lock | None = None
         self._stopping = False
 
@@ -299,7 +304,7 @@ class ServerConnection:
 
         _keep_sdk_logs_off_stderr()
         transport = open_transport(self.config, errlog, self.home)
-        self._secrets, self._auth = transport.secrets, transport.auth
+        self._transport_secrets, self._auth = transport.secrets, transport.auth
         client = Client(
             _Watched(transport.streams, ended),
             client_info=Implementation(name=CLIENT_NAME, version=__version__),
@@ -423,6 +428,12 @@ class ServerConnection:
         except (OSError, ValueError):
             return ""
         return lines[-1][-STDERR_TAIL_CHARS:] if lines else ""
+
+    @property
+    def _secrets(self) -> tuple[str, ...]:
+        """What the server's answers must never show back: the transport's
+        secrets, and the OAuth client secret and tokens as they are now."""
+        return transport_secrets(self._transport_secrets, self._auth)
 
     def _describe(self, exc: BaseException) -> str:
         """One line for what went wrong, from the innermost useful exception."""

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+from foliko_cli.common.redaction import remembered, scrub
+
 if TYPE_CHECKING:
     import logging
 
@@ -49,7 +51,9 @@ def server_logger(server: str) -> logging.Logger:
     parent = logging.getLogger(LOGGER)
     if not any(isinstance(h, logging.NullHandler) for h in parent.handlers):
         parent.addHandler(logging.NullHandler())
-    return parent.getChild(server)
+    logger = parent.getChild(server)
+    filter_secrets(logger.name)
+    return logger
 
 
 def log_level(server: str) -> Level:
@@ -69,3 +73,37 @@ def log_notification(server: str, params: Any) -> None:
     logger = server_logger(server)
     level = _LEVELS.get(str(params.level), INFO)
     logger.log(level, f"{name}: {text}" if name else text)
+
+
+class SecretFilter:
+    """Hides the remembered secrets in a record's message and traceback (a
+    logging filter need not subclass ``logging.Filter``: logging is imported
+    only when a server logs)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import logging
+
+        if not remembered():
+            return True
+        record.msg, record.args = scrub(record.getMessage()), None
+        if record.exc_info:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            record.exc_info, record.exc_text = None, scrub(formatted)
+        elif record.exc_text:
+            record.exc_text = scrub(record.exc_text)
+        return True
+
+
+def filter_secrets(prefix: str) -> None:
+    """Put a ``SecretFilter`` on the logger ``prefix`` and every one below it that
+    exists (a logger's filters see only its own records)."""
+    import logging
+
+    loggers = [logging.getLogger(prefix)] + [
+        logger
+        for name, logger in list(logging.Logger.manager.loggerDict.items())
+        if name.startswith(prefix + ".") and isinstance(logger, logging.Logger)
+    ]
+    for logger in loggers:
+        if not any(isinstance(f, SecretFilter) for f in logger.filters):
+            logger.addFilter(SecretFilter())

@@ -134,17 +134,35 @@ class MCPManager:
 
     async def prepare(self, names: Iterable[str]) -> list[str]:
         """Make the tools of these servers known, starting only those whose tool
-        list is not cached; return the warnings ``start`` would."""
+        list is not cached, nor that failed to start within the back-off
+        (``cache.BACKOFF_SECONDS``); return the warnings ``start`` would."""
         connections = [self.connection(name) for name in dict.fromkeys(names)]
+        for connection in connections:
+            self._back_off(connection)
         await _start_all(c for c in connections if c.state in ("idle", "exited"))
         _stop_for_login(connections)
         return self._new_warnings(connections)
 
+    def _back_off(self, connection: ServerConnection) -> None:
+        """Leave a server that failed to start a short while ago failed, saying when
+        it is tried again (the explicit ``start`` of ``mcp list`` tries at once)."""
+        failure = self.cache.failure(connection.config) if self.cache is not None else None
+        if failure is not None and connection.state == "idle":
+            from foliko_cli.mcp.cache import BACKOFF_SECONDS
+
+            age, error = failure
+            connection.state, connection.error, connection.backed_off = "failed", error, True
+            connection.error += (
+                f" ({age:.0f} s ago; it is tried again {BACKOFF_SECONDS - age:.0f} s from now, "
+                "or at once when its config changes)"
+            )
+
     def _new_warnings(self, connections: list[ServerConnection]) -> list[str]:
         warnings = []
         for connection in connections:
-            if connection.state == "failed" and self.cache is not None:
-                self.cache.forget(connection.config)
+            failed_now = connection.state == "failed" and not connection.backed_off
+            if failed_now and self.cache is not None and connection.login_problem is None:
+                self.cache.failed(connection.config, connection.error)
             for problem in self._problems(connection):
                 if problem not in self._warned:
                     self._warned.add(problem)

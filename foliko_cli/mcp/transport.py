@@ -117,14 +117,18 @@ def open_transport(
 
     url = config.url or ""
     parts = urlsplit(url)
-    secrets = (*headers.values(), parts.password or "", parts.query)
-    if auth is not None and auth.secret:
-        secrets = (*secrets, auth.secret)
+    credentials = [value.partition(" ")[2] for value in headers.values()]  # after "Bearer"
+    secrets = (*headers.values(), *credentials, parts.password or "", parts.query)
     return Transport(_http_streams(url, client), tuple(s for s in secrets if s), auth)
 
 
+def transport_secrets(secrets: tuple[str, ...], auth: Any) -> tuple[str, ...]:
+    """A transport's secrets and, for OAuth, its provider's as they are now."""
+    return (*secrets, *auth.secrets()) if auth is not None else secrets
+
+
 def scrub(text: str, secrets: tuple[str, ...]) -> str:
-    """``text`` with every secret replaced by ``***``."""
-    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+    """``text`` with every secret hidden, in every form a server may echo it."""
+    from foliko_cli.common.redaction import scrub as hidden
+
+    return hidden(text, secrets)

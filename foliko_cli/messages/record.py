@@ -23,6 +23,9 @@ from foliko_cli.messages.exact_json import check_value
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 PREVIEW_LENGTH = 100
 MAX_TIMESTAMP = 2**53
+MAX_MESSAGE_CHARS = 16 * 1024 * 1024
+"""The most characters a message (its text, or an attachment's data) may hold:
+what a turn accepts and an import takes."""
 
 
 class SessionRecord:

@@ -21,7 +21,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from foliko_cli.errors import Hint, UnknownModelError, UsageError
-from foliko_cli.models.base import ModelProvider
+from foliko_cli.models.base import TOKENS_LIMIT, ModelProvider, token_count
 
 DEFAULT_MODEL = "echo"
 FALLBACK_CONTEXT_WINDOW = 8192
@@ -172,6 +172,12 @@ def model_spec(
         target = str(entry.get("model", name))
     provider, sep, model = target.partition(":")
     window = entry.get("context_window")
+    for key in ("context_window", "max_tokens"):
+        if entry.get(key) is not None and not token_count(entry[key]):
+            raise UsageError(
+                f"model {name!r}: {key} must be a whole number from 1 to {TOKENS_LIMIT:,}, "
+                f"not {entry[key]!r}; fix the config"
+            )
     extras: dict[str, Any] = {
         "window_configured": bool(window),
         "options": _options(entry, name),

@@ -28,14 +28,26 @@ def forced_tool(choice: Any) -> str | None:
     return choice if isinstance(choice, str) and choice not in TOOL_CHOICE_MODES else None
 
 
+TOKENS_LIMIT = 2**31 - 1
+"""The largest ``max_tokens``, ``top_k`` or context window foliko takes: more
+than any model writes or reads, and what a server that keeps such counts in
+32 bits (llama.cpp) accepts."""
+_COUNT = f"a whole number from 1 to {TOKENS_LIMIT:,}"
+
+
+def token_count(value: Any) -> bool:
+    """Whether ``value`` is a count of tokens foliko takes (1 to TOKENS_LIMIT)."""
+    return _whole(value) and 0 < value <= TOKENS_LIMIT
+
+
 _OPTION_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "temperature": ("a number of 0 or more", lambda v: _number(v) and v >= 0),
     "top_p": ("a number from 0 to 1", lambda v: _number(v) and 0 <= v <= 1),
     "presence_penalty": ("a number", lambda v: _number(v)),
     "frequency_penalty": ("a number", lambda v: _number(v)),
-    "max_tokens": ("a positive whole number", lambda v: _whole(v) and v > 0),
-    "top_k": ("a positive whole number", lambda v: _whole(v) and v > 0),
-    "seed": ("a whole number", lambda v: _whole(v)),
+    "max_tokens": (_COUNT, token_count),
+    "top_k": (_COUNT, token_count),
+    "seed": ("a whole number of 64 bits", lambda v: _whole(v) and -(2**63) <= v < 2**63),
     "stop": ("a string or a list of strings", lambda v: _stop(v)),
 }
 

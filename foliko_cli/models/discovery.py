@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -52,13 +51,12 @@ def write_cached(cache_dir: Path | None, key: str, window: int) -> None:
     now = time.time()
     entries = {k: v for k, v in entries.items() if now - v.get("at", 0) <= CACHE_SECONDS}
     entries[key] = {"window": window, "at": now}
-    temporary = path.with_name(f".{CACHE_FILE}.{os.getpid()}")
+    from foliko_cli.common.files import replaced
+
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as out:
+        with replaced(path, text=False) as out:
             out.write(orjson.dumps(entries))
-        os.replace(temporary, path)
 
 
 def _positive(value: Any) -> int | None:

@@ -41,7 +41,7 @@ from foliko_cli.serve.errors import ApiError, error_response, foliko_error_respo
 from foliko_cli.serve.guard import GuardMiddleware
 from foliko_cli.serve.mcp import MCPEndpoint
 from foliko_cli.serve.metrics import CONTENT_TYPE, METRICS, metrics
-from foliko_cli.serve.middleware import RequestMiddleware
+from foliko_cli.serve.middleware import EndsWhenCancelled, RequestMiddleware
 from foliko_cli.serve.native_types import Health
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
 from foliko_cli.serve.schema import JSON, Api
@@ -183,9 +183,10 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
     app.add_middleware(
         GuardMiddleware, allowed_hosts=options.allowed_hosts, allow_origins=options.allow_origins
     )  # before the key check, so preflights and foreign hosts never reach it
-    app.add_middleware(  # outermost; it counts every request for /metrics
+    app.add_middleware(  # it counts every request for /metrics
         AccessLogMiddleware, format=options.access_log or None, metrics=METRICS
     )
+    app.add_middleware(EndsWhenCancelled)  # outermost: the shutdown's cut, quietly
     return app
 
 

@@ -8,7 +8,9 @@ answers in JSON, so any worker of ``--workers N`` answers any request and
 nothing is kept between them (no server-to-client requests are needed).
 
 The SDK is imported, and its session manager started, on the first request
-to ``/mcp``: a server never asked for it pays nothing at start-up.
+to ``/mcp``: a server never asked for it pays nothing at start-up. The import
+(seconds on a loaded machine) runs in a worker thread, so that the event loop
+goes on answering the other requests meanwhile.
 """
 
 from __future__ import annotations
@@ -50,6 +52,16 @@ class ServeBackend:
             raise ToolFailure(exc.message) from None
 
 
+def load_sdk() -> tuple[Any, Any]:
+    """The SDK's session manager class and foliko's server builder (imported
+    here, off the event loop)."""
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from foliko_cli.mcp_server.server import build_server
+
+    return StreamableHTTPSessionManager, build_server
+
+
 class MCPEndpoint:
     """The ASGI app at ``/mcp``; ``aclose`` stops its session manager."""
 
@@ -74,11 +86,8 @@ class MCPEndpoint:
             return self._manager
         async with self._lock:
             if self._manager is None:
-                from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
-                from foliko_cli.mcp_server.server import build_server
-
-                manager = StreamableHTTPSessionManager(
+                manager_class, build_server = await asyncio.to_thread(load_sdk)
+                manager = manager_class(
                     build_server(ServeBackend()),
                     stateless=True,
                     json_response=True,

@@ -5,13 +5,15 @@ Each request gets a request id of the server's own (``x-request-id`` on the
 answer): it is what the turn's messages store and what groups them into one
 response, so no client can merge two turns by sending one id twice. A
 client's ``X-Client-Request-Id`` is sent back as it came; a W3C
-``traceparent`` becomes the trace id the turn stores. With API keys, every
+``traceparent`` becomes the trace id the turn stores. Every answer says
+``X-Content-Type-Options: nosniff``. With API keys, every
 route but the page (and its ``/app/`` files), ``/healthz`` and ``/openapi.json`` needs
 ``Authorization: Bearer KEY``; the user it names is put in the scope's state.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
@@ -30,6 +32,7 @@ _TRACEPARENT = re.compile(r"\A00-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}\Z")
 _CLIENT_ID = re.compile(r"\A[\x21-\x7e]{1,512}\Z")
 
 _log = logging.getLogger("foliko.serve")
+NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 
 def segment_path(raw_path: bytes) -> str:
@@ -90,7 +93,10 @@ class RequestMiddleware:
 
         async def send_with_ids(message: dict) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), *extra]
+                headers = [*message.get("headers", ()), *extra]
+                if not any(key.lower() == NOSNIFF[0] for key, _ in headers):
+                    headers.append(NOSNIFF)  # no answer is read as another type than it says
+                message["headers"] = headers
             await send(message)
 
         if self.keys is not None and not _public(scope["path"]):
@@ -155,3 +161,46 @@ async def _reject(
     prefix = "websocket.http" if kind == "websocket" else "http"
     await send({"type": prefix + ".response.start", "status": status, "headers": headers})
     await send({"type": prefix + ".response.body", "body": body})
+
+
+class EndsWhenCancelled:
+    """The outermost layer: a request whose task is cancelled ends quietly.
+
+    Only the server cancels a request's task (a client going away is an
+    ``http.disconnect``), and only when its graceful shutdown has waited its
+    grace: then a streamed answer is ended where it was (the turn it carried
+    is not saved), one not yet started is a 503, and uvicorn logs no
+    traceback (it logged two for every stream cut)."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        state = {"started": False, "ended": False}
+
+        async def tracked(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                state["ended"] = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            _log.info("%s %s was cut: the server is stopping", scope["method"], scope["path"])
+            if not state["started"]:
+                body = error_body(503, "the server is stopping; try again", "server_stopping")
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 503,
+                        "headers": [(b"content-type", b"application/json"), NOSNIFF],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+            elif not state["ended"]:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})

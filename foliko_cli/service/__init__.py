@@ -145,7 +145,11 @@ class AsyncFoliko(
         from foliko_cli.common.settings import load_settings
 
         notify = flags.pop("notify", None)
-        return cls.from_settings(load_settings(**flags), notify=notify)
+        settings = load_settings(**flags)
+        service = cls.from_settings(settings, notify=notify)
+        if settings.untrusted is not None:
+            service.notify(settings.untrusted.message())
+        return service
 
     async def __aenter__(self) -> Self:
         return self

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from foliko_cli.engine.framework import Framework
     from foliko_cli.engine.handler import AgentChatHandler
     from foliko_cli.engine.skills import SkillSet
+    from foliko_cli.engine.tools import Tool
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord, SessionSummary
@@ -104,9 +105,11 @@ class ServiceBase:
             self, provider: ModelProvider, agent: str | None
         ) -> AgentChatHandler: ...
 
+        def stand_ins(self) -> tuple[Tool, ...]: ...
+
         def _keeps_trash(self, session_id: str) -> bool: ...
 
-        async def _remove(self, session_id: str, reason: str) -> bool: ...
+        async def _remove(self, session_id: str, reason: str, *, keep: bool = True) -> bool: ...
 
         async def _rewrite(
             self, record: SessionRecord, reason: str, write: Callable[[], Awaitable[T]]

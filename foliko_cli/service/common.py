@@ -11,11 +11,11 @@ from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import UsageError
 from foliko_cli.messages.ids import INTERNAL_PREFIX as INTERNAL_PREFIX
 from foliko_cli.messages.ids import is_internal as is_internal
+from foliko_cli.messages.record import MAX_MESSAGE_CHARS as MAX_MESSAGE_CHARS
 from foliko_cli.messages.record import SessionRecord, SessionSummary, fork_origin
 from foliko_cli.messages.turns import cut_compression, keep_turns
 from foliko_cli.storage.base import StoredProblem
 
-MAX_MESSAGE_CHARS = 16 * 1024 * 1024
 DEFAULT_MODEL_NOTICE = (
     "no model configured; using the offline 'echo' model (choose one with the model "
     "setting, e.g. FOLIKO_MODEL; FOLIKO_MODEL=echo silences this)"

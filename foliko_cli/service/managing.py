@@ -89,18 +89,30 @@ class SessionsMixin(ServiceBase):
         return sorted(s for s in await self.storage.session_ids() if not is_internal(s))
 
     async def delete_sessions(
-        self, session_ids: list[str], *, progress: Callable[[int], None] = _no_progress
+        self,
+        session_ids: list[str],
+        *,
+        trash: bool = True,
+        progress: Callable[[int], None] = _no_progress,
     ) -> tuple[list[str], list[str]]:
-        """Delete each session (into the trash, when it is on); return (deleted,
-        not found)."""
+        """Delete each session (into the trash, when it is on and ``trash``); return
+        (deleted, not found). A session that cannot go into the trash because the
+        storage is full stays as it was (TrashFullError): only deleting it
+        without a copy (``trash=False``) frees the space."""
+        from foliko_cli.errors import StorageError, TrashFullError, storage_full
+
         for session_id in session_ids:
             check_session_id(session_id)
         deleted: list[str] = []
         missing: list[str] = []
         for session_id in sorted(set(session_ids)):
-            existed = await self._held(
-                session_id, functools.partial(self._remove, session_id, "delete")
-            )
+            remove = functools.partial(self._remove, session_id, "delete", keep=trash)
+            try:
+                existed = await self._held(session_id, remove)
+            except StorageError as exc:
+                if trash and self._keeps_trash(session_id) and storage_full(exc):
+                    raise TrashFullError(session_id, deleted, exc) from None
+                raise
             self.framework.destroy_session_context(session_id)
             (deleted if existed else missing).append(session_id)
             progress(1)

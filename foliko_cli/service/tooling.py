@@ -39,27 +39,44 @@ class ToolsMixin(ServiceBase):
         return self._skills
 
     async def _load_global_tools(self) -> None:
-        """Plugin tools from the config and the tools of the enabled MCP servers, once."""
+        """Plugin tools from the config and the tools of the enabled MCP servers,
+        once (a dry run loads no plugin: ``stand_ins`` shows them)."""
         if self._tools_loaded:
             return
-        if self.tools:
-            from foliko_cli.engine.plugins import load_tool
+        from foliko_cli.engine.plugins import code_stood_in, load_tool
 
+        dry = code_stood_in()
+        if self.tools and not dry:
             for reference in self.tools:
                 self.framework.register_tool(load_tool(reference))
         if self.mcp_servers:
             await self._offer_mcp_tools(None, self.mcp.enabled())
-        self._tools_loaded = True
+        self._tools_loaded = not dry
+
+    def stand_ins(self) -> tuple[Tool, ...]:
+        """The config's tools as a dry run offers them: those from code stood in for."""
+        from foliko_cli.engine.plugins import load_tool
+
+        return tuple(load_tool(reference) for reference in self.tools)
 
     async def agent_context(self, name: str) -> AgentContext:
-        """The agent's context, filled from its config (tools, skills, MCP servers)."""
+        """The agent's context, filled from its config (tools, skills, MCP servers).
+
+        A dry run builds one of its own, so that the stand-ins for the agent's
+        tools from code never replace the tools of the agent's real turns."""
+        from foliko_cli.context.agent import AgentContext
         from foliko_cli.engine.agents import agent_config, build_agent
+        from foliko_cli.engine.plugins import code_stood_in
 
         config = agent_config(name, self.agents)
-        context = self.framework.get_or_create_agent_context(name)
+        dry = code_stood_in()
+        context = AgentContext(name) if dry else self.framework.get_or_create_agent_context(name)
         for warning in build_agent(context, config, self.skills()):
             self.notify(warning)
-        if config.mcp_servers:
+        if config.mcp_servers and dry:
+            for tool in await self.mcp_tools(list(config.mcp_servers), owner=f"agent {name!r}"):
+                context.register_tool(tool)
+        elif config.mcp_servers:
             await self._offer_mcp_tools(name, list(config.mcp_servers))
         return context
 
@@ -105,12 +122,16 @@ class ToolsMixin(ServiceBase):
         return [self.mcp.status(name) for name in names]
 
     async def mcp_tool_list(self, server: str | None = None) -> list[dict[str, Any]]:
-        """Each tool of the server (or of every server), also those the config leaves out."""
+        """Each tool of the server (or of every server), also those the config leaves
+        out. Two tools that would reach the model under one name are a UsageError
+        naming both servers, as in a turn."""
+        names = list(self.mcp.configs)
         if server is not None:
             await self.mcp.start(self.mcp.check([server], "mcp tools"))
-            return self.mcp.tool_rows([server])
-        await self.start_mcp_servers()
-        return self.mcp.tool_rows(self.mcp.configs)
+        else:
+            await self.start_mcp_servers()
+        self.mcp.tools(names if server is None else [server], beside=self.mcp.enabled())
+        return self.mcp.tool_rows(names if server is None else [server])
 
     async def mcp_tools(self, names: list[str], *, owner: str = "the config") -> list[Tool]:
         """The tools of these servers: a server whose tool list is cached starts

@@ -43,11 +43,11 @@ class TrashMixin(ServiceBase):
         session is not one of foliko's own (a trash entry above all)."""
         return self.trash_keep > 0 and not is_internal(session_id)
 
-    async def _remove(self, session_id: str, reason: str) -> bool:
+    async def _remove(self, session_id: str, reason: str, *, keep: bool = True) -> bool:
         """Under the session's lock: move it to the trash (delete it when the
-        trash is off); False when there was none. A session that cannot be read
-        is deleted outright: there is no record to keep."""
-        if not self._keeps_trash(session_id):
+        trash is off or not ``keep``); False when there was none. A session that
+        cannot be read is deleted outright: there is no record to keep."""
+        if not (keep and self._keeps_trash(session_id)):
             return await self.storage.delete(session_id)
         from foliko_cli.storage import trash
 

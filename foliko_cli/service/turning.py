@@ -192,8 +192,11 @@ class TurnsMixin(ServiceBase):
         be asked for its context window, as a turn asks it. ``request`` is the HTTP
         request itself, as the provider builds it (absent for a provider that sends
         none). Arguments as for ``chat``."""
+        from foliko_cli.engine.plugins import no_code
+
         turn = turn_request(session_id, message, params)
-        target, captured = await self._captured(turn, stream=stream)
+        with no_code():  # tools from Python code are shown, never imported or run
+            target, captured = await self._captured(turn, stream=stream)
         request = captured.request
         try:
             shown: dict[str, Any] = {
@@ -245,11 +248,14 @@ class TurnsMixin(ServiceBase):
     ) -> tuple[ModelProvider, RequestCaptured]:
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
+        from foliko_cli.engine.plugins import code_stood_in
         from foliko_cli.engine.stream import CallbackEvents
         from foliko_cli.models import resolve_model
 
         # the history is compressed to fit, as a turn that may compress it sends it
         prepared = (await self._prepare(turn))._replace(compress=True)
+        if code_stood_in():
+            prepared = prepared._replace(tools=(*self.stand_ins(), *prepared.tools))
         target = resolve_model(self.model_name(turn.model, turn.agent), self.models)
         handler = await self._make_handler(CaptureModel(target), turn.agent)
         try:

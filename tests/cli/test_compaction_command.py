@@ -140,9 +140,9 @@ def test_imported_branches_are_forks_in_the_tree(invoke, tmp_path):
     ]
     source = tmp_path / "conversations.json"
     source.write_bytes(orjson.dumps(export))
-    ok(invoke("sessions", "import", str(source)))
-    assert ok(invoke("sessions", "tree", "--format", "tree")) == (
-        "conv · 4 message(s)\n└── conv.branch-1 · 4 message(s) · forked after turn 1\n"
+    ok(invoke("sessions", "import", "--branches", "all", str(source)))
+    assert ok(invoke("sessions", "tree", "--format", "tree")) == (  # the branch's own messages
+        "conv · 4 message(s)\n└── conv.branch-1 · 2 message(s) · forked after turn 1\n"
     )
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from trusting import trust
 
 from foliko_cli.common.settings import FIELDS, display_name
 
@@ -39,7 +40,11 @@ def toml_value(value) -> str:
 
 
 def write_toml(path: Path, **values) -> None:
+    """Write the settings; a project file is trusted (what trust holds back is
+    tested in test_trust.py)."""
     path.write_text("".join(f"{key} = {toml_value(v)}\n" for key, v in values.items()))
+    if path.name == "foliko.toml":
+        trust(path)
 
 
 # config show
@@ -99,7 +104,7 @@ SAMPLES = {
     "max_steps": (1, 2, "3", (1, 2, 3)),
     "system_prompt": ("u", "p", "e", None),
     "context_window": (1000, 2000, "3000", (1000, 2000, 3000)),
-    "home": ("/tmp/u-home", "/tmp/p-home", "/tmp/e-home", None),
+    "home": ("u-home", "p-home", "e-home", None),
 }
 
 
@@ -118,6 +123,8 @@ def test_precedence_key_by_key(invoke, places, monkeypatch, key):
         assert shown(invoke, "--storage", "memory")[key] == ("memory", "flag")
     assert shown(invoke)[key] == (as_shown[2], f"env {env}")
     monkeypatch.delenv(env)
+    if key == "home":  # the trust store is in the user's home, which just changed
+        trust(places["project"])
     assert shown(invoke)[key] == (as_shown[1], f"project {places['project']}")
     places["project"].unlink()
     assert shown(invoke)[key] == (as_shown[0], f"user {places['user']}")
@@ -261,6 +268,8 @@ def test_bad_value_in_the_environment_exits_2(invoke, places, monkeypatch, name,
     result = invoke("chat", "-s", "s", "hi")
     assert result.exit_code == 2
     assert f"from env {name}" in result.stderr
+    assert "could not convert" not in result.stderr and "invalid literal" not in result.stderr
+    assert result.stderr.count("\n") == 1
     assert not (Path(os.environ["FOLIKO_HOME"]) / "sessions.db").exists()
 
 
@@ -401,6 +410,7 @@ def test_show_lists_the_model_and_agent_tables_with_secrets_redacted(invoke, pla
         'key_env = "MY_KEY"\n'
     )
     places["project"].write_text('[agents.helper]\nsystem_prompt = "Be kind."\ntools = ["a"]\n')
+    trust(places["project"])
     rows = shown(invoke)
     user, project = f"user {places['user']}", f"project {places['project']}"
     assert rows["models.fast.provider"] == ("openai", user)

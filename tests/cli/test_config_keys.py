@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from trusting import trust
 
 TYPOS = {
     "models": (
@@ -55,6 +56,7 @@ def test_a_command_that_reads_the_table_stops_on_the_unknown_key(invoke, tmp_pat
 def test_any_other_command_warns_once_and_goes_on(invoke, tmp_path, table, words):
     config = tmp_path / "foliko.toml"
     config.write_text(TYPOS[table][0])
+    trust(config)  # else a second line says it is not trusted
 
     result = invoke(*words)
 

@@ -107,7 +107,11 @@ RUN: dict[str, Run | str] = {
             ("[--json]", "a synopsis of the options"),
         ),
     ),
-    "foliko models list": Run(),
+    "foliko models list": Run(setup="printf 'system_prompt = \"Be brief.\"\\n' > foliko.toml\n"),
+    "cat foliko.toml": Run(
+        setup="git init -q . && printf 'tools = [\"mytools:forecast\"]\\n' > foliko.toml\n"
+        + "printf 'def forecast(city: str) -> str:\\n    return city\\n' > mytools.py\n"
+    ),
     "$ foliko chat --save summarise": Run(),
     "cat > mytools.py": Run(),
     "OPENAI_BASE_URL=http://127.0.0.1:8000/v1": "needs an OpenAI-compatible server on port 8000",

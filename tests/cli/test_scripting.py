@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from trusting import trust
 
 
 @pytest.fixture
@@ -156,6 +157,7 @@ def test_storage_commands_take_format_json(invoke, three, command):
 
 def test_agents_show_takes_format_json(invoke, tmp_path):
     (tmp_path / "foliko.toml").write_text('[agents.helper]\nsystem_prompt = "Be kind."\n')
+    trust(tmp_path / "foliko.toml")
     result = invoke("agents", "show", "helper", "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert orjson.loads(result.stdout)["name"] == "helper"

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from trusting import trust
 
 from .test_usage_errors import one_error_line
 
@@ -437,6 +438,7 @@ def test_what_a_template_holds_reaches_the_model_server(run_foliko, tmp_path):
         "schema_object: {type: object, properties: {city: {type: string}}}\n"
         "functions: trip.py\n"
     )
+    trust(Path("trip.yaml"))
     server = FakeServer().start()
     try:
         server.queue(openai_message('{"city": "Lyon"}'))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from trusting import trust
 
 RESTORE_AS = "foliko sessions restore {} --as NEW"
 
@@ -246,6 +247,7 @@ def test_empty_removes_for_good(invoke, chat):
 
 def test_keep_zero_in_the_config_turns_the_trash_off(invoke, chat, tmp_path):
     (tmp_path / "foliko.toml").write_text("[trash]\nkeep = 0\n")
+    trust(tmp_path / "foliko.toml")
     chat("s", "x")
     assert invoke("sessions", "clear", "s").stderr == (
         "foliko: session 's' was cleared; the trash is off, so the old history is gone\n"

@@ -11,6 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 import yaml
+from trusting import trust
+
+from foliko_cli.engine.plugins import function_tools
 
 from .test_usage_errors import one_error_line
 
@@ -62,17 +65,27 @@ def test_functions_offers_what_the_file_defines_for_that_turn_only(invoke, tools
     tools = offered(invoke, "--functions", str(tools_file))
 
     assert set(tools) == BUILTINS | {"forecast", "whose_process"}
-    assert tools["forecast"] == {
+    assert tools["forecast"] == {  # a dry run imports no code: the tool is named, unloaded
         "name": "forecast",
-        "description": "The weather forecast for a city.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer", "default": 1}},
-            "required": ["city"],
-            "additionalProperties": False,
-        },
+        "description": f"[functions file {str(tools_file)!r}: not loaded in a dry run]",
+        "input_schema": {"type": "object"},
     }
     assert set(offered(invoke)) == BUILTINS
+    assert [t.spec() for t in function_tools(str(tools_file)) if t.name == "forecast"] == [
+        {
+            "name": "forecast",
+            "description": "The weather forecast for a city.",
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer", "default": 1},
+                },
+                "required": ["city"],
+                "additionalProperties": False,
+            },
+        }
+    ]
 
 
 def test_a_function_runs_in_this_process_and_only_in_its_turn(invoke, tools_file):
@@ -129,6 +142,7 @@ def test_a_template_file_finds_its_functions_beside_it(invoke, tmp_path):
     folder.mkdir()
     (folder / "kit_tools.py").write_text("def beside() -> str:\n    return 'here'\n")
     (folder / "kit.yaml").write_text("prompt: '/tool beside'\nfunctions: kit_tools.py\n")
+    trust(folder / "kit.yaml")
 
     assert reply(invoke, "-t", str(folder / "kit.yaml")) == "beside returned: here\n"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 
 import orjson
+from trusting import trust
 
 from .server import CONTEXT
 
@@ -225,6 +226,7 @@ def test_an_alias_to_the_server_is_listed_once_with_the_server_s_window(foliko, 
     (tmp_path / "foliko.toml").write_text(
         f'[models.smol]\nmodel = "openai:smol"\nbase_url = "{llama.url}/v1"\n'
     )
+    trust(tmp_path / "foliko.toml")
     nothing_else = {"OPENAI_BASE_URL": "", "OPENAI_API_KEY": "", "FOLIKO_MODEL": "smol"}
 
     listed = foliko("models", "list", "--json", env=nothing_else)

@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from trusting import trust
 
 from foliko_cli.cli.main import cli
 
@@ -38,7 +39,9 @@ class Project:
         return self.user_dir / "config.toml"
 
     def write_config(self, text: str) -> None:
+        """Write ./foliko.toml and trust it (as foliko config trust does)."""
         self.config.write_text(text, encoding="utf-8")
+        trust(self.config)
 
     def write_user_config(self, text: str) -> None:
         self.user_config.write_text(text, encoding="utf-8")

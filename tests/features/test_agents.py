@@ -29,6 +29,9 @@ skills = ["greet"]
 
 BUILTIN_GET_VARIABLE = "Read a session variable by key."
 OVERRIDE_GET_VARIABLE = "The agent's own get_variable, not the built-in one."
+OVERRIDE_STAND_IN = "[plugin_pkg.tools:get_variable: not loaded in a dry run]"
+WHOAMI = "Report the agent, session and request the tool runs under."
+WHOAMI_STAND_IN = "[plugin_pkg.tools:whoami: not loaded in a dry run]"
 
 
 @pytest.fixture
@@ -75,11 +78,7 @@ def test_the_model_is_offered_the_agents_tool_instead_of_the_global_one(helper, 
     assert "load_skill" not in plain
 
     agent = tools_by_name(dry_run("s1", "hi", "--agent", "helper"))
-    assert agent["get_variable"]["description"] == OVERRIDE_GET_VARIABLE
-    assert agent["get_variable"]["input_schema"]["properties"]["key"] == {
-        "type": "string",
-        "description": "the variable to read",
-    }
+    assert agent["get_variable"]["description"] == OVERRIDE_STAND_IN  # not loaded: a dry run
     # the agent adds to the global tools, it does not hide the others
     assert {"get_session_info", "set_variable", "whoami", "load_skill"} <= set(agent)
 
@@ -87,13 +86,15 @@ def test_the_model_is_offered_the_agents_tool_instead_of_the_global_one(helper, 
 # the system prompt
 
 
-def test_system_prompt_holds_the_agents_prompt_skills_and_tools(helper, dry_run):
-    system = dry_run("s1", "hi", "--agent", "helper")["system"]
+def test_system_prompt_holds_the_agents_prompt_skills_and_tools(helper, invoke):
+    shown = invoke("agents", "show", "helper", "--json")
+    assert shown.exit_code == 0, shown.stderr
+    system = orjson.loads(shown.stdout)["system_prompt"]
     assert system.startswith("You are Helper, terse and exact.")
     assert "- greet: Greet the user by name" in system
     assert "load_skill" in system  # how to read a skill's full text
     assert f"- get_variable: {OVERRIDE_GET_VARIABLE}" in system
-    assert "- whoami: Report the agent, session and request the tool runs under." in system
+    assert f"- whoami: {WHOAMI}" in system
     # only the skills the agent names, and never a skill's body
     assert "audit" not in system
     assert "Say hello to" not in system
@@ -141,7 +142,7 @@ skills = ["greet", "audit"]
     assert "terse and exact" not in system
     assert "- greet: Greet warmly, with the time of day" in system
     assert "- audit: Audit a change" in system
-    assert "- shout: Shout TEXT, TIMES times." in system
+    assert "- shout: [plugin_pkg.tools:shout: not loaded in a dry run]" in system
     assert "get_variable" not in system and "whoami" not in system
     tools = tools_by_name(second)
     assert tools["get_variable"]["description"] == BUILTIN_GET_VARIABLE
@@ -326,7 +327,9 @@ def test_agents_show_json(helper, invoke, dry_run):
         "model": "echo",
         "tools": ["get_variable", "load_skill", "whoami"],
         "skills": ["greet"],
-        "system_prompt": dry_run("s1", "hi", "--agent", "helper")["system"],
+        "system_prompt": dry_run("s1", "hi", "--agent", "helper")["system"]
+        .replace(OVERRIDE_STAND_IN, OVERRIDE_GET_VARIABLE)
+        .replace(WHOAMI_STAND_IN, WHOAMI),
     }
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from foliko_cli.engine.plugins import tool_from_function
+from foliko_cli.engine.plugins import load_tool, tool_from_function
 
 from .conftest import stderr_lines, tool_call, tool_messages
 
@@ -55,13 +55,22 @@ def offered(dry_run, *args: str) -> dict[str, dict]:
 # config tools: schema and description
 
 
-def test_a_config_tool_gets_its_schema_from_type_hints(project, dry_run):
-    project.write_config('tools = ["plugin_pkg.tools:typed"]\n')
-    typed = offered(dry_run)["typed"]
+def test_a_config_tool_gets_its_schema_from_type_hints(importable):
+    typed = load_tool("plugin_pkg.tools:typed").spec()
     assert typed == {
         "name": "typed",
         "description": "Return every argument it was given.",
         "input_schema": TYPED_SCHEMA,
+    }
+
+
+def test_a_dry_run_shows_a_config_tool_without_importing_it(project, dry_run):
+    project.write_config('tools = ["plugin_pkg.tools:typed"]\n')
+    typed = offered(dry_run)["typed"]
+    assert typed == {
+        "name": "typed",
+        "description": "[plugin_pkg.tools:typed: not loaded in a dry run]",
+        "input_schema": {"type": "object"},
     }
 
 
@@ -267,9 +276,10 @@ def test_an_entry_point_tool_can_be_enabled_for_one_agent(project, chat, show):
 
 def test_an_entry_point_schema_comes_from_its_type_hints(project, dry_run):
     project.entry_point("check_types", "plugin_pkg.tools:typed")
+    assert load_tool("check_types").input_schema == TYPED_SCHEMA
     project.write_config('tools = ["check_types"]\n')
-    tool = offered(dry_run)["check_types"]
-    assert tool["input_schema"] == TYPED_SCHEMA
+    stand_in = offered(dry_run)["check_types"]
+    assert stand_in["description"] == "[plugin plugin_pkg.tools:typed: not loaded in a dry run]"
 
 
 def test_an_entry_point_tool_in_a_real_process(project, run_foliko):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from trusting import trust
+
 HERE = Path(__file__).parent
 STDIO_SERVER = HERE / "stdio_server.py"
 ASKING_SERVER = HERE / "asking_server.py"
@@ -40,6 +42,7 @@ def write_config(path: Path, servers: dict[str, dict], agents: dict[str, dict] |
             lines += [f"{key} = {toml_value(value)}" for key, value in table.items()]
             lines.append("")
     path.write_text("\n".join(lines), encoding="utf-8")
+    trust(path)
 
 
 def stdio_server(**options: object) -> dict:

@@ -16,8 +16,9 @@ grants fail), ``registration`` (false: no registration endpoint), ``cimd``
 (Client ID Metadata Documents are supported), ``deny`` (the user refuses
 at /authorize), ``clients``
 ({id: {"secret": ..., "method": ...}}, pre-registered), ``auth_methods``
-(token_endpoint_auth_methods_supported) and ``grant_admin`` (false: the
-scope admin is never granted). ``POST /test/revoke`` revokes every token;
+(token_endpoint_auth_methods_supported), ``grant_admin`` (false: the
+scope admin is never granted) and ``echo`` (the token endpoint answers 400
+with the request's headers and body in its error). ``POST /test/revoke`` revokes every token;
 ``GET /test/log`` is what happened, for the tests to check.
 """
 
@@ -267,6 +268,9 @@ def _issue(client_id: str, scopes: list[str], resource: str | None) -> dict:
 
 @server.custom_route("/token", methods=["POST"])
 async def token(request: Request) -> Response:
+    if OPTIONS.get("echo"):  # a server that echoes the request in its error
+        echoed = {"headers": dict(request.headers), "body": (await request.body()).decode()}
+        return JSONResponse({"error": "invalid_request", "echo": echoed}, status_code=400)
     form = dict(await request.form())
     client_id, method = _client_auth(request, form)
     grant_type = form.get("grant_type")

@@ -117,3 +117,43 @@ def test_a_missing_working_directory_is_named(tmp_path: Path):
         f"MCP server 't' failed to start: working directory not found: {tmp_path / 'gone'}; "
         "its tools are left out"
     ]
+
+
+def test_a_server_that_failed_to_start_is_left_out_until_the_back_off_or_a_change(
+    tmp_path: Path, invoke, foliko_home
+):
+    """Was: a broken server was started again by every turn (13.7-15 s a plain turn)."""
+    counter = tmp_path / "starts"
+    script = f"echo start >> {counter}; exit 1"
+    write_config(
+        tmp_path / "foliko.toml", {"broken": {"command": "/bin/sh", "args": ["-c", script]}}
+    )
+
+    def starts() -> int:
+        return len(counter.read_text().splitlines()) if counter.exists() else 0
+
+    def turn() -> list[str]:
+        done = invoke("chat", "-s", "s", "hello")
+        assert done.exit_code == 0, done.stderr
+        assert done.stdout == "hello\n"
+        return [line for line in done.stderr.splitlines() if "'broken'" in line]
+
+    [first] = turn()
+    assert starts() == 1 and "failed to start" in first
+    [second] = turn()
+    assert starts() == 1, "tried again within the back-off"
+    assert "is tried again" in second and "its tools are left out" in second
+    listed = invoke("mcp", "list", "--json")  # the listing tries it: it says what is wrong now
+    assert starts() == 2 and orjson.loads(listed.stdout)[0]["state"] == "failed"
+
+    for entry in (foliko_home / "mcp-tools").iterdir():  # a minute later
+        data = orjson.loads(entry.read_bytes())
+        entry.write_bytes(orjson.dumps({**data, "failed_at": data["failed_at"] - 61}))
+    turn()
+    assert starts() == 3
+    write_config(  # a change of its config: tried at once
+        tmp_path / "foliko.toml",
+        {"broken": {"command": "/bin/sh", "args": ["-c", script + " # edited"]}},
+    )
+    turn()
+    assert starts() == 4

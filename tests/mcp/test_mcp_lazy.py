@@ -105,7 +105,8 @@ def test_a_cached_server_that_no_longer_starts_loses_its_entry(tmp_path: Path):
         f"MCP server 'u' failed to start: working directory not found: {place}; "
         "its tools are left out"
     ]
-    assert _entries(tmp_path) == []
+    [entry] = _entries(tmp_path)  # the list gone, the failure kept (tried again after a while)
+    assert "tools" not in orjson.loads(entry.read_bytes())
     with _facade(tmp_path, servers) as third:
         assert _offered(third) == []
 
@@ -167,6 +168,11 @@ def test_tool_names_that_would_collide_are_refused_naming_both(tmp_path: Path, i
         "tool to its 'exclude'"
     )
     assert invoke("sessions", "list", "--json").stdout.strip() == "[]"
+    for words in (["mcp", "tools"], ["mcp", "tools", "x"], ["tools", "list"]):
+        listed = invoke(*words)  # was: both listed, exit 0
+        assert listed.exit_code == 2, words
+        assert listed.stderr.splitlines()[-1] == refused.stderr.splitlines()[-1]
     clash["x__echo"]["exclude"] = ["text"]
     write_config(tmp_path / "foliko.toml", clash)
     assert invoke("chat", "-s", "s", "hello").exit_code == 0
+    assert invoke("mcp", "tools").exit_code == 0

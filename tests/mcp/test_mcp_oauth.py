@@ -369,6 +369,44 @@ def test_a_wrong_client_secret_fails_without_showing_it(oauth):
     assert "not-the-secret" not in line
 
 
+SECRET = "s3cr+t/é&=x"  # changes under URL and JSON encoding
+
+
+def secret_forms(client_id: str, secret: str) -> list[bytes]:
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    basic = [f"{client_id}:{secret}", f"{quote(client_id, safe='')}:{quote(secret, safe='')}"]
+    forms = [secret, quote(secret, safe=""), quote_plus(secret), json.dumps(secret)[1:-1]]
+    forms += [base64.b64encode(pair.encode()).decode() for pair in basic]
+    return [form.encode() for form in forms]
+
+
+@pytest.mark.parametrize("method", ["client_secret_basic", "client_secret_post"])
+def test_a_token_endpoint_that_echoes_the_request_shows_no_secret(oauth, method):
+    """Was: the secret appeared base64-encoded (HTTP Basic) in 4 of 5 commands' output."""
+    oauth.start(
+        {"clients": {"robot": {"secret": SECRET, "method": method}}, "echo": True},
+        grant="client_credentials",
+        client_id="robot",
+        client_secret_env="ROBOT_SECRET",
+        token_endpoint_auth_method=method,
+    )
+    env = {"ROBOT_SECRET": SECRET}
+    for words in (
+        ("mcp", "login", "safe"),
+        ("chat", "-s", "s", "/tool safe__whoami {}"),
+        ("mcp", "list"),
+        ("mcp", "tools"),
+        ("tools", "list"),
+    ):
+        done = oauth.run(*words, env=env)
+        shown = done.stdout + done.stderr
+        assert b"echo" in shown or b"***" in shown or done.returncode != 0, (words, shown)
+        for form in secret_forms("robot", SECRET):
+            assert form not in shown, (words, form, shown)
+
+
 def test_a_token_revoked_while_the_server_runs_stops_the_next_call(oauth):
     from foliko_cli.errors import MCPLoginError
     from foliko_cli.service.facade import Foliko

@@ -26,6 +26,7 @@ from mcp_serve_support import (
     server_env,
     stdio_client,
 )
+from trusting import trust
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
@@ -116,6 +117,7 @@ def test_stdout_carries_protocol_messages_only(tmp_path: Path, foliko_home: Path
         '    return "shouted " + text\n'
     )
     (tmp_path / "foliko.toml").write_text('tools = ["noisy:shout"]\n')
+    trust(tmp_path / "foliko.toml")
     initialize = {
         "protocolVersion": MODES["legacy"],
         "capabilities": {},

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from trusting import trust
 
 from foliko_cli.errors import ModelError, SessionNotFoundError
 from foliko_cli.models import build_model, model_spec
@@ -456,6 +457,7 @@ def test_models_list_reflects_keys_and_config_aliases(fake_server, tmp_path: Pat
         'model = "anthropic:claude-x"\n'
         'api_key_env = "MY_KEY"\n'
     )
+    trust(project / "foliko.toml")
 
     def listing(env: dict[str, str]) -> dict[str, dict]:
         result = run_in(project, "models", "list", "--json", env=env)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from trusting import trust
 
 from foliko_cli.engine.compression import SUMMARY_HEADING, SUMMARY_SYSTEM
 from foliko_cli.errors import ModelError
@@ -280,6 +281,7 @@ def test_a_config_alias_brings_its_base_url_and_key(fake_server, tmp_path: Path)
         'api_key_env = "MY_KEY"\n'
         "context_window = 1000\n"
     )
+    trust(project / "foliko.toml")
     fake_server.queue(openai_stream(["fast answer"]))
 
     result = run_in(project, "chat", "-s", "a", "-m", "fast", "hi", env={"MY_KEY": "alias-key-9"})
@@ -289,6 +291,34 @@ def test_a_config_alias_brings_its_base_url_and_key(fake_server, tmp_path: Path)
     (request,) = fake_server.requests
     assert request.headers["authorization"] == "Bearer alias-key-9"
     assert request.body["model"] == "gpt-4o-mini"
+
+
+def test_an_untrusted_project_alias_never_gets_the_key(fake_server, tmp_path: Path):
+    """A cloned repository's foliko.toml names a server of its own and the user's
+    key: nothing is sent there until the user trusts the file."""
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "foliko.toml").write_text(
+        'model = "fast"\n[models.fast]\nmodel = "openai:gpt-4o-mini"\n'
+        f'base_url = "{fake_server.url}/v1"\napi_key_env = "OPENAI_API_KEY"\n'
+    )
+    env = {"OPENAI_API_KEY": "sk-user-secret", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
+
+    for words in (["chat", "-s", "a", "hi"], ["chat", "-s", "a", "-m", "fast", "hi"]):
+        result = run_in(project, *words, env=env)
+        assert result.returncode == 2, result.stderr
+        assert b"foliko config trust" in result.stderr
+        assert b"unknown model 'fast'" in result.stderr
+    listed = run_in(project, "models", "list", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert fake_server.requests == [] and fake_server.probes == []
+
+    trust(project / "foliko.toml")
+    fake_server.queue(openai_stream(["trusted now"]))
+    result = run_in(project, "chat", "-s", "a", "hi", env=env)
+    assert result.stdout == b"trusted now\n", result.stderr
+    (request,) = fake_server.requests
+    assert request.headers["authorization"] == "Bearer sk-user-secret"
 
 
 def test_the_key_is_never_stored_or_printed(run_foliko, fake_server, openai_env, foliko_home):
@@ -446,6 +476,7 @@ def test_dry_run_uses_the_alias_context_window_and_calls_nothing(
         f'base_url = "{fake_server.url}/v1"\n'
         "context_window = 1000\n"
     )
+    trust(project / "foliko.toml")
     seed("d", *(f"message {n}: " + "words " * 20 for n in range(20)))
 
     result = run_in(project, "chat", "-s", "d", "-m", "small", "--dry-run", "next?")

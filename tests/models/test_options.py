@@ -147,8 +147,15 @@ def test_the_cli_parses_option_values(run_foliko, fake_server, openai_env):
 @pytest.mark.parametrize(
     ("option", "expected"),
     [
-        ("max_tokens=abc", "model option max_tokens must be a positive whole number, not 'abc'"),
-        ("max_tokens=0", "max_tokens must be a positive whole number"),
+        (
+            "max_tokens=abc",
+            "model option max_tokens must be a whole number from 1 to 2,147,483,647, not 'abc'",
+        ),
+        ("max_tokens=0", "max_tokens must be a whole number from 1 to 2,147,483,647"),
+        (f"max_tokens={2**63}", "max_tokens must be a whole number from 1 to 2,147,483,647"),
+        (f"max_tokens={2**63 - 1}", "max_tokens must be a whole number from 1 to 2,147,483,647"),
+        (f"max_tokens={2**31}", "max_tokens must be a whole number from 1 to 2,147,483,647"),
+        (f"top_k={2**40}", "top_k must be a whole number from 1 to 2,147,483,647"),
         ("temperature=hot", "model option temperature must be a number of 0 or more, not 'hot'"),
         ("top_p=2", "top_p must be a number from 0 to 1"),
         ("seed=1.5", "seed must be a whole number"),
@@ -408,3 +415,18 @@ def test_the_call_that_compresses_the_history_is_in_the_usage(run_foliko, fake_s
     assert totals["input_tokens"] == 550
     assert totals["output_tokens"] == 20
     assert totals["compression_input_tokens"] == 400
+
+
+def test_an_alias_with_a_bound_past_the_limit_is_refused(run_foliko, fake_server, openai_env):
+    """Was: max_tokens = 2**63 went to the server."""
+    from trusting import trust
+
+    config = Path("foliko.toml")
+    config.write_text(f'[models.big]\nmodel = "openai:m"\nmax_tokens = {2**63 - 1}\n')
+    trust(config)
+    result = run_foliko("chat", "-s", "o", "-m", "big", "hi", env=openai_env)
+    assert result.returncode == 2
+    assert "model 'big': max_tokens must be a whole number from 1 to 2,147,483,647" in (
+        result.stderr.decode()
+    )
+    assert fake_server.requests == []

@@ -242,3 +242,22 @@ def test_healthz_and_openapi(http):
     assert {"/v1/responses", "/v1/conversations", "/v1/chat/completions", "/v1/sessions"} <= set(
         document["paths"]
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/models", None),
+        ("GET", "/v1/sessions", None),
+        ("GET", "/openapi.json", None),
+        ("GET", "/healthz", None),
+        ("GET", "/", None),
+        ("POST", "/v1/responses", {"model": "nosuch:model", "input": "x"}),
+        ("GET", "/v1/nosuch", None),
+        ("PUT", "/v1/responses", {}),
+    ],
+)
+def test_every_answer_says_nosniff_once(http, method, path, body):
+    """Was: the JSON answers left the browser free to sniff another type."""
+    response = http.request(method, path, json=body)
+    assert response.headers.get_list("x-content-type-options") == ["nosniff"], response.headers

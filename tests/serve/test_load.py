@@ -130,6 +130,7 @@ def test_a_turn_still_running_after_the_grace_is_cancelled_unsaved(start_server,
     assert outcome and outcome[0] != 200
     shown = run_cli(foliko_home, "sessions", "show", "cut-off", "--json")
     assert shown.returncode == 2 and b"not found" in shown.stderr
+    assert "Traceback" not in server.stderr and "Exception in ASGI" not in server.stderr
 
 
 def test_several_workers_serve_and_stop(start_server):
@@ -184,3 +185,4 @@ def test_a_stream_cut_by_shutdown_ends_with_an_error_and_done(start_server, api)
     error = json.loads(data[-2])
     assert (error.get("code") or error["error"]["code"]) == "shutting_down"
     assert server.proc.returncode == 0
+    assert "Traceback" not in server.stderr, server.stderr  # was: two for every stream cut

@@ -420,7 +420,9 @@ def test_sessions_search_trash_attachments_and_layout(browser, web, http, tmp_pa
 
     exported = tmp_path / "conversations.json"
     exported.write_text(json.dumps(chatgpt_export()))
-    imported = run_cli(web.home, "sessions", "import", "--format", "chatgpt", str(exported))
+    imported = run_cli(
+        web.home, "sessions", "import", "--format", "chatgpt", "--branches", "all", str(exported)
+    )
     assert imported.returncode == 0, imported.stderr
     (tmp_path / "long.json").write_text(json.dumps(long_session(1000) + long_message(2000)))
     assert run_cli(web.home, "sessions", "import", str(tmp_path / "long.json")).returncode == 0

@@ -6,7 +6,6 @@ that ``check`` reports and ``quarantine`` removes, and filesystem failures
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import threading
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filesystems import small_filesystem
 
 from foliko_cli.errors import ExitCode, StorageError
 from foliko_cli.storage.base import ProblemKind, SessionStorageAdapter
@@ -264,24 +264,6 @@ def test_check_reports_stale_temp_files_of_killed_json_writes(tmp_path, run):
 
 
 # filesystems that say no
-
-
-@contextlib.contextmanager
-def small_filesystem(path: Path, size: str = "256k") -> Iterator[Path]:
-    """A tmpfs of ``size`` at ``path``; skips when mounting is not permitted."""
-    path.mkdir()
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip() or 'not root'}")
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 def big_record(session_id: str = "big"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from trusting import trust
 
 from . import services
 
@@ -40,6 +41,7 @@ def wait_for(path: Path, process: subprocess.Popen, limit: float = 60.0) -> None
 def test_sigterm_mid_turn_saves_nothing_and_releases_the_session(name, tmp_path, foliko_home):
     (tmp_path / "stucktool.py").write_text(STUCK_TOOL)
     (tmp_path / "foliko.toml").write_text('tools = ["stucktool:stuck"]\n')
+    trust(tmp_path / "foliko.toml")
     marker = tmp_path / "started"
     with services.backend_url(name, tmp_path) as url:
         env = {**os.environ, "FOLIKO_MODEL": "echo", "FOLIKO_STORAGE": url}

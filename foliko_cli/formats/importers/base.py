@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,13 +31,20 @@ import orjson
 
 from foliko_cli.errors import UsageError
 from foliko_cli.messages.ids import check_session_id
-from foliko_cli.messages.record import SessionRecord, fork_origin, new_metadata
+from foliko_cli.messages.record import (
+    MAX_MESSAGE_CHARS,
+    SessionRecord,
+    fork_origin,
+    new_metadata,
+)
 from foliko_cli.messages.stored import content_hash
 
 HEAD_BYTES = 256 * 1024
 SNIFFED = 8  # the items of a JSON export sniffing looks at
+BOM = b"\xef\xbb\xbf"
 BRANCH_SUFFIX = ".branch-"
-LEFT_OUT_BRANCH = "branch(es) and fork(s)"
+LEFT_OUT_BRANCH = "branch(es)"
+LEFT_OUT_FORK = "fork(s)"
 LEFT_OUT_PART = "hidden, reasoning or unsupported item(s)"
 LEFT_OUT_EMPTY = "empty conversation(s)"
 LEFT_OUT_SUBAGENT = "subagent transcript(s)"
@@ -52,8 +60,11 @@ class Problem(NamedTuple):
 
 
 class Source:
-    """One file (or stdin) to read: its bytes, its JSON document or its JSON lines,
-    each read and parsed at most once."""
+    """One file (or stdin) to read: its JSON document or its JSON lines, each
+    parsed at most once. A UTF-8 byte order mark is skipped.
+
+    Memory stays near twice the largest value: a file's bytes are let go once
+    its document is parsed, and its lines are read one at a time."""
 
     def __init__(self, name: str, path: Path | None = None, data: bytes | None = None):
         self.name = name
@@ -63,24 +74,27 @@ class Source:
         self._parsed = False
         self._lines: list[tuple[int, Any]] | None = None
 
-    def data(self) -> bytes:
+    def _cannot_read(self, exc: OSError) -> UsageError:
+        return UsageError(f"cannot read {self.name}: {exc.strerror or exc}", fix="check the path")
+
+    def data(self) -> memoryview:
+        """The bytes (without a byte order mark), read whole."""
         if self._data is None:
             assert self.path is not None
             try:
                 self._data = self.path.read_bytes()
             except OSError as exc:
-                raise UsageError(
-                    f"cannot read {self.name}: {exc.strerror or exc}", fix="check the path"
-                ) from None
-        return self._data
+                raise self._cannot_read(exc) from None
+        view = memoryview(self._data)
+        return view[len(BOM) :] if self._data.startswith(BOM) else view
 
     def head(self) -> bytes:
         """The first bytes, for sniffing, without reading a large file whole."""
         if self._data is not None or self.path is None:
-            return self.data()[:HEAD_BYTES]
+            return bytes(self.data()[:HEAD_BYTES])
         try:
             with open(self.path, "rb") as handle:
-                return handle.read(HEAD_BYTES)
+                return handle.read(HEAD_BYTES).removeprefix(BOM)
         except OSError:
             return b""
 
@@ -88,29 +102,48 @@ class Source:
         """The file as one JSON value, or None when it is not one."""
         if not self._parsed:
             self._parsed = True
-            try:
-                self._document = orjson.loads(self.data())
-            except orjson.JSONDecodeError:
-                self._document = None
+            data = _lean(self.data())
+            if self.path is not None:
+                self._data = None  # read again if need be, rather than held twice
+            self._document = _parsed(data)
         return self._document
 
+    def _raw_lines(self) -> Iterator[tuple[int, memoryview | bytes]]:
+        """``(line number, bytes)`` of each line, one at a time from a file."""
+        if self._data is None and self.path is not None:
+            try:
+                with open(self.path, "rb") as handle:
+                    yield from _file_lines(handle)
+            except OSError as exc:
+                raise self._cannot_read(exc) from None
+            return
+        self.data()
+        assert self._data is not None
+        data, start = self._data, len(BOM) if self._data.startswith(BOM) else 0
+        for number in itertools.count(1):
+            end = data.find(b"\n", start)
+            yield number, memoryview(data)[start : len(data) if end == -1 else end]
+            if end == -1:
+                return
+            start = end + 1
+
     def head_objects(self, limit: int = 8) -> list[dict[str, Any]]:
-        """The first JSON-object lines that fit in the head (for sniffing JSONL)."""
-        head = self.head()
-        if b"\n" not in head and len(head) == HEAD_BYTES:
-            head = self.data()  # a first line longer than the head: it is read whole anyway
+        """The first JSON-object lines (for sniffing JSONL)."""
+        if not self.head().lstrip().startswith(b"{"):
+            return []  # not lines of objects: no line is read, however long
         found = []
-        for line in head.split(b"\n")[:-1]:
-            if line.strip():
-                try:
-                    value = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    return []
-                if not isinstance(value, dict):
-                    return []
-                found.append(value)
-                if len(found) == limit:
-                    break
+        for _number, line in self._raw_lines():
+            if _blank(line):
+                continue
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return []
+            if not isinstance(value, dict):
+                return []
+            found.append(value)
+            if len(found) == limit:
+                break
         return found
 
     def lines(self) -> list[tuple[int, Any]]:
@@ -118,28 +151,106 @@ class Source:
         JSON comes with an Unreadable as its value."""
         if self._lines is None:
             self._lines = []
-            for number, line in enumerate(self.data().split(b"\n"), start=1):
-                if not line.strip():
+            for number, line in self._raw_lines():
+                if _blank(line):
                     continue
-                try:
-                    self._lines.append((number, orjson.loads(line)))
-                except orjson.JSONDecodeError as exc:
-                    self._lines.append((number, Unreadable(f"line {number} is not JSON ({exc})")))
+                value = _parsed(_lean(line), number)
+                self._lines.append((number, value))
         return self._lines
+
+
+def _file_lines(handle: Any, chunk: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
+    """``(number, bytes)`` of each line of an open file, each read in one piece
+    once its end is found (a long line is never held twice while it is read)."""
+    start = len(BOM) if handle.read(len(BOM)) == BOM else 0
+    handle.seek(start)
+    number, scanned = 1, start
+    while True:
+        block = handle.read(chunk)
+        end = block.find(b"\n")
+        while end != -1:
+            yield number, _read_at(handle, start, scanned + end - start)
+            number, start = number + 1, scanned + end + 1
+            end = block.find(b"\n", end + 1)
+        scanned += len(block)
+        if len(block) < chunk:
+            if scanned > start:
+                yield number, _read_at(handle, start, scanned - start)
+            return
+        handle.seek(scanned)
+
+
+def _read_at(handle: Any, offset: int, length: int) -> bytes:
+    position = handle.tell()
+    handle.seek(offset)
+    data = handle.read(length)
+    handle.seek(position)
+    return data
+
+
+LEAN_ABOVE = MAX_MESSAGE_CHARS
+"""Past this many bytes, JSON is decoded to text first and its bytes let go,
+then parsed by the standard library: a little slower, but never holding a
+large value three times over as orjson does (the bytes, its copy, the text)."""
+
+
+def _lean(data: memoryview | bytes) -> memoryview | bytes | str | UnicodeDecodeError:
+    """``data`` as it is, or (a large one) decoded, so that its bytes can go."""
+    if len(data) <= LEAN_ABOVE:
+        return data
+    try:
+        return str(data, "utf-8")
+    except UnicodeDecodeError as exc:
+        return exc
+
+
+def _parsed(data: memoryview | bytes | str | UnicodeDecodeError, line: int = 0) -> Any:
+    """The JSON value (a line's: an Unreadable when it is none; a document's:
+    None)."""
+    import json
+
+    try:
+        if isinstance(data, UnicodeDecodeError):
+            raise ValueError(f"not valid UTF-8: {data.reason}")
+        if isinstance(data, str):
+            return json.loads(data, parse_constant=_no_constant)
+        return orjson.loads(data)
+    except (ValueError, RecursionError) as exc:
+        return Unreadable(f"line {line} is not JSON ({exc})") if line else None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _blank(line: memoryview | bytes) -> bool:
+    return len(line) < 256 and not bytes(line).strip()
+
+
+class Branch(NamedTuple):
+    """A branch of a conversation: its own ``messages``, after the first ``at``
+    messages of the line it leaves (``parent``: 0 the conversation's own line,
+    N its Nth branch), of which ``turns`` are whole turns."""
+
+    messages: list[dict[str, Any]]
+    parent: int
+    at: int
+    turns: int
 
 
 class Conversation:
     """One conversation as its tool kept it: the branch it showed (``messages``),
-    the other branches (each a whole history, root to leaf), and what it knew
-    about itself. ``forked_from`` is set when the tool itself forked it from
-    another conversation, which it then keeps its own id beside."""
+    the other branches (``Branch``es, or whole histories, root to leaf, which
+    ``Imported.add`` splits), and what it knew about itself. ``forked_from`` is
+    set when the tool itself forked it from another conversation, which it then
+    keeps its own id beside."""
 
     def __init__(
         self,
         source_id: Any,
         messages: list[dict[str, Any]],
         *,
-        branches: list[list[dict[str, Any]]] | None = None,
+        branches: list[Branch] | list[list[dict[str, Any]]] | None = None,
         title: Any = None,
         created: int = 0,
         updated: int = 0,
@@ -160,11 +271,18 @@ class Conversation:
 
 class Imported:
     """What one import read: the records, the conversations that could not be
-    read, and counts of what was left out on purpose."""
+    read, and counts of what was left out on purpose.
 
-    def __init__(self, fmt: str, *, main_only: bool = False):
+    ``branches`` says what becomes of a conversation's other branches:
+    ``current`` counts them, ``all`` imports each as a session holding only its
+    own messages, forked from the line it leaves (so a tree costs what its
+    messages do, never a copy of a prefix per branch). ``main_only`` leaves out
+    the conversations a tool forked from another one as well."""
+
+    def __init__(self, fmt: str, *, main_only: bool = False, branches: str = "current"):
         self.format = fmt
         self.main_only = main_only
+        self.branches = "current" if main_only else branches
         self.records: list[SessionRecord] = []
         self.unreadable: list[Problem] = []
         self.left_out: collections.Counter[str] = collections.Counter()
@@ -192,7 +310,10 @@ class Imported:
             self.problem(where, f"unexpected data ({type(exc).__name__}: {exc})")
 
     def add(self, conversation: Conversation, where: str) -> None:
-        """The conversation's session, and one per branch unless ``main_only``."""
+        """The conversation's session, and (``branches`` all) one per other branch.
+
+        A message over the size limit makes the conversation unreadable (named,
+        left out); in a branch, only that branch is left out."""
         session_id = conversation.source_id
         try:
             check_session_id(session_id)
@@ -202,8 +323,11 @@ class Imported:
             self.leave_out(LEFT_OUT_EMPTY)
             return
         if conversation.forked_from and self.main_only:
-            self.leave_out(LEFT_OUT_BRANCH)
+            self.leave_out(LEFT_OUT_FORK)
             return
+        oversized = too_large(conversation.messages)
+        if oversized:
+            raise Unreadable(oversized)
         meta = {
             "title": conversation.title,
             "model": conversation.model,
@@ -214,20 +338,29 @@ class Imported:
         self._keep(
             where, _record(session_id, conversation.messages, conversation, meta), session_id
         )
-        branches = _distinct_branches(conversation.messages, conversation.branches)
-        if self.main_only:
+        branches = _as_branches(conversation.messages, conversation.branches)
+        if self.branches != "all":
             self.leave_out(LEFT_OUT_BRANCH, len(branches))
             return
-        main = conversation.messages
-        for number, messages in enumerate(branches, start=1):
+        for number, (own, parent, shared, turns) in enumerate(branches, start=1):
             branch_id = f"{session_id}{BRANCH_SUFFIX}{number}"
             try:
                 check_session_id(branch_id)
             except UsageError as exc:
                 self.problem(f"{where}, branch {number}", exc.problem)
                 continue
-            branch = _record(branch_id, messages, conversation, meta)
-            branch.metadata.update(fork_origin(session_id, main, _shared(main, messages)))
+            oversized = too_large(own)
+            if oversized:
+                self.problem(f"{where}, branch {number}", oversized)
+                continue
+            parent_id = f"{session_id}{BRANCH_SUFFIX}{parent}" if parent else session_id
+            branch = _record(branch_id, own, conversation, meta)
+            branch.metadata.update(
+                forked_from=parent_id,
+                forked_at_message=shared,
+                forked_at_turn=turns,
+                **{OWN_MESSAGES_ONLY: True},
+            )
             self._keep(where, branch, branch_id)
 
     def link_forks(self) -> None:
@@ -255,17 +388,82 @@ class Imported:
             )
 
 
-def _distinct_branches(
-    main: list[dict[str, Any]], branches: list[list[dict[str, Any]]]
-) -> list[list[dict[str, Any]]]:
-    """The branches that hold something the main line and the earlier branches do
-    not (a leaf hidden from view makes a "branch" that is only a prefix)."""
-    kept: list[list[dict[str, Any]]] = []
-    for branch in branches:
-        if not branch or any(branch == line[: len(branch)] for line in (main, *kept)):
-            continue
-        kept.append(branch)
-    return kept
+OWN_MESSAGES_ONLY = "own_messages_only"
+"""In an imported branch's metadata: it holds only its own messages; the
+``forked_at_message`` before them are its ``forked_from`` session's."""
+
+
+def too_large(messages: list[dict[str, Any]]) -> str | None:
+    """Why a message cannot be imported (its text, or an attachment's data, is
+    over the size a message may have), or None."""
+    for number, message in enumerate(messages, start=1):
+        sizes = [len(message.get("content") or "")]
+        sizes += [len(part.get("data") or "") for part in message.get("attachments") or ()]
+        if max(sizes) > MAX_MESSAGE_CHARS:
+            return (
+                f"message {number} ({message.get('role')}) holds {max(sizes):,} characters, "
+                f"over the {MAX_MESSAGE_CHARS:,} a message may hold"
+            )
+    return None
+
+
+def _as_branches(
+    main: list[dict[str, Any]], branches: list[Branch] | list[list[dict[str, Any]]]
+) -> list[Branch]:
+    """``branches`` as ``Branch``es: whole histories are split where each leaves
+    the lines before it (those that add nothing are dropped)."""
+    found = [branch for branch in branches if isinstance(branch, Branch)]
+    histories = [history for history in branches if not isinstance(history, Branch)]
+    if histories:
+        lines = _Lines(main)
+        for placed in filter(None, map(lines.add, histories)):
+            parent, shared, own = placed
+            turns = fork_origin("", lines.full[parent], shared)["forked_at_turn"]
+            found.append(Branch(own, parent, shared, turns))
+    return found
+
+
+class _Lines:
+    """The lines of one conversation already kept (the main line first), as a
+    trie of their messages: a line is placed in the time its own messages
+    take, not in that of the prefix it shares."""
+
+    def __init__(self, main: list[dict[str, Any]]):
+        self.full: list[list[dict[str, Any]]] = []
+        self._root: dict[Any, Any] = {}
+        self._keys: dict[int, Any] = {}
+        self.add(main)
+
+    def _key(self, message: dict[str, Any]) -> Any:
+        key = self._keys.get(id(message))
+        if key is None:
+            key = tuple(_comparable(message.get(name)) for name in _SAME)
+            self._keys[id(message)] = key
+        return key
+
+    def add(self, messages: list[dict[str, Any]]) -> tuple[int, int, list[dict[str, Any]]] | None:
+        """``(line it leaves, messages shared with it, its own messages)``, or
+        None when it holds nothing a line kept does not (a hidden leaf)."""
+        node, owner, shared = self._root, 0, 0
+        while shared < len(messages):
+            child = node.get(self._key(messages[shared]))
+            if child is None:
+                break
+            node, owner = child
+            shared += 1
+        if shared == len(messages) and self.full:
+            return None
+        number = len(self.full)
+        self.full.append(messages)
+        for message in messages[shared:]:
+            child = ({}, number)
+            node[self._key(message)] = child
+            node = child[0]
+        return owner, shared, messages[shared:]
+
+
+def _comparable(value: Any) -> Any:
+    return value if value is None or isinstance(value, str) else orjson.dumps(value)
 
 
 def _shared(first: list[dict[str, Any]], second: list[dict[str, Any]]) -> int:

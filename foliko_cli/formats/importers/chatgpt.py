@@ -26,7 +26,7 @@ from foliko_cli.formats.importers.convert import (
     attachment,
     ms,
 )
-from foliko_cli.formats.importers.tree import lines, messages_along
+from foliko_cli.formats.importers.tree import split
 
 NAME = "chatgpt"
 LABEL = "a ChatGPT export (conversations.json)"
@@ -112,7 +112,6 @@ def _conversation(item: Any, imported: Imported) -> Conversation:
         raise Unreadable("it has no usable conversation_id or id")
     mapping = item["mapping"]
     parents = {key: (node or {}).get("parent") for key, node in mapping.items()}
-    main, branches = lines(parents, item.get("current_node"))
     created = ms(item.get("create_time"))
     converted: dict[str, list[dict[str, Any]]] = {}
     for key, node in mapping.items():
@@ -121,10 +120,11 @@ def _conversation(item: Any, imported: Imported) -> Conversation:
             converted[key] = [message]
         elif isinstance((node or {}).get("message"), dict):
             imported.leave_out(LEFT_OUT_PART)
+    shown, branches = split(parents, item.get("current_node"), converted)
     return Conversation(
         session_id,
-        messages_along(main, converted),
-        branches=[messages_along(path, converted) for path in branches],
+        shown,
+        branches=branches,
         title=item.get("title"),
         created=created,
         updated=ms(item.get("update_time")),

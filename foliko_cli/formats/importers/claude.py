@@ -31,7 +31,7 @@ from foliko_cli.formats.importers.convert import (
     text_of,
     with_text_attachment,
 )
-from foliko_cli.formats.importers.tree import lines, messages_along
+from foliko_cli.formats.importers.tree import split
 
 NAME = "claude"
 LABEL = "a Claude.ai export (conversations.json)"
@@ -88,11 +88,12 @@ def _conversation(item: Any, imported: Imported) -> Conversation:
             parents[key] = previous[2] if sender == previous[1] else previous[0]
         previous = (key, sender, parents[key])
         converted[key] = _messages(message, key, imported)
-    main, branches = lines(parents, item.get("current_leaf_message_uuid"), strict=False)
+    current = item.get("current_leaf_message_uuid")
+    shown, branches = split(parents, current, converted, strict=False)
     return Conversation(
         item["uuid"],
-        messages_along(main, converted),
-        branches=[messages_along(path, converted) for path in branches],
+        shown,
+        branches=branches,
         title=item.get("name"),
         created=ms(item.get("created_at")),
         updated=ms(item.get("updated_at")),

@@ -37,7 +37,7 @@ from foliko_cli.formats.importers.convert import (
     text_of,
     usage,
 )
-from foliko_cli.formats.importers.tree import lines, messages_along
+from foliko_cli.formats.importers.tree import split
 
 NAME = "claude-code"
 LABEL = "Claude Code session files (~/.claude/projects/)"
@@ -118,11 +118,14 @@ def _conversation(
         current = key
     if current is None:
         return Conversation(session_id, [])
-    main, branches = lines(parents, current, strict=False)
+    shown, branches = split(parents, current, converted, strict=False, merge=_merge)
+    for line in (shown, *(branch.messages for branch in branches)):
+        for message in line:
+            message.pop("_id", None)
     return Conversation(
         session_id,
-        _merged(messages_along(main, converted)),
-        branches=[_merged(messages_along(path, converted)) for path in branches],
+        shown,
+        branches=branches,
         title=_title(records, parents),
         extra={"cwd": next((r["cwd"] for r in records if isinstance(r.get("cwd"), str)), None)},
     )
@@ -233,27 +236,19 @@ def _result(block: dict[str, Any], tools: dict[Any, Any], at: int) -> dict[str, 
     return result
 
 
-def _merged(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Assistant records of one streamed answer (the same message id, one after
-    another) as one message; the last record's counts are the answer's."""
-    out: list[dict[str, Any]] = []
-    for message in messages:
-        message = dict(message)
-        key = message.pop("_id", None)
-        last = out[-1] if out else None
-        if key and last is not None and last.get("_merge") == key:
-            if message["content"]:
-                joined = f"{last['content']}\n\n{message['content']}"
-                last["content"] = joined if last["content"] else message["content"]
-            if message.get("tool_calls"):
-                last["tool_calls"] = [*last.get("tool_calls", ()), *message["tool_calls"]]
-            for name in ("usage", "model"):
-                if name in message:
-                    last[name] = message[name]
-            continue
-        if key:
-            message["_merge"] = key
-        out.append(message)
-    for message in out:
-        message.pop("_merge", None)
-    return out
+def _merge(last: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Fold an assistant record into the one before it when both are records of
+    one streamed answer (the same message id); the last record's counts are the
+    answer's."""
+    key = message.get("_id")
+    if not key or last.get("_id") != key:
+        return False
+    if message["content"]:
+        joined = f"{last['content']}\n\n{message['content']}"
+        last["content"] = joined if last["content"] else message["content"]
+    if message.get("tool_calls"):
+        last["tool_calls"] = [*last.get("tool_calls", ()), *message["tool_calls"]]
+    for name in ("usage", "model"):
+        if name in message:
+            last[name] = message[name]
+    return True

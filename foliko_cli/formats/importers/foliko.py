@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
 from foliko_cli.errors import UsageError
-from foliko_cli.formats.importers.base import Imported, Source
+from foliko_cli.formats.importers.base import Imported, Source, Unreadable, too_large
 from foliko_cli.messages.public import record_from_dict
 from foliko_cli.messages.record import SessionRecord
 
@@ -27,33 +25,39 @@ def sniff(source: Source) -> bool:
     return False
 
 
-def _items(text: str, source: str) -> list[Any]:
-    try:
-        document = orjson.loads(text)
+def _items(source: Source) -> list[Any]:
+    """The records of a JSON document, or of NDJSON lines; neither is an error."""
+    document = source.document()
+    if document is not None:
         return document if isinstance(document, list) else [document]
-    except orjson.JSONDecodeError:
-        try:
-            return [orjson.loads(line) for line in text.splitlines() if line.strip()]
-        except orjson.JSONDecodeError as exc:
-            raise UsageError(f"{source} is not JSON or NDJSON ({exc})", fix=FIX) from None
+    items = []
+    for _number, value in source.lines():
+        if isinstance(value, Unreadable):
+            utf8 = "UTF-8" in str(value)
+            problem = "not valid UTF-8" if utf8 else f"not JSON or NDJSON ({value})"
+            raise UsageError(f"{source.name} is {problem}", fix=FIX)
+        items.append(value)
+    return items
 
 
 def read(source: Source, imported: Imported) -> None:
     from foliko_cli.storage.migrate import same_content
 
-    try:
-        text = source.data().decode("utf-8", errors="strict")
-    except UnicodeDecodeError:
-        raise UsageError(f"{source.name} is not valid UTF-8", fix=FIX) from None
-    items = _items(text, source.name) if text.strip() else []
     records: dict[str, SessionRecord] = {}
-    for number, item in enumerate(items, start=1):
+    for number, item in enumerate(_items(source), start=1):
         try:
             record = record_from_dict(item)
         except ValueError as exc:
             raise UsageError(
                 f"{source.name}: session #{number} is invalid: {exc}", fix=FIX
             ) from None
+        oversized = too_large(record.messages)
+        if oversized:
+            raise UsageError(
+                f"{source.name}: session #{number} ({record.session_id!r}): {oversized}; "
+                "nothing imported",
+                fix="leave that message out of the file",
+            )
         if "sessionId" in item:
             record.saved_at = 0
         earlier = records.get(record.session_id)

@@ -30,7 +30,7 @@ from foliko_cli.formats.importers.convert import (
     result_text,
     text_of,
 )
-from foliko_cli.formats.importers.tree import last_descendant, lines, messages_along
+from foliko_cli.formats.importers.tree import last_descendant, split
 
 NAME = "librechat"
 LABEL = "a LibreChat conversation export (JSON)"
@@ -84,13 +84,13 @@ def _conversation(document: dict[str, Any], imported: Imported) -> Conversation:
     if not nodes:
         return Conversation(document["conversationId"], [])
     current = last_descendant(children[None][-1], lambda key: children.get(key, []))
-    main, branches = lines(parents, current, strict=False)
     options = found if isinstance(found := document.get("options"), dict) else {}
     converted = {key: _messages(key, m, imported) for key, m in nodes.items()}
+    shown, branches = split(parents, current, converted, strict=False)
     return Conversation(
         document["conversationId"],
-        messages_along(main, converted),
-        branches=[messages_along(path, converted) for path in branches],
+        shown,
+        branches=branches,
         title=document.get("title"),
         model=options.get("model"),
         extra={"endpoint": document.get("endpoint")},

@@ -37,7 +37,7 @@ from foliko_cli.formats.importers.convert import (
     text_of,
     usage,
 )
-from foliko_cli.formats.importers.tree import lines, messages_along
+from foliko_cli.formats.importers.tree import split
 
 NAME = "openwebui"
 LABEL = "an Open WebUI chat export (chat-export-*.json)"
@@ -105,13 +105,13 @@ def _conversation(item: Any, imported: Imported) -> Conversation:
         current = keys[-1] if keys else None
     if not nodes:
         return Conversation(chat_id, [])
-    main, branches = lines(parents, current, strict=False)
     converted = {key: _messages(key, node, imported) for key, node in nodes.items()}
+    shown, branches = split(parents, current, converted, strict=False)
     models = chat.get("models") if isinstance(chat.get("models"), list) else []
     return Conversation(
         chat_id,
-        messages_along(main, converted),
-        branches=[messages_along(path, converted) for path in branches],
+        shown,
+        branches=branches,
         title=item.get("title") or chat.get("title"),
         created=ms(item.get("created_at") or chat.get("timestamp")),
         updated=ms(item.get("updated_at")),

@@ -26,20 +26,32 @@ def format_module(name: str) -> ModuleType:
 
 
 def read(
-    source: str, fmt: str | None = None, *, main_only: bool = False, stdin: bytes | None = None
+    source: str,
+    fmt: str | None = None,
+    *,
+    main_only: bool = False,
+    branches: str = "current",
+    stdin: bytes | None = None,
 ) -> Imported:
     """What ``source`` (a path, or - with ``stdin`` the bytes read from it) holds in
-    ``fmt``, or in the format told from the data when ``fmt`` is None."""
+    ``fmt``, or in the format told from the data when ``fmt`` is None; see
+    ``Imported`` for ``main_only`` and ``branches``."""
+    if not source:
+        raise UsageError(
+            "the source to import is empty",
+            fix="give a file, a directory or - for stdin (an empty path is no directory)",
+        )
+    kept = Imported(fmt or "", main_only=main_only, branches=branches)
     if source == "-":
         if fmt == "llm":
             raise UsageError("llm's logs.db cannot be read from stdin", fix="give its path")
-        return _read_file(Source("stdin", data=stdin or b""), fmt, main_only)
+        return _read_file(Source("stdin", data=stdin or b""), fmt, kept)
     path = Path(source)
     if path.is_dir():
-        return _read_directory(path, fmt, main_only)
+        return _read_directory(path, fmt, kept)
     if not path.exists():
         raise UsageError(f"cannot read {source}: no such file or directory", fix="check the path")
-    return _read_file(Source(source, path), fmt, main_only)
+    return _read_file(Source(source, path), fmt, kept)
 
 
 def _sniff(source: Source, names: tuple[str, ...] = SNIFFED) -> str | None:
@@ -56,9 +68,9 @@ def _told(source: Source) -> str:
     return _sniff(source) or "foliko"
 
 
-def _read_file(source: Source, fmt: str | None, main_only: bool) -> Imported:
+def _read_file(source: Source, fmt: str | None, imported: Imported) -> Imported:
     told = fmt or _told(source)
-    imported = Imported(told, main_only=main_only)
+    imported.format = told
     try:
         format_module(told).read(source, imported)
     except UsageError as exc:
@@ -81,7 +93,7 @@ def _files(directory: Path, patterns: tuple[str, ...]) -> list[Path]:
     return sorted(found)
 
 
-def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Imported:
+def _read_directory(directory: Path, fmt: str | None, imported: Imported) -> Imported:
     if fmt == "foliko":
         raise UsageError(f"{directory} is a directory", fix="give the file sessions export wrote")
     if fmt is None:
@@ -89,7 +101,7 @@ def _read_directory(directory: Path, fmt: str | None, main_only: bool) -> Import
     else:
         sources, unknown = _files_of(directory, fmt), 0
     module = format_module(fmt)
-    imported = Imported(fmt, main_only=main_only)
+    imported.format = fmt
     imported.leave_out(LEFT_OUT_UNKNOWN, unknown)
     skipped = getattr(module, "skipped", None)
     for source in sources:

@@ -32,7 +32,7 @@ async def login(config: ServerConfig, home: Path, open_url: Callable[[str], None
     from foliko_cli.mcp.connection import CLIENT_NAME, _innermost, _keep_sdk_logs_off_stderr
     from foliko_cli.mcp.oauth.loopback import Loopback
     from foliko_cli.mcp.oauth.provider import Login
-    from foliko_cli.mcp.transport import open_transport, scrub
+    from foliko_cli.mcp.transport import open_transport, scrub, transport_secrets
 
     _keep_sdk_logs_off_stderr()
     TokenFile(token_path(home, config.name), config.url or "").forget_tokens()
@@ -62,7 +62,7 @@ async def login(config: ServerConfig, home: Path, open_url: Callable[[str], None
         inner = _innermost(exc)
         text = str(inner).strip().splitlines()[0] if str(inner).strip() else ""
         reason = f"{type(inner).__name__}: {text}" if text else type(inner).__name__
-        secrets = transport.secrets if transport else ()
+        secrets = transport_secrets(transport.secrets, transport.auth) if transport else ()
         raise MCPServerError(
             f"login to MCP server {config.name!r} failed: {scrub(reason, secrets)}"
         ) from None

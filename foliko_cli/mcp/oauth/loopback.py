@@ -1,6 +1,12 @@
 """The redirect of a native app's authorization (RFC 8252 §7.3): a listener on
 127.0.0.1, on a port the system picks, that takes the one redirect carrying
-the code and answers the browser with a short page."""
+the code and answers the browser with a short page.
+
+Any process on the machine can reach the port, so a redirect counts only when
+its ``state`` is the one of the authorization foliko sent the user to (RFC
+6749 §10.12): any other (a code, or an error, of someone else's making) is
+answered 400 and ignored, and the listener goes on waiting, until the right
+one or the deadline."""
 
 from __future__ import annotations
 
@@ -26,6 +32,12 @@ class Loopback:
         self.port = port
         self._server: asyncio.Server | None = None
         self._result: asyncio.Future | None = None
+        self._state: str | None = None
+
+    def expect(self, authorization_url: str) -> None:
+        """Take only the redirect that carries the ``state`` of this authorization URL."""
+        states = parse_qs(urlsplit(authorization_url).query).get("state")
+        self._state = states[0] if states else None
 
     @property
     def redirect_uri(self) -> str:
@@ -56,6 +68,9 @@ class Loopback:
                 self._answer(writer, 404, "Not found.")
                 return
             query = {key: values[0] for key, values in parse_qs(url.query).items()}
+            if self._state is None or not _same(query.get("state"), self._state):
+                self._answer(writer, 400, "This is not the authorization foliko waits for.")
+                return
             if "error" in query:
                 text = "foliko was not authorized."
                 self._settle(AuthorizationDenied(_denial(query)))
@@ -88,6 +103,12 @@ class Loopback:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
+
+
+def _same(given: str | None, expected: str) -> bool:
+    import hmac
+
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
 def _denial(query: dict[str, str]) -> str:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from foliko_cli.common.redaction import basic_credentials, remember_secrets
 from foliko_cli.mcp.oauth.loopback import Loopback
 from foliko_cli.mcp.oauth.store import TokenFile, token_path
 from foliko_cli.mcp.server_config import ServerConfig
@@ -93,6 +94,30 @@ class _Foliko:
     ) -> None:
         self.config, self.store, self.login, self.problem = config, store, login, problem
         self.refused_with: int | None = None
+        remember_secrets(self.secrets())
+
+    def secrets(self) -> tuple[str, ...]:
+        """What no answer, error or log line may show: the client secret (also
+        as the HTTP Basic credentials it makes with the client id) and the
+        tokens, those held and those stored. Each is remembered, so that the
+        SDK's log records hide them too."""
+        client = getattr(self, "context", None) and self.context.client_info
+        secret = self.secret or (client.client_secret if client else None)
+        found: list[str] = []
+        if secret:
+            found.append(secret)
+            client_id = (client.client_id if client else None) or self.config.client_id
+            if client_id:
+                found += basic_credentials(client_id, secret)
+        held = getattr(self, "context", None) and self.context.current_tokens
+        if held:
+            found += [held.access_token, held.refresh_token or ""]
+        stored = self.store.read().get("tokens")
+        if isinstance(stored, dict):
+            found += [str(stored.get(key) or "") for key in ("access_token", "refresh_token")]
+        found = [value for value in found if value]
+        remember_secrets(found)
+        return tuple(found)
 
     async def _adopt_newer(self) -> None:
         """Take the tokens another foliko process refreshed meanwhile (with a
@@ -282,6 +307,7 @@ def build_auth(config: ServerConfig, home: Path, login: Login | None = None) -> 
 
     async def show(url: str) -> None:
         assert login is not None
+        login.loopback.expect(url)
         login.open_url(url)
 
     async def wait() -> AuthorizationCodeResult:

@@ -8,9 +8,7 @@ server URL: after the URL changes, what it holds is not used.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -43,18 +41,15 @@ class TokenFile:
 
     def write(self, data: dict[str, Any]) -> None:
         """Written whole to a private temporary file, then renamed over the old one."""
+        from foliko_cli.common.files import replaced
+        from foliko_cli.common.redaction import remember_secrets
+
+        tokens = data.get("tokens")
+        if isinstance(tokens, dict):
+            remember_secrets(str(tokens.get(k) or "") for k in ("access_token", "refresh_token"))
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(descriptor, "w", encoding="utf-8") as out:
-                json.dump({**data, "server_url": self.server_url}, out, indent=2)
-            os.chmod(temporary, 0o600)
-            os.replace(temporary, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                temporary.unlink()
-            raise
+        with replaced(self.path) as out:
+            json.dump({**data, "server_url": self.server_url}, out, indent=2)
 
     def expires_at(self) -> float | None:
         value = self.read().get("expires_at")

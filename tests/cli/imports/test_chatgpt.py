@@ -124,7 +124,9 @@ def export_file(tmp_path: Path) -> Path:
 
 
 def test_the_shown_branch_is_the_session_and_the_others_are_forks(invoke, show, export_file):
-    result = invoke("sessions", "import", "--format", "chatgpt", str(export_file))
+    result = invoke(
+        "sessions", "import", "--format", "chatgpt", "--branches", "all", str(export_file)
+    )
 
     assert_exit(result, 0, "imported 4, unchanged 0, skipped 0")
     assert "left out 3 hidden, reasoning or unsupported item(s)" in result.stderr
@@ -144,8 +146,10 @@ def test_the_shown_branch_is_the_session_and_the_others_are_forks(invoke, show, 
     assert trip["metadata"]["created_at"] == 1_700_000_000_500
     assert trip["metadata"]["imported_from"] == "chatgpt"
     edited, regenerated = show(f"{TRIP}.branch-1"), show(f"{TRIP}.branch-2")
-    assert turns(edited)[2:] == [("user", "Three days"), ("assistant", "Day 1: Asakusa")]
-    assert turns(regenerated)[3:] == [("assistant", "First draft")]
+    # each branch holds its own messages only: the ones before are TRIP's
+    assert turns(edited) == [("user", "Three days"), ("assistant", "Day 1: Asakusa")]
+    assert turns(regenerated) == [("assistant", "First draft")]
+    assert edited["metadata"]["own_messages_only"] is True
     assert edited["metadata"]["forked_from"] == regenerated["metadata"]["forked_from"] == TRIP
     fork_points = [
         (branch["metadata"]["forked_at_message"], branch["metadata"]["forked_at_turn"])
@@ -158,25 +162,28 @@ def test_the_shown_branch_is_the_session_and_the_others_are_forks(invoke, show, 
     assert [m["content"] for m in second["messages"]] == ["Was heißt Größe?", "Size."]
 
 
-def test_main_only_leaves_the_other_branches_out(invoke, session_ids, export_file):
-    result = invoke("sessions", "import", "--main-only", str(export_file))
-
-    assert_exit(result, 0, "imported 2,", "left out 2 branch(es) and fork(s) (--main-only)")
-    assert session_ids() == sorted([TRIP, "conv-2"])
+def test_only_the_shown_branch_is_imported_unless_asked(invoke, session_ids, export_file):
+    for words in ([], ["--main-only"], ["--branches", "current"]):
+        result = invoke("sessions", "import", *words, str(export_file))
+        assert_exit(result, 0, "left out 2 branch(es)")
+        assert session_ids() == sorted([TRIP, "conv-2"])
+    assert "(--branches all imports them)" in invoke("sessions", "import", str(export_file)).stderr
+    both = invoke("sessions", "import", "--main-only", "--branches", "all", str(export_file))
+    assert_usage_error(both, "--main-only leaves out the branches --branches all asks for")
 
 
 def test_importing_twice_changes_nothing(invoke, show, export_file):
-    invoke("sessions", "import", "--format", "chatgpt", str(export_file))
+    invoke("sessions", "import", "--format", "chatgpt", "--branches", "all", str(export_file))
     before = show(TRIP), show(f"{TRIP}.branch-1")
 
-    again = invoke("sessions", "import", "--format", "chatgpt", str(export_file))
+    again = invoke("sessions", "import", "--format", "chatgpt", "--branches=all", str(export_file))
 
     assert_exit(again, 0, "imported 0, unchanged 4, skipped 0")
     assert (show(TRIP), show(f"{TRIP}.branch-1")) == before
 
 
 def test_a_conversation_grown_since_is_skipped_or_replaced(invoke, show, export_file):
-    invoke("sessions", "import", str(export_file))
+    invoke("sessions", "import", "--branches", "all", str(export_file))
     grown = chatgpt_export()
     mapping = grown[1]["mapping"]
     mapping["a"]["children"] = ["q2"]
@@ -184,9 +191,11 @@ def test_a_conversation_grown_since_is_skipped_or_replaced(invoke, show, export_
     grown[1]["current_node"] = "q2"
     export_file.write_bytes(orjson.dumps(grown))
 
-    skipped = invoke("sessions", "import", str(export_file))
+    skipped = invoke("sessions", "import", "--branches", "all", str(export_file))
     assert_exit(skipped, 0, "imported 0, unchanged 3, skipped 1", "skipped 'conv-2'")
-    replaced = invoke("sessions", "import", str(export_file), "--on-conflict", "replace")
+    replaced = invoke(
+        "sessions", "import", "--branches", "all", str(export_file), "--on-conflict", "replace"
+    )
     assert_exit(replaced, 0, "imported 1, unchanged 3, skipped 0")
     assert turns(show("conv-2"))[-1] == ("user", "Und Straße?")
 

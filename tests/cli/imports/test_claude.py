@@ -16,7 +16,7 @@ DIAGRAM = "e1be6fd9-72a6-43f7-8c58-903b4c5d6eb9"
 
 
 def test_each_conversation_becomes_a_session(invoke, show, session_ids):
-    result = invoke("sessions", "import", "--format", "claude", str(EXPORT))
+    result = invoke("sessions", "import", "--format", "claude", "--branches", "all", str(EXPORT))
 
     assert_exit(result, 0, "imported 6, unchanged 0, skipped 0")
     assert "left out 1 hidden, reasoning or unsupported item(s)" in result.stderr
@@ -70,15 +70,16 @@ def test_tool_use_and_its_result(invoke, show):
 
 
 def test_an_edited_prompt_and_a_regenerated_answer_are_branches(invoke, show):
-    invoke("sessions", "import", str(EXPORT))
+    invoke("sessions", "import", "--branches", "all", str(EXPORT))
 
     assert turns(show(TRANSLATIONS))[2:] == [
         ("user", "Translate 'good night' to Italian"),
         ("assistant", "Buona notte."),
     ]
     edited = show(f"{TRANSLATIONS}.branch-1")
-    assert turns(edited)[2:] == [("user", "Translate 'good night' to French")]
+    assert turns(edited) == [("user", "Translate 'good night' to French")]  # its own only
     assert edited["metadata"]["forked_from"] == TRANSLATIONS
+    assert edited["metadata"]["forked_at_message"] == 2
     diagram = show(DIAGRAM)
     assert turns(diagram) == [
         ("user", "Is this architecture diagram sound?"),
@@ -88,7 +89,7 @@ def test_an_edited_prompt_and_a_regenerated_answer_are_branches(invoke, show):
     assert diagram["messages"][0]["attachments"] == [
         {"type": "image", "name": "diagram.png", "media_type": "image/png"}
     ]
-    assert turns(show(f"{DIAGRAM}.branch-1"))[1] == (
+    assert turns(show(f"{DIAGRAM}.branch-1"))[0] == (
         "assistant",
         "Mostly; the cache is a single point of failure.",
     )
@@ -101,7 +102,7 @@ def test_a_conversation_that_cannot_be_read(invoke, session_ids, tmp_path):
     path = tmp_path / "conversations.json"
     path.write_bytes(orjson.dumps(conversations))
 
-    result = invoke("sessions", "import", str(path))
+    result = invoke("sessions", "import", "--branches", "all", str(path))
 
     assert_exit(
         result,

@@ -202,7 +202,7 @@ def test_a_branch_whose_id_would_be_too_long(invoke, session_ids, copied):
     export["conversationId"] = "c" * 250
     path.write_bytes(orjson.dumps(export))
 
-    result = invoke("sessions", "import", str(path))
+    result = invoke("sessions", "import", "--branches", "all", str(path))
 
     assert_exit(result, 3, ", branch 1: invalid session id: longer than 256 characters")
     assert session_ids() == ["c" * 250]
