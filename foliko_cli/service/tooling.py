@@ -40,7 +40,7 @@ class ToolsMixin(ServiceBase):
 
     async def _load_global_tools(self) -> None:
         """Plugin tools from the config and the tools of the enabled MCP servers,
-        once (a dry run loads no plugin: ``stand_ins`` shows them)."""
+        once (a dry run loads no plugin: ``_stand_ins`` shows them)."""
         if self._tools_loaded:
             return
         from foliko_cli.engine.plugins import code_stood_in, load_tool
@@ -53,7 +53,7 @@ class ToolsMixin(ServiceBase):
             await self._offer_mcp_tools(None, self.mcp.enabled())
         self._tools_loaded = not dry
 
-    def stand_ins(self) -> tuple[Tool, ...]:
+    def _stand_ins(self) -> tuple[Tool, ...]:
         """The config's tools as a dry run offers them: those from code stood in for."""
         from foliko_cli.engine.plugins import load_tool
 

@@ -255,7 +255,7 @@ class TurnsMixin(ServiceBase):
         # the history is compressed to fit, as a turn that may compress it sends it
         prepared = (await self._prepare(turn))._replace(compress=True)
         if code_stood_in():
-            prepared = prepared._replace(tools=(*self.stand_ins(), *prepared.tools))
+            prepared = prepared._replace(tools=(*self._stand_ins(), *prepared.tools))
         target = resolve_model(self.model_name(turn.model, turn.agent), self.models)
         handler = await self._make_handler(CaptureModel(target), turn.agent)
         try:

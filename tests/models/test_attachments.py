@@ -12,6 +12,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from trusting import trust
 
 from foliko_cli.errors import AttachmentError, ImagesRefusedError, UsageError
 from foliko_cli.messages import attachments
@@ -175,7 +176,7 @@ def test_stdin_can_be_attached_once(run_foliko):
 
 
 def test_dash_a_with_an_agent_name_still_runs_the_agent(run_foliko, tmp_path):
-    (tmp_path / "foliko.toml").write_text('[agents.helper]\nsystem_prompt = "Be brief."\n')
+    trust(tmp_path / "foliko.toml", '[agents.helper]\nsystem_prompt = "Be brief."\n')
 
     result = run_foliko("chat", "-s", "s", "-m", "echo", "-a", "helper", "--dry-run", "hi")
 

@@ -4,11 +4,13 @@ provider (OpenAI-compatible llama.cpp, Anthropic, Ollama)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import orjson
 import pytest
+from trusting import trust
 
 from .fake_servers import (
     ANTHROPIC_KEY,
@@ -92,6 +94,7 @@ def project(model: str) -> None:
         'system_prompt = "You help."\n'
         "tools = []\n"
     )
+    trust(Path("foliko.toml"))
     Path("trip.yaml").write_text(
         f"model: {model}\nsystem: Be $mood.\nprompt: 'Plan it: $input'\n"
         "options: {temperature: 0.3}\nfunctions: triptools.py\n"
@@ -99,6 +102,7 @@ def project(model: str) -> None:
     Path("triptools.py").write_text(
         'def forecast(city: str) -> str:\n    "The forecast."\n    return "sun"\n'
     )
+    trust(Path("trip.yaml"))
 
 
 def received(shown: dict, recorded: Recorded) -> None:
@@ -133,8 +137,33 @@ def test_the_dry_run_shows_the_request_the_server_receives(
     assert real.returncode == 0, real.stderr
     (recorded,) = fake_server.requests
     shown = orjson.loads(dry.stdout)
+    if option in RUNS_CODE:  # a dry run imports no code: its tool stands in, by name
+        stand_in = code_tool(shown["request"]["body"])
+        assert "not loaded in a dry run" in str(stand_in)
+        assert code_tool(recorded.body) != stand_in
+        shown["request"]["body"] = without_code_tool(shown["request"]["body"])
+        body = without_code_tool(recorded.body)
+        recorded = dataclasses.replace(recorded, body=body, raw=orjson.dumps(body))
     received(shown["request"], recorded)
     assert shown["model"] == model
+
+
+RUNS_CODE = {"template", "turn tool", "functions"}
+"""The options whose tool is Python code (triptools.forecast)."""
+
+
+def _tool_name(tool: dict) -> str | None:
+    return tool.get("name") or tool.get("function", {}).get("name")
+
+
+def code_tool(body: dict) -> dict:
+    (tool,) = [t for t in body.get("tools", ()) if _tool_name(t) == "forecast"]
+    return tool
+
+
+def without_code_tool(body: dict) -> dict:
+    tools = [t for t in body.get("tools", ()) if _tool_name(t) != "forecast"]
+    return {**body, "tools": tools} if tools else {k: v for k, v in body.items() if k != "tools"}
 
 
 def test_the_reply_bound_is_the_one_the_discovered_window_gives(run_foliko, fake_server):

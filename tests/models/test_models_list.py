@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx2
 import orjson
 import pytest
+from trusting import trust
 
 from foliko_cli.errors import TurnTimeoutError
 from foliko_cli.models import build_model, model_spec
@@ -72,8 +73,9 @@ def llama_cpp_alias(fake_server, window: int = 1024) -> None:
         "data": [{"id": "SmolLM2-135M.gguf", "meta": {"n_ctx": 8192, "n_ctx_train": 8192}}]
     }
     fake_server.metadata["/props"] = {"default_generation_settings": {"n_ctx": window}}
-    Path("foliko.toml").write_text(
-        f'[models.smol]\nmodel = "openai:smol"\nbase_url = "{fake_server.url}/v1"\n'
+    trust(
+        Path("foliko.toml"),
+        f'[models.smol]\nmodel = "openai:smol"\nbase_url = "{fake_server.url}/v1"\n',
     )
 
 
@@ -113,6 +115,7 @@ def test_a_configured_window_beats_the_server_and_says_so(run_foliko, fake_serve
     llama_cpp_alias(fake_server)
     with Path("foliko.toml").open("a") as config:
         config.write("context_window = 600\n")
+    trust(Path("foliko.toml"))
 
     smol = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})["smol"]
 
@@ -123,9 +126,10 @@ def test_a_served_model_no_name_reaches_says_how_to_reach_it(run_foliko, fake_se
     fake_server.metadata["/v1/models"] = {
         "data": [{"id": "big", "max_model_len": 32768}, {"id": "other", "max_model_len": 4096}]
     }
-    Path("foliko.toml").write_text(
+    trust(
+        Path("foliko.toml"),
         f'[models.big]\nmodel = "openai:big"\nbase_url = "{fake_server.url}/v1"\n'
-        'api_key_env = "MY_KEY"\n'
+        'api_key_env = "MY_KEY"\n',
     )
 
     rows = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}", "MY_KEY": "k1"})
@@ -150,8 +154,9 @@ def test_a_missing_key_is_said_per_model(run_foliko):
 
 
 def test_an_unreachable_alias_server_is_not_usable(run_foliko, tmp_path: Path):
-    (tmp_path / "foliko.toml").write_text(
-        f'[models.gone]\nmodel = "openai:x"\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n'
+    trust(
+        tmp_path / "foliko.toml",
+        f'[models.gone]\nmodel = "openai:x"\nbase_url = "http://127.0.0.1:{free_port()}/v1"\n',
     )
 
     rows = listing(run_foliko, {"OLLAMA_HOST": f"127.0.0.1:{free_port()}"})
