@@ -27,15 +27,43 @@ SLOW = (
     "cli/test_pipes.py",
 )
 # Tests that run the installed foliko as a process (or on a pseudo-terminal) are slow too.
-PROCESS_FIXTURES = frozenset({"run_foliko", "spawn"})
+PROCESS_FIXTURES = frozenset({"run_foliko", "spawn", "start_server"})
+# ... but the fast tier covers every layer: these modules of foliko serve (its app
+# in this process, see serve/servers.py InProcessServe) and of the MCP client and
+# server run in it, unless a test of theirs starts a process.
+FAST_DOORS = frozenset(
+    {
+        "serve/test_completions.py",
+        "serve/test_exports.py",
+        "serve/test_integrity.py",
+        "serve/test_live_turns.py",
+        "serve/test_mcp_loading.py",
+        "serve/test_metrics.py",
+        "serve/test_native.py",
+        "serve/test_openai_spec.py",
+        "serve/test_scoped_storage.py",
+        "serve/test_sse.py",
+        "serve/test_stored_completions.py",
+        "serve/test_users.py",
+        "serve/test_web_routes.py",
+        "serve/test_websocket.py",
+        "mcp/test_mcp_cli.py",
+        "mcp/test_mcp_config.py",
+        "mcp/test_mcp_failures.py",
+        "mcp/test_mcp_oauth_config.py",
+        "mcp/test_mcp_serve_inprocess.py",
+        "mcp/test_mcp_startup.py",
+    }
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         where = Path(str(item.fspath)).relative_to(TESTS).as_posix()
-        if any(where == slow or where.startswith(slow + "/") for slow in SLOW) or (
-            PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ()))
-        ):
+        slow_path = where not in FAST_DOORS and any(
+            where == slow or where.startswith(slow + "/") for slow in SLOW
+        )
+        if slow_path or PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 
 

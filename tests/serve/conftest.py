@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from models.fake_servers import FakeServer
 
-from .servers import ServeProcess, foliko_env
+from .servers import InProcessServe, ServeProcess, foliko_env
 
 
 @pytest.fixture
@@ -34,12 +34,18 @@ def start_server(foliko_home: Path) -> Iterator:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[ServeProcess]:
-    """One server for a whole test module (start-up is the slow part), in its own home."""
+def server(request, tmp_path_factory) -> Iterator[ServeProcess | InProcessServe]:
+    """One server for a whole test module, in its own home: in this process,
+    unless the module is marked ``process`` (it reads the server's stderr, or
+    signals it)."""
     home = tmp_path_factory.mktemp("serve-home")
-    running = ServeProcess([], foliko_env(home), [], home=home)
+    running: ServeProcess | InProcessServe
+    if request.node.get_closest_marker("process") is None:
+        running = InProcessServe(home)
+    else:
+        running = ServeProcess([], foliko_env(home), [], home=home).wait_ready()
     try:
-        yield running.wait_ready()
+        yield running
     finally:
         running.kill()
 

@@ -86,6 +86,62 @@ class ServeProcess:
             self.proc.wait(10)
 
 
+class InProcessServe:
+    """``foliko serve`` (one worker, default options) in a thread of the test
+    process: real sockets and HTTP, without a process's start-up. What needs a
+    process of its own (its stderr and access log, signals, workers, exit
+    codes) uses ServeProcess (``pytestmark = pytest.mark.process`` in a module
+    makes its ``server`` one)."""
+
+    def __init__(self, home: Path, extra: dict[str, str] | None = None):
+        from foliko_cli.serve.app import ServeOptions, create_app
+        from foliko_cli.serve.runner import DEFAULT_LIMITS, GracefulServer, _config
+
+        self.home = home
+        self.url = ""
+        ready = threading.Event()
+
+        def announce(url: str) -> None:
+            self.url = url
+            ready.set()
+
+        config = _config(
+            create_app(ServeOptions()),
+            host="127.0.0.1",
+            port=0,
+            workers=1,
+            grace=5.0,
+            limits=DEFAULT_LIMITS,
+        )
+        self._server = GracefulServer(config, announce)
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(foliko_env(home, extra))  # the settings are read as it starts
+        try:
+            self._thread = threading.Thread(target=self._server.run, daemon=True)
+            self._thread.start()
+            if not ready.wait(START_LIMIT_S):
+                raise AssertionError("foliko serve did not start in this process")
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+    @property
+    def base_url(self) -> str:
+        return self.url + "/v1"
+
+    @property
+    def stderr(self) -> str:
+        raise AssertionError(
+            "an in-process server has no stderr of its own: mark the module "
+            "pytest.mark.process, or use start_server"
+        )
+
+    def kill(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(30)
+
+
 def foliko_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "FOLIKO_HOME": str(home), "FOLIKO_MODEL": "echo", **(extra or {})}
 

@@ -17,6 +17,8 @@ from models.fake_servers import OPENAI_KEY, Reply, openai_stream_events
 
 from .servers import FOLIKO_BIN, foliko_env, wait_until
 
+pytestmark = pytest.mark.process  # reads the server's own stderr
+
 JSON_KEYS = {
     "time",
     "method",

@@ -14,6 +14,8 @@ import pytest
 from .servers import turn
 from .test_page import ARGS, chromium_or_skip
 
+pytestmark = pytest.mark.process  # reads the server's own stderr
+
 ALLOWED = "http://app.example:3000"
 TURN = {"model": "echo", "messages": [{"role": "user", "content": "injected"}]}
 
