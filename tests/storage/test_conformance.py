@@ -857,6 +857,49 @@ def test_load_recent_of_an_uncompressed_or_inconsistent_session_reads_everything
     assert run(capabilities.load_recent(storage, "missing")) is None
 
 
+COVERED = [0, 5, 12, 13, -1, 3.0, "4", True, None, {"n": 4}, 2**60]
+"""``compression_state.covered`` as foliko writes it, and as a hand or a bug might."""
+
+
+@pytest.mark.parametrize("covered", COVERED, ids=repr)
+def test_ranged_reads_mean_what_the_whole_session_says(storage, run, covered):
+    """A native ``load_recent``/``load_state`` reads what the generic one computes
+    from ``load``: the messages ``record.covered_by`` leaves, the state alone."""
+    from foliko_cli.messages.record import covered_by
+
+    messages = [m for i in range(6) for m in turn(f"q{i}")]
+    record = make_record("s", messages=messages)
+    record.compression_state = {"summary": "earlier", "covered": covered}
+    run(storage.save(record))
+    whole = run(storage.load("s"))
+    start = covered_by(whole.compression_state, len(messages))
+    recent = run(capabilities.load_recent(storage, "s"))
+    assert (recent.first_seq, recent.messages) == (start, messages[start:])
+    state_only = run(capabilities.load_state(storage, "s"))
+    assert (state_only.first_seq, state_only.messages) == (len(messages), [])
+    for ranged in (recent, state_only):
+        assert ranged.metadata == whole.metadata
+        assert ranged.variables == whole.variables
+        assert ranged.compression_state == whole.compression_state
+        assert (ranged.revision, ranged.saved_at) == (whole.revision, whole.saved_at)
+
+
+def test_a_turn_reads_no_message_the_summary_covers(storage, run, backend):
+    """Where a message body can be damaged alone, ``load_recent`` of a compressed
+    session never parses the covered ones: it reads only what a turn sends (P2)."""
+    if "no-content" not in damage.HOLES[backend.name]:
+        pytest.skip(f"{backend.name} cannot hold a damaged message body")
+    messages = [m for i in range(4) for m in turn(f"q{i}")]
+    record = make_record("s", messages=messages)
+    record.compression_state = {"summary": "earlier", "covered": 6}
+    run(storage.save(record))
+    damage.damage(storage, "s", "no-content")  # the first message, long summarised
+    with pytest.raises(CorruptSessionError):
+        run(storage.load("s"))
+    recent = run(capabilities.load_recent(storage, "s"))
+    assert (recent.first_seq, recent.messages) == (6, messages[6:])
+
+
 # the meaning every backend shares (issue: one contract, one meaning)
 
 

@@ -492,7 +492,11 @@ def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
     async def connections():
         await pg.session_ids()
         (pool,) = pg._pools.values()
-        return [pool.idle[-1], await pg._lock_connection(pool)]
+        pooled = pool.idle[-1]
+        async with pg.lock("s1", 5), pg.lock("s2", 5):  # the second opens one
+            held = postgres_module._HELD.get().conn
+        assert held is not pooled
+        return [pooled, held]
 
     async def shown(conn, name):
         return (await (await conn.execute(f"SHOW {name}")).fetchone())[0]
