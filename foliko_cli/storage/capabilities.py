@@ -1,14 +1,15 @@
-"""Optional storage capabilities, each a runtime-checkable protocol, and the one
-generic way to do each over the core contract (``SessionStorageAdapter``).
+"""Optional storage capabilities, each a runtime-checkable protocol of one method,
+and the one generic way to do each over the contract (``SessionStorageAdapter``).
 
-A backend has a capability by defining its methods. Callers do not call those
+A backend has a capability by defining its method. Callers do not call those
 methods themselves: they call the functions here, which use the backend's own
 when ``isinstance(storage, Capability)`` and otherwise the generic version,
-written once over the core (load, save, append, delete, list, lock). So an
-adapter that implements only the core is complete, and a native version is an
-optimisation (a batch in one transaction, a range read, a rename in one
-statement) that must mean the same as the generic one: the conformance suite
-runs these functions on every backend.
+written once over the contract (load, save, append, delete, session_ids,
+lock). So an adapter that implements only the required methods is complete,
+and a native version is an optimisation (a batch in one transaction, a range
+read, a rename in one statement) that must mean the same as the generic one
+and keep every rule of ``storage/base.py``: the conformance suite runs these
+functions on every backend.
 """
 
 from __future__ import annotations
@@ -69,9 +70,12 @@ class ContentDigests(Protocol):
 
 
 @runtime_checkable
-class RangedLoad(Protocol):
+class RecentLoad(Protocol):
     async def load_recent(self, session_id: str) -> SessionRecord | None: ...
 
+
+@runtime_checkable
+class StateLoad(Protocol):
     async def load_state(self, session_id: str) -> SessionRecord | None: ...
 
 
@@ -149,7 +153,7 @@ async def load_recent(storage: SessionStorageAdapter, session_id: str) -> Sessio
     """The session with only the messages a turn sends: those after the compression
     summary (``compression_state.covered``); ``first_seq`` says where they start.
     A range read keeps a turn on a long, compressed session bounded (P2)."""
-    if isinstance(storage, RangedLoad):
+    if isinstance(storage, RecentLoad):
         return await storage.load_recent(session_id)
     record = await storage.load(session_id)
     if record is not None:
@@ -162,8 +166,10 @@ async def load_recent(storage: SessionStorageAdapter, session_id: str) -> Sessio
 async def load_state(storage: SessionStorageAdapter, session_id: str) -> SessionRecord | None:
     """The session without its messages (variables, metadata, compression state,
     revision); ``first_seq`` is the message count. Read natively, a variable update
-    costs the same however long the history."""
-    if isinstance(storage, RangedLoad):
+    costs the same however long the history. A native one checks the positions
+    of the messages ``load_recent`` would read (without reading them) or the
+    count against what is stored."""
+    if isinstance(storage, StateLoad):
         return await storage.load_state(session_id)
     record = await storage.load(session_id)
     if record is not None:

@@ -86,7 +86,7 @@ DEFAULT_LEASE_MS = 15_000
 CONNECT_TIMEOUT_S = 5
 SOCKET_TIMEOUT_S = 30
 PAGE = 1000
-ATTEMPT_S = 1.0
+ATTEMPT_S = 5.0
 """The least time one attempt to take a session's lease is given to answer."""
 RELEASE_S = 5.0
 """How long the release of a lease may take; past it the lease runs out by itself."""
@@ -864,10 +864,10 @@ class RedisStorage(SessionStorageAdapter):
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
         """A lease renewed while the turn runs; only its owner deletes it.
 
-        Every call here is bounded apart from ``socket_timeout``: an attempt to
-        take the lease by what is left of ``timeout`` (at least ``ATTEMPT_S``), a
-        renewal by the lease (one answered later is moot), the release by
-        ``RELEASE_S`` (past it the lease runs out by itself)."""
+        Waits are bounded apart from ``socket_timeout``: an attempt to take the
+        lease by what is left of ``timeout`` (at least ``ATTEMPT_S``), the release
+        by ``RELEASE_S`` (past it the lease runs out by itself); the renewer is
+        cancelled when the block is left, however it is left."""
         key = self.key(session_id, "lock")
         owner = f"{secrets.token_hex(16)} pid {os.getpid()} on {socket.gethostname()}".encode()
         await self._acquire(key, owner, session_id, timeout)
@@ -920,10 +920,9 @@ class RedisStorage(SessionStorageAdapter):
         while True:
             await asyncio.sleep(self.lease_ms / 3000)
             try:
-                async with asyncio.timeout(self.lease_ms / 1000):
-                    if not await self._renew_script([key], [owner, self.lease_ms], client=client):
-                        return  # lost after expiry: the append's revision check keeps it safe
-            except (self._redis.exceptions.RedisError, TimeoutError):
+                if not await self._renew_script([key], [owner, self.lease_ms], client=client):
+                    return  # lost after expiry: the append's revision check keeps the data safe
+            except self._redis.exceptions.RedisError:
                 continue  # a blip: the next tick retries while the lease still runs
 
     async def close(self) -> None:

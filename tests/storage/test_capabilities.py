@@ -18,7 +18,8 @@ PROTOCOLS = (
     capabilities.BatchSave,
     capabilities.BatchLoad,
     capabilities.ContentDigests,
-    capabilities.RangedLoad,
+    capabilities.RecentLoad,
+    capabilities.StateLoad,
     capabilities.NativeCopy,
     capabilities.AtomicRename,
     capabilities.ProblemScan,
@@ -40,12 +41,25 @@ def test_backends_claim_what_they_do_natively(tmp_path):
         "BatchSave",
         "BatchLoad",
         "ContentDigests",
-        "RangedLoad",
+        "RecentLoad",
+        "StateLoad",
         "AtomicRename",
         "ProblemScan",
         "Quarantine",
     }
     assert claimed(JsonStorage(tmp_path / "j")) >= {"BatchSave", "AtomicRename", "Quarantine"}
+
+
+def test_server_backends_read_only_what_a_turn_sends():
+    """P2: PostgreSQL and Redis read a session's recent messages and its state natively
+    (creating the adapters connects to nothing)."""
+    pytest.importorskip("psycopg")
+    pytest.importorskip("redis")
+    from foliko_cli.storage.postgres import PostgresStorage
+    from foliko_cli.storage.redis import RedisStorage
+
+    for storage in (PostgresStorage("postgresql://u@h/db"), RedisStorage("redis://h:6379/0")):
+        assert {"RecentLoad", "StateLoad"} <= claimed(storage)
 
 
 def test_quarantine_without_the_capability_says_what_to_do(run):
