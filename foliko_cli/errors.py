@@ -38,6 +38,7 @@ class Hint:
     TEMPLATES = "templates"
     EDIT_TEMPLATE = "edit_template"
     KEEP = "keep"
+    INIT = "init"
 
 
 class FolikoError(Exception):
@@ -155,6 +156,16 @@ class NothingToCompactError(UsageError):
 
 class StorageConfigError(UsageError):
     """An unknown backend name or a malformed storage URL."""
+
+
+class StoreNotFoundError(StorageConfigError):
+    """A storage location the user named that is not there: a database or directory
+    in a directory that does not exist, or (listing, from the command line) a
+    database that does not exist. A mistyped path must not look like a store
+    without sessions, nor be created silently."""
+
+    http_status = 404
+    code = "store_not_found"
 
 
 class StorageError(FolikoError):

@@ -64,7 +64,13 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from foliko_cli.errors import ConflictError, CorruptSessionError, SessionExistsError
+from foliko_cli.errors import (
+    ConflictError,
+    CorruptSessionError,
+    Hint,
+    SessionExistsError,
+    StoreNotFoundError,
+)
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -154,6 +160,13 @@ class SessionStorageAdapter(ABC):
 
     name: ClassVar[str]
     """The backend's name, as ``storage info`` and errors show it."""
+    named: bool = False
+    """Set by ``open_storage`` for a SQLite or JSON store at a place the user named
+    (a URL, a path), not the default in the home: its directory must exist."""
+    strict_reads: bool = False
+    """Set by the command line: listing a ``named`` store that does not exist is a
+    StoreNotFoundError (a mistyped path must not look like a store without
+    sessions); left off, as a server does, a new store lists empty."""
 
     @abstractmethod
     async def load(self, session_id: str) -> SessionRecord | None:
@@ -295,6 +308,17 @@ class SessionStorageAdapter(ABC):
     def location(self) -> str:
         """Where the store is, for people (a path, a URL without its password)."""
         return self.name
+
+    def nothing_to_list(self, what: str) -> None:
+        """A backend listing a store that does not exist yet calls this: it returns
+        (nothing to list), or raises StoreNotFoundError for a ``named`` store where
+        reads are ``strict_reads``; ``what`` names the store for people."""
+        if self.named and self.strict_reads:
+            raise StoreNotFoundError(
+                f"the {what} {self.location} does not exist",
+                fix="check the path, or create it (its first write would too)",
+                hint=Hint.INIT,
+            )
 
     async def close(self) -> None:
         """Release every connection and file this adapter holds."""

@@ -50,6 +50,19 @@ class UserScopedStorage(SessionStorageAdapter):
         # the contract names a backend per class; this wrapper goes by its inner one
         self.name = inner.name  # type: ignore[misc]
 
+    @property
+    def named(self) -> bool:  # type: ignore[override]
+        return self.inner.named
+
+    @property
+    def strict_reads(self) -> bool:
+        """The wrapped store's: it is what is listed."""
+        return self.inner.strict_reads
+
+    @strict_reads.setter
+    def strict_reads(self, strict: bool) -> None:
+        self.inner.strict_reads = strict
+
     def _stored(self, session_id: str) -> str:
         return self.prefix + session_id
 

@@ -237,6 +237,12 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         return SQLITE.transaction(self.db)
 
     def _error(self, exc: sqlite3.Error) -> StorageError:
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return StorageError(
+                f"cannot write the SQLite database {self.path}: the disk is full "
+                "(nothing of the failed write was kept)",
+                fix="free space or choose another storage location",
+            )
         return StorageError(
             f"SQLite database {self.path} failed: {exc}",
             fix="check the file or use another database",
@@ -440,14 +446,22 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         if self._locks is not None:
             self._locks.remove_if_free(session_id, lambda: not self._exists(session_id))
 
+    def _nothing_stored(self) -> bool:
+        """Whether the database file is not there yet: nothing to list (or, named
+        and strict, an error: ``nothing_to_list``)."""
+        if not self._absent():
+            return False
+        self.nothing_to_list("SQLite database")
+        return True
+
     async def session_ids(self) -> list[str]:
-        if self._absent():
+        if self._nothing_stored():
             return []
         with self._guard():
             return [row[0] for row in self.db.execute("SELECT session_id FROM sessions")]
 
     async def list_summaries(self) -> list[SessionSummary]:
-        if self._absent():
+        if self._nothing_stored():
             return []
         with self._guard():
             summaries = await writes.summaries(SQLiteExecutor(self.db), SQLITE)
@@ -656,7 +670,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
 
     async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the FTS5 index; a scan where this SQLite has none."""
-        if self._absent():
+        if self._nothing_stored():
             return []
         from foliko_cli.storage.search import scan_search
 
@@ -665,6 +679,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         return hits if hits is not None else await scan_search(self, query)
 
     async def info(self) -> dict[str, Any]:
+        self._nothing_stored()  # a named database is not created by looking at it
         with self._guard():
             sessions, messages = await writes.counts(SQLiteExecutor(self.db), SQLITE)
             version = SQLITE.version(self.db)
