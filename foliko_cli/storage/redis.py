@@ -424,9 +424,15 @@ class RedisStorage(SessionStorageAdapter):
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
+        """Driver errors as StorageError; and a cancellation the driver swallowed
+        (Python 3.11's ``asyncio.wait_for`` returns a result that arrived with
+        it) raised after all, so the turn's deadline and SIGTERM still end it."""
         errors = self._redis.exceptions
         try:
             yield
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
         except errors.AuthenticationError as exc:
             raise StorageError(
                 f"Redis at {self._where} refused the login: {self._reason(exc)}; "
@@ -865,18 +871,23 @@ class RedisStorage(SessionStorageAdapter):
         """A lease renewed while the turn runs; only its owner deletes it.
 
         Waits are bounded apart from ``socket_timeout``: an attempt to take the
-        lease by what is left of ``timeout`` (at least ``ATTEMPT_S``), the release
-        by ``RELEASE_S`` (past it the lease runs out by itself); the renewer is
-        cancelled when the block is left, however it is left."""
+        lease by what is left of ``timeout`` (at least ``ATTEMPT_S``), the end of
+        the renewer and the release by ``RELEASE_S`` each (past it the lease runs
+        out by itself). The renewer stops on an event, not on its cancellation
+        alone: Python 3.11's ``asyncio.wait_for``, which redis-py sends with, can
+        swallow a cancellation, and a renewer that lost one renewed the lease of
+        a finished turn forever."""
         key = self.key(session_id, "lock")
         owner = f"{secrets.token_hex(16)} pid {os.getpid()} on {socket.gethostname()}".encode()
         await self._acquire(key, owner, session_id, timeout)
-        renewer = asyncio.ensure_future(self._renew(key, owner))
+        stop = asyncio.Event()
+        renewer = asyncio.ensure_future(self._renew(key, owner, stop))
         try:
             yield
         finally:
+            stop.set()
             renewer.cancel()
-            await asyncio.wait([renewer])
+            await asyncio.wait([renewer], timeout=RELEASE_S)
             errors = self._redis.exceptions
             # Unreachable server: the lease runs out by itself within lease_ms.
             with contextlib.suppress(errors.RedisError, TimeoutError):
@@ -914,11 +925,15 @@ class RedisStorage(SessionStorageAdapter):
                 "(a network stall or an overloaded server); check it, then retry"
             ) from None
 
-    async def _renew(self, key: str, owner: bytes) -> None:
-        """Extend the lease every third of its length while the turn runs."""
+    async def _renew(self, key: str, owner: bytes, stop: asyncio.Event) -> None:
+        """Extend the lease every third of its length until ``stop`` is set."""
         client = self._client()
-        while True:
-            await asyncio.sleep(self.lease_ms / 3000)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_ms / 3000):
+                    await stop.wait()
+            if stop.is_set():
+                return
             try:
                 if not await self._renew_script([key], [owner, self.lease_ms], client=client):
                     return  # lost after expiry: the append's revision check keeps the data safe

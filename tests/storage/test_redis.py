@@ -9,6 +9,7 @@ Each test works under a key prefix of its own whose keys are deleted afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -526,3 +527,64 @@ def test_sigterm_during_a_stalled_read_ends_the_turn_and_frees_the_session(url, 
             timeout=HANG,
         )
         assert after.returncode == 0, after.stderr  # a lease left held would be exit 4
+
+
+def test_a_renewal_that_swallows_its_cancellation_still_ends_with_the_turn(url, run, client):
+    """Python 3.11's asyncio.wait_for (redis-py sends with it) can lose a cancellation:
+    the renewer then renewed a finished turn's lease forever, and the turn's exit,
+    waiting for it, never came (a turn that hung for minutes, SIGTERM ignored)."""
+    lease_ms = 300
+    with redis_storage(url, lease_ms=lease_ms) as rs:
+        renewing = asyncio.Event()
+
+        async def swallowing(*args: Any, **kwargs: Any) -> int:
+            renewing.set()
+            try:
+                await asyncio.sleep(HANG)
+            except asyncio.CancelledError:
+                raise redis.exceptions.ConnectionError("lost while cancelled") from None
+            return 1
+
+        async def scenario() -> float:
+            async with rs.lock("s1", 5):
+                rs._renew_script = swallowing  # from the first renewal on
+                async with asyncio.timeout(HANG):
+                    await renewing.wait()
+                left = time.monotonic()
+            return time.monotonic() - left
+
+        assert run(scenario()) < 2 * RELEASE_S_BOUND
+        assert client.exists(rs.key("s1", "lock")) == 0  # released, not left to renew
+
+
+RELEASE_S_BOUND = 6.0  # RELEASE_S (5 s) and a margin: a hang takes HANG
+
+
+def test_a_cancellation_the_driver_swallows_still_ends_the_turn_by_its_deadline(url, run, tmp_path):
+    from foliko_cli.errors import TurnTimeoutError
+    from foliko_cli.service import AsyncFoliko
+
+    with redis_storage(url) as rs:
+        read = rs._read_script
+
+        async def slow_swallowing_read(*args: Any, **kwargs: Any) -> Any:
+            # as wait_for does when its result arrived with the cancellation:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(HANG)
+            return await read(*args, **kwargs)
+
+        async def scenario() -> float:
+            await rs.save(SessionRecord("s", messages=turn("before")))
+            service = AsyncFoliko(storage=rs, model="echo", home=tmp_path, timeout=TURN_TIMEOUT_S)
+            rs._read_script = slow_swallowing_read
+            started = time.monotonic()
+            with pytest.raises(TurnTimeoutError):
+                await service.chat("s", "lost")
+            rs._read_script = read
+            assert [m["content"] for m in (await rs.load("s")).messages] == [
+                "before",
+                "echo: before",
+            ]
+            return time.monotonic() - started
+
+        assert run(scenario()) < TURN_TIMEOUT_S + DEADLINE_SLACK_S
