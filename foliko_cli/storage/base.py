@@ -68,6 +68,7 @@ from foliko_cli.errors import (
     ConflictError,
     CorruptSessionError,
     Hint,
+    InvalidRecordError,
     SessionExistsError,
     StoreNotFoundError,
 )
@@ -75,6 +76,7 @@ from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
     SessionSummary,
+    check_record,
     checked_append,
     preview_of,
 )
@@ -90,6 +92,16 @@ def check_expected(session_id: str, expected: int | None, found: int) -> None:
         return
     if found != expected:
         raise ConflictError(session_id, expected, found)
+
+
+def checked_shape(record: SessionRecord) -> SessionRecord:
+    """``record.checked_for_write`` of a record a load returned: its values were
+    checked by that load (``exact_json.loads``), so only its shape is checked
+    again (the whole walk of every value costs a migration a third of its time)."""
+    try:
+        return check_record(record, values=False)
+    except ValueError as exc:
+        raise InvalidRecordError(record.session_id, str(exc)) from None
 
 
 def expected_list(

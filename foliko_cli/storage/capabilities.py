@@ -19,6 +19,7 @@ from typing import Protocol, runtime_checkable
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     CorruptSessionError,
+    FolikoError,
     SessionExistsError,
     SessionNotFoundError,
     StorageError,
@@ -67,6 +68,13 @@ class BatchLoad(Protocol):
 @runtime_checkable
 class ContentDigests(Protocol):
     async def content_digests(self, session_ids: list[str]) -> dict[str, ContentDigest]: ...
+
+
+@runtime_checkable
+class LoadedCopy(Protocol):
+    async def copy_loaded(
+        self, records: list[SessionRecord], *, expected_revisions: list[int | None] | None = None
+    ) -> dict[str, str]: ...
 
 
 @runtime_checkable
@@ -134,6 +142,44 @@ async def load_many(
         if record is not None:
             found[session_id] = record
     return found
+
+
+DIFFERS = "verification failed: the copy differs from the source"
+
+
+async def copy_loaded(
+    storage: SessionStorageAdapter,
+    records: list[SessionRecord],
+    *,
+    expected_revisions: list[int | None] | None = None,
+) -> dict[str, str]:
+    """Write ``records``, as a load of another store returned them, by the rule of
+    ``save_many`` (all or none; ConflictError, SessionExistsError or
+    CorruptSessionError write none), then read them back: the sessions whose
+    copy is not their record, with why (none: every one verified). A native
+    version compares what is stored with the exact text it wrote; the generic
+    one compares ``content_digests`` with the records' (what a migration does
+    with every batch)."""
+    if isinstance(storage, LoadedCopy):
+        return await storage.copy_loaded(records, expected_revisions=expected_revisions)
+    await save_many(storage, records, expected_revisions=expected_revisions)
+    ids = [record.session_id for record in records]
+    try:
+        found = await content_digests(storage, ids)
+    except FolikoError:
+        found = None
+    differing = {}
+    for record in records:
+        try:
+            digests = (
+                found if found is not None else await content_digests(storage, [record.session_id])
+            )
+        except FolikoError as exc:
+            differing[record.session_id] = f"verification failed: {exc}"
+            continue
+        if digests.get(record.session_id) != digest_of(record):
+            differing[record.session_id] = DIFFERS
+    return differing
 
 
 async def content_digests(

@@ -481,12 +481,14 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         for record in records:
             self._check_id(record.session_id)
             checked_for_write(record)
-        return await self._write(
-            lambda db: writes.replace_records(
+
+        async def replace(db: PostgresExecutor) -> list[int]:
+            written = await writes.replace_records(
                 db, self._dialect, records, expected, where=self.location
-            ),
-            records[0].session_id if len(records) == 1 else None,
-        )
+            )
+            return written.revisions
+
+        return await self._write(replace, records[0].session_id if len(records) == 1 else None)
 
     async def append(
         self,

@@ -139,6 +139,20 @@ class UserScopedStorage(SessionStorageAdapter):
                 expected_revisions=expected_revisions,
             )
 
+    async def copy_loaded(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> dict[str, str]:
+        with self._own_name():
+            differing = await capabilities.copy_loaded(
+                self.inner,
+                [self._stored_record(r) for r in records],
+                expected_revisions=expected_revisions,
+            )
+        return {self._own(k) or k: v for k, v in differing.items()}
+
     async def append(
         self,
         session_id: str,

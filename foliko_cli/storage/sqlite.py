@@ -50,6 +50,7 @@ from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
+    checked_shape,
     expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks, os_error
@@ -133,6 +134,30 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     bound_search_text,
     keep_indexed_text,
 ]
+
+
+def _differing(db: sqlite3.Connection, texts: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """The sessions whose stored variables, message positions or bodies are not the
+    ``writes.Written`` texts that were written: a read-back of the exact text,
+    with no JSON parsed (a migration reads back everything it writes)."""
+    stored: dict[str, tuple[list, list, list]] = {sid: ([], [], []) for sid in texts}
+    for chunk, marks in writes.in_chunks(list(texts)):
+        for session_id, variables in db.execute(
+            f"SELECT session_id, variables FROM sessions WHERE session_id IN ({marks})", chunk
+        ):
+            stored[session_id][0].append(variables)
+        for session_id, seq, body in db.execute(
+            f"SELECT session_id, seq, body FROM messages WHERE session_id IN ({marks}) "
+            "ORDER BY session_id, seq",
+            chunk,
+        ):
+            stored[session_id][1].append(seq)
+            stored[session_id][2].append(body)
+    return [
+        session_id
+        for session_id, (variables, bodies) in texts.items()
+        if stored[session_id] != ([variables], list(range(len(bodies))), bodies)
+    ]
 
 
 def _text_row(row: sqlite3.Row) -> dict[str, Any]:
@@ -384,9 +409,41 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         for record in records:
             checked_for_write(record)
         with self._guard(), self._write() as db:
-            return await writes.replace_records(
+            written = await writes.replace_records(
                 SQLiteExecutor(db), SQLITE, records, expected, where=self.path
             )
+        return written.revisions
+
+    async def copy_loaded(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> dict[str, str]:
+        """``save_many`` of records a load returned (their values checked by that
+        load, their shape checked again here), then each read back in the same
+        transaction and compared with the exact texts written: no JSON parsed,
+        no record built (a migration reads back everything it writes)."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_shape(record)
+        with self._guard(), self._write() as db:
+            written = await writes.replace_records(
+                SQLiteExecutor(db), SQLITE, records, expected, where=self.path
+            )
+            differing = _differing(db, written.texts)
+        return {session_id: await self._why_differs(session_id) for session_id in differing}
+
+    async def _why_differs(self, session_id: str) -> str:
+        """Why a copy read back is not what was written: its damage, when a load
+        says (a message lost, a body that is not JSON), else that it differs."""
+        from foliko_cli.storage.capabilities import DIFFERS
+
+        try:
+            await self.load(session_id)
+        except CorruptSessionError as exc:
+            return f"verification failed: {exc}"
+        return DIFFERS
 
     async def append(
         self,

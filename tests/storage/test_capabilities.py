@@ -18,6 +18,7 @@ PROTOCOLS = (
     capabilities.BatchSave,
     capabilities.BatchLoad,
     capabilities.ContentDigests,
+    capabilities.LoadedCopy,
     capabilities.RecentLoad,
     capabilities.StateLoad,
     capabilities.NativeCopy,
@@ -41,6 +42,7 @@ def test_backends_claim_what_they_do_natively(tmp_path):
         "BatchSave",
         "BatchLoad",
         "ContentDigests",
+        "LoadedCopy",
         "RecentLoad",
         "StateLoad",
         "AtomicRename",
@@ -85,6 +87,22 @@ def test_the_generic_rename_creates_before_it_deletes(run):
     storage.save, storage.delete = saving, deleting
     run(capabilities.rename(storage, "old", "new"))
     assert order == [("save", "new"), ("delete", "old")]
+
+
+def test_the_generic_copy_reports_a_copy_the_store_did_not_keep_as_given(run):
+    """Verification is a read-back: a store that changes what it was given is caught."""
+    storage = CoreOnlyStorage()
+    save = storage.save
+
+    async def altering(record, **kw):
+        if record.session_id == "s1":
+            record = make_record("s1", messages=[])
+        return await save(record, **kw)
+
+    storage.save = altering
+    records = [make_record("s0"), make_record("s1")]
+    differing = run(capabilities.copy_loaded(storage, records))
+    assert differing == {"s1": capabilities.DIFFERS}
 
 
 def every_capability() -> list[type]:

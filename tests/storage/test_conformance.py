@@ -228,6 +228,35 @@ def test_content_digests_are_those_of_the_loaded_sessions(storage, run):
     assert found["d0"] != found["d1"]
 
 
+def test_copy_loaded_writes_what_a_load_returned_and_verifies_it(storage, run):
+    records = [
+        make_record("c0", messages=RICH_MESSAGES, variables={"k": [1, {"z": None, "a": 2.5}]}),
+        make_record("c1", messages=turn("q1")),
+        make_record("c2", messages=[]),
+    ]
+    run(storage.save(make_record("c1", messages=turn("old"))))
+    stale = run(storage.revision("c1"))
+    differing = run(capabilities.copy_loaded(storage, records, expected_revisions=[0, stale, None]))
+    assert differing == {}
+    for record in records:
+        assert content_hash(run(storage.load(record.session_id))) == content_hash(record)
+    assert run(storage.revision("c1")) != stale
+
+
+def test_copy_loaded_with_one_stale_revision_writes_none_of_the_batch(storage, run):
+    run(storage.save(make_record("c1", messages=turn("theirs"))))
+    with pytest.raises((ConflictError, SessionExistsError)):
+        run(
+            capabilities.copy_loaded(
+                storage,
+                [make_record("c0"), make_record("c1", messages=turn("mine"))],
+                expected_revisions=[0, 0],
+            )
+        )
+    assert run(storage.load("c0")) is None
+    assert run(storage.load("c1")).messages == turn("theirs")
+
+
 # append
 
 
