@@ -405,13 +405,9 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     ) -> list[int]:
         """All in one transaction: a migration batch costs one commit; one failed
         revision check writes none of them."""
-        expected = expected_list(records, expected_revisions)
         for record in records:
             checked_for_write(record)
-        with self._guard(), self._write() as db:
-            written = await writes.replace_records(
-                SQLiteExecutor(db), SQLITE, records, expected, where=self.path
-            )
+        written, _ = self._replace(records, expected_list(records, expected_revisions))
         return written.revisions
 
     async def copy_loaded(
@@ -424,15 +420,24 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         load, their shape checked again here), then each read back in the same
         transaction and compared with the exact texts written: no JSON parsed,
         no record built (a migration reads back everything it writes)."""
-        expected = expected_list(records, expected_revisions)
         for record in records:
             checked_shape(record)
-        with self._guard(), self._write() as db:
-            written = await writes.replace_records(
-                SQLiteExecutor(db), SQLITE, records, expected, where=self.path
-            )
-            differing = _differing(db, written.texts)
+        expected = expected_list(records, expected_revisions)
+        _, differing = self._replace(records, expected, read_back=True)
         return {session_id: await self._why_differs(session_id) for session_id in differing}
+
+    def _replace(
+        self, records: list[SessionRecord], expected: list[int | None], *, read_back: bool = False
+    ) -> tuple[writes.Written, list[str]]:
+        """``writes.replace_records`` in one transaction; with ``read_back``, also the
+        sessions whose stored texts are not those written (``_differing``)."""
+        with self._guard(), self._write() as db:
+            written = run_now(
+                writes.replace_records(
+                    SQLiteExecutor(db), SQLITE, records, expected, where=self.path
+                )
+            )
+            return written, _differing(db, written.texts) if read_back else []
 
     async def _why_differs(self, session_id: str) -> str:
         """Why a copy read back is not what was written: its damage, when a load

@@ -13,13 +13,25 @@ encrypted stream cannot be read. Used by the tests and by
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import re
-import selectors
 import socket
 import struct
+import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    from . import stallproxy
+except ImportError:  # loaded by path (bench/p2_history.py): its sibling too
+    _spec = importlib.util.spec_from_file_location(
+        "stallproxy", Path(__file__).with_name("stallproxy.py")
+    )
+    assert _spec is not None and _spec.loader is not None
+    stallproxy = sys.modules["stallproxy"] = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(stallproxy)
+StallingProxy = stallproxy.StallingProxy
 
 _BEGIN = re.compile(rb"^\s*(BEGIN|START\s+TRANSACTION)\b", re.IGNORECASE)
 _END = re.compile(rb"^\s*(COMMIT|ROLLBACK|END)\b", re.IGNORECASE)
@@ -123,88 +135,33 @@ class _Reader:
             counts.autocommit += 1
 
 
-class CountingProxy:
+class CountingProxy(StallingProxy):
     """Forwards every connection to ``target`` and counts what clients send."""
 
     def __init__(self, target: tuple[str, int]):
-        self.target = target
+        super().__init__(target)
         self.counts = WireCounts()
         self._lock = threading.Lock()
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pg-counting-proxy", daemon=True)
+        self._readers: dict[socket.socket, _Reader] = {}
 
     def snapshot(self) -> WireCounts:
         with self._lock:
             return self.counts.copy()
 
-    def _run(self) -> None:
-        selector = selectors.DefaultSelector()
-        selector.register(self.listener, selectors.EVENT_READ)
-        peers: dict[socket.socket, socket.socket] = {}
-        readers: dict[socket.socket, _Reader] = {}
-        try:
-            while not self._stop.is_set():
-                for key, _ in selector.select(0.05):
-                    sock = key.fileobj
-                    assert isinstance(sock, socket.socket)
-                    if sock is self.listener:
-                        client, _ = self.listener.accept()
-                        upstream = socket.create_connection(self.target, timeout=5)
-                        upstream.settimeout(None)
-                        peers[client], peers[upstream] = upstream, client
-                        readers[client] = _Reader(self.counts, self._lock)
-                        with self._lock:
-                            self.counts.connections += 1
-                        selector.register(client, selectors.EVENT_READ)
-                        selector.register(upstream, selectors.EVENT_READ)
-                        continue
-                    try:
-                        data = sock.recv(65536)
-                    except OSError:
-                        data = b""
-                    peer = peers[sock]
-                    if not data:
-                        for s in (sock, peer):
-                            with contextlib.suppress(KeyError, ValueError):
-                                selector.unregister(s)
-                            s.close()
-                        continue
-                    if sock in readers:
-                        readers[sock].feed(data)
-                    with contextlib.suppress(OSError):
-                        peer.sendall(data)
-        finally:
-            selector.close()
-            for sock in [self.listener, *peers]:
-                with contextlib.suppress(OSError):
-                    sock.close()
+    def _opened(self, client: socket.socket) -> None:
+        self._readers[client] = _Reader(self.counts, self._lock)
+        with self._lock:
+            self.counts.connections += 1
 
-    def __enter__(self) -> CountingProxy:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+    def _sent(self, client: socket.socket, data: bytes) -> None:
+        self._readers[client].feed(data)
 
 
-@contextlib.contextmanager
-def counting_proxy(url: str) -> Iterator[CountingProxy]:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    with CountingProxy((parts.hostname or "127.0.0.1", parts.port or 5432)) as proxy:
-        yield proxy
+def counting_proxy(url: str) -> contextlib.AbstractContextManager[CountingProxy]:
+    return stallproxy.stalling_proxy(url, CountingProxy)
 
 
-def through(url: str, proxy: CountingProxy) -> str:
+def through(url: str, proxy: StallingProxy) -> str:
     """``url`` sent through ``proxy``, unencrypted so that it can be read."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    user = parts.netloc.rpartition("@")[0]
-    netloc = (user + "@" if user else "") + f"127.0.0.1:{proxy.port}"
-    query = "&".join(filter(None, [parts.query, "sslmode=disable"]))
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    proxied = stallproxy.through(url, proxy)
+    return proxied + ("&" if "?" in proxied else "?") + "sslmode=disable"
