@@ -135,8 +135,8 @@ def measure(ws: Workspace, url: str, backend: str, size: int, ids: tuple) -> dic
     return {"warm": warm, "cold": cold, "vars": variables}
 
 
-def wire_counts(ws: Workspace, url: str, session_id: str) -> dict[str, int]:
-    """What one cold turn on ``session_id`` sends PostgreSQL (the median of three)."""
+def wire_counts(ws: Workspace, url: str, session_id: str) -> dict[str, list[int]]:
+    """What each of three cold turns on ``session_id`` sends PostgreSQL."""
     from foliko_cli.service.facade import Foliko
 
     spec = importlib.util.spec_from_file_location("pgwire", PGWIRE)
@@ -153,7 +153,7 @@ def wire_counts(ws: Workspace, url: str, session_id: str) -> dict[str, int]:
                 facade.chat(session_id, "counted")
             runs.append(_settled(proxy) - before)
     fields = ("connections", "round_trips", "statements", "transactions")
-    return {f: int(statistics.median(getattr(r, f) for r in runs)) for f in fields}
+    return {field: [getattr(run, field) for run in runs] for field in fields}
 
 
 def _settled(proxy: Any) -> Any:
@@ -225,15 +225,15 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
 
 def _wire_results(ws: Workspace, url: str, session_id: str, size: int) -> list[Result]:
     counts = wire_counts(ws, url, session_id)
-    log(f"P2: one cold PostgreSQL turn on the wire: {counts}")
+    log(f"P2: cold PostgreSQL turns on the wire: {counts}")
     return [
         Result(
             "P2",
             f"postgresql cold turn, {size:,} stored: {name.replace('_', ' ')}",
             name.replace("_", " "),
-            value=value,
+            runs=[float(n) for n in runs],
         )
-        for name, value in counts.items()
+        for name, runs in counts.items()
     ]
 
 
