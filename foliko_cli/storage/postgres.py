@@ -12,9 +12,11 @@ of two concurrent writers exactly one wins, and a message's ``seq`` is
 assigned after the session row is locked, so sequences are gap-free in
 commit order. Two writers creating one session at once both find no row to
 lock; the second one's INSERT fails on the primary key, and its transaction
-runs again, now finding the row. The per-turn session lock is a
-session-level advisory lock held on its own connection: when the holding
-process dies, the server closes that connection and releases the lock.
+runs again, now finding the row. A turn's reads and its append are one
+statement each (postgres_turn.py). The per-turn session lock is a
+session-level advisory lock on a connection the turn then reads and writes
+on (one connection, five statements a cold turn): when the holding process
+dies, the server closes that connection and releases the lock.
 
 Connections are psycopg 3's ``AsyncConnection``: a query in flight yields
 the event loop, so a stalled connection holds only the operation on it. They

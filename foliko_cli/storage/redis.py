@@ -17,11 +17,15 @@ revision of ``save``/``delete`` compared inside it. A session whose meta
 hash is gone while its messages remain, or whose ``message_count`` is not
 its list's length, is damaged: every read raises CorruptSessionError and
 every write script refuses it (storage/integrity.py). ``save_many`` runs its
-scripts in one MULTI. Listing reads the index, never ``SCAN`` (``check``
-scans for message lists whose meta hash is gone).
+scripts in one MULTI. Every read of a session is one script too, from any
+start (a turn reads only the messages after the compression summary, and a
+state update none). Listing reads the index, never ``SCAN`` (``check`` scans
+for message lists whose meta hash is gone).
 
 Every call is bounded by ``socket_timeout`` (30 s) and every connection by
-``socket_connect_timeout`` (5 s), unless the URL sets them.
+``socket_connect_timeout`` (5 s), unless the URL sets them; the driver never
+repeats a call, and the turn's deadline or SIGTERM cancels any of a turn's
+calls (one the driver swallowed is raised again: ``_guard``).
 
 The per-turn lock is a lease (``SET NX PX``) with a random token, renewed by a
 background task while the turn runs and deleted only by its owner; when the
