@@ -56,8 +56,7 @@ def test_the_cli_refuses_one_slash_and_writes_nothing(invoke, tmp_path, monkeypa
     result = invoke("--storage", "sqlite:/x.db", "chat", "-s", "s", "hi")
     assert result.exit_code == ExitCode.USAGE
     assert "sqlite:////absolute/path" in one_error_line(result)
-    assert list(tmp_path.iterdir()) == [tmp_path / "home"] or not (tmp_path / "x.db").exists()
-    assert not Path("/x.db").exists()
+    assert not (tmp_path / "x.db").exists() and not Path("/x.db").exists()
 
 
 # a place whose directory does not exist
