@@ -192,6 +192,48 @@ def test_a_schema_from_a_newer_foliko_is_refused_and_left_alone(url, pg, schema,
     assert query(url, f"SELECT session_id FROM {pg._dialect.quoted}.sessions") == [("keep",)]
 
 
+def test_a_turn_s_first_lock_creates_the_schema_or_refuses_a_newer_one(url, schema, run):
+    """The first lock of a storage checks the schema in the same statement."""
+    fresh = PostgresStorage(url, schema=schema)
+
+    async def lock_first() -> None:
+        async with fresh.lock("s", 5):
+            assert await fresh.revision("s") is None  # the tables are there
+
+    run(lock_first())
+    run(fresh.close())
+    query(url, f"INSERT INTO \"{schema}\".schema_migrations VALUES (999, 'future', 0)")
+    newer = PostgresStorage(url, schema=schema)
+
+    async def lock_newer() -> None:
+        async with newer.lock("s", 5):
+            raise AssertionError("locked a schema from a newer foliko")
+
+    with pytest.raises(StorageError, match="upgrade foliko"):
+        run(lock_newer())
+    run(newer.close())
+    key = postgres_module.advisory_key("session", schema, "s")
+
+    def free() -> bool:  # the refused lock was let go (its connection closed)
+        with psycopg.connect(url, autocommit=True) as db:
+            (taken,) = db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            return taken
+
+    from foliko_cli.storage.poll import poll
+
+    assert run(poll(free, time.monotonic() + HANG))
+
+
+def test_a_compression_state_that_is_not_json_is_damage_on_a_turn_s_read(url, pg, run):
+    record = SessionRecord("s", messages=turn("a") + turn("b"))
+    record.compression_state = {"covered": 2}
+    run(pg.save(record))
+    query(url, f"UPDATE {pg._dialect.quoted}.sessions SET compression_state = '{{broken'")
+    for read in (capabilities.load_recent, capabilities.load_state):
+        with pytest.raises(CorruptSessionError):
+            run(read(pg, "s"))
+
+
 # records
 
 

@@ -588,3 +588,25 @@ def test_a_cancellation_the_driver_swallows_still_ends_the_turn_by_its_deadline(
             return time.monotonic() - started
 
         assert run(scenario()) < TURN_TIMEOUT_S + DEADLINE_SLACK_S
+
+
+def test_an_attempt_to_take_a_lease_that_stalls_ends_by_its_bound(url, run, monkeypatch):
+    from foliko_cli.storage import redis as redis_module
+
+    from .services import fresh_prefix
+    from .stallproxy import stalling_proxy, through
+
+    monkeypatch.setattr(redis_module, "ATTEMPT_S", 1.0)
+    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
+        storage = RedisStorage(through(url, proxy), prefix=prefix)  # socket_timeout: 30 s
+        proxy.freeze_on(storage.key("s", "lock").encode())
+
+        async def take() -> None:
+            async with storage.lock("s", 0.1):
+                raise AssertionError("took a lease through a frozen connection")
+
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="did not answer within 1s"):
+            run(take())
+        assert time.monotonic() - started < 1.0 + DEADLINE_SLACK_S
+        run(storage.close())
