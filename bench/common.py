@@ -482,3 +482,51 @@ def main_single(run: Callable[[Workspace, bool], list[Result]], description: str
         print(details)
     print(format_table(results))
     sys.exit(0 if all(r.met is not False for r in results) else 1)
+
+
+# database servers (PostgreSQL, Redis): reached when they answer, a fresh namespace each
+
+POSTGRES_URL = (
+    os.environ.get("FOLIKO_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
+)
+REDIS_URL = os.environ.get("FOLIKO_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
+SERVER_URLS = {"postgresql": POSTGRES_URL, "redis": REDIS_URL}
+
+
+def server_problem(backend: str) -> str | None:
+    """None when the ``backend`` server (postgresql or redis) answers, else why not."""
+    try:
+        if backend == "redis":
+            import redis
+
+            with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3) as client:
+                client.ping()
+        else:
+            import psycopg
+
+            psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
+    except Exception as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
+def namespaced_url(backend: str, namespace: str) -> str:
+    """The server's URL with ``namespace`` as its PostgreSQL schema or Redis key prefix."""
+    option = "prefix" if backend == "redis" else "schema"
+    return f"{SERVER_URLS[backend]}?{option}={namespace}"
+
+
+def drop_namespace(backend: str, namespace: str) -> None:
+    """Remove a PostgreSQL schema or every Redis key under a prefix."""
+    if backend == "redis":
+        import redis
+
+        with redis.Redis.from_url(REDIS_URL) as client:
+            keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
+            for start in range(0, len(keys), 1000):
+                client.delete(*keys[start : start + 1000])
+        return
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
+        db.execute(f'DROP SCHEMA IF EXISTS "{namespace}" CASCADE')

@@ -25,12 +25,15 @@ from pathlib import Path
 
 from common import (
     BASE_MS,
+    POSTGRES_URL,
     Result,
     Workspace,
+    drop_namespace,
     failed,
     log,
     main_single,
     save_records,
+    server_problem,
     session_ids,
     storage_url,
 )
@@ -42,9 +45,6 @@ BIG_SESSION = "big-document"
 BIG_ONLY_WORD = "quuxbigword"
 VOCABULARY = 20_000
 WORDS_PER_MESSAGE = 12
-POSTGRES_URL = (
-    os.environ.get("FOLIKO_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
-)
 
 
 def vocabulary() -> list[str]:
@@ -153,16 +153,6 @@ def _results(backend: str, sessions: int, times: dict[str, list[float]]) -> list
     return results
 
 
-def _postgres_problem() -> str | None:
-    try:
-        import psycopg
-
-        psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
-    except Exception as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return None
-
-
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
     sessions = 1_000 if quick else 100_000
     runs = 5 if quick else 15
@@ -185,7 +175,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         results.append(
             failed("SEARCH", f"sqlite: search, {sessions:,} sessions", "s", "< 100 ms", exc)
         )
-    problem = _postgres_problem()
+    problem = server_problem("postgresql")
     if problem is not None:
         log(f"SEARCH: PostgreSQL skipped: {problem}")
         return results
@@ -204,7 +194,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         )
     finally:
         if not ws.keep:
-            _drop_schema(schema)
+            drop_namespace("postgresql", schema)
     return results
 
 
@@ -215,19 +205,12 @@ def _build(url: str, directory: Path, sessions: int, words: list[str]) -> None:
 def _fresh_postgres(
     url: str, schema: str, directory: Path, sessions: int, words: list[str]
 ) -> None:
-    _drop_schema(schema)
+    drop_namespace("postgresql", schema)
     _build(url, directory, sessions, words)
     import psycopg
 
     with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
         db.execute(f'ANALYZE "{schema}".messages')
-
-
-def _drop_schema(schema: str) -> None:
-    import psycopg
-
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
-        db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 if __name__ == "__main__":

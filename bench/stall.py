@@ -37,22 +37,21 @@ from urllib.parse import urlsplit
 from common import (
     PYTHON,
     ROOT,
+    SERVER_URLS,
     BenchError,
     Result,
     Workspace,
+    drop_namespace,
     failed,
     format_value,
     log,
     main_single,
     percentile,
+    server_problem,
     start_server,
     stop_server,
 )
 
-POSTGRES_URL = (
-    os.environ.get("FOLIKO_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
-)
-REDIS_URL = os.environ.get("FOLIKO_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 STALLPROXY = ROOT / "tests" / "storage" / "stallproxy.py"
 KINDS = ("GET /healthz", "GET /v1/models", "turn, other conversation")
 TARGET_S = 0.100
@@ -81,7 +80,7 @@ def proxied_storage(backend: str, tree: Path, bound: float) -> Iterator[tuple[st
     """A storage URL of ``backend`` in a fresh namespace through a stalling proxy; the
     namespace is removed afterwards."""
     namespace = f"foliko_bench_stall_{secrets.token_hex(4)}"
-    url = REDIS_URL if backend == "redis" else POSTGRES_URL
+    url = SERVER_URLS[backend]
     option = "socket_timeout" if backend == "redis" else "operation_timeout"
     query = ("prefix=" if backend == "redis" else "schema=") + namespace
     if takes_bound(tree, backend):
@@ -92,22 +91,7 @@ def proxied_storage(backend: str, tree: Path, bound: float) -> Iterator[tuple[st
         with module.StallingProxy((parts.hostname, parts.port), lifetime=10 * HANG_S) as proxy:
             yield module.through(url, proxy) + "?" + query, proxy
     finally:
-        drop(backend, namespace)
-
-
-def drop(backend: str, namespace: str) -> None:
-    if backend == "redis":
-        import redis
-
-        with redis.Redis.from_url(REDIS_URL) as client:
-            keys = list(client.scan_iter(match=f"{namespace}:*", count=1000))
-            if keys:
-                client.delete(*keys)
-        return
-    import psycopg
-
-    with psycopg.connect(POSTGRES_URL, autocommit=True) as db:
-        db.execute(f'DROP SCHEMA IF EXISTS "{namespace}" CASCADE')
+        drop_namespace(backend, namespace)
 
 
 def marker(backend: str, conversation: str) -> bytes:
@@ -221,23 +205,6 @@ def one_server(ws: Workspace, backend: str, tree: Path, which: str, n: int, boun
     return figures(backend, which, measured, target=tree == ROOT)
 
 
-def reachable(backend: str) -> str | None:
-    """None when the server answers, else why not."""
-    try:
-        if backend == "redis":
-            import redis
-
-            with redis.Redis.from_url(REDIS_URL, socket_connect_timeout=3) as client:
-                client.ping()
-        else:
-            import psycopg
-
-            psycopg.connect(POSTGRES_URL, connect_timeout=3).close()
-    except Exception as exc:
-        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return None
-
-
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
     n = 20 if quick else 200
     bound = 2.0 if quick else 5.0
@@ -249,7 +216,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
     for backend in backends:
         if backend not in ("postgresql", "redis"):
             raise BenchError(f"STALL_BACKENDS: unknown backend {backend!r} (postgresql, redis)")
-        problem = reachable(backend)
+        problem = server_problem(backend)
         if problem is not None:
             log(f"STALL: {backend} skipped: {problem}")
             continue

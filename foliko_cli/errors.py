@@ -41,6 +41,7 @@ class Hint:
     EDIT_TEMPLATE = "edit_template"
     KEEP = "keep"
     NO_TRASH = "no_trash"
+    INIT = "init"
 
 
 class FolikoError(Exception):
@@ -158,6 +159,16 @@ class NothingToCompactError(UsageError):
 
 class StorageConfigError(UsageError):
     """An unknown backend name or a malformed storage URL."""
+
+
+class StoreNotFoundError(StorageConfigError):
+    """A storage location the user named that is not there: a database or directory
+    in a directory that does not exist, or (listing, from the command line) a
+    database that does not exist. A mistyped path must not look like a store
+    without sessions, nor be created silently."""
+
+    http_status = 404
+    code = "store_not_found"
 
 
 class StorageError(FolikoError):

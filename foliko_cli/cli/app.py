@@ -73,5 +73,6 @@ def open_facade(ctx: click.Context, *, yes: bool = False, ask: bool = True, **fl
 
         interaction["asker"] = asker()
     facade = Foliko.from_settings(settings, notify=note, user=user, **interaction)
+    facade.service.storage.strict_reads = True  # a mistyped --storage path is no empty store
     ctx.call_on_close(facade.close)
     return facade

@@ -55,6 +55,7 @@ FLAGS = {
     Hint.EDIT_TEMPLATE: "foliko templates edit NAME",
     Hint.KEEP: "--keep N",
     Hint.NO_TRASH: "foliko sessions delete --no-trash ID...",
+    Hint.INIT: "foliko storage init URL",
 }
 
 

@@ -1,4 +1,4 @@
-"""``foliko storage``: migrate between backends, check, info."""
+"""``foliko storage``: create a store, migrate between backends, check, info."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import sys
 
 import click
 
-from foliko_cli.cli.app import open_facade
+from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import data_format_option, deferred_progress, emit_json, error, note
 from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import ExitCode
+from foliko_cli.storage import init_place
 from foliko_cli.storage.base import ProblemKind
 
 
@@ -141,6 +142,28 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
 
 
 @storage.command()
+@click.argument("location", metavar="URL", required=False)
+@data_format_option
+@click.pass_context
+def init(ctx: click.Context, location: str | None, fmt: str) -> None:
+    """Create an empty store at URL (default: the one --storage names).
+
+    Makes the missing directories (owner-only), the database file or the
+    JSON directory, and the schema; then shows it as `storage info` does.
+    A store that exists is left as it is. Other commands refuse a store in
+    a directory that does not exist: a mistyped path is never created.
+
+    \b
+    Example:
+      foliko storage init sqlite:////srv/foliko/sessions.db
+    """
+    settings = settings_for(ctx)
+    spec = location or settings.storage
+    init_place(spec, settings.home)
+    _show(open_facade(ctx, storage=spec).info(), fmt)
+
+
+@storage.command()
 @data_format_option
 @storage_option
 @click.pass_context
@@ -151,7 +174,10 @@ def info(ctx: click.Context, fmt: str) -> None:
     Example:
       foliko --storage json storage info --json
     """
-    details = open_facade(ctx).info()
+    _show(open_facade(ctx).info(), fmt)
+
+
+def _show(details: dict, fmt: str) -> None:
     if fmt == "json":
         emit_json(details)
     else:

@@ -1,8 +1,61 @@
-"""The storage adapter contract every backend implements (seed §11.3).
+"""The storage adapter contract: what a backend implements, and every rule it keeps.
+
+A backend is a subclass of ``SessionStorageAdapter`` that implements five
+methods (``load``, ``save``, ``delete``, ``session_ids``, ``lock``); every
+other method has a generic version over those five, which a backend
+replaces only to be faster (``append``, ``list_summaries``, ``revision``),
+and ``storage/capabilities.py`` adds optional abilities, each a protocol of
+one method detected at run time (batches, ranged reads, copy, rename,
+check, quarantine; ``storage/search.py``: search). A backend that lacks one
+is complete: the generic version is used. The shared conformance suite
+(``tests/storage/test_conformance.py``) proves each rule below on every
+backend registered in ``tests/storage/backends.py``.
+
+The rules, each next to the method it constrains:
+
+1. **One canonical record** (``messages/record.py``). ``save`` and ``append``
+   refuse a record that is not canonical (``InvalidRecordError``) and write
+   nothing; a read returns exactly what was written (every JSON type, 64-bit
+   integers, NUL, any Unicode), with ``metadata["message_count"]`` the number
+   of messages stored.
+2. **Every write is a compare-and-set on the revision** (R7): see the class
+   docstring. The check and the write are one atomic step (a transaction, a
+   script, a file written under its lock); a lost update is an error, never
+   silent.
+3. **Integrity on every read and every write** (R9, ``storage/integrity.py``):
+   what is stored must add up: message positions exactly 0 .. n - 1 (a read
+   of the recent messages checks them from its start), the count kept beside
+   the messages equal to how many there are, the metadata present while
+   messages remain. A read of a session that does not add up, or that cannot
+   be parsed, raises ``CorruptSessionError`` naming the session and where it
+   is; it is never taken for absent and never skipped silently. Every write
+   first makes sure what it replaces or extends is whole and refuses a
+   damaged session (``CorruptSessionError``, nothing written): a damaged
+   session is never written over. Only ``delete`` and a quarantine remove it.
+4. **Safe names** (R5): any id ``messages.ids.check_session_id`` accepts is
+   stored under its own key, and no id addresses anything outside the
+   backend's space (file names escaped, key tags escaped, SQL parameters).
+5. **The lock** (R2, R8): ``lock`` serialises turns on a session across
+   processes (and machines, for a shared server), never by anything held
+   only in this process; a waiter gives up after ``timeout`` with
+   ``SessionBusyError`` naming the holder (``"pid N on HOST"`` where the
+   backend can tell); a holder that dies frees the session within 30 s, and
+   the lock is released when the block is left, also by a cancellation.
+6. **Bounded waits** (R8): a backend that talks to a server bounds every call
+   (a stall ends in ``StorageError``, not a hang) and honours cancellation,
+   so the turn's deadline and SIGTERM end any wait.
+7. **Quarantine** (``capabilities.Quarantine``): ``storage check`` reports
+   what cannot be read (``StoredProblem``); a repair moves a damaged session
+   aside, never deletes it, and says where it went.
+8. **Listing reads no message** (P3): ``list_summaries`` comes from what is
+   kept beside the messages; a damaged session is listed, marked, where the
+   listing can see it.
+9. **Privacy** (R6): files and directories a backend creates are the owner's
+   only (0600, 0700).
 
 All methods are coroutines. Backends whose driver is synchronous and local
-(SQLite, files) run their short I/O inline; they never hold a write
-transaction while a model runs.
+(SQLite, files) run their short I/O inline; none holds a write transaction
+while a model runs.
 """
 
 from __future__ import annotations
@@ -11,8 +64,22 @@ from abc import ABC, abstractmethod
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-from foliko_cli.errors import ConflictError, SessionExistsError
-from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
+from foliko_cli.errors import (
+    ConflictError,
+    CorruptSessionError,
+    Hint,
+    InvalidRecordError,
+    SessionExistsError,
+    StoreNotFoundError,
+)
+from foliko_cli.messages.record import (
+    SessionRecord,
+    SessionState,
+    SessionSummary,
+    check_record,
+    checked_append,
+    preview_of,
+)
 
 
 def answers_at_once(storage: object) -> bool:
@@ -30,6 +97,16 @@ def check_expected(session_id: str, expected: int | None, found: int) -> None:
         return
     if found != expected:
         raise ConflictError(session_id, expected, found)
+
+
+def checked_shape(record: SessionRecord) -> SessionRecord:
+    """``record.checked_for_write`` of a record a load returned: its values were
+    checked by that load (``exact_json.loads``), so only its shape is checked
+    again (the whole walk of every value costs a migration a third of its time)."""
+    try:
+        return check_record(record, values=False)
+    except ValueError as exc:
+        raise InvalidRecordError(record.session_id, str(exc)) from None
 
 
 def expected_list(
@@ -91,25 +168,35 @@ class SessionStorageAdapter(ABC):
     * ``N > 0``: the stored revision must be N, else ConflictError, also when
       the session is gone (``found`` 0).
 
-    So a lost update is an error, never silent. ``lock`` serialises turns on
-    one session across processes; it must not depend on anything held only in
-    this process.
+    A new session's first revision is fresh (``record.next_revision``): one
+    deleted and created again never repeats a revision a cache may hold.
 
-    This is the core every backend implements. Batches, range reads, copy,
-    rename, check and quarantine are optional capabilities (protocols in
-    ``storage.capabilities``, whose functions callers use and which fall back
-    to a generic version over this core).
+    Required: ``load``, ``save``, ``delete``, ``session_ids``, ``lock`` (and
+    the class attribute ``name``). The rest has a generic version.
     """
 
     name: ClassVar[str]
+    """The backend's name, as ``storage info`` and errors show it."""
     answers_at_once: ClassVar[bool] = False
     """Every call completes without suspending (no network I/O): a turn over
     this storage may run without an event loop (see common/loop.py). Only the
     class that sets it has it (``answers_at_once(storage)``): a subclass's own
     methods may wait, so it says so again if they never do."""
+    named: bool = False
+    """Set by ``open_storage`` for a SQLite or JSON store at a place the user named
+    (a URL, a path), not the default in the home: its directory must exist."""
+    strict_reads: bool = False
+    """Set by the command line: listing a ``named`` store that does not exist is a
+    StoreNotFoundError (a mistyped path must not look like a store without
+    sessions); left off, as a server does, a new store lists empty."""
 
     @abstractmethod
-    async def load(self, session_id: str) -> SessionRecord | None: ...
+    async def load(self, session_id: str) -> SessionRecord | None:
+        """The whole session, or None when there is none.
+
+        Checks integrity (rule 3): CorruptSessionError, never None, for a
+        session that is stored but does not add up or cannot be parsed.
+        ``first_seq`` is 0."""
 
     @abstractmethod
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
@@ -118,10 +205,11 @@ class SessionStorageAdapter(ABC):
         ``expected_revision`` follows the compare-and-set rule of the class
         docstring. ``record.saved_at`` is kept when set (migration preserves
         it); 0 means now. A record that does not have the canonical shape
-        (record.check_record) raises InvalidRecordError and writes nothing.
+        (record.check_record) raises InvalidRecordError and writes nothing; a
+        stored session that is damaged raises CorruptSessionError and is left
+        as it is, also when ``expected_revision`` is None.
         """
 
-    @abstractmethod
     async def append(
         self,
         session_id: str,
@@ -130,17 +218,40 @@ class SessionStorageAdapter(ABC):
         *,
         expected_revision: int,
     ) -> int:
-        """Add ``messages`` after the stored ones and write ``state``, atomically.
+        """Add ``messages`` after the stored ones and write ``state`` (variables,
+        metadata, compression state: replaced, not merged), atomically.
 
         Creates the session when ``expected_revision`` is 0 and it does not
-        exist. Returns the new revision; raises ConflictError on a mismatch.
-        """
+        exist. Returns the new revision; raises ConflictError on a mismatch and
+        CorruptSessionError, writing nothing, when the stored session is
+        damaged. Generic: a read of the whole session and a compare-and-set
+        ``save``; a backend that keeps one row or element per message writes
+        only the new ones (P2)."""
+        checked_append(session_id, messages, state)
+        stored = await self.load(session_id)
+        found = 0 if stored is None else stored.revision
+        if found != expected_revision:
+            raise ConflictError(session_id, expected_revision, found)
+        record = SessionRecord(
+            session_id,
+            messages=(stored.messages if stored else []) + list(messages),
+            variables=state.variables,
+            metadata=dict(state.metadata),
+            compression_state=state.compression_state,
+        )
+        try:
+            return await self.save(record, expected_revision=expected_revision)
+        except SessionExistsError:
+            revision = await self.revision(session_id)
+            raise ConflictError(session_id, expected_revision, revision or 0) from None
 
     @abstractmethod
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
-        """Remove the session; False when there was none (with ``expected_revision``
-        None). ``expected_revision`` N > 0 must match the stored revision, else
-        ConflictError (also when absent); 0 is refused unless absent."""
+        """Remove the session, damaged or not (and anything it leaves behind: a lock
+        file, orphaned messages); False when there was none (with
+        ``expected_revision`` None). ``expected_revision`` N > 0 must match the
+        stored revision, else ConflictError (also when absent); 0 is refused
+        unless absent."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """An adapter written for the first contract, whose ``list`` is now
@@ -160,16 +271,31 @@ class SessionStorageAdapter(ABC):
 
     @abstractmethod
     async def session_ids(self) -> list[str]:
-        """The ids of every stored session."""
+        """The ids of every stored session (damaged ones included)."""
 
-    @abstractmethod
-    async def list_summaries(self) -> list[SessionSummary]: ...
+    async def list_summaries(self) -> list[SessionSummary]:
+        """One summary per session, a damaged one marked (``error``) rather than
+        left out. Natively from what is kept beside the messages (rule 8);
+        generic: each session loaded."""
+        summaries = []
+        for session_id in await self.session_ids():
+            try:
+                record = await self.load(session_id)
+            except CorruptSessionError as exc:
+                summaries.append(SessionSummary(session_id, 0, 0, 0, "", error=exc.reason))
+                continue
+            if record is not None:
+                summaries.append(summary_of(record))
+        return summaries
 
     async def revision(self, session_id: str) -> int | None:
+        """The stored revision, None when absent; CorruptSessionError where the
+        backend sees the session is damaged without reading its messages."""
         record = await self.load(session_id)
         return None if record is None else record.revision
 
     async def health_check(self) -> bool:
+        """Whether the store answers; creates nothing."""
         try:
             await self.session_ids()
         except Exception:
@@ -179,8 +305,12 @@ class SessionStorageAdapter(ABC):
     @abstractmethod
     def lock(self, session_id: str, timeout: float) -> AbstractAsyncContextManager[None]:
         """Hold the session exclusively, across processes (and machines, for a
-        shared server); raise SessionBusyError after ``timeout`` s. It must not
-        rest on anything held only in this process: there is no default."""
+        shared server): rule 5. Raise SessionBusyError(session_id, timeout,
+        holder) after ``timeout`` s (0: one attempt), ``holder`` saying who holds
+        it. It must not rest on anything held only in this process, and must be
+        released when the block is left, a cancellation included; a dead
+        holder's lock frees itself (a closed connection, an expired lease, a
+        lock file whose process is gone). There is no default."""
 
     async def exists(self) -> bool:
         """Whether the store itself is there (a file, a directory, a schema); it
@@ -198,11 +328,34 @@ class SessionStorageAdapter(ABC):
 
     @property
     def location(self) -> str:
+        """Where the store is, for people (a path, a URL without its password)."""
         return self.name
+
+    def nothing_to_list(self, what: str) -> None:
+        """A backend listing a store that does not exist yet calls this: it returns
+        (nothing to list), or raises StoreNotFoundError for a ``named`` store where
+        reads are ``strict_reads``; ``what`` names the store for people."""
+        if self.named and self.strict_reads:
+            raise StoreNotFoundError(
+                f"the {what} {self.location} does not exist",
+                fix="check the path, or create it (its first write would too)",
+                hint=Hint.INIT,
+            )
 
     async def close(self) -> None:
         """Release every connection and file this adapter holds."""
         return None
+
+
+def summary_of(record: SessionRecord) -> SessionSummary:
+    """The ``sessions list`` row of a loaded record."""
+    return SessionSummary(
+        record.session_id,
+        record.metadata.get("created_at", record.saved_at),
+        record.saved_at,
+        len(record.messages),
+        preview_of(record.messages),
+    )
 
 
 class SavesInBatches:

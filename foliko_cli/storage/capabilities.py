@@ -1,14 +1,15 @@
-"""Optional storage capabilities, each a runtime-checkable protocol, and the one
-generic way to do each over the core contract (``SessionStorageAdapter``).
+"""Optional storage capabilities, each a runtime-checkable protocol of one method,
+and the one generic way to do each over the contract (``SessionStorageAdapter``).
 
-A backend has a capability by defining its methods. Callers do not call those
+A backend has a capability by defining its method. Callers do not call those
 methods themselves: they call the functions here, which use the backend's own
 when ``isinstance(storage, Capability)`` and otherwise the generic version,
-written once over the core (load, save, append, delete, list, lock). So an
-adapter that implements only the core is complete, and a native version is an
-optimisation (a batch in one transaction, a range read, a rename in one
-statement) that must mean the same as the generic one: the conformance suite
-runs these functions on every backend.
+written once over the contract (load, save, append, delete, session_ids,
+lock). So an adapter that implements only the required methods is complete,
+and a native version is an optimisation (a batch in one transaction, a range
+read, a rename in one statement) that must mean the same as the generic one
+and keep every rule of ``storage/base.py``: the conformance suite runs these
+functions on every backend.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Protocol, runtime_checkable
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import (
     CorruptSessionError,
+    FolikoError,
     SessionExistsError,
     SessionNotFoundError,
     StorageError,
@@ -69,9 +71,19 @@ class ContentDigests(Protocol):
 
 
 @runtime_checkable
-class RangedLoad(Protocol):
+class LoadedCopy(Protocol):
+    async def copy_loaded(
+        self, records: list[SessionRecord], *, expected_revisions: list[int | None] | None = None
+    ) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class RecentLoad(Protocol):
     async def load_recent(self, session_id: str) -> SessionRecord | None: ...
 
+
+@runtime_checkable
+class StateLoad(Protocol):
     async def load_state(self, session_id: str) -> SessionRecord | None: ...
 
 
@@ -132,6 +144,44 @@ async def load_many(
     return found
 
 
+DIFFERS = "verification failed: the copy differs from the source"
+
+
+async def copy_loaded(
+    storage: SessionStorageAdapter,
+    records: list[SessionRecord],
+    *,
+    expected_revisions: list[int | None] | None = None,
+) -> dict[str, str]:
+    """Write ``records``, as a load of another store returned them, by the rule of
+    ``save_many`` (all or none; ConflictError, SessionExistsError or
+    CorruptSessionError write none), then read them back: the sessions whose
+    copy is not their record, with why (none: every one verified). A native
+    version compares what is stored with the exact text it wrote; the generic
+    one compares ``content_digests`` with the records' (what a migration does
+    with every batch)."""
+    if isinstance(storage, LoadedCopy):
+        return await storage.copy_loaded(records, expected_revisions=expected_revisions)
+    await save_many(storage, records, expected_revisions=expected_revisions)
+    ids = [record.session_id for record in records]
+    try:
+        found = await content_digests(storage, ids)
+    except FolikoError:
+        found = None
+    differing = {}
+    for record in records:
+        try:
+            digests = (
+                found if found is not None else await content_digests(storage, [record.session_id])
+            )
+        except FolikoError as exc:
+            differing[record.session_id] = f"verification failed: {exc}"
+            continue
+        if digests.get(record.session_id) != digest_of(record):
+            differing[record.session_id] = DIFFERS
+    return differing
+
+
 async def content_digests(
     storage: SessionStorageAdapter, session_ids: list[str]
 ) -> dict[str, ContentDigest]:
@@ -149,7 +199,7 @@ async def load_recent(storage: SessionStorageAdapter, session_id: str) -> Sessio
     """The session with only the messages a turn sends: those after the compression
     summary (``compression_state.covered``); ``first_seq`` says where they start.
     A range read keeps a turn on a long, compressed session bounded (P2)."""
-    if isinstance(storage, RangedLoad):
+    if isinstance(storage, RecentLoad):
         return await storage.load_recent(session_id)
     record = await storage.load(session_id)
     if record is not None:
@@ -162,8 +212,10 @@ async def load_recent(storage: SessionStorageAdapter, session_id: str) -> Sessio
 async def load_state(storage: SessionStorageAdapter, session_id: str) -> SessionRecord | None:
     """The session without its messages (variables, metadata, compression state,
     revision); ``first_seq`` is the message count. Read natively, a variable update
-    costs the same however long the history."""
-    if isinstance(storage, RangedLoad):
+    costs the same however long the history. A native one checks the positions
+    of the messages ``load_recent`` would read (without reading them) or the
+    count against what is stored."""
+    if isinstance(storage, StateLoad):
         return await storage.load_state(session_id)
     record = await storage.load(session_id)
     if record is not None:

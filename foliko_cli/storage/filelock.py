@@ -54,6 +54,11 @@ def lock_name(session_id: str) -> str:
 
 def os_error(action: str, path: Path | str, exc: OSError) -> StorageError:
     """One line for a failed file operation (ENOSPC, EROFS, EACCES, …): exit 3."""
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return StorageError(
+            f"cannot {action} {path}: the disk is full ({exc.strerror}); "
+            "free space or choose another storage location"
+        )
     return StorageError(
         f"cannot {action} {path}: {exc.strerror or exc}; "
         "free space, fix the permissions, or choose another storage location"

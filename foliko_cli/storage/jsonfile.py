@@ -81,7 +81,7 @@ from foliko_cli.storage.base import (
     check_expected,
     expected_list,
 )
-from foliko_cli.storage.filelock import SessionFileLocks
+from foliko_cli.storage.filelock import SessionFileLocks, os_error
 from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
@@ -162,6 +162,8 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
     # files
 
     def _storage_error(self, action: str, path: str | Path, exc: OSError) -> StorageError:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return os_error(action, path, exc)  # says the disk is full
         return StorageError(
             f"cannot {action} {path}: {exc.strerror or exc}",
             fix="check the permissions of the sessions directory or choose another location",
@@ -565,6 +567,8 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         A file named in our scheme stands for the id its name encodes (``load``
         checks the content); only other names are opened to read their ``sessionId``.
         """
+        if not self.directory.is_dir():
+            self.nothing_to_list("JSON session directory")
         ids = []
         for name in self._scan():
             session_id = session_id_from_stem(name[: -len(SUFFIX)])
@@ -577,6 +581,8 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         return ids
 
     async def list_summaries(self) -> list[SessionSummary]:
+        if not self.directory.is_dir():
+            self.nothing_to_list("JSON session directory")
         summaries = [entry.summary for entry in self._inspect_all(summarise=True)]
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
@@ -716,6 +722,8 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         return str(target)
 
     async def info(self) -> dict[str, Any]:
+        if not self.directory.is_dir():
+            self.nothing_to_list("JSON session directory")
         entries = self._inspect_all(summarise=True)
         return {
             "backend": self.name,

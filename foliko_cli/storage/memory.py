@@ -16,7 +16,6 @@ from foliko_cli.messages.record import (
     checked_for_write,
     new_metadata,
     next_revision,
-    preview_of,
 )
 from foliko_cli.storage.base import (
     SavesInBatches,
@@ -24,6 +23,7 @@ from foliko_cli.storage.base import (
     StoredProblem,
     check_expected,
     expected_list,
+    summary_of,
 )
 from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.queues import SessionQueues
@@ -135,13 +135,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         return [self._summary(record) for record in list(self._records.values())]
 
     def _summary(self, record: SessionRecord) -> SessionSummary:
-        summary = SessionSummary(
-            session_id=record.session_id,
-            created_at=record.metadata.get("created_at", record.saved_at),
-            updated_at=record.saved_at,
-            message_count=len(record.messages),
-            preview=preview_of(record.messages),
-        )
+        summary = summary_of(record)
         try:
             self._check(record)
         except CorruptSessionError as exc:

@@ -68,6 +68,7 @@ async def migrate(
     batch_size: int = BATCH_SIZE,
     progress: Callable[[int], None] | None = None,
 ) -> MigrationReport:
+    """Copy every session of ``source`` into ``target`` (see the module docstring)."""
     if source.name == target.name and source.location == target.location:
         raise UsageError(
             f"source and destination are the same storage ({source.location}); "
@@ -86,12 +87,10 @@ async def migrate(
     for start in range(0, len(session_ids), batch_size):
         batch = session_ids[start : start + batch_size]
         pending = await _collect(source, target, batch, already, report, overwrite)
-        records = [record for record, _ in pending]
-        if pending and not dry_run:
-            written = await _write(target, pending, report)
-            await _verify(target, written, report)
-        elif dry_run:
-            report.copied.extend(record.session_id for record in records)
+        if dry_run:
+            report.copied.extend(record.session_id for record, _ in pending)
+        elif pending:
+            await _copy(target, pending, report)
         if progress:
             progress(len(batch))
     return report
@@ -132,70 +131,49 @@ async def _collect(
     return pending
 
 
-async def _write(
+async def _copy(
     target: SessionStorageAdapter,
     pending: list[tuple[SessionRecord, int]],
     report: MigrationReport,
-) -> list[SessionRecord]:
-    """Write the batch in one go; if a session moved meanwhile or is damaged in
-    the target, one by one (a backend without transactions may have written part
-    of the batch), so each failure is reported with its session."""
+) -> None:
+    """Write the batch in one go and read it back; if a session moved meanwhile
+    or is damaged in the target, one by one (a backend without transactions may
+    have written part of the batch), so each failure is reported with its
+    session."""
     records = [record for record, _ in pending]
     try:
-        await capabilities.save_many(target, records, expected_revisions=[e for _, e in pending])
-        return records
+        differing = await capabilities.copy_loaded(
+            target, records, expected_revisions=[e for _, e in pending]
+        )
     except (ConflictError, SessionExistsError, CorruptSessionError):
-        pass
-    written = []
-    for record, expected in pending:
-        try:
-            await target.save(record, expected_revision=expected)
-        except (ConflictError, SessionExistsError):
-            try:
-                stored = await target.load(record.session_id)
-            except FolikoError:
-                stored = None
-            if stored is not None and same_content(record, stored):
-                written.append(record)  # written by the batch before it stopped
-                continue
-            report.failed.append(
-                (
-                    record.session_id,
-                    "was written in the destination while the migration ran; "
-                    "run the migration again",
-                )
-            )
-            continue
-        except FolikoError as exc:
-            report.failed.append((record.session_id, str(exc)))
-            continue
-        written.append(record)
-    return written
-
-
-async def _verify(
-    target: SessionStorageAdapter, written: list[SessionRecord], report: MigrationReport
-) -> None:
-    """Read the batch back (in one go when the backend can) and compare each
-    session's message count and content hash with its source's."""
-    ids = [record.session_id for record in written]
-    try:
-        found = await capabilities.content_digests(target, ids)
-    except FolikoError:
-        found = None
-    for record in written:
-        try:
-            digests = (
-                found
-                if found is not None
-                else await capabilities.content_digests(target, [record.session_id])
-            )
-        except FolikoError as exc:
-            report.failed.append((record.session_id, f"verification failed: {exc}"))
-            continue
-        if digests.get(record.session_id) != capabilities.digest_of(record):
-            report.failed.append(
-                (record.session_id, "verification failed: the copy differs from the source")
-            )
-        else:
+        differing = {}
+        for record, expected in pending:
+            reason = await _copy_one(target, record, expected)
+            if reason is not None:
+                differing[record.session_id] = reason
+    for record in records:
+        reason = differing.get(record.session_id)
+        if reason is None:
             report.copied.append(record.session_id)
+        else:
+            report.failed.append((record.session_id, reason))
+
+
+async def _copy_one(
+    target: SessionStorageAdapter, record: SessionRecord, expected: int
+) -> str | None:
+    """Copy one session; why it failed, or None."""
+    try:
+        return (
+            await capabilities.copy_loaded(target, [record], expected_revisions=[expected])
+        ).get(record.session_id)
+    except (ConflictError, SessionExistsError):
+        try:
+            stored = await target.load(record.session_id)
+        except FolikoError:
+            stored = None
+        if stored is not None and same_content(record, stored):
+            return None  # written by the batch before it stopped
+        return "was written in the destination while the migration ran; run the migration again"
+    except FolikoError as exc:
+        return str(exc)

@@ -12,9 +12,11 @@ of two concurrent writers exactly one wins, and a message's ``seq`` is
 assigned after the session row is locked, so sequences are gap-free in
 commit order. Two writers creating one session at once both find no row to
 lock; the second one's INSERT fails on the primary key, and its transaction
-runs again, now finding the row. The per-turn session lock is a
-session-level advisory lock held on its own connection: when the holding
-process dies, the server closes that connection and releases the lock.
+runs again, now finding the row. A turn's reads and its append are one
+statement each (postgres_turn.py). The per-turn session lock is a
+session-level advisory lock on a connection the turn then reads and writes
+on (one connection, five statements a cold turn): when the holding process
+dies, the server closes that connection and releases the lock.
 
 Connections are psycopg 3's ``AsyncConnection``: a query in flight yields
 the event loop, so a stalled connection holds only the operation on it. They
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import re
@@ -68,19 +71,18 @@ from foliko_cli.messages.record import (
     checked_for_write,
     next_revision,
 )
+from foliko_cli.storage import postgres_turn as turn
 from foliko_cli.storage.base import (
     SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     expected_list,
 )
-from foliko_cli.storage.integrity import check_sequence
 from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
 from foliko_cli.storage.sql.executor import PostgresExecutor, one_row
 from foliko_cli.storage.sql.migrations import Step, migrate
-from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.urls import hide, parse_server_url
 
 DEFAULT_SCHEMA = "foliko"
@@ -94,7 +96,6 @@ KEEPALIVES = {
 }
 TCP_USER_TIMEOUT_MS = 20_000
 SUMMARY_PAGE = 1000
-IDLE_LOCK_CONNECTIONS = 2
 POOL_SIZE = 8
 """Operations that run at once, and so connections kept open (session locks aside)."""
 WRITE_ATTEMPTS = 3
@@ -277,7 +278,11 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
 
     # connections
 
-    async def _open(self, application_name: str) -> Any:
+    async def _open(self, application_name: str | None = None) -> Any:
+        """A new connection, named after this process unless told otherwise (so a
+        busy session names who holds its lock: ``_holder``)."""
+        if application_name is None:
+            application_name = f"foliko: pid {os.getpid()} on {socket.gethostname()}"
         try:
             return await self._pg.AsyncConnection.connect(
                 self._conninfo,
@@ -298,23 +303,41 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         return not (conn.closed or conn.broken) and conn.info.transaction_status == idle
 
     @contextlib.asynccontextmanager
-    async def _connection(self) -> AsyncIterator[PostgresExecutor]:
-        """One bounded operation on a connection of the pool, the schema migrated.
-        The connection goes back to the pool when the operation leaves it
-        sound and idle, and is closed otherwise (a cancelled or broken one)."""
+    async def _connection(self, session_id: str | None = None) -> AsyncIterator[PostgresExecutor]:
+        """One bounded operation, the schema migrated: on the connection that holds
+        ``session_id``'s lock when this task holds it (a turn's reads and write
+        go where its lock is: one connection a turn), else on one of the pool.
+        A pool connection goes back when the operation leaves it sound and
+        idle, and is closed otherwise (a cancelled or broken one)."""
+        held = _HELD.get()
+        if held is not None and held.serves(self, session_id) and self._reusable(held.conn):
+            held.busy = True
+            try:
+                async with self._bounded() as deadline:
+                    deadline.watch(held.conn)
+                    yield PostgresExecutor(held.conn)
+            finally:
+                held.busy = False
+            return
         pool = self._pool()
         async with self._bounded() as deadline, pool.slots:
-            conn = await self._reused(pool.idle) or await self._open("foliko")
+            conn = await self._reused(pool.idle) or await self._open()
             deadline.watch(conn)
             try:
                 if not self._migrated:
                     await self._migrate(pool, conn)
                 yield PostgresExecutor(conn)
             finally:
-                if self._reusable(conn) and self._pools.get(pool.loop) is pool:
-                    pool.idle.append(conn)
-                else:
-                    await _closed(conn)
+                await self._give_back(pool, conn)
+
+    async def _give_back(self, pool: _Pool, conn: Any) -> None:
+        """Keep ``conn`` for the next operation when it is sound and idle (up to
+        ``POOL_SIZE``), else close it."""
+        reusable = self._reusable(conn) and self._pools.get(pool.loop) is pool
+        if reusable and len(pool.idle) < POOL_SIZE:
+            pool.idle.append(conn)
+        else:
+            await _closed(conn)
 
     def _pool(self) -> _Pool:
         """The running event loop's pool (asyncio's locks and psycopg's waits
@@ -379,43 +402,72 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         )
 
     @contextlib.asynccontextmanager
-    async def _transaction(self) -> AsyncIterator[PostgresExecutor]:
-        async with self._connection() as db, db.connection.transaction():
+    async def _transaction(self, session_id: str | None = None) -> AsyncIterator[PostgresExecutor]:
+        async with self._connection(session_id) as db, db.connection.transaction():
             yield db
 
-    async def _write(self, write: Callable[[PostgresExecutor], Awaitable[T]]) -> T:
-        """``write(db)`` in one transaction, run again when it created a session
-        that another writer created meanwhile (the next run finds its row)."""
-        async with self._connection() as db:
-            for _ in range(WRITE_ATTEMPTS - 1):
-                with contextlib.suppress(self._pg.errors.UniqueViolation):
+    async def _write(
+        self,
+        write: Callable[[PostgresExecutor], Awaitable[T]],
+        session_id: str | None = None,
+        *,
+        single: bool = False,
+    ) -> T:
+        """``write(db)`` in one transaction (``single``: ``write`` is one statement,
+        a transaction of its own), run again when it created a session that another
+        writer created meanwhile (the next run finds its row)."""
+        async with self._connection(session_id) as db:
+            for attempt in range(1, WRITE_ATTEMPTS + 1):
+                try:
+                    if single:
+                        return await write(db)
                     async with db.connection.transaction():
                         return await write(db)
-            async with db.connection.transaction():
-                return await write(db)
+                except self._pg.errors.UniqueViolation:
+                    if attempt == WRITE_ATTEMPTS:
+                        raise
+        raise AssertionError("unreachable")
 
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
+        return await self._read(session_id, "at", 0)
+
+    async def load_recent(self, session_id: str) -> SessionRecord | None:
+        """The messages after the compression summary, in one statement: a turn on a
+        long compressed session reads what it sends (postgres_turn.py)."""
+        record = await self._read(session_id, "recent")
+        if record is not None and record.first_seq != turn.python_start(record):
+            record = await self._read(session_id, "at", turn.python_start(record))
+        return record
+
+    async def load_state(self, session_id: str) -> SessionRecord | None:
+        """The session row alone, the positions of the messages a turn would read
+        checked from an aggregate over the primary key (as SQLite does)."""
         self._check_id(session_id)
-        async with self._connection() as db:
-            row = await db.fetchone(self._load_sql(), (session_id,))
-        return None if row is None else self._record(session_id, row)
+        async with self._connection(session_id) as db:
+            row = await self._fetch_read(db, session_id, "recent", bodies=False)
+        return None if row is None else turn.state_of(session_id, row, self.location)
 
-    def _load_sql(self, *, lock: str = "") -> str:
-        return self._dialect.sql(
-            f"""SELECT {RECORD_COLUMNS}, s.message_count,
-                   (SELECT array_agg(m.seq ORDER BY m.seq) FROM {{messages}} m
-                    WHERE m.session_id = s.session_id),
-                   (SELECT array_agg(m.body ORDER BY m.seq) FROM {{messages}} m
-                    WHERE m.session_id = s.session_id)
-               FROM {{sessions}} s WHERE s.session_id = %s {lock}"""
-        )
+    async def _read(self, session_id: str, start: str, at: int = 0) -> SessionRecord | None:
+        """The session with its messages from ``start`` (postgres_turn.STARTS; ``at``
+        for a position) on, in one statement."""
+        self._check_id(session_id)
+        async with self._connection(session_id) as db:
+            row = await self._fetch_read(db, session_id, start, at=at)
+        return None if row is None else turn.record_of(session_id, row, self.location)
 
-    def _record(self, session_id: str, row: tuple[Any, ...]) -> SessionRecord:
-        *columns, count, seqs, bodies = row
-        check_sequence(session_id, self.location, seqs or (), count=count)
-        return record_from_row(session_id, tuple(columns), bodies or (), self.location)
+    async def _fetch_read(
+        self, db: PostgresExecutor, session_id: str, start: str, *, at: int = 0, bodies: bool = True
+    ) -> tuple[Any, ...] | None:
+        params = (at, session_id) if start == "at" else (session_id,)
+        try:
+            return await db.fetchone(turn.read_sql(self._dialect, start, bodies=bodies), params)
+        except self._pg.errors.DataError:
+            if start != "recent":
+                raise
+        # a compression state that is not JSON: read from 0, whose parse reports it
+        return await db.fetchone(turn.read_sql(self._dialect, "at", bodies=bodies), (0, session_id))
 
     async def save_many(
         self,
@@ -431,11 +483,14 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         for record in records:
             self._check_id(record.session_id)
             checked_for_write(record)
-        return await self._write(
-            lambda db: writes.replace_records(
+
+        async def replace(db: PostgresExecutor) -> list[int]:
+            written = await writes.replace_records(
                 db, self._dialect, records, expected, where=self.location
             )
-        )
+            return written.revisions
+
+        return await self._write(replace, records[0].session_id if len(records) == 1 else None)
 
     async def append(
         self,
@@ -445,24 +500,29 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         *,
         expected_revision: int,
     ) -> int:
+        """One statement (postgres_turn.py): the checks and the write in one round trip."""
         self._check_id(session_id)
         checked_append(session_id, messages, state)
-        return await self._write(
-            lambda db: writes.append_messages(
-                db,
-                self._dialect,
-                session_id,
-                messages,
-                state,
-                expected_revision,
-                where=self.location,
-            )
+        params = turn.append_params(
+            self._dialect,
+            session_id,
+            messages,
+            state,
+            expected_revision,
+            now_ms(),
+            next_revision(None),
         )
+
+        async def write(db: PostgresExecutor) -> int:
+            return await turn.append(db, self._dialect, session_id, params, self.location)
+
+        return await self._write(write, session_id, single=True)
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         self._check_id(session_id)
         return await self._write(
-            lambda db: writes.delete_session(db, self._dialect, session_id, expected_revision)
+            lambda db: writes.delete_session(db, self._dialect, session_id, expected_revision),
+            session_id,
         )
 
     async def session_ids(self) -> list[str]:
@@ -480,7 +540,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
 
     async def revision(self, session_id: str) -> int | None:
         self._check_id(session_id)
-        async with self._connection() as db:
+        async with self._connection(session_id) as db:
             return await writes.stored_revision(db, self._dialect, session_id)
 
     async def exists(self) -> bool:
@@ -517,11 +577,12 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         self._check_id(target_id)
         now = now_ms()
         d = self._dialect
-        async with self._transaction() as db:
-            row = await db.fetchone(self._load_sql(lock="FOR SHARE"), (source_id,))
+        async with self._transaction(source_id) as db:
+            read = turn.read_sql(d, "at", bodies=True, lock=" FOR SHARE OF s")
+            row = await db.fetchone(read, (0, source_id))
             if row is None:
                 raise SessionNotFoundError(source_id)
-            source = self._record(source_id, row)
+            source = turn.record_of(source_id, row, self.location)
             copied = SessionRecord(
                 session_id=target_id,
                 messages=source.messages,
@@ -550,7 +611,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
     async def rename(self, old_id: str, new_id: str) -> None:
         self._check_id(old_id)
         self._check_id(new_id)
-        async with self._connection() as db:
+        async with self._connection(old_id) as db:
             try:
                 async with db.connection.transaction():
                     await writes.rename_session(
@@ -561,7 +622,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
 
     async def quarantine(self, problem: StoredProblem) -> str:
         d = self._dialect
-        async with self._transaction() as db:
+        async with self._transaction(problem.session_id) as db:
             row = await db.fetchone(
                 d.sql("SELECT row_to_json(s)::text FROM {sessions} s WHERE session_id = %s"),
                 (problem.session_id,),
@@ -620,8 +681,16 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """An advisory lock on a connection of its own (not the pool's), so a dead
-        holder frees it and a turn never holds a pooled connection."""
+        """A session-level advisory lock on a connection taken out of the pool for
+        the turn (outside its slots, so a turn waiting on a model never holds one):
+        a dead holder's connection closes and frees it. While the lock is held,
+        this task's operations on the session run on that connection (one
+        connection a turn, where another process would need two).
+
+        A transaction-scoped lock would end with the transaction, but the lock
+        spans the model call: the transaction would stay open for minutes (idle
+        in transaction, its snapshot held), and the turn's write would commit
+        only at the release, after the engine took it as saved."""
         self._check_id(session_id)
         key = advisory_key("session", self.schema, session_id)
         pool = self._pool()
@@ -631,31 +700,52 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         except BaseException:
             await _closed(conn)
             raise
+        held = _Held(self, session_id, conn)
+        _HELD.set(held)
         try:
             yield
         finally:
+            held.active = False  # the release may run in another task (a copy of the context)
             await asyncio.shield(self._release(pool, conn, key))
 
     async def _lock_connection(self, pool: _Pool) -> Any:
-        conn = await self._reused(pool.idle_lock)
+        conn = await self._reused(pool.idle)
         if conn is not None:
             return conn
-        if not self._migrated:
-            async with self._connection():
-                pass  # the schema exists before anyone waits on it
         async with self._bounded():
-            return await self._open(f"foliko: pid {os.getpid()} on {socket.gethostname()}")
+            return await self._open()
 
     async def _acquire(self, conn: Any, key: int, session_id: str, timeout: float) -> None:
         db = PostgresExecutor(conn)
+        first = not self._migrated
 
         async def locked() -> bool:
+            nonlocal first
             async with self._bounded() as deadline:
                 deadline.watch(conn)
+                if first:
+                    first = False
+                    return await self._lock_and_check_schema(conn, key)
                 return (await one_row(db, "SELECT pg_try_advisory_lock(%s)", (key,)))[0]
 
         if not await poll(locked, time.monotonic() + timeout):
             raise SessionBusyError(session_id, timeout, await self._holder(db, key))
+
+    async def _lock_and_check_schema(self, conn: Any, key: int) -> bool:
+        """The first attempt to lock also reads which migration steps the schema has
+        had (one round trip for both: a cold turn's first statement); a schema
+        that lacks one is migrated on this connection before the turn goes on."""
+        statement = self._dialect.sql(
+            "SELECT pg_try_advisory_lock(%s), (SELECT array_agg(version) FROM {schema_migrations})"
+        )
+        taken, versions = False, None
+        # No schema yet: the statement fails before it takes the lock.
+        with contextlib.suppress(self._pg.errors.UndefinedTable):
+            taken, versions = await one_row(PostgresExecutor(conn), statement, (key,))
+        if set(versions or ()) != set(range(1, len(MIGRATIONS) + 1)):
+            await self._migrate(self._pool(), conn)
+        self._migrated = True
+        return bool(taken)
 
     async def _holder(self, db: PostgresExecutor, key: int) -> str:
         """Who holds ``key``: the application name foliko gives its lock connections."""
@@ -688,8 +778,8 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
                 released = (await one_row(PostgresExecutor(conn), query, (key,)))[0]
         except StorageError:
             released = False  # closing the connection below releases it on the server
-        if released and len(pool.idle_lock) < IDLE_LOCK_CONNECTIONS:
-            pool.idle_lock.append(conn)
+        if released:
+            await self._give_back(pool, conn)
         else:
             await _closed(conn)
 
@@ -703,7 +793,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         pools, self._pools = self._pools, {}
         pool = pools.get(asyncio.get_running_loop())
         if pool is not None:
-            for conn in pool.idle + pool.idle_lock:
+            for conn in pool.idle:
                 await _closed(conn)
 
 
@@ -746,15 +836,38 @@ def _shutdown(fd: int) -> None:
 
 
 class _Pool:
-    """One event loop's connections: idle ones, idle lock connections, and the
-    slots that bound how many operations run at once."""
+    """One event loop's connections: the idle ones, and the slots that bound how
+    many operations run at once (a turn's lock connection is outside them)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.idle: list[Any] = []
-        self.idle_lock: list[Any] = []
         self.slots = asyncio.Semaphore(POOL_SIZE)
         self.migration = asyncio.Lock()
+
+
+class _Held:
+    """A session lock a task holds, and the connection it holds it on."""
+
+    def __init__(self, storage: PostgresStorage, session_id: str, conn: Any):
+        self.storage = storage
+        self.session_id = session_id
+        self.conn = conn
+        self.active = True
+        self.busy = False
+
+    def serves(self, storage: PostgresStorage, session_id: str | None) -> bool:
+        """Whether an operation of ``storage`` on ``session_id`` may use the connection now."""
+        return (
+            self.active
+            and not self.busy
+            and storage is self.storage
+            and session_id == self.session_id
+        )
+
+
+_HELD: contextvars.ContextVar[_Held | None] = contextvars.ContextVar("foliko_pg_held", default=None)
+"""The session lock the running task holds (the innermost, when it holds several)."""
 
 
 async def _closed(conn: Any) -> None:

@@ -17,11 +17,15 @@ revision of ``save``/``delete`` compared inside it. A session whose meta
 hash is gone while its messages remain, or whose ``message_count`` is not
 its list's length, is damaged: every read raises CorruptSessionError and
 every write script refuses it (storage/integrity.py). ``save_many`` runs its
-scripts in one MULTI. Listing reads the index, never ``SCAN`` (``check``
-scans for message lists whose meta hash is gone).
+scripts in one MULTI. Every read of a session is one script too, from any
+start (a turn reads only the messages after the compression summary, and a
+state update none). Listing reads the index, never ``SCAN`` (``check`` scans
+for message lists whose meta hash is gone).
 
 Every call is bounded by ``socket_timeout`` (30 s) and every connection by
-``socket_connect_timeout`` (5 s), unless the URL sets them.
+``socket_connect_timeout`` (5 s), unless the URL sets them; the driver never
+repeats a call, and the turn's deadline or SIGTERM cancels any of a turn's
+calls (one the driver swallowed is raised again: ``_guard``).
 
 The per-turn lock is a lease (``SET NX PX``) with a random token, renewed by a
 background task while the turn runs and deleted only by its owner; when the
@@ -44,8 +48,8 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from typing import Any, TypeVar
 
 import orjson
 
@@ -66,6 +70,7 @@ from foliko_cli.messages.record import (
     SessionSummary,
     checked_append,
     checked_for_write,
+    covered_by,
     new_metadata,
     next_revision,
     preview_of,
@@ -85,7 +90,12 @@ DEFAULT_LEASE_MS = 15_000
 CONNECT_TIMEOUT_S = 5
 SOCKET_TIMEOUT_S = 30
 PAGE = 1000
+ATTEMPT_S = 5.0
+"""The least time one attempt to take a session's lease is given to answer."""
+RELEASE_S = 5.0
+"""How long the release of a lease may take; past it the lease runs out by itself."""
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
+T = TypeVar("T")
 _EXTRA_HINT = "Redis storage needs the 'redis' extra: pip install 'foliko-cli[redis]'"
 
 # Pushes ARGV[first..] onto a list, 1000 at a time (Lua's unpack has a stack limit).
@@ -117,6 +127,34 @@ local function damage(meta, msgs)
   if count ~= length then return {-2, count or -1, length} end
   return nil
 end
+"""
+
+# KEYS: meta, msgs. ARGV[1]: where the messages read start: 'recent' (after the
+# compression summary: compression_state.covered when it is a whole number within the
+# list), 'state' (none: the list's end) or a position. Returns {0, length} (no meta
+# hash), {-1, key} (a key holds the wrong kind of value) or {1, start, length,
+# HGETALL meta, LRANGE msgs start -1}: one atomic read, whatever the start.
+_READ = """
+local meta, msgs = KEYS[1], KEYS[2]
+local kind = redis.call('TYPE', meta).ok
+if kind ~= 'hash' and kind ~= 'none' then return {-1, meta} end
+local listed = redis.call('TYPE', msgs).ok
+if listed ~= 'list' and listed ~= 'none' then return {-1, msgs} end
+local length = redis.call('LLEN', msgs)
+if kind == 'none' then return {0, length} end
+local start = 0
+if ARGV[1] == 'state' then
+  start = length
+elseif ARGV[1] == 'recent' then
+  local ok, state = pcall(cjson.decode, redis.call('HGET', meta, 'compression_state') or '')
+  local covered = ok and type(state) == 'table' and state['covered']
+  if type(covered) == 'number' and covered % 1 == 0 and covered >= 0 and covered <= length then
+    start = covered
+  end
+else
+  start = tonumber(ARGV[1])
+end
+return {1, start, length, redis.call('HGETALL', meta), redis.call('LRANGE', msgs, start, -1)}
 """
 
 # KEYS: meta, msgs, index. ARGV: id, expected revision ('' for none, 0 for create),
@@ -335,6 +373,7 @@ class RedisStorage(SessionStorageAdapter):
             ) from None
         self._clients: dict[asyncio.AbstractEventLoop, Any] = {}
         register = template.register_script
+        self._read_script = register(_READ)
         self._save_script = register(_SAVE)
         self._append_script = register(_APPEND)
         self._delete_script = register(_DELETE)
@@ -354,7 +393,15 @@ class RedisStorage(SessionStorageAdapter):
         return f"{self._url} (prefix {self.prefix})"
 
     def _new_client(self) -> Any:
-        return self._redis.asyncio.Redis.from_url(self._driver_url, **self._keywords)
+        """A client whose calls the driver never repeats by itself: a write repeated
+        after its answer was lost would conflict with itself, and a repeated read
+        would wait ``socket_timeout`` again (the turn's deadline bounds the whole)."""
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        return self._redis.asyncio.Redis.from_url(
+            self._driver_url, retry=Retry(NoBackoff(), 0), **self._keywords
+        )
 
     def _client(self) -> Any:
         """The running event loop's client (and connection pool), made on first use."""
@@ -381,9 +428,15 @@ class RedisStorage(SessionStorageAdapter):
 
     @contextlib.contextmanager
     def _guard(self) -> Iterator[None]:
+        """Driver errors as StorageError; and a cancellation the driver swallowed
+        (Python 3.11's ``asyncio.wait_for`` returns a result that arrived with
+        it) raised after all, so the turn's deadline and SIGTERM still end it."""
         errors = self._redis.exceptions
         try:
             yield
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
         except errors.AuthenticationError as exc:
             raise StorageError(
                 f"Redis at {self._where} refused the login: {self._reason(exc)}; "
@@ -408,28 +461,44 @@ class RedisStorage(SessionStorageAdapter):
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
+        return await self._read(session_id, 0)
+
+    async def load_recent(self, session_id: str) -> SessionRecord | None:
+        """Only the messages after the compression summary, in one script call: a
+        turn on a long compressed session reads what it sends, not the history."""
+        record = await self._read(session_id, "recent")
+        if record is not None:
+            # The script reads ``covered`` with Lua's JSON; where that differs from
+            # Python's reading (a number written as 3.0), Python's wins.
+            start = covered_by(record.compression_state, record.metadata["message_count"])
+            if start != record.first_seq:
+                record = await self._read(session_id, int(start))
+        return record
+
+    async def load_state(self, session_id: str) -> SessionRecord | None:
+        """The meta hash alone, its count checked against the list's length."""
+        return await self._read(session_id, "state")
+
+    async def _read(self, session_id: str, start: int | str) -> SessionRecord | None:
+        """The session with its messages from ``start`` (a position, ``recent`` or
+        ``state``: see ``_READ``) on; its count checked against the list's length."""
         meta_key, msgs_key, _ = self._session_keys(session_id)
         with self._guard():
-            async with self._client().pipeline(transaction=True) as pipe:
-                pipe.hgetall(meta_key)
-                pipe.lrange(msgs_key, 0, -1)
-                meta, bodies = await pipe.execute(raise_on_error=False)
-        for key, result in ((meta_key, meta), (msgs_key, bodies)):
-            if self._wrong_type(result):
-                raise CorruptSessionError(
-                    session_id, self.location, f"key {key} holds the wrong kind of value"
-                )
-            if isinstance(result, Exception):
-                with self._guard():
-                    raise result
-        if not meta:
-            if bodies:
-                raise self._damaged(session_id, -1, len(bodies))
+            reply = await self._read_script([meta_key, msgs_key], [start], client=self._client())
+        status = int(reply[0])
+        if status == -1:
+            raise CorruptSessionError(
+                session_id, self.location, f"key {_text(reply[1])} holds the wrong kind of value"
+            )
+        if status == 0:
+            if int(reply[1]):
+                raise self._damaged(session_id, -1, int(reply[1]))
             return None
-        fields = {k.decode(): v for k, v in meta.items()}
+        first, length, flat, bodies = int(reply[1]), int(reply[2]), reply[3], reply[4]
+        fields = {_text(key): value for key, value in zip(flat[0::2], flat[1::2], strict=True)}
         try:
-            if int(fields["message_count"]) != len(bodies):
-                raise self._damaged(session_id, int(fields["message_count"]), len(bodies))
+            if int(fields["message_count"]) != length:
+                raise self._damaged(session_id, int(fields["message_count"]), length)
             columns = (
                 fields["variables"],
                 fields["metadata"],
@@ -442,7 +511,7 @@ class RedisStorage(SessionStorageAdapter):
         except (ValueError, TypeError) as exc:
             reason = str(exc)
         else:
-            return record_from_parts(session_id, columns, bodies, self.location)
+            return record_from_parts(session_id, columns, bodies, self.location, first_seq=first)
         raise CorruptSessionError(session_id, self.location, reason)
 
     def _save_args(self, record: SessionRecord, expected: int | None) -> list[Any]:
@@ -803,38 +872,72 @@ class RedisStorage(SessionStorageAdapter):
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        """A lease renewed while the turn runs; only its owner deletes it."""
+        """A lease renewed while the turn runs; only its owner deletes it.
+
+        Waits are bounded apart from ``socket_timeout``: an attempt to take the
+        lease by what is left of ``timeout`` (at least ``ATTEMPT_S``), the end of
+        the renewer and the release by ``RELEASE_S`` each (past it the lease runs
+        out by itself). The renewer stops on an event, not on its cancellation
+        alone: Python 3.11's ``asyncio.wait_for``, which redis-py sends with, can
+        swallow a cancellation, and a renewer that lost one renewed the lease of
+        a finished turn forever."""
         key = self.key(session_id, "lock")
         owner = f"{secrets.token_hex(16)} pid {os.getpid()} on {socket.gethostname()}".encode()
         await self._acquire(key, owner, session_id, timeout)
-        renewer = asyncio.ensure_future(self._renew(key, owner))
+        stop = asyncio.Event()
+        renewer = asyncio.ensure_future(self._renew(key, owner, stop))
         try:
             yield
         finally:
+            stop.set()
             renewer.cancel()
-            await asyncio.wait([renewer])
+            await asyncio.wait([renewer], timeout=RELEASE_S)
             errors = self._redis.exceptions
             # Unreachable server: the lease runs out by itself within lease_ms.
-            with self._guard(), contextlib.suppress(errors.ConnectionError, errors.TimeoutError):
-                await self._release_script([key], [owner], client=self._client())
+            with contextlib.suppress(errors.RedisError, TimeoutError):
+                async with asyncio.timeout(RELEASE_S):
+                    await self._release_script([key], [owner], client=self._client())
 
     async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:
         client = self._client()
+        deadline = time.monotonic() + timeout
 
         async def locked() -> bool:
-            with self._guard():
-                return bool(await client.set(key, owner, nx=True, px=self.lease_ms))
+            taken = client.set(key, owner, nx=True, px=self.lease_ms)
+            return bool(await self._within(deadline, taken))
 
-        if not await poll(locked, time.monotonic() + timeout):
-            with self._guard():
-                holder = _text(await client.get(key)).partition(" ")[2]
-            raise SessionBusyError(session_id, timeout, holder or "another client")
+        if not await poll(locked, deadline):
+            try:
+                holder = _text(await self._within(time.monotonic(), client.get(key)))
+            except StorageError:
+                holder = ""
+            raise SessionBusyError(
+                session_id, timeout, holder.partition(" ")[2] or "another client"
+            )
 
-    async def _renew(self, key: str, owner: bytes) -> None:
-        """Extend the lease every third of its length while the turn runs."""
+    async def _within(self, deadline: float, call: Awaitable[T]) -> T:
+        """``call``, given until the ``time.monotonic`` ``deadline`` (at least
+        ``ATTEMPT_S``) to answer, else a StorageError."""
+        bound = max(deadline - time.monotonic(), ATTEMPT_S)
+        try:
+            with self._guard():
+                async with asyncio.timeout(bound):
+                    return await call
+        except TimeoutError:
+            raise StorageError(
+                f"Redis at {self._where} did not answer within {bound:.3g}s "
+                "(a network stall or an overloaded server); check it, then retry"
+            ) from None
+
+    async def _renew(self, key: str, owner: bytes, stop: asyncio.Event) -> None:
+        """Extend the lease every third of its length until ``stop`` is set."""
         client = self._client()
-        while True:
-            await asyncio.sleep(self.lease_ms / 3000)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.lease_ms / 3000):
+                    await stop.wait()
+            if stop.is_set():
+                return
             try:
                 if not await self._renew_script([key], [owner, self.lease_ms], client=client):
                     return  # lost after expiry: the append's revision check keeps the data safe

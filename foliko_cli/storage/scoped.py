@@ -46,6 +46,19 @@ class UserScopedStorage(SessionStorageAdapter):
         # the contract names a backend per class; this wrapper goes by its inner one
         self.name = inner.name  # type: ignore[misc]
 
+    @property
+    def named(self) -> bool:  # type: ignore[override]
+        return self.inner.named
+
+    @property
+    def strict_reads(self) -> bool:
+        """The wrapped store's: it is what is listed."""
+        return self.inner.strict_reads
+
+    @strict_reads.setter
+    def strict_reads(self, strict: bool) -> None:
+        self.inner.strict_reads = strict
+
     def _stored(self, session_id: str) -> str:
         return self.prefix + session_id
 
@@ -121,6 +134,20 @@ class UserScopedStorage(SessionStorageAdapter):
                 [self._stored_record(r) for r in records],
                 expected_revisions=expected_revisions,
             )
+
+    async def copy_loaded(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> dict[str, str]:
+        with self._own_name():
+            differing = await capabilities.copy_loaded(
+                self.inner,
+                [self._stored_record(r) for r in records],
+                expected_revisions=expected_revisions,
+            )
+        return {self._own(k) or k: v for k, v in differing.items()}
 
     async def append(
         self,

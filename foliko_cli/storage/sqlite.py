@@ -50,6 +50,7 @@ from foliko_cli.storage.base import (
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
+    checked_shape,
     expected_list,
 )
 from foliko_cli.storage.filelock import SessionFileLocks, os_error
@@ -133,6 +134,30 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     bound_search_text,
     keep_indexed_text,
 ]
+
+
+def _differing(db: sqlite3.Connection, texts: dict[str, tuple[str, list[str]]]) -> list[str]:
+    """The sessions whose stored variables, message positions or bodies are not the
+    ``writes.Written`` texts that were written: a read-back of the exact text,
+    with no JSON parsed (a migration reads back everything it writes)."""
+    stored: dict[str, tuple[list, list, list]] = {sid: ([], [], []) for sid in texts}
+    for chunk, marks in writes.in_chunks(list(texts)):
+        for session_id, variables in db.execute(
+            f"SELECT session_id, variables FROM sessions WHERE session_id IN ({marks})", chunk
+        ):
+            stored[session_id][0].append(variables)
+        for session_id, seq, body in db.execute(
+            f"SELECT session_id, seq, body FROM messages WHERE session_id IN ({marks}) "
+            "ORDER BY session_id, seq",
+            chunk,
+        ):
+            stored[session_id][1].append(seq)
+            stored[session_id][2].append(body)
+    return [
+        session_id
+        for session_id, (variables, bodies) in texts.items()
+        if stored[session_id] != ([variables], list(range(len(bodies))), bodies)
+    ]
 
 
 def _text_row(row: sqlite3.Row) -> dict[str, Any]:
@@ -238,6 +263,12 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         return SQLITE.transaction(self.db)
 
     def _error(self, exc: sqlite3.Error) -> StorageError:
+        if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            return StorageError(
+                f"cannot write the SQLite database {self.path}: the disk is full "
+                "(nothing of the failed write was kept)",
+                fix="free space or choose another storage location",
+            )
         return StorageError(
             f"SQLite database {self.path} failed: {exc}",
             fix="check the file or use another database",
@@ -375,13 +406,50 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     ) -> list[int]:
         """All in one transaction: a migration batch costs one commit; one failed
         revision check writes none of them."""
-        expected = expected_list(records, expected_revisions)
         for record in records:
             checked_for_write(record)
+        written, _ = self._replace(records, expected_list(records, expected_revisions))
+        return written.revisions
+
+    async def copy_loaded(
+        self,
+        records: list[SessionRecord],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> dict[str, str]:
+        """``save_many`` of records a load returned (their values checked by that
+        load, their shape checked again here), then each read back in the same
+        transaction and compared with the exact texts written: no JSON parsed,
+        no record built (a migration reads back everything it writes)."""
+        for record in records:
+            checked_shape(record)
+        expected = expected_list(records, expected_revisions)
+        _, differing = self._replace(records, expected, read_back=True)
+        return {session_id: await self._why_differs(session_id) for session_id in differing}
+
+    def _replace(
+        self, records: list[SessionRecord], expected: list[int | None], *, read_back: bool = False
+    ) -> tuple[writes.Written, list[str]]:
+        """``writes.replace_records`` in one transaction; with ``read_back``, also the
+        sessions whose stored texts are not those written (``_differing``)."""
         with self._guard(), self._write() as db:
-            return await writes.replace_records(
-                SQLiteExecutor(db), SQLITE, records, expected, where=self.path
+            written = run_now(
+                writes.replace_records(
+                    SQLiteExecutor(db), SQLITE, records, expected, where=self.path
+                )
             )
+            return written, _differing(db, written.texts) if read_back else []
+
+    async def _why_differs(self, session_id: str) -> str:
+        """Why a copy read back is not what was written: its damage, when a load
+        says (a message lost, a body that is not JSON), else that it differs."""
+        from foliko_cli.storage.capabilities import DIFFERS
+
+        try:
+            await self.load(session_id)
+        except CorruptSessionError as exc:
+            return f"verification failed: {exc}"
+        return DIFFERS
 
     async def append(
         self,
@@ -441,14 +509,22 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         if self._locks is not None:
             self._locks.remove_if_free(session_id, lambda: not self._exists(session_id))
 
+    def _nothing_stored(self) -> bool:
+        """Whether the database file is not there yet: nothing to list (or, named
+        and strict, an error: ``nothing_to_list``)."""
+        if not self._absent():
+            return False
+        self.nothing_to_list("SQLite database")
+        return True
+
     async def session_ids(self) -> list[str]:
-        if self._absent():
+        if self._nothing_stored():
             return []
         with self._guard():
             return [row[0] for row in self.db.execute("SELECT session_id FROM sessions")]
 
     async def list_summaries(self) -> list[SessionSummary]:
-        if self._absent():
+        if self._nothing_stored():
             return []
         with self._guard():
             summaries = await writes.summaries(SQLiteExecutor(self.db), SQLITE)
@@ -657,7 +733,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
 
     async def search(self, query: SearchQuery) -> list[SearchHit]:
         """Through the FTS5 index; a scan where this SQLite has none."""
-        if self._absent():
+        if self._nothing_stored():
             return []
         from foliko_cli.storage.search import scan_search
 
@@ -666,6 +742,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         return hits if hits is not None else await scan_search(self, query)
 
     async def info(self) -> dict[str, Any]:
+        self._nothing_stored()  # a named database is not created by looking at it
         with self._guard():
             sessions, messages = await writes.counts(SQLiteExecutor(self.db), SQLITE)
             version = SQLITE.version(self.db)

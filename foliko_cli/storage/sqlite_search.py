@@ -125,38 +125,22 @@ def successor(prefix: str) -> str:
 
 
 def index_records(db: sqlite3.Connection, batches) -> None:
-    """Index each ``(session_id, first_seq, messages)`` just written, in one pass.
-
-    The text comes from the messages in hand (what the view would read from
-    their bodies), so a bulk write does not parse its own JSON again.
-    """
-    rows = [
-        (session_id, first_seq + i, m)
-        for session_id, first_seq, messages in batches
-        for i, m in enumerate(messages)
-    ]
-    if not rows or not _indexed(db):
+    """Index each ``(session_id, first_seq, messages)`` just written, in two
+    statements SQLite runs itself: the rows of ``message_search`` (their text
+    read out of the bodies as the view would), then the index of those rows."""
+    if not batches or not _indexed(db):
         return
     start = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM message_search").fetchone()[0]
-    texts = [_indexed_text(m) for _, _, m in rows]
     db.executemany(
-        """INSERT INTO message_search (id, session_id, seq, role, created_at, text)
-           VALUES (?, ?, ?, ?, ?, ?)""",
-        (
-            (start + n, sid, seq, m["role"], m.get("created_at", 0), text)
-            for n, ((sid, seq, m), text) in enumerate(zip(rows, texts, strict=True))
-        ),
+        f"""INSERT INTO message_search (session_id, seq, role, created_at, text)
+            SELECT m.session_id, m.seq, m.role, m.created_at, {_TEXT} FROM messages m
+            WHERE m.session_id = ? AND m.seq >= ? ORDER BY m.seq""",
+        [(session_id, first_seq) for session_id, first_seq, messages in batches if messages],
     )
-    db.executemany(
-        "INSERT INTO messages_fts (rowid, text) VALUES (?, ?)",
-        ((start + n, text) for n, text in enumerate(texts)),
+    db.execute(
+        "INSERT INTO messages_fts (rowid, text) SELECT id, text FROM message_search WHERE id >= ?",
+        (start,),
     )
-
-
-def _indexed_text(message: dict) -> str | None:
-    """What the view reads for ``message``: the index must hold exactly that."""
-    content = message.get("content")
-    return content[:_INDEXED_CHARS] if isinstance(content, str) else content
 
 
 def unindex(db: sqlite3.Connection, session_ids: list[str]) -> None:

@@ -1,21 +1,14 @@
 """Fixtures shared by the storage tests: one ``storage`` fixture over every backend.
 
-A backend is one ``Backend`` entry in ``BACKENDS``: a name and a context
-manager that yields a fresh, empty adapter and cleans up after it. A server
-backend (PostgreSQL, Redis) also gets a ``require`` hook that skips the test
-when its server does not answer (and fails instead under
-FOLIKO_REQUIRE_SERVICES=1, in CI), for example::
-
-    Backend("postgres", lambda tmp: services.postgres_storage(), services.require_postgres)
+The backends are registered once, in tests/storage/backends.py (``BACKENDS``):
+``storage`` yields a fresh, empty adapter of each in turn, ``another`` a second
+adapter on the same store, ``storage_url`` a URL of each persistent one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,64 +16,9 @@ import pytest
 
 from foliko_cli.storage.base import SessionStorageAdapter
 
-from . import services
+from .backends import BACKENDS, PERSISTENT, Backend, backend_of, named
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Backend:
-    name: str
-    open: Callable[[Path], AbstractContextManager[SessionStorageAdapter]]
-    require: Callable[[], object] | None = None  # skips when a server is unreachable
-
-
-@contextlib.contextmanager
-def _memory(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
-    from foliko_cli.storage.memory import MemoryStorage
-
-    yield MemoryStorage()
-
-
-@contextlib.contextmanager
-def _core_only(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
-    from .core_only import CoreOnlyStorage
-
-    yield CoreOnlyStorage()
-
-
-@contextlib.contextmanager
-def _json(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
-    from foliko_cli.storage.jsonfile import JsonStorage
-
-    yield JsonStorage(tmp_path / "json-sessions")
-
-
-@contextlib.contextmanager
-def _sqlite(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
-    from foliko_cli.storage.sqlite import SQLiteStorage
-
-    yield SQLiteStorage(tmp_path / "sessions.db")
-
-
-@contextlib.contextmanager
-def _user_scoped(tmp_path: Path) -> Iterator[SessionStorageAdapter]:
-    """One user's view of a SQLite store that another user's sessions share."""
-    from foliko_cli.storage.scoped import UserScopedStorage
-    from foliko_cli.storage.sqlite import SQLiteStorage
-
-    yield UserScopedStorage(SQLiteStorage(tmp_path / "shared.db"), "alice")
-
-
-BACKENDS = [
-    Backend("memory", _memory),
-    Backend("core-only", _core_only),
-    Backend("json", _json),
-    Backend("sqlite", _sqlite),
-    Backend("user-scoped", _user_scoped),
-    Backend("postgres", lambda tmp: services.postgres_storage(), services.require_postgres),
-    Backend("redis", lambda tmp: services.redis_storage(), services.require_redis),
-]
 
 
 @pytest.fixture
@@ -117,26 +55,8 @@ def storage(
 def reopened(storage: SessionStorageAdapter) -> SessionStorageAdapter | None:
     """A second adapter on the store ``storage`` opened (as another process
     would open it), or None where a store lives in one adapter's memory."""
-    from foliko_cli.storage.jsonfile import JsonStorage
-    from foliko_cli.storage.scoped import UserScopedStorage
-    from foliko_cli.storage.sqlite import SQLiteStorage
-
-    if isinstance(storage, SQLiteStorage):
-        return SQLiteStorage(storage.path)
-    if isinstance(storage, JsonStorage):
-        return JsonStorage(storage.directory)
-    if isinstance(storage, UserScopedStorage):
-        inner = reopened(storage.inner)
-        return None if inner is None else UserScopedStorage(inner, storage.user)
-    if storage.name == "postgresql":
-        from foliko_cli.storage.postgres import PostgresStorage
-
-        return PostgresStorage(services.postgres_url(), schema=storage.schema)
-    if storage.name == "redis":
-        from foliko_cli.storage.redis import RedisStorage
-
-        return RedisStorage(services.redis_url(), prefix=storage.prefix)
-    return None
+    reopen = backend_of(storage).reopen
+    return None if reopen is None else reopen(storage)
 
 
 @pytest.fixture
@@ -162,18 +82,10 @@ def xfail_on(request: pytest.FixtureRequest, backend: Backend) -> Callable[..., 
     return mark
 
 
-@pytest.fixture(params=["json", "sqlite", "postgres", "redis"])
+@pytest.fixture(params=PERSISTENT)
 def storage_url(request, tmp_path: Path) -> Iterator[str]:
     """A URL of an empty persistent store that every process can open (short Redis lease)."""
-    if request.param == "json":
-        yield f"json:///{tmp_path}/dir"
-    elif request.param == "sqlite":
-        yield f"sqlite:///{tmp_path}/x.db"
-    elif request.param == "postgres":
-        url = services.require_postgres()
-        with services.fresh_schema(url) as schema:
-            yield f"{url}?schema={schema}"
-    else:
-        url = services.require_redis()
-        with services.fresh_prefix(url) as prefix:
-            yield f"{url}?prefix={prefix}&lease_ms=2000"
+    url = named(request.param).url
+    assert url is not None
+    with url(tmp_path) as found:
+        yield found

@@ -12,8 +12,9 @@ The holes (``KINDS``):
 * ``symlink``: the session file replaced by a symbolic link to a copy (JSON);
 * ``no-content``: a stored message's ``content`` removed.
 
-``HOLES[backend]`` are the kinds each backend can hold; ``why_impossible``
-says why the others cannot happen there.
+Which kinds each backend can hold, and which of the classes below damages
+its sessions, is said by its entry in tests/storage/backends.py;
+``why_impossible`` says why the other kinds cannot happen there.
 """
 
 from __future__ import annotations
@@ -32,23 +33,22 @@ import orjson
 from . import services
 
 KINDS = ("message-lost", "count-changed", "metadata-gone", "symlink", "no-content")
-_SQL = ("message-lost", "count-changed", "metadata-gone", "no-content")
-HOLES = {
-    "memory": ("message-lost", "count-changed", "metadata-gone"),
-    "core-only": ("message-lost", "count-changed", "metadata-gone"),
-    "json": ("message-lost", "count-changed", "metadata-gone", "symlink"),
-    "sqlite": _SQL,
-    "user-scoped": _SQL,
-    "postgres": ("message-lost", "count-changed", "no-content"),
-    "redis": ("message-lost", "count-changed", "metadata-gone", "no-content"),
-}
 IMPOSSIBLE = {
     "metadata-gone": "a foreign key deletes the messages with their session row",
     "symlink": "only a backend of files has paths to link",
     "no-content": "it holds message objects, never text without a content",
 }
-"""Why a backend cannot hold a hole that is not in its HOLES."""
+"""Why a backend cannot hold a hole that is not among its ``holes``."""
 IMPOSSIBLE_IN_JSON = "a message without content reads as an empty one (the original foliko's)"
+
+
+def __getattr__(name: str) -> Any:
+    """``HOLES``: each backend's kinds by name, read from the registry."""
+    if name == "HOLES":
+        from .backends import BACKENDS
+
+        return {backend.name: backend.holes for backend in BACKENDS}
+    raise AttributeError(name)
 
 
 def why_impossible(backend: str, kind: str) -> str:
@@ -92,31 +92,12 @@ async def _at(url: str, home: Path, work: Any) -> Any:
 
 
 def _backend(storage: Any) -> Any:
-    from foliko_cli.storage.jsonfile import JsonStorage
-    from foliko_cli.storage.memory import MemoryStorage
-    from foliko_cli.storage.scoped import UserScopedStorage
-    from foliko_cli.storage.sqlite import SQLiteStorage
+    from .backends import backend_of
 
-    from .core_only import CoreOnlyStorage
-
-    if isinstance(storage, UserScopedStorage):
-        return _Scoped(storage)
-    if isinstance(storage, CoreOnlyStorage):
-        return _Memory(storage.inner)
-    if isinstance(storage, MemoryStorage):
-        return _Memory(storage)
-    if isinstance(storage, JsonStorage):
-        return _Json(storage)
-    if isinstance(storage, SQLiteStorage):
-        return _SQLite(storage.path)
-    if storage.name == "postgresql":
-        return _Postgres(storage.schema)
-    if storage.name == "redis":
-        return _Redis(storage)
-    raise TypeError(f"no damage hook for {storage!r}")
+    return backend_of(storage).damager(storage)
 
 
-class _Memory:
+class Memory:
     def __init__(self, storage: Any):
         self.records = storage._records
 
@@ -133,7 +114,7 @@ class _Memory:
         return copy.deepcopy(self.records.get(session_id))
 
 
-class _Json:
+class Json:
     def __init__(self, storage: Any):
         from foliko_cli.storage.jsonfile import file_name
 
@@ -163,7 +144,7 @@ class _Json:
         return path.read_bytes() if path.exists() else None
 
 
-class _SQLite:
+class SQLite:
     def __init__(self, path: str, prefix: str = ""):
         self.path = path
         self.prefix = prefix
@@ -206,12 +187,7 @@ class _SQLite:
         return row, rows
 
 
-class _Scoped(_SQLite):
-    def __init__(self, storage: Any):
-        super().__init__(storage.inner.path, storage.prefix)
-
-
-class _Postgres:
+class Postgres:
     def __init__(self, schema: str):
         self.schema = schema
 
@@ -252,7 +228,7 @@ class _Postgres:
         return row, rows
 
 
-class _Redis:
+class Redis:
     def __init__(self, storage: Any):
         self.storage = storage
 

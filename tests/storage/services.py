@@ -173,22 +173,16 @@ def redis_storage(url: str | None = None, *, lease_ms: int = 15_000) -> Iterator
             _close(storage)
 
 
-@contextlib.contextmanager
-def backend_url(name: str, tmp_path: Path) -> Iterator[str]:
+def backend_url(name: str, tmp_path: Path) -> contextlib.AbstractContextManager[str]:
     """A URL of a fresh store of backend ``name`` (json, sqlite, postgres, redis)
-    that every process can open; a server's schema or prefix is dropped after."""
-    if name == "sqlite":
-        yield f"sqlite:///{tmp_path / 'sessions.db'}"
-    elif name == "json":
-        yield f"json:///{tmp_path / 'sessions'}"
-    elif name == "postgres":
-        url = require_postgres()
-        with fresh_schema(url) as schema:
-            yield f"{url}?schema={schema}"
-    else:
-        url = require_redis()
-        with fresh_prefix(url) as prefix:
-            yield f"{url}?prefix={prefix}"  # the default 15 s lease
+    that every process can open; a server's schema or prefix is dropped after
+    (tests/storage/backends.py)."""
+    from .backends import named
+
+    url = named(name).url
+    if url is None:
+        raise ValueError(f"backend {name!r} has no URL another process can open")
+    return url(tmp_path)
 
 
 # records the backend tests write

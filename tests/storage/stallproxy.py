@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 
 class StallingProxy:
@@ -73,6 +74,8 @@ class StallingProxy:
                                 selector.unregister(s)
                             s.close()
                         continue
+                    if sock in clients:
+                        self._sent(sock, data)
                     if self._freezes(sock, clients, data):
                         for s in (sock, peer):
                             selector.unregister(s)  # kept open, never read again
@@ -87,6 +90,12 @@ class StallingProxy:
                 with contextlib.suppress(OSError):
                     sock.close()
 
+    def _opened(self, client: socket.socket) -> None:
+        """A client connected (a subclass may count it)."""
+
+    def _sent(self, client: socket.socket, data: bytes) -> None:
+        """Bytes a client sent, before they are forwarded (a subclass may read them)."""
+
     def _freezes(self, sock: socket.socket, clients: set, data: bytes) -> bool:
         if self._marker is None or sock not in clients or self._marker not in data:
             return False
@@ -97,6 +106,7 @@ class StallingProxy:
         client, _ = self.listener.accept()
         self._sockets.append(client)
         clients.add(client)
+        self._opened(client)
         if not forwarding:
             return  # accepted, never answered
         upstream = socket.create_connection(self.target, timeout=5)
@@ -116,12 +126,13 @@ class StallingProxy:
 
 
 @contextlib.contextmanager
-def stalling_proxy(url: str) -> Iterator[StallingProxy]:
-    """A proxy in front of the server of ``url`` (host and port)."""
+def stalling_proxy(url: str, kind: type[StallingProxy] | None = None) -> Iterator[Any]:
+    """A proxy (a StallingProxy, or a ``kind`` of one) in front of the server of
+    ``url`` (host and port)."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
-    with StallingProxy((parts.hostname or "127.0.0.1", parts.port or 0)) as proxy:
+    with (kind or StallingProxy)((parts.hostname or "127.0.0.1", parts.port or 0)) as proxy:
         yield proxy
 
 

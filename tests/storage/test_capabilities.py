@@ -18,7 +18,9 @@ PROTOCOLS = (
     capabilities.BatchSave,
     capabilities.BatchLoad,
     capabilities.ContentDigests,
-    capabilities.RangedLoad,
+    capabilities.LoadedCopy,
+    capabilities.RecentLoad,
+    capabilities.StateLoad,
     capabilities.NativeCopy,
     capabilities.AtomicRename,
     capabilities.ProblemScan,
@@ -40,12 +42,26 @@ def test_backends_claim_what_they_do_natively(tmp_path):
         "BatchSave",
         "BatchLoad",
         "ContentDigests",
-        "RangedLoad",
+        "LoadedCopy",
+        "RecentLoad",
+        "StateLoad",
         "AtomicRename",
         "ProblemScan",
         "Quarantine",
     }
     assert claimed(JsonStorage(tmp_path / "j")) >= {"BatchSave", "AtomicRename", "Quarantine"}
+
+
+def test_server_backends_read_only_what_a_turn_sends():
+    """P2: PostgreSQL and Redis read a session's recent messages and its state natively
+    (creating the adapters connects to nothing)."""
+    pytest.importorskip("psycopg")
+    pytest.importorskip("redis")
+    from foliko_cli.storage.postgres import PostgresStorage
+    from foliko_cli.storage.redis import RedisStorage
+
+    for storage in (PostgresStorage("postgresql://u@h/db"), RedisStorage("redis://h:6379/0")):
+        assert {"RecentLoad", "StateLoad"} <= claimed(storage)
 
 
 def test_quarantine_without_the_capability_says_what_to_do(run):
@@ -71,6 +87,22 @@ def test_the_generic_rename_creates_before_it_deletes(run):
     storage.save, storage.delete = saving, deleting
     run(capabilities.rename(storage, "old", "new"))
     assert order == [("save", "new"), ("delete", "old")]
+
+
+def test_the_generic_copy_reports_a_copy_the_store_did_not_keep_as_given(run):
+    """Verification is a read-back: a store that changes what it was given is caught."""
+    storage = CoreOnlyStorage()
+    save = storage.save
+
+    async def altering(record, **kw):
+        if record.session_id == "s1":
+            record = make_record("s1", messages=[])
+        return await save(record, **kw)
+
+    storage.save = altering
+    records = [make_record("s0"), make_record("s1")]
+    differing = run(capabilities.copy_loaded(storage, records))
+    assert differing == {"s1": capabilities.DIFFERS}
 
 
 def every_capability() -> list[type]:

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from foliko_cli.errors import (
+    ConflictError,
     CorruptSessionError,
     InvalidSessionIdError,
     SessionBusyError,
@@ -189,6 +190,48 @@ def test_a_schema_from_a_newer_foliko_is_refused_and_left_alone(url, pg, schema,
         run(newer.session_ids())
     run(newer.close())
     assert query(url, f"SELECT session_id FROM {pg._dialect.quoted}.sessions") == [("keep",)]
+
+
+def test_a_turn_s_first_lock_creates_the_schema_or_refuses_a_newer_one(url, schema, run):
+    """The first lock of a storage checks the schema in the same statement."""
+    fresh = PostgresStorage(url, schema=schema)
+
+    async def lock_first() -> None:
+        async with fresh.lock("s", 5):
+            assert await fresh.revision("s") is None  # the tables are there
+
+    run(lock_first())
+    run(fresh.close())
+    query(url, f"INSERT INTO \"{schema}\".schema_migrations VALUES (999, 'future', 0)")
+    newer = PostgresStorage(url, schema=schema)
+
+    async def lock_newer() -> None:
+        async with newer.lock("s", 5):
+            raise AssertionError("locked a schema from a newer foliko")
+
+    with pytest.raises(StorageError, match="upgrade foliko"):
+        run(lock_newer())
+    run(newer.close())
+    key = postgres_module.advisory_key("session", schema, "s")
+
+    def free() -> bool:  # the refused lock was let go (its connection closed)
+        with psycopg.connect(url, autocommit=True) as db:
+            (taken,) = db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            return taken
+
+    from foliko_cli.common.poll import poll
+
+    assert run(poll(free, time.monotonic() + HANG))
+
+
+def test_a_compression_state_that_is_not_json_is_damage_on_a_turn_s_read(url, pg, run):
+    record = SessionRecord("s", messages=turn("a") + turn("b"))
+    record.compression_state = {"covered": 2}
+    run(pg.save(record))
+    query(url, f"UPDATE {pg._dialect.quoted}.sessions SET compression_state = '{{broken'")
+    for read in (capabilities.load_recent, capabilities.load_state):
+        with pytest.raises(CorruptSessionError):
+            run(read(pg, "s"))
 
 
 # records
@@ -492,7 +535,11 @@ def test_every_connection_has_keepalives_and_statement_bounds(url, pg, run):
     async def connections():
         await pg.session_ids()
         (pool,) = pg._pools.values()
-        return [pool.idle[-1], await pg._lock_connection(pool)]
+        pooled = pool.idle[-1]
+        async with pg.lock("s1", 5), pg.lock("s2", 5):  # the second opens one
+            held = postgres_module._HELD.get().conn
+        assert held is not pooled
+        return [pooled, held]
 
     async def shown(conn, name):
         return (await (await conn.execute(f"SHOW {name}")).fetchone())[0]
@@ -609,3 +656,108 @@ def test_info_and_location_of_a_working_storage_never_show_the_password(url, sch
         run(storage.close())
     for text in shown:
         assert "s3cret" not in text and "q3cret" not in text and "%40" not in text
+
+
+# a turn on the wire: one connection, one statement per step
+
+
+def test_a_cold_turn_is_one_connection_and_one_statement_per_step(url, schema, tmp_path, run):
+    from foliko_cli.common.poll import poll
+    from foliko_cli.service.facade import Foliko
+
+    from .pgwire import counting_proxy, through
+
+    with counting_proxy(url) as proxy:
+        proxied = f"{through(url, proxy)}&schema={schema}"
+        with Foliko(proxied, "echo", home=tmp_path) as facade:
+            facade.chat("s", "first")  # creates the schema and the session
+        before = proxy.snapshot()
+        with Foliko(proxied, "echo", home=tmp_path) as facade:
+            facade.chat("s", "second")
+
+        def unlocked() -> bool:  # the proxy has read the turn's last statement
+            return any("pg_advisory_unlock" in t for t in (proxy.snapshot() - before).texts)
+
+        assert run(poll(unlocked, time.monotonic() + HANG))
+        sent = proxy.snapshot() - before
+    assert sent.connections == 1
+    assert [text.split(" ")[0] for text in sent.texts] == ["SELECT"] * 3 + ["WITH", "SELECT"]
+    assert sent.round_trips == sent.statements == sent.transactions == 5
+    lock, revision, read, write, unlock = sent.texts
+    assert "pg_try_advisory_lock" in lock and "schema_migrations" in lock
+    assert "SELECT revision" in revision and "array_agg(m.body" in read
+    assert "FOR UPDATE" in write and "INSERT INTO" in write
+    assert "pg_advisory_unlock" in unlock
+    assert run(PostgresStorage(url, schema=schema).load("s")).metadata["message_count"] == 4
+
+
+def test_the_lock_connection_serves_the_turn_and_no_one_else(url, pg, run):
+    def last_query(conn: Any) -> str:
+        ((text,),) = query(
+            url, "SELECT query FROM pg_stat_activity WHERE pid = %s", (conn.info.backend_pid,)
+        )
+        return text
+
+    async def scenario() -> None:
+        await pg.save(SessionRecord("other", messages=turn("b")))
+        async with pg.lock("s", 5):
+            held = postgres_module._HELD.get()
+            revision = await pg.append("s", turn("a"), state(), expected_revision=0)
+            assert "WITH locked AS" in last_query(held.conn)
+            await pg.load("other")  # another session: a connection of the pool
+            (pool,) = pg._pools.values()
+            (pooled,) = pool.idle
+            assert pooled is not held.conn and "WITH locked AS" in last_query(held.conn)
+            assert await pg.revision("s") == revision
+            assert "SELECT revision" in last_query(held.conn)
+            loads = await asyncio.gather(*(pg.load("s") for _ in range(3)))  # at once: the
+            assert {len(r.messages) for r in loads} == {2}  # others on the pool, none waits
+            assert not held.busy
+        assert not held.active  # released: it serves nothing any more
+        assert held.conn in pool.idle  # and went back to the pool
+
+    run(scenario())
+
+
+def test_an_append_that_waited_for_another_writer_is_a_conflict_never_damage(url, pg, run):
+    run(pg.append("s", turn("one"), state(), expected_revision=0))
+    stale = run(pg.revision("s"))
+    table = f'"{pg.schema}"'
+
+    async def scenario() -> None:
+        other = await psycopg.AsyncConnection.connect(url)
+        try:
+            async with other.transaction():
+                # another writer's append, committed while ours waits for the row
+                await other.execute(
+                    f"UPDATE {table}.sessions SET revision = revision + 1, "
+                    "message_count = message_count + 1 WHERE session_id = 's'"
+                )
+                await other.execute(
+                    f"INSERT INTO {table}.messages (session_id, seq, role, created_at, body) "
+                    """VALUES ('s', 2, 'user', 0, '{"role": "user", "content": "x"}')"""
+                )
+                ours = asyncio.ensure_future(
+                    pg.append("s", turn("two"), state(), expected_revision=stale)
+                )
+
+                def waiting() -> bool:
+                    ((count,),) = query(
+                        url,
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND query LIKE %s",
+                        (f"%{pg.schema}%FOR UPDATE%",),
+                    )
+                    return count > 0
+
+                from foliko_cli.common.poll import poll
+
+                assert await poll(lambda: asyncio.to_thread(waiting), time.monotonic() + HANG)
+            with pytest.raises(ConflictError) as raised:
+                await ours
+            assert raised.value.found == stale + 1
+        finally:
+            await other.close()
+
+    run(scenario())
+    assert [m["content"] for m in run(pg.load("s")).messages] == ["one", "echo: one", "x"]

@@ -9,6 +9,7 @@ Each test works under a key prefix of its own whose keys are deleted afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -424,3 +426,187 @@ def test_a_frozen_connection_holds_only_the_call_on_it(url, runner):
             assert STALL_TIMEOUT_S - 0.5 < runner.run(scenario()) < STALL_TIMEOUT_S + SLACK_S
         finally:
             runner.run(storage.close())
+
+
+# a turn's deadline bounds every Redis call of the turn
+
+TURN_TIMEOUT_S = 2.0
+DEADLINE_SLACK_S = 2.0  # far below socket_timeout (30 s): the deadline ended it
+
+
+def read_script_sha() -> bytes:
+    """What the read script's calls carry (EVALSHA <sha>): the marker to freeze on."""
+    import hashlib
+
+    from foliko_cli.storage.redis import _READ
+
+    return hashlib.sha1(_READ.encode()).hexdigest().encode()
+
+
+def test_the_driver_never_repeats_a_call(rs, run):
+    async def retries() -> int:
+        await rs.health_check()
+        client = rs._client()
+        connection = await client.connection_pool.get_connection()
+        try:
+            return connection.retry.get_retries()
+        finally:
+            await client.connection_pool.release(connection)
+
+    assert run(retries()) == 0
+
+
+def test_a_turn_whose_read_stalls_ends_by_its_deadline_and_frees_the_session(url, run, tmp_path):
+    from foliko_cli.errors import TurnTimeoutError
+    from foliko_cli.service import AsyncFoliko
+
+    from .services import fresh_prefix
+    from .stallproxy import stalling_proxy, through
+
+    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
+        storage = RedisStorage(through(url, proxy), prefix=prefix)
+
+        async def scenario() -> float:
+            await storage.save(SessionRecord("s", messages=turn("before")))
+            service = AsyncFoliko(
+                storage=storage, model="echo", home=tmp_path, timeout=TURN_TIMEOUT_S
+            )
+            proxy.freeze_on(read_script_sha())
+            started = time.monotonic()
+            with pytest.raises(TurnTimeoutError):
+                await service.chat("s", "lost")
+            ended = time.monotonic() - started
+            assert proxy.frozen.is_set()  # the read was what stalled
+            async with storage.lock("s", 0):  # the lease was released, not left to expire
+                pass
+            record = await storage.load("s")
+            assert [m["content"] for m in record.messages] == ["before", "echo: before"]
+            await service.chat("s", "next")
+            return ended
+
+        try:
+            ended = run(scenario())
+        finally:
+            run(storage.close())
+    assert ended < TURN_TIMEOUT_S + DEADLINE_SLACK_S
+
+
+def test_sigterm_during_a_stalled_read_ends_the_turn_and_frees_the_session(url, tmp_path):
+    from .services import fresh_prefix
+    from .stallproxy import stalling_proxy, through
+
+    foliko = str(Path(sys.executable).with_name("foliko"))
+    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
+        proxied = f"{through(url, proxy)}?prefix={prefix}"
+        env = {**os.environ, "FOLIKO_MODEL": "echo", "FOLIKO_STORAGE": proxied}
+        first = subprocess.run(
+            [foliko, "chat", "-s", "s", "before"], env=env, capture_output=True, timeout=HANG
+        )
+        assert first.returncode == 0, first.stderr
+        proxy.freeze_on(read_script_sha())
+        turn_process = subprocess.Popen(
+            [foliko, "chat", "-s", "s", "lost"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proxy.frozen.wait(HANG)
+        started = time.monotonic()
+        turn_process.send_signal(signal.SIGTERM)
+        out, err = turn_process.communicate(timeout=HANG)
+        assert time.monotonic() - started < DEADLINE_SLACK_S
+        assert turn_process.returncode == 143, err
+        assert out == ""
+        after = subprocess.run(
+            [foliko, "chat", "-s", "s", "next", "--timeout", "5"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=HANG,
+        )
+        assert after.returncode == 0, after.stderr  # a lease left held would be exit 4
+
+
+def test_a_renewal_that_swallows_its_cancellation_still_ends_with_the_turn(url, run, client):
+    """Python 3.11's asyncio.wait_for (redis-py sends with it) can lose a cancellation:
+    the renewer then renewed a finished turn's lease forever, and the turn's exit,
+    waiting for it, never came (a turn that hung for minutes, SIGTERM ignored)."""
+    lease_ms = 300
+    with redis_storage(url, lease_ms=lease_ms) as rs:
+        renewing = asyncio.Event()
+
+        async def swallowing(*args: Any, **kwargs: Any) -> int:
+            renewing.set()
+            try:
+                await asyncio.sleep(HANG)
+            except asyncio.CancelledError:
+                raise redis.exceptions.ConnectionError("lost while cancelled") from None
+            return 1
+
+        async def scenario() -> float:
+            async with rs.lock("s1", 5):
+                rs._renew_script = swallowing  # from the first renewal on
+                async with asyncio.timeout(HANG):
+                    await renewing.wait()
+                left = time.monotonic()
+            return time.monotonic() - left
+
+        assert run(scenario()) < 2 * RELEASE_S_BOUND
+        assert client.exists(rs.key("s1", "lock")) == 0  # released, not left to renew
+
+
+RELEASE_S_BOUND = 6.0  # RELEASE_S (5 s) and a margin: a hang takes HANG
+
+
+def test_a_cancellation_the_driver_swallows_still_ends_the_turn_by_its_deadline(url, run, tmp_path):
+    from foliko_cli.errors import TurnTimeoutError
+    from foliko_cli.service import AsyncFoliko
+
+    with redis_storage(url) as rs:
+        read = rs._read_script
+
+        async def slow_swallowing_read(*args: Any, **kwargs: Any) -> Any:
+            # as wait_for does when its result arrived with the cancellation:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(HANG)
+            return await read(*args, **kwargs)
+
+        async def scenario() -> float:
+            await rs.save(SessionRecord("s", messages=turn("before")))
+            service = AsyncFoliko(storage=rs, model="echo", home=tmp_path, timeout=TURN_TIMEOUT_S)
+            rs._read_script = slow_swallowing_read
+            started = time.monotonic()
+            with pytest.raises(TurnTimeoutError):
+                await service.chat("s", "lost")
+            rs._read_script = read
+            assert [m["content"] for m in (await rs.load("s")).messages] == [
+                "before",
+                "echo: before",
+            ]
+            return time.monotonic() - started
+
+        assert run(scenario()) < TURN_TIMEOUT_S + DEADLINE_SLACK_S
+
+
+def test_an_attempt_to_take_a_lease_that_stalls_ends_by_its_bound(url, run, monkeypatch):
+    from foliko_cli.storage import redis as redis_module
+
+    from .services import fresh_prefix
+    from .stallproxy import stalling_proxy, through
+
+    monkeypatch.setattr(redis_module, "ATTEMPT_S", 1.0)
+    with fresh_prefix(url) as prefix, stalling_proxy(url) as proxy:
+        storage = RedisStorage(through(url, proxy), prefix=prefix)  # socket_timeout: 30 s
+        proxy.freeze_on(storage.key("s", "lock").encode())
+
+        async def take() -> None:
+            async with storage.lock("s", 0.1):
+                raise AssertionError("took a lease through a frozen connection")
+
+        started = time.monotonic()
+        with pytest.raises(StorageError, match="did not answer within 1s"):
+            run(take())
+        assert time.monotonic() - started < 1.0 + DEADLINE_SLACK_S
+        run(storage.close())

@@ -28,6 +28,7 @@ from pathlib import Path
 import orjson
 
 from . import damage
+from .backends import backend_of
 
 SECONDS = float(os.environ.get("FOLIKO_SOAK_SECONDS", "6"))
 WRITERS = 4
@@ -110,12 +111,9 @@ class Damages:
         self.loop = asyncio.Runner()
         self.storage = open_storage(storage_url, home)
         self.rng = rng
-        self.kinds = sorted(set(damage.HOLES[self.storage_kind()]) - {"no-content"})
+        self.kinds = sorted(set(backend_of(self.storage).holes) - {"no-content"})
         self.left: dict[str, object] = {}
         self.turns: dict[str, list[str]] = {}
-
-    def storage_kind(self) -> str:
-        return {"postgresql": "postgres"}.get(self.storage.name, self.storage.name)
 
     def maybe(self, ids: list[str]) -> None:
         if len(self.left) >= DAMAGES or (self.left and self.rng.random() < 0.5):

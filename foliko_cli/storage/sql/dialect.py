@@ -106,14 +106,24 @@ class SQLiteDialect(Dialect):
     @staticmethod
     @contextlib.contextmanager
     def transaction(db: Any) -> Iterator[Any]:
-        """``BEGIN IMMEDIATE`` on the ``sqlite3`` connection ``db``."""
+        """``BEGIN IMMEDIATE`` on the ``sqlite3`` connection ``db``. A failure rolls
+        it back, unless SQLite already did (a full disk while it spilled pages):
+        the error the caller gets is the failure, never the rollback's."""
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                with contextlib.suppress(Exception):
+                    db.execute("ROLLBACK")
             raise
-        db.execute("COMMIT")
+        try:
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                with contextlib.suppress(Exception):
+                    db.execute("ROLLBACK")
+            raise
 
     async def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
         from foliko_cli.storage.sqlite_search import index_records

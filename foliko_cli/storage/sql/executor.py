@@ -12,7 +12,7 @@ the code that opens the database, drives it with ``run_now``.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Coroutine, Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
@@ -66,7 +66,10 @@ class PostgresExecutor:
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         await self.connection.execute(sql, params or None)
 
-    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
+    async def fetchone(
+        self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()
+    ) -> tuple[Any, ...] | None:
+        """One row; ``params`` may also be named (``%(name)s`` placeholders)."""
         cursor = await self.connection.execute(sql, params or None)
         return await cursor.fetchone()
 

@@ -15,7 +15,7 @@ message rows the write leaves: the column and the copy in the metadata JSON
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -123,11 +123,21 @@ def message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]
 
 async def insert_messages(
     db: Executor, dialect: Dialect, batches: list[tuple[str, int, list]]
-) -> None:
-    """Write each ``(session_id, first_seq, messages)`` and index it."""
+) -> list[tuple]:
+    """Write each ``(session_id, first_seq, messages)`` and index it; the rows written."""
     rows = [row for batch in batches for row in message_rows(*batch)]
     await dialect.insert_messages(db, rows)
     await dialect.indexed(db, batches)
+    return rows
+
+
+class Written(NamedTuple):
+    """What ``replace_records`` wrote: the new revisions, in the order of the
+    records, and each session's stored variables and message bodies (JSON
+    texts, in order), which a read-back compares with what is stored."""
+
+    revisions: list[int]
+    texts: dict[str, tuple[str, list[str]]]
 
 
 async def stored_revision(
@@ -180,7 +190,7 @@ async def replace_records(
     expected: list[int | None],
     *,
     where: str,
-) -> list[int]:
+) -> Written:
     """Replace each of ``records`` after checking its expected revision and that
     what is stored of it is whole (``check_whole``, ``where`` naming the store);
     the new revisions, in the order of ``records``. Distinct sessions are
@@ -188,18 +198,19 @@ async def replace_records(
     given twice, one record at a time, in order, so the last one stays."""
     order = sorted(range(len(records)), key=lambda i: records[i].session_id)
     revisions = [0] * len(records)
+    texts: dict[str, tuple[str, list[str]]] = {}
     if len({record.session_id for record in records}) < len(records):
         for i in order:
-            (revisions[i],) = await _replace_distinct(
-                db, dialect, [records[i]], [expected[i]], where
-            )
-        return revisions
+            one = await _replace_distinct(db, dialect, [records[i]], [expected[i]], where)
+            (revisions[i],) = one.revisions
+            texts.update(one.texts)
+        return Written(revisions, texts)
     written = await _replace_distinct(
         db, dialect, [records[i] for i in order], [expected[i] for i in order], where
     )
-    for i, revision in zip(order, written, strict=True):
+    for i, revision in zip(order, written.revisions, strict=True):
         revisions[i] = revision
-    return revisions
+    return Written(revisions, written.texts)
 
 
 async def message_span(
@@ -243,7 +254,7 @@ async def _replace_distinct(
     records: list[SessionRecord],
     expected: list[int | None],
     where: str,
-) -> list[int]:
+) -> Written:
     ids = [record.session_id for record in records]
     current = await stored_revisions(db, dialect, ids)
     await check_whole(db, dialect, ids, where)
@@ -259,8 +270,12 @@ async def _replace_distinct(
     fresh = [row for row in rows if row[0] not in current]
     if fresh:
         await db.executemany(dialect.sql(_INSERT_SESSION), fresh)
-    await insert_messages(db, dialect, [(r.session_id, 0, r.messages) for r in records])
-    return revisions
+    bodies: dict[str, list[str]] = {session_id: [] for session_id in ids}
+    for message in await insert_messages(
+        db, dialect, [(r.session_id, 0, r.messages) for r in records]
+    ):
+        bodies[message[0]].append(message[4])
+    return Written(revisions, {row[0]: (row[6], bodies[row[0]]) for row in rows})
 
 
 async def insert_session(
