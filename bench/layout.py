@@ -7,7 +7,8 @@ Not a speed figure: what a reader must hold in mind. Printed, never judged.
   (floors), and loose modules at the package root.
 - a turn's path: the foliko modules whose code runs during one turn, from
   the CLI (``foliko chat -s S hi``, echo model, SQLite) and over HTTP (one
-  ``POST /v1/chat/completions`` to ``foliko serve``'s app in this process),
+  ``POST /v1/chat/completions`` and one ``POST /v1/responses`` in a conversation
+  to ``foliko serve``'s app in this process),
   and how many times the walk enters a module it has already left.
 
     .venv/bin/python bench/layout.py
@@ -125,14 +126,21 @@ def cli_turn(home: Path) -> dict[str, int]:
     return walk.figures()
 
 
-def http_turn(home: Path) -> dict[str, int]:
+def http_turn(home: Path, responses: bool = False) -> dict[str, int]:
+    """One ``POST /v1/chat/completions`` with ``X-Session-Id`` (or, ``responses``,
+    one ``POST /v1/responses`` continuing a conversation)."""
     import httpx2 as httpx
 
     from foliko_cli.serve.app import create_app
 
     walk = Walk()
     app = create_app()
-    body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
+    if responses:
+        path = "/v1/responses"
+        body: dict[str, object] = {"model": "echo", "input": "hi"}
+    else:
+        path = "/v1/chat/completions"
+        body = {"model": "echo", "messages": [{"role": "user", "content": "hi"}]}
 
     async def turns() -> None:
         transport = httpx.ASGITransport(app=app)
@@ -141,14 +149,16 @@ def http_turn(home: Path) -> dict[str, int]:
             httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client,
         ):
             headers = {"X-Session-Id": "warm"}
-            (
-                await client.post("/v1/chat/completions", json=body, headers=headers)
-            ).raise_for_status()
+            if responses:
+                created = await client.post("/v1/conversations", json={})
+                body["conversation"] = created.json()["id"]
+                headers = {}
+            (await client.post(path, json=body, headers=headers)).raise_for_status()
             sys.setprofile(walk)
             threading.setprofile(walk)
             walk.on = True
-            headers = {"X-Session-Id": "walked"}
-            reply = await client.post("/v1/chat/completions", json=body, headers=headers)
+            headers = {} if responses else {"X-Session-Id": "walked"}
+            reply = await client.post(path, json=body, headers=headers)
             walk.on = False
             sys.setprofile(None)
             reply.raise_for_status()
@@ -164,7 +174,10 @@ def main() -> None:
         print("CLI turn:", cli_turn(Path(home)))
     with tempfile.TemporaryDirectory() as home:
         os.environ.update(FOLIKO_HOME=home)
-        print("HTTP turn:", http_turn(Path(home)))
+        print("HTTP turn, chat completions:", http_turn(Path(home)))
+    with tempfile.TemporaryDirectory() as home:
+        os.environ.update(FOLIKO_HOME=home)
+        print("HTTP turn, responses:", http_turn(Path(home), responses=True))
 
 
 if __name__ == "__main__":
