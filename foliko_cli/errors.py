@@ -40,6 +40,7 @@ class Hint:
     TEMPLATES = "templates"
     EDIT_TEMPLATE = "edit_template"
     KEEP = "keep"
+    KEYS = "keys"
 
 
 class FolikoError(Exception):

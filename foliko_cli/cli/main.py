@@ -137,6 +137,7 @@ class LazyGroup(FolikoGroup):
         "usage": ("foliko_cli.cli.history", "usage"),
         "serve": ("foliko_cli.cli.serve", "serve"),
         "templates": ("foliko_cli.cli.templates", "templates"),
+        "keys": ("foliko_cli.cli.keys", "keys"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

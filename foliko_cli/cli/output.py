@@ -54,6 +54,7 @@ FLAGS = {
     Hint.TEMPLATES: "foliko templates list",
     Hint.EDIT_TEMPLATE: "foliko templates edit NAME",
     Hint.KEEP: "--keep N",
+    Hint.KEYS: "foliko keys set NAME",
 }
 
 

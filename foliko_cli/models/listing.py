@@ -104,18 +104,20 @@ async def served_models(
     timeout: float = PROBE_TIMEOUT,
     transport: Any = None,
     cache_dir: Path | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, str], ServerReport]:
-    """One report per (provider, base URL) among the usable OpenAI-compatible specs;
-    the windows found are cached in ``cache_dir`` as a turn's discovery caches them."""
+    """One report per (provider, base URL) among the usable OpenAI-compatible specs
+    (their keys from ``env``, the config or ``keys``, the key store); the windows
+    found are cached in ``cache_dir`` as a turn's discovery caches them."""
     from foliko_cli.models import api_key, usable
 
     servers: dict[tuple[str, str], Any] = {}
     for spec in specs:
-        if spec.provider in PROBED_PROVIDERS and spec.base_url and usable(spec, env) is None:
+        if spec.provider in PROBED_PROVIDERS and spec.base_url and usable(spec, env, keys) is None:
             servers.setdefault(server_of(spec), spec)
     reports = await asyncio.gather(
         *(
-            _probe(spec, api_key(spec, env), timeout, transport, cache_dir)
+            _probe(spec, api_key(spec, env, keys), timeout, transport, cache_dir)
             for spec in servers.values()
         )
     )
@@ -165,11 +167,15 @@ def _row(
     problem: str | None,
     default: str,
     served: bool,
+    keys: Mapping[str, str] | None,
 ) -> dict[str, Any]:
     from foliko_cli.models import api_key, key_needed
 
     needed, present = key_needed(spec), bool(api_key(spec, env))
     held = spec.key_hint or "a key"
+    key = f"{held} set" if present else f"{held} missing"
+    if not present and api_key(spec, env, keys):
+        present, key = True, f"stored as {spec.key_name!r}"
     return {
         "name": name,
         "provider": spec.provider,
@@ -178,7 +184,7 @@ def _row(
         "key_env": spec.key_env,
         "key_needed": needed,
         "key_present": present,
-        "key": (f"{held} set" if present else f"{held} missing") if needed else "not needed",
+        "key": key if needed else "not needed",
         "context_window": window[0],
         "window_source": window[1],
         "usable": problem is None,
@@ -197,6 +203,7 @@ def model_rows(
     default: str,
     window_setting: int | None = None,
     cache_dir: Path | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The listing: ``specs`` by name (the providers' ``NAME:MODEL`` templates and
     the ``aliases``), then the served models no alias stands for."""
@@ -207,7 +214,7 @@ def model_rows(
     rows = []
     for name, spec in specs.items():
         report = reports.get(server_of(spec))
-        problem = usable(spec, env)
+        problem = usable(spec, env, keys)
         if problem is None and report is not None and report.problem:
             problem = f"server {report.problem}"
         served = _claims(spec, report) if name in aliases else None
@@ -225,6 +232,7 @@ def model_rows(
                 problem=problem,
                 default=default,
                 served=served is not None,
+                keys=keys,
             )
         )
     for (provider, base), report in reports.items():
@@ -248,6 +256,15 @@ def model_rows(
                 )
             window = _window(spec, served_window, window_setting, cache_dir)
             rows.append(
-                _row(name, spec, env, window=window, problem=problem, default=default, served=True)
+                _row(
+                    name,
+                    spec,
+                    env,
+                    window=window,
+                    problem=problem,
+                    default=default,
+                    served=True,
+                    keys=keys,
+                )
             )
     return rows
