@@ -74,11 +74,13 @@ def sessions() -> None:
 def list_sessions(
     ctx: click.Context, sort: str, limit: int | None, since: int | None, fmt: str
 ) -> None:
-    """List sessions, most recently updated first.
+    """List sessions, most recently updated first: each one's id, title (an
+    import's, or one given), message count, last update and last prompt.
 
     \b
     Examples:
       foliko sessions list
+      foliko sessions list --ids               # the ids alone, one a line
       foliko sessions list --json | python -c 'import json,sys; print(len(json.load(sys.stdin)))'
       foliko sessions list --sort messages --limit 5 --since 7d
     """
@@ -88,17 +90,25 @@ def list_sessions(
     for row in rows:
         if row.get("damaged"):
             note(damaged(row["session_id"], row["error"]))
-    emit_rows(
-        rows,
-        {
-            "session_id": "session",
-            "message_count": "messages",
-            "updated_at": "updated",
-            "preview": "last prompt",
-        },
-        fmt,
-        human={"updated_at": format_ms},
-    )
+    columns = {
+        "session_id": "session",
+        "message_count": "messages",
+        "updated_at": "updated",
+        "preview": "last prompt",
+        "title": "title",
+    }
+    if fmt == "table":  # the title beside the id; TSV keeps it last, for cut -f
+        columns = {"session_id": "session", "title": "title", **columns}
+    emit_rows(rows, columns, fmt, human={"updated_at": format_ms, "title": short_title})
+
+
+TITLE_WIDTH = 40
+
+
+def short_title(title: str | None) -> str:
+    """A title as a table shows it: on one line, cut with … past TITLE_WIDTH."""
+    text = " ".join((title or "").split())
+    return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"
 
 
 ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool": "yellow"}

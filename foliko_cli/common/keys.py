@@ -27,9 +27,9 @@ from foliko_cli.errors import StorageError, UsageError
 FILE = "keys.json"
 NOTE = "// Note"
 NOTE_TEXT = "This file stores secret API credentials. Do not share!"
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}")
+NAME = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,99}"
 VARIABLE_SUFFIX = "_API_KEY"
-VARIABLE_NAME = re.compile(r"[a-z0-9][a-z0-9_]*")
+VARIABLE_NAME = r"[a-z0-9][a-z0-9_]*"
 
 
 def key_name(variable: str | None) -> str | None:
@@ -43,11 +43,11 @@ def key_name(variable: str | None) -> str | None:
 def variable_for(name: str) -> str | None:
     """The variable key ``name`` stands in for (``OPENAI_API_KEY`` for ``openai``);
     None for a name no provider reads (upper case, ``.`` or ``:`` in it)."""
-    return f"{name.upper()}{VARIABLE_SUFFIX}" if VARIABLE_NAME.fullmatch(name) else None
+    return f"{name.upper()}{VARIABLE_SUFFIX}" if re.fullmatch(VARIABLE_NAME, name) else None
 
 
 def check_name(name: str) -> str:
-    if not NAME.fullmatch(name):
+    if not re.fullmatch(NAME, name):
         raise UsageError(
             f"{name!r} cannot name a key: use up to 100 letters, digits, '_', '.', ':' or '-', "
             "starting with a letter or digit",

@@ -68,8 +68,11 @@ class ServiceBase:
     def _resolve_model(self, chosen: str | ModelProvider | None) -> ModelProvider:
         """The provider for ``chosen`` (a name, or a provider as it is); its key comes
         from the environment, the config or the key store in the home, in that order."""
-        from foliko_cli.common.keys import KeyStore
         from foliko_cli.models import resolve_model
+
+        if chosen is None or chosen == "echo":  # the offline model needs no key
+            return resolve_model(chosen, self.models)
+        from foliko_cli.common.keys import KeyStore
 
         return resolve_model(chosen, self.models, keys=KeyStore(self.home))
 

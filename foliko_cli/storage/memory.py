@@ -17,6 +17,7 @@ from foliko_cli.messages.record import (
     new_metadata,
     next_revision,
     preview_of,
+    title_of,
 )
 from foliko_cli.storage.base import (
     SavesInBatches,
@@ -141,6 +142,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
             updated_at=record.saved_at,
             message_count=len(record.messages),
             preview=preview_of(record.messages),
+            title=title_of(record.metadata),
         )
         try:
             self._check(record)

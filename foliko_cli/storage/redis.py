@@ -69,6 +69,7 @@ from foliko_cli.messages.record import (
     new_metadata,
     next_revision,
     preview_of,
+    title_in,
 )
 from foliko_cli.messages.stored import encode_message, record_from_parts
 from foliko_cli.storage.base import (
@@ -605,7 +606,7 @@ class RedisStorage(SessionStorageAdapter):
         """From the index and each session's meta hash; messages are never read."""
         with self._guard():
             ids = [m.decode() for m in await self._client().zrevrange(self.index_key, 0, -1)]
-        fields = ("created_at", "updated_at", "message_count", "preview")
+        fields = ("created_at", "updated_at", "message_count", "preview", "metadata")
         summaries = []
         for start in range(0, len(ids), PAGE):
             page = ids[start : start + PAGE]
@@ -630,10 +631,15 @@ class RedisStorage(SessionStorageAdapter):
             if not length:
                 return []
             return [damaged_summary(session_id, self._damaged(session_id, -1, length).reason)]
-        created, updated, count, preview = values
+        created, updated, count, preview, metadata = values
         try:
             summary = SessionSummary(
-                session_id, int(created), int(updated), int(count), _text(preview)
+                session_id,
+                int(created),
+                int(updated),
+                int(count),
+                _text(preview),
+                title=title_in(metadata),
             )
         except (TypeError, ValueError) as exc:
             return [damaged_summary(session_id, f"unreadable summary: {exc}")]

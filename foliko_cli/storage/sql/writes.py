@@ -29,6 +29,7 @@ from foliko_cli.messages.record import (
     new_metadata,
     next_revision,
     preview_of,
+    title_in,
 )
 from foliko_cli.messages.stored import encode_message
 from foliko_cli.storage.base import check_expected
@@ -52,7 +53,14 @@ _UPDATE_TURN = """UPDATE {sessions} SET updated_at = ?, message_count = ?, revis
 _REVISION = "SELECT revision FROM {sessions} WHERE session_id = ?"
 _TURN_BASE = "SELECT revision, message_count, preview FROM {sessions} WHERE session_id = ?{lock}"
 _SPAN_FROM = "SELECT COUNT(*), MIN(seq), MAX(seq) FROM {messages} WHERE session_id = ? AND seq >= ?"
-_SUMMARY_COLUMNS = "session_id, created_at, updated_at, message_count, preview"
+_SUMMARY_COLUMNS = (
+    "session_id, created_at, updated_at, message_count, preview, "
+    "CASE WHEN metadata LIKE ? THEN metadata END"
+)
+"""The summary's columns, then the metadata of a session that may have a title
+(``_MAY_HAVE_TITLE``, a parameter: PostgreSQL's driver reads ``%`` in a statement)."""
+_MAY_HAVE_TITLE = '%"title"%'
+
 _NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC, session_id"
 _OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
     WHERE updated_at < ? OR (updated_at = ? AND session_id > ?)
@@ -370,16 +378,26 @@ async def summaries(
     """Every session's summary, newest first. With ``page``, read that many at a
     time along ``sessions_by_updated`` (the caller holds one snapshot)."""
     if page is None:
-        return [SessionSummary(*row) for row in await db.fetchall(dialect.sql(_NEWEST))]
+        rows = await db.fetchall(dialect.sql(_NEWEST), (_MAY_HAVE_TITLE,))
+        return [_summary(*row) for row in rows]
     found: list[SessionSummary] = []
-    rows = await db.fetchall(dialect.sql(_NEWEST + " LIMIT ?"), (page,))
+    rows = await db.fetchall(dialect.sql(_NEWEST + " LIMIT ?"), (_MAY_HAVE_TITLE, page))
     while rows:
-        found.extend(SessionSummary(*row) for row in rows)
+        found.extend(_summary(*row) for row in rows)
         if len(rows) < page:
             break
         last_id, last_updated = rows[-1][0], rows[-1][2]
-        rows = await db.fetchall(dialect.sql(_OLDER), (last_updated, last_updated, last_id, page))
+        rows = await db.fetchall(
+            dialect.sql(_OLDER), (_MAY_HAVE_TITLE, last_updated, last_updated, last_id, page)
+        )
     return found
+
+
+def _summary(
+    session_id: str, created: int, updated: int, count: int, preview: str, metadata: Any
+) -> SessionSummary:
+    title = title_in(metadata) if metadata is not None else None
+    return SessionSummary(session_id, created, updated, count, preview, title=title)
 
 
 async def counts(db: Executor, dialect: Dialect) -> tuple[int, int]:
