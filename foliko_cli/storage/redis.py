@@ -87,7 +87,6 @@ CONNECT_TIMEOUT_S = 5
 SOCKET_TIMEOUT_S = 30
 PAGE = 1000
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
-_EXTRA_HINT = "Redis storage needs the 'redis' extra: pip install 'foliko-cli[redis]'"
 
 # Pushes ARGV[first..] onto a list, 1000 at a time (Lua's unpack has a stack limit).
 # Revisions are microsecond clocks: Lua numbers hold them exactly, but tostring()
@@ -266,7 +265,9 @@ def _import_redis() -> Any:
         import redis
         import redis.asyncio
     except ImportError:
-        raise StorageConfigError(_EXTRA_HINT) from None
+        from foliko_cli.common.extras import extra_hint
+
+        raise StorageConfigError(extra_hint("Redis storage", "redis")) from None
     return redis
 
 
