@@ -224,9 +224,10 @@ def text_view(data: dict, first: int, view_start: int) -> list[str]:
     each message (from number ``first``) with its tool calls' arguments."""
     meta = data["metadata"]
     lines = [f"session   {data['session_id']}"]
-    for key, label in (("title", "title"), ("forked_from", "forked from")):
-        if meta.get(key):
-            lines.append(f"{label:<10}{meta[key]}")
+    if meta.get("title"):
+        lines.append(f"title     {meta['title']}")
+    if meta.get("forked_from"):
+        lines.append(f"forked    from {meta['forked_from']}")
     lines += [
         f"messages  {meta['message_count']}",
         f"created   {format_ms(meta.get('created_at'))}",

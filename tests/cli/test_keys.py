@@ -250,3 +250,20 @@ def test_models_list_counts_a_stored_key(invoke):
     assert rows["anthropic:MODEL"]["key_present"] is True
     assert rows["openai:MODEL"]["key"] == "OPENAI_API_KEY missing"
     assert "sk-ant" not in str(rows)
+
+
+def test_llm_reads_the_keys_foliko_stores_and_foliko_those_llm_stores(invoke, foliko_home):
+    llm_cli = pytest.importorskip("llm.cli")
+    from click.testing import CliRunner
+
+    llm = CliRunner()
+    env = {"LLM_USER_PATH": str(foliko_home)}
+    invoke("keys", "set", "openai", "--value", SECRET)
+    assert llm.invoke(llm_cli.cli, ["keys", "get", "openai"], env=env).output == SECRET + "\n"
+    assert (
+        llm.invoke(llm_cli.cli, ["keys", "path"], env=env).output == invoke("keys", "path").stdout
+    )
+    stored = llm.invoke(llm_cli.cli, ["keys", "set", "anthropic", "--value", "sk-ant"], env=env)
+    assert stored.exit_code == 0, stored.output
+    assert invoke("keys", "get", "anthropic").stdout == "sk-ant\n"
+    assert invoke("keys", "get", "openai").stdout == SECRET + "\n"
