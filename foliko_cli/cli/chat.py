@@ -605,17 +605,6 @@ def report_json_failure(
     emit_json_quietly({"type": "error", **failure} if stream else failure)
 
 
-def shown(reply: str, extract: str | None) -> str:
-    """The reply, or with -x/--xl its first/last fenced code block (the whole reply
-    when it has none, as llm does)."""
-    if extract is None:
-        return reply
-    from foliko_cli.messages.fences import code_block
-
-    block = code_block(reply, last=extract == "last")
-    return reply if block is None else block
-
-
 def run_turn(
     facade,
     turn: TurnRequest,
@@ -652,7 +641,9 @@ def run_turn(
             writer.check()
             click.echo()
         else:
-            click.echo(shown(result.message, extract))
+            from foliko_cli.messages.fences import extracted
+
+            click.echo(extracted(result.message, extract))
     except StdoutWriteError as exc:
         raise output_failure(exc, after=SAVED_NOT_WRITTEN) from None
     if interrupted is not None:

@@ -14,7 +14,7 @@ from foliko_cli.errors import UsageError
 
 @click.group()
 def keys() -> None:
-    """API keys stored in keys.json in foliko's home (owner-only; llm's format).
+    """Stored API keys (llm's keys.json format, owner-only, in foliko's home).
 
     A model uses the stored key named for its variable when neither the
     environment nor the config gives one: openai for OPENAI_API_KEY,

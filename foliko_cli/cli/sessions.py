@@ -294,13 +294,9 @@ def print_reply(
     if fmt == "json":
         emit_json(replies[-1])
         return
-    text = replies[-1]["content"]
-    if extract is not None:
-        from foliko_cli.messages.fences import code_block
+    from foliko_cli.messages.fences import extracted
 
-        block = code_block(text, last=extract == "last")
-        text = text if block is None else block
-    click.echo(text)
+    click.echo(extracted(replies[-1]["content"], extract))
 
 
 @sessions.command()

@@ -12,6 +12,8 @@ from foliko's installed metadata, so the command follows ``pyproject.toml``.
 from __future__ import annotations
 
 DISTRIBUTION = "foliko-cli"
+PIP_INSTALL = "-m pip install"
+"""pip's own command line (not foliko's flags), after the interpreter."""
 
 
 def extra_requirements(extra: str) -> list[str]:
@@ -36,19 +38,23 @@ def extra_requirements(extra: str) -> list[str]:
     return wanted
 
 
-def install_command(extra: str) -> str:
+def install_command(extra: str) -> str | None:
     """The command that installs ``extra``'s packages for the interpreter running
-    foliko, e.g. ``/home/me/foliko/.venv/bin/python -m pip install 'redis>=5'``."""
+    foliko, e.g. ``/home/me/foliko/.venv/bin/python -m pip install 'redis>=5'``;
+    None when foliko's metadata does not say what they are."""
     import shlex
     import sys
 
     requirements = extra_requirements(extra)
     if not requirements:
-        return f"pip install -e '.[{extra}]' in foliko's checkout"
+        return None
     packages = " ".join(shlex.quote(requirement) for requirement in requirements)
-    return f"{shlex.quote(sys.executable)} -m pip install {packages}"
+    return f"{shlex.quote(sys.executable)} {PIP_INSTALL} {packages}"
 
 
 def extra_hint(what: str, extra: str) -> str:
     """One line: ``what`` needs the extra, and the command that installs it."""
-    return f"{what} needs the {extra!r} extra; install it with: {install_command(extra)}"
+    command = install_command(extra)
+    if command is None:
+        return f"{what} needs the {extra!r} extra; install foliko with it"
+    return f"{what} needs the {extra!r} extra; install it with: {command}"

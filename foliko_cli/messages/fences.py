@@ -27,3 +27,12 @@ def code_block(text: str, *, last: bool = False) -> str | None:
     if not blocks:
         return None
     return blocks[-1 if last else 0].group("code").removesuffix("\n")
+
+
+def extracted(text: str, which: str | None) -> str:
+    """``text``, or (``which``: ``"first"`` or ``"last"``) that code block of it, as
+    llm's ``-x``/``--xl`` print it: the whole text when it has none."""
+    if which is None:
+        return text
+    block = code_block(text, last=which == "last")
+    return text if block is None else block

@@ -32,7 +32,7 @@ def test_each_extra_is_its_own_packages_from_foliko_s_metadata():
 
 @pytest.mark.parametrize("extra", EXTRAS)
 def test_the_hint_names_this_interpreter_and_never_foliko_itself(extra):
-    command = shlex.split(install_command(extra))
+    command = shlex.split(install_command(extra) or "")
     assert command[:4] == [sys.executable, "-m", "pip", "install"]
     assert not any(word.startswith(("foliko", ".")) for word in command[4:])
     assert shlex.split(extra_hint("X", extra).partition("install it with: ")[2]) == command
@@ -43,7 +43,7 @@ def test_the_hint_names_this_interpreter_and_never_foliko_itself(extra):
 def test_the_hint_runs_here_and_installs_nothing_over_foliko(extra):
     """pip resolves the command offline in this (dev) venv, where every extra is
     installed: it would install nothing, so an editable foliko stays editable."""
-    command = shlex.split(install_command(extra))
+    command = shlex.split(install_command(extra) or "")
     checked = subprocess.run(
         [*command, "--dry-run", "--no-index", "--quiet", "--report", "-"],
         capture_output=True,
@@ -54,9 +54,12 @@ def test_the_hint_runs_here_and_installs_nothing_over_foliko(extra):
     assert json.loads(checked.stdout)["install"] == []
 
 
-def test_without_foliko_s_metadata_the_hint_names_the_checkout_s_editable_install(monkeypatch):
+def test_without_foliko_s_metadata_the_hint_names_the_extra(monkeypatch):
     monkeypatch.setattr(extras, "DISTRIBUTION", "no-such-distribution-anywhere")
-    assert install_command("serve") == "pip install -e '.[serve]' in foliko's checkout"
+    assert install_command("serve") is None
+    assert extra_hint("foliko serve", "serve") == (
+        "foliko serve needs the 'serve' extra; install foliko with it"
+    )
 
 
 def test_the_serve_command_without_its_extra_says_how_to_install_it(invoke, monkeypatch):

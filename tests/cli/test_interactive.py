@@ -301,8 +301,8 @@ def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
     assert data["metadata"]["system_prompt"] == "S"
 
 
-def test_dry_run_or_json_need_a_message_on_a_terminal(spawn):
-    for flag in ("--dry-run", "--json"):
+def test_dry_run_json_or_extract_need_a_message_on_a_terminal(spawn):
+    for flag in ("--dry-run", "--json", "-x"):
         child = spawn("chat", "-s", "live", flag)
         child.expect(pexpect.EOF)
         child.close()
@@ -340,7 +340,7 @@ def test_list_prints_a_table_on_a_terminal(spawn, invoke):
     child.close()
     assert child.exitstatus == 0
     lines = child.before.splitlines()
-    assert lines[0].split() == ["session", "messages", "updated", "last", "prompt"]
+    assert lines[0].split() == ["session", "title", "messages", "updated", "last", "prompt"]
     assert set(lines[1].replace(" ", "")) == {"-"}
     assert lines[2].split()[0] == "tty1"
 

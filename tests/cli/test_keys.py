@@ -267,3 +267,25 @@ def test_llm_reads_the_keys_foliko_stores_and_foliko_those_llm_stores(invoke, fo
     assert stored.exit_code == 0, stored.output
     assert invoke("keys", "get", "anthropic").stdout == "sk-ant\n"
     assert invoke("keys", "get", "openai").stdout == SECRET + "\n"
+
+
+@pytest.mark.slow
+def test_on_a_terminal_the_key_is_asked_for_hidden(foliko_home):
+    pexpect = pytest.importorskip("pexpect")
+    foliko = str(Path(sys.executable).with_name("foliko"))
+    child = pexpect.spawn(foliko, ["keys", "set", "openai"], encoding="utf-8", timeout=30)
+    child.expect_exact("Enter the key for openai: ")
+    child.sendline(SECRET)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert SECRET not in child.before  # not echoed
+    assert KeyStore(foliko_home)["openai"] == SECRET
+
+    child = pexpect.spawn(foliko, ["keys", "set", "anthropic"], encoding="utf-8", timeout=30)
+    child.expect_exact("Enter the key for anthropic: ")
+    child.sendeof()
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 2 and "no key was typed; nothing stored" in child.before
+    assert "anthropic" not in KeyStore(foliko_home)
