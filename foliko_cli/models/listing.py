@@ -18,6 +18,7 @@ again; a served model no name reaches says how to reach it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -161,8 +162,8 @@ def _window(
 def _row(
     name: str,
     spec: Any,
-    env: Mapping[str, str],
     *,
+    env: Mapping[str, str],
     window: tuple[int | None, str | None],
     problem: str | None,
     default: str,
@@ -209,6 +210,7 @@ def model_rows(
     the ``aliases``), then the served models no alias stands for."""
     from foliko_cli.models import model_spec, usable
 
+    row = functools.partial(_row, env=env, default=default, keys=keys)
     aliases = set(aliases)
     claimed: set[tuple[str, str, str]] = set()
     rows = []
@@ -223,18 +225,7 @@ def model_rows(
         window: tuple[int | None, str | None] = (None, None)  # a NAME:MODEL template has none
         if name in aliases or spec.provider == "echo":
             window = _window(spec, served and served[1], window_setting, cache_dir)
-        rows.append(
-            _row(
-                name,
-                spec,
-                env,
-                window=window,
-                problem=problem,
-                default=default,
-                served=served is not None,
-                keys=keys,
-            )
-        )
+        rows.append(row(name, spec, window=window, problem=problem, served=served is not None))
     for (provider, base), report in reports.items():
         for model_id, served_window in report.models:
             if (provider, base, model_id) in claimed:
@@ -255,16 +246,5 @@ def model_rows(
                     key_required=via.key_required,
                 )
             window = _window(spec, served_window, window_setting, cache_dir)
-            rows.append(
-                _row(
-                    name,
-                    spec,
-                    env,
-                    window=window,
-                    problem=problem,
-                    default=default,
-                    served=True,
-                    keys=keys,
-                )
-            )
+            rows.append(row(name, spec, window=window, problem=problem, served=True))
     return rows

@@ -289,3 +289,11 @@ def test_on_a_terminal_the_key_is_asked_for_hidden(foliko_home):
     child.close()
     assert child.exitstatus == 2 and "no key was typed; nothing stored" in child.before
     assert "anthropic" not in KeyStore(foliko_home)
+
+
+def test_a_dry_run_shows_the_stored_key_hidden(invoke):
+    invoke("keys", "set", "anthropic", "--value", SECRET)
+    dry = invoke("chat", "-s", "k", "-m", "anthropic:claude-x", "--dry-run", "hi")
+    assert dry.exit_code == 0, dry.stderr
+    assert orjson.loads(dry.stdout)["request"]["headers"]["x-api-key"] == "***"
+    assert SECRET not in dry.stdout + dry.stderr
