@@ -53,18 +53,15 @@ _UPDATE_TURN = """UPDATE {sessions} SET updated_at = ?, message_count = ?, revis
 _REVISION = "SELECT revision FROM {sessions} WHERE session_id = ?"
 _TURN_BASE = "SELECT revision, message_count, preview FROM {sessions} WHERE session_id = ?{lock}"
 _SPAN_FROM = "SELECT COUNT(*), MIN(seq), MAX(seq) FROM {messages} WHERE session_id = ? AND seq >= ?"
-_SUMMARY_COLUMNS = (
-    "session_id, created_at, updated_at, message_count, preview, "
-    "CASE WHEN metadata LIKE ? THEN metadata END"
-)
-"""The summary's columns, then the metadata of a session that may have a title
-(``_MAY_HAVE_TITLE``, a parameter: PostgreSQL's driver reads ``%`` in a statement)."""
-_MAY_HAVE_TITLE = '%"title"%'
-
+_SUMMARY_COLUMNS = "session_id, created_at, updated_at, message_count, preview"
 _NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC, session_id"
 _OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
     WHERE updated_at < ? OR (updated_at = ? AND session_id > ?)
     ORDER BY updated_at DESC, session_id LIMIT ?"""
+_TITLED = "SELECT session_id, metadata FROM {sessions} WHERE metadata LIKE ?"
+"""The sessions that may have a title, apart: the sorted listing stays as narrow
+as it was (the pattern is a parameter: PostgreSQL's driver reads ``%``)."""
+_MAY_HAVE_TITLE = '%"title"%'
 _COUNTS = "SELECT COUNT(*), COALESCE(SUM(message_count), 0) FROM {sessions}"
 _QUARANTINE = """INSERT INTO {quarantine} (session_id, moved_at, reason, session_row, messages)
     VALUES (?, ?, ?, ?, ?)"""
@@ -375,29 +372,30 @@ async def rename_session(
 async def summaries(
     db: Executor, dialect: Dialect, *, page: int | None = None
 ) -> list[SessionSummary]:
-    """Every session's summary, newest first. With ``page``, read that many at a
-    time along ``sessions_by_updated`` (the caller holds one snapshot)."""
+    """Every session's summary with its title, newest first. With ``page``, read
+    that many at a time along ``sessions_by_updated`` (the caller holds one snapshot)."""
+    titled = await db.fetchall(dialect.sql(_TITLED), (_MAY_HAVE_TITLE,))
+    titles = {session_id: title for session_id, data in titled if (title := title_in(data))}
+    found = await _untitled_summaries(db, dialect, page)
+    if not titles:
+        return found
+    return [s._replace(title=titles[s.session_id]) if s.session_id in titles else s for s in found]
+
+
+async def _untitled_summaries(
+    db: Executor, dialect: Dialect, page: int | None
+) -> list[SessionSummary]:
     if page is None:
-        rows = await db.fetchall(dialect.sql(_NEWEST), (_MAY_HAVE_TITLE,))
-        return [_summary(*row) for row in rows]
+        return [SessionSummary(*row) for row in await db.fetchall(dialect.sql(_NEWEST))]
     found: list[SessionSummary] = []
-    rows = await db.fetchall(dialect.sql(_NEWEST + " LIMIT ?"), (_MAY_HAVE_TITLE, page))
+    rows = await db.fetchall(dialect.sql(_NEWEST + " LIMIT ?"), (page,))
     while rows:
-        found.extend(_summary(*row) for row in rows)
+        found.extend(SessionSummary(*row) for row in rows)
         if len(rows) < page:
             break
         last_id, last_updated = rows[-1][0], rows[-1][2]
-        rows = await db.fetchall(
-            dialect.sql(_OLDER), (_MAY_HAVE_TITLE, last_updated, last_updated, last_id, page)
-        )
+        rows = await db.fetchall(dialect.sql(_OLDER), (last_updated, last_updated, last_id, page))
     return found
-
-
-def _summary(
-    session_id: str, created: int, updated: int, count: int, preview: str, metadata: Any
-) -> SessionSummary:
-    title = title_in(metadata) if metadata is not None else None
-    return SessionSummary(session_id, created, updated, count, preview, title=title)
 
 
 async def counts(db: Executor, dialect: Dialect) -> tuple[int, int]:
