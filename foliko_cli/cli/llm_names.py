@@ -25,6 +25,10 @@ OPTIONS: dict[str, dict[str, str]] = {
         "--count": "--tail N",
         "--cid": "the ID argument",
         "--conversation": "the ID argument",
+        "-c": "the ID argument; -r without one takes the latest session",
+        "--current": "the ID argument; -r without one takes the latest session",
+        "-q": "'foliko sessions search QUERY'",
+        "--query": "'foliko sessions search QUERY'",
     },
     "sessions list": {"-n": "--limit N", "--count": "--limit N"},
 }

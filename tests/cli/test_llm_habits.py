@@ -175,6 +175,8 @@ def test_show_response_of_a_session_without_a_reply_or_of_no_session_is_exit_2(i
         (["sessions", "show", "s", "-n", "3"], "'-n' (llm's); here it is --tail N"),
         (["sessions", "show", "s", "--count", "3"], "here it is --tail N"),
         (["sessions", "list", "--count", "3"], "here it is --limit N"),
+        (["sessions", "show", "-c"], "-r without one takes the latest session"),
+        (["sessions", "show", "-q", "kubelet"], "here it is 'foliko sessions search QUERY'"),
         (["logs", "-r"], "'logs' (llm's); here it is 'foliko sessions list'"),
         (["prompt", "hi"], "here it is 'foliko chat -s ID MESSAGE'"),
         (["aliases"], "a [models.NAME] alias"),
