@@ -1,2 +1,1 @@
-"""What every layer shares: settings, the clock and ids, how URLs are shown, the key
-store, how to install an extra."""
+"""What every layer shares: settings, the clock and ids, shown URLs, the key store, extras."""
