@@ -42,6 +42,7 @@ class Hint:
     KEEP = "keep"
     NO_TRASH = "no_trash"
     INIT = "init"
+    KEYS = "keys"
 
 
 class FolikoError(Exception):

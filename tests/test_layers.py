@@ -149,7 +149,10 @@ def test_the_checker_finds_a_cycle_and_a_wrong_way_import():
 
 
 FLAG = re.compile(r"(?<![\w-])(?:--[a-z][a-z-]+|-[a-zA-Z]\b)|'foliko [a-z]+")
-NOT_FLAGS = {"-c "}  # libpq's connection options: -c name=value (storage/postgres.py)
+NOT_FLAGS = {
+    "-c ",  # libpq's connection options: -c name=value (storage/postgres.py)
+    "-m pip install",  # pip's, in the command that installs an extra (common/extras.py)
+}
 
 
 def cli_speech(name: str) -> list[str]:

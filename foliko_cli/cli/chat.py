@@ -240,6 +240,21 @@ def emit_json_quietly(value: dict) -> None:
     help="Write the reply as it arrives (default: on a terminal).",
 )
 @click.option(
+    "-x",
+    "--extract",
+    "extract",
+    flag_value="first",
+    help="Print only the reply's first fenced code block (the whole reply when it has "
+    "none); the reply is stored whole.",
+)
+@click.option(
+    "--xl",
+    "--extract-last",
+    "extract",
+    flag_value="last",
+    help="Print only the reply's last fenced code block (as -x).",
+)
+@click.option(
     "-o",
     "--option",
     "model_options",
@@ -328,6 +343,7 @@ def chat(
     timeout: float | None,
     as_json: bool,
     stream: bool | None,
+    extract: str | None,
     model_options: tuple[tuple[str, object], ...],
     schema: str | None,
     template: str | None,
@@ -370,10 +386,12 @@ def chat(
             schema=schema,
             tools=tools,
             functions=functions,
+            extract=extract,
         )
         return
     try:
         check_flags(session_id, continue_latest, turns, fork_from, regenerate, message)
+        check_extract(extract, as_json=as_json, dry_run=dry_run)
         chosen = chosen_template(template, params)
         attachments, agent, piped_attachment = attachment_sources(ctx, attach, agent)
         text = message_text(message, regenerate, piped_attachment, bool(attachments), no_stdin)
@@ -391,7 +409,7 @@ def chat(
         if continue_latest:
             session_id = facade.latest_session_id()
         if text is None and not regenerate:
-            check_interactive(dry_run=dry_run, as_json=as_json)
+            check_interactive(dry_run=dry_run, as_json=as_json, extract=extract)
         assert session_id is not None  # -s names it or -c found it (checked above)
         from foliko_cli.service.values import TurnRequest
 
@@ -424,8 +442,11 @@ def chat(
     elif dry_run:
         emit_json(facade.dry_run(turn, stream=streamed(stream, turn, as_json)), pretty=True)
     else:
-        stream = streamed(stream, turn, as_json)
-        result = run_turn(facade, turn, as_json=as_json, stream=stream, timeout=timeout)
+        extract = code_to_print(extract, chosen, as_json)
+        stream = extract is None and streamed(stream, turn, as_json)
+        result = run_turn(
+            facade, turn, as_json=as_json, stream=stream, timeout=timeout, extract=extract
+        )
         report_turn(facade, turn, result, latest=continue_latest, show_usage=show_usage)
 
 
@@ -509,14 +530,34 @@ def offered_tools(
     return turn_tools(tools, functions, chosen, run_code=not dry_run)
 
 
-def check_interactive(*, dry_run: bool, as_json: bool) -> None:
+def check_extract(extract: str | None, *, as_json: bool, dry_run: bool) -> None:
+    """-x/--xl print part of the reply: not with a JSON turn or a dry run."""
+    if extract is None:
+        return
+    if dry_run:
+        raise UsageError("--dry-run gets no reply for -x/--xl to cut a code block from; drop one")
+    if as_json:
+        raise UsageError(
+            "-x/--xl print a code block of the reply, --json the whole turn; give one of them"
+        )
+
+
+def code_to_print(extract: str | None, chosen: Template | None, as_json: bool) -> str | None:
+    """-x/--xl, else the template's extract or extract_last (the flags win: with
+    --json the whole turn is printed)."""
+    if extract is not None or chosen is None or as_json:
+        return extract
+    return chosen.extract_mode
+
+
+def check_interactive(*, dry_run: bool, as_json: bool, extract: str | None = None) -> None:
     """No message: only a terminal may start the interactive loop."""
     if not stdin_is_terminal():
         raise UsageError(
             'no message: pass it as an argument (foliko chat -s ID "hi") or pipe it on stdin'
         )
-    if dry_run or as_json:
-        raise UsageError("--dry-run and --json need a message; pass MESSAGE")
+    if dry_run or as_json or extract:
+        raise UsageError("--dry-run, --json and -x/--xl need a message; pass MESSAGE")
 
 
 def expanded(facade: Any, turn: TurnRequest) -> TurnRequest:
@@ -567,7 +608,13 @@ def report_json_failure(
 
 
 def run_turn(
-    facade, turn: TurnRequest, *, as_json: bool, stream: bool, timeout: float | None
+    facade,
+    turn: TurnRequest,
+    *,
+    as_json: bool,
+    stream: bool,
+    timeout: float | None,
+    extract: str | None = None,
 ) -> Any:
     session_id = turn.session_id
     request = facade.request(timeout)
@@ -596,7 +643,9 @@ def run_turn(
             writer.check()
             click.echo()
         else:
-            click.echo(result.message)
+            from foliko_cli.messages.fences import extracted
+
+            click.echo(extracted(result.message, extract))
     except StdoutWriteError as exc:
         raise output_failure(exc, after=SAVED_NOT_WRITTEN) from None
     if interrupted is not None:

@@ -2,8 +2,10 @@
 
 Lines are edited with readline, which keeps a history file (mode 0600) and
 takes a bracketed paste as one input, so a pasted multi-line text is one
-message. ``/multi`` (ended by ``/end``) or a ``\"\"\"`` block enter several
-lines by hand. Every turn is saved when it finishes.
+message. ``/multi`` (ended by ``/end``), a ``\"\"\"`` block or ``/edit``
+(``$VISUAL`` or ``$EDITOR``) enter several lines by hand; llm's ``!multi``
+(ended by ``!end``) and ``!edit`` work too. Every turn is saved when it
+finishes.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ BLOCK = '"""'
 HELP = """commands:
   /help           this list
   /exit           end the session (as Ctrl-D does)
-  /multi          type several lines; a line /end sends them
+  /multi          type several lines; a line /end sends them (llm's !multi ... !end too)
+  /edit           write the next message in $VISUAL or $EDITOR (llm's !edit too)
   /attach PATH    attach a file, an http(s) URL or an MCP resource (mcp:SERVER:URI)
                   to the next message
   /prompt SERVER__NAME key=value ...
@@ -97,8 +100,14 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
         if (command == "/attach" or command.startswith("/attach ")) and attached is not None:
             attach(command.removeprefix("/attach").strip(), attached)
             continue
-        if command in ("/multi", BLOCK):
-            text = read_block("/end" if command == "/multi" else BLOCK)
+        if command in ("/edit", "!edit"):
+            text = edited()
+            if text is not None:
+                return text
+            continue
+        end = block_end(command)
+        if end is not None:
+            text = read_block(end)
             if text is None:
                 return None
             if text.strip():
@@ -112,6 +121,30 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
             continue
         if command:
             return line
+
+
+def block_end(command: str) -> str | None:
+    """The line that ends the block ``command`` starts (``/multi``, ``\"\"\"``,
+    llm's ``!multi [TOKEN]``, ended by ``!end [TOKEN]``), or None."""
+    if command in ("/multi", BLOCK):
+        return "/end" if command == "/multi" else BLOCK
+    if command == "!multi" or command.startswith("!multi "):
+        return " ".join(["!end", *command.split()[1:]])
+    return None
+
+
+def edited() -> str | None:
+    """A message written in $VISUAL or $EDITOR (as llm's ``!edit``); None, with a
+    note, when the editor was closed without one or failed."""
+    try:
+        text = click.edit(extension=".md")
+    except click.ClickException as exc:
+        note(f"the editor failed ({exc.message}); set VISUAL or EDITOR to one that works")
+        return None
+    if text is None or not text.strip():
+        note("the editor was closed without a message; nothing was sent")
+        return None
+    return text.strip()
 
 
 def attach(source: str, attached: list[str]) -> None:

@@ -42,6 +42,12 @@ def usage_line(exc: click.UsageError) -> str:
         names = group.list_commands(exc.ctx) if isinstance(group, click.Group) else []
         where = exc.ctx.command_path
         return f"missing command: {where} COMMAND ({', '.join(names)}); see '{where} --help'"
+    if isinstance(exc, click.exceptions.NoSuchOption | click.exceptions.NoSuchCommand):
+        from foliko_cli.cli.llm_names import llm_equivalent
+
+        equivalent = llm_equivalent(exc)
+        if equivalent is not None:
+            return equivalent
     possible = getattr(exc, "possibilities", None)
     if isinstance(exc, click.exceptions.NoSuchCommand) and not possible and exc.ctx is not None:
         import difflib
@@ -137,6 +143,7 @@ class LazyGroup(FolikoGroup):
         "usage": ("foliko_cli.cli.history", "usage"),
         "serve": ("foliko_cli.cli.serve", "serve"),
         "templates": ("foliko_cli.cli.templates", "templates"),
+        "keys": ("foliko_cli.cli.keys", "keys"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

@@ -205,9 +205,9 @@ def serve_sessions(ctx: click.Context) -> None:
     try:
         import mcp.server  # noqa: F401
     except ImportError:
-        raise UsageError(
-            "foliko mcp serve needs the mcp package", fix="pip install 'foliko-cli[mcp]'"
-        ) from None
+        from foliko_cli.common.extras import extra_hint
+
+        raise UsageError(extra_hint("foliko mcp serve", "mcp")) from None
     from foliko_cli.mcp_server.stdio import serve_stdio
 
     facade = open_facade(ctx, ask=False)  # stdin carries the protocol

@@ -38,13 +38,17 @@ def list_models(ctx: click.Context, fmt: str) -> None:
     import asyncio
     import os
 
+    from foliko_cli.common.keys import KeyStore
     from foliko_cli.models import model_spec
     from foliko_cli.models.listing import model_rows, served_models
 
     settings = settings_for(ctx)
     names = ["echo", "openai:MODEL", "anthropic:MODEL", "ollama:MODEL", *settings.models]
     specs = {name: model_spec(name, settings.models) for name in names}
-    reports = asyncio.run(served_models(specs.values(), os.environ, cache_dir=settings.home))
+    keys = KeyStore(settings.home)
+    reports = asyncio.run(
+        served_models(specs.values(), os.environ, cache_dir=settings.home, keys=keys)
+    )
     rows = model_rows(
         specs,
         settings.models,
@@ -53,6 +57,7 @@ def list_models(ctx: click.Context, fmt: str) -> None:
         default=settings.model or "echo",
         window_setting=settings.context_window,
         cache_dir=settings.home,
+        keys=keys,
     )
     emit_rows(
         rows,

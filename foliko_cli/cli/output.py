@@ -56,6 +56,7 @@ FLAGS = {
     Hint.KEEP: "--keep N",
     Hint.NO_TRASH: "foliko sessions delete --no-trash ID...",
     Hint.INIT: "foliko storage init URL",
+    Hint.KEYS: "foliko keys set NAME",
 }
 
 
@@ -138,13 +139,15 @@ LISTING = "foliko.listing"
 
 
 def list_options(command: Callable) -> Callable:
-    """``format_option`` plus ``-q/--quiet`` (ids only), ``-0/--null`` (ids for
+    """``format_option`` plus ``-q/--quiet/--ids`` (ids only), ``-0/--null`` (ids for
     ``xargs -0``) and ``--no-header``, for lists.
 
     ``emit_rows`` honours both for the command that is running.
     """
 
-    @click.option("-q", "--quiet", is_flag=True, help="Print only the ids (names), one a line.")
+    @click.option(
+        "-q", "--quiet", "--ids", is_flag=True, help="Print only the ids (names), one a line."
+    )
     @click.option(
         "-0",
         "--null",

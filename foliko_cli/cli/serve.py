@@ -131,9 +131,9 @@ def serve(
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError:
-        raise UsageError(
-            "foliko serve needs Starlette and uvicorn", fix="pip install 'foliko-cli[serve]'"
-        ) from None
+        from foliko_cli.common.extras import extra_hint
+
+        raise UsageError(extra_hint("foliko serve", "serve")) from None
     settings_for(ctx)  # an unknown key in the config's tables exits 2 here
     root = ctx.find_root().obj or {}
     if root.get("user") is not None:

@@ -75,11 +75,13 @@ def sessions() -> None:
 def list_sessions(
     ctx: click.Context, sort: str, limit: int | None, since: int | None, fmt: str
 ) -> None:
-    """List sessions, most recently updated first.
+    """List sessions, most recently updated first: each one's id, title (an
+    import's, or one given), message count, last update and last prompt.
 
     \b
     Examples:
       foliko sessions list
+      foliko sessions list --ids               # the ids alone, one a line
       foliko sessions list --json | python -c 'import json,sys; print(len(json.load(sys.stdin)))'
       foliko sessions list --sort messages --limit 5 --since 7d
     """
@@ -89,17 +91,25 @@ def list_sessions(
     for row in rows:
         if row.get("damaged"):
             note(damaged(row["session_id"], row["error"]))
-    emit_rows(
-        rows,
-        {
-            "session_id": "session",
-            "message_count": "messages",
-            "updated_at": "updated",
-            "preview": "last prompt",
-        },
-        fmt,
-        human={"updated_at": format_ms},
-    )
+    columns = {
+        "session_id": "session",
+        "message_count": "messages",
+        "updated_at": "updated",
+        "preview": "last prompt",
+        "title": "title",
+    }
+    if fmt == "table":  # the title beside the id; TSV keeps it last, for cut -f
+        columns = {"session_id": "session", "title": "title", **columns}
+    emit_rows(rows, columns, fmt, human={"updated_at": format_ms, "title": short_title})
+
+
+TITLE_WIDTH = 40
+
+
+def short_title(title: str | None) -> str:
+    """A title as a table shows it: on one line, cut with … past TITLE_WIDTH."""
+    text = " ".join((title or "").split())
+    return text if len(text) <= TITLE_WIDTH else text[: TITLE_WIDTH - 1] + "…"
 
 
 ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool": "yellow"}
@@ -126,6 +136,28 @@ ROLE_COLOURS = {"user": "cyan", "assistant": "green", "system": "magenta", "tool
     help="List the session's compactions instead: each summary, the turns it stands "
     "for and its model call's usage (a JSON list with --json).",
 )
+@click.option(
+    "-r",
+    "--response",
+    is_flag=True,
+    help="Print only the session's last reply (without ID: the most recently active "
+    "session's); with --json, that message as JSON.",
+)
+@click.option(
+    "-x",
+    "--extract",
+    "extract",
+    flag_value="first",
+    help="Print only the first fenced code block of the last reply (the whole reply "
+    "when it has none).",
+)
+@click.option(
+    "--xl",
+    "--extract-last",
+    "extract",
+    flag_value="last",
+    help="Print only the last fenced code block of the last reply (as -x).",
+)
 @storage_option
 @click.pass_context
 def show(
@@ -135,12 +167,15 @@ def show(
     fmt: str | None,
     pager: bool,
     compactions: bool,
+    response: bool,
+    extract: str | None,
 ) -> None:
     """Show a session's messages, variables and metadata.
 
     --json prints {session_id, messages, variables, metadata}. In a compacted
     session, a line marks the message where the model's view begins (the
-    messages before it are in the summary).
+    messages before it are in the summary). -r prints the last reply alone,
+    -x/--xl a code block of it, as llm logs -r/-x/--xl do.
 
     \b
     Examples:
@@ -148,7 +183,14 @@ def show(
       foliko sessions show -s s1 --json --tail 2
       foliko sessions show s1 --format markdown > s1.md
       foliko sessions show s1 --compactions
+      foliko sessions show -r                  # the latest session's last reply
+      foliko sessions show s1 -x > snippet.py  # the first code block of s1's last reply
     """
+    if response or extract:
+        print_reply(
+            ctx, session_ids, fmt, extract, others={"--tail": tail, "--compactions": compactions}
+        )
+        return
     session_id = one_session(session_ids, "show ID")
     if compactions:
         from foliko_cli.cli.compaction import print_compactions
@@ -174,9 +216,20 @@ def show(
         shown = (paint(line, "cyan") if line.startswith("#") else line for line in rendered)
         page("\n".join(shown) + "\n", enabled=pager)
         return
+    first = len(record.messages) - len(data["messages"])
+    page("\n".join(text_view(data, first, view_start)) + "\n", enabled=pager)
+
+
+def text_view(data: dict, first: int, view_start: int) -> list[str]:
+    """The plain view: the session's metadata, system prompt and variables, then
+    each message (from number ``first``) with its tool calls' arguments."""
     meta = data["metadata"]
-    lines = [
-        f"session   {record.session_id}",
+    lines = [f"session   {data['session_id']}"]
+    if meta.get("title"):
+        lines.append(f"title     {meta['title']}")
+    if meta.get("forked_from"):
+        lines.append(f"forked    from {meta['forked_from']}")
+    lines += [
         f"messages  {meta['message_count']}",
         f"created   {format_ms(meta.get('created_at'))}",
         f"active    {format_ms(meta.get('last_active'))}",
@@ -185,26 +238,66 @@ def show(
         lines.append(f"system    {meta['system_prompt']}")
     if view_start:
         lines.append(f"view      from message {view_start + 1} (see --compactions)")
-    for key, value in sorted(record.variables.items()):
+    for key, value in sorted(data["variables"].items()):
         lines.append(f"var       {key} = {orjson.dumps(value).decode()}")
-    first = len(record.messages) - len(data["messages"])
     for seq, message in enumerate(data["messages"], start=first):
         if seq == view_start and seq:
             from foliko_cli.formats.transcript import view_begins
 
             lines.append(f"\n── {view_begins(seq)} ──")
-        label = message["role"]
-        if message.get("tool_calls"):
-            label += " → " + ", ".join(c["name"] for c in message["tool_calls"])
-        label = paint(f"[{label}]", ROLE_COLOURS.get(message["role"], "white"))
-        lines.append(f"\n{label} {format_ms(message.get('created_at'))}")
-        if message["content"]:
-            lines.append(message["content"])
-        if message.get("attachments"):
-            from foliko_cli.messages.attachments import describe
+        lines += message_lines(message)
+    return lines
 
-            lines += [f"attached  {describe(part)}" for part in message["attachments"]]
-    page("\n".join(lines) + "\n", enabled=pager)
+
+def message_lines(message: dict) -> list[str]:
+    label = message["role"]
+    if message.get("tool_calls"):
+        label += " → " + ", ".join(c["name"] for c in message["tool_calls"])
+    elif label == "tool" and message.get("name"):
+        label += f" ← {message['name']}"
+    label = paint(f"[{label}]", ROLE_COLOURS.get(message["role"], "white"))
+    lines = [f"\n{label} {format_ms(message.get('created_at'))}"]
+    if message["content"]:
+        lines.append(message["content"])
+    for call in message.get("tool_calls") or ():
+        arguments = orjson.dumps(call.get("arguments", {})).decode()
+        lines.append(f"tool call {call.get('name', '?')} {arguments}")
+    if message.get("attachments"):
+        from foliko_cli.messages.attachments import describe
+
+        lines += [f"attached  {describe(part)}" for part in message["attachments"]]
+    return lines
+
+
+def print_reply(
+    ctx: click.Context,
+    session_ids: list[str],
+    fmt: str | None,
+    extract: str | None,
+    *,
+    others: dict[str, object],
+) -> None:
+    """``show -r`` (and ``-x``/``--xl``): the session's last reply, or a code block
+    of it; without an id, the most recently active session's."""
+    given = [flag for flag, value in others.items() if value not in (None, False)]
+    if given:
+        raise UsageError(f"-r, -x and --xl print the last reply alone; drop {given[0]}")
+    if len(session_ids) > 1:
+        raise UsageError("name one session: foliko sessions show [ID] -r")
+    if fmt == "json" and extract is not None:
+        raise UsageError("-x/--xl print a code block, --json the whole reply; give one")
+    facade = open_facade(ctx)
+    session_id = session_ids[0] if session_ids else facade.latest_session_id()
+    record = facade.get_session(session_id)
+    replies = [m for m in record.messages if m["role"] == "assistant" and m.get("content")]
+    if not replies:
+        raise UsageError(f"session {session_id!r} has no reply yet", fix="run a turn in it first")
+    if fmt == "json":
+        emit_json(replies[-1])
+        return
+    from foliko_cli.messages.fences import extracted
+
+    click.echo(extracted(replies[-1]["content"], extract))
 
 
 @sessions.command()

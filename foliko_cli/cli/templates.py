@@ -138,10 +138,11 @@ def save_from_chat(
     schema: str | None,
     tools: Sequence[str],
     functions: Sequence[str],
+    extract: str | None = None,
 ) -> None:
     """``chat --save NAME``: the command's message (``read_message``, called once the
     options are checked), system prompt, model, options, parameters (as defaults),
-    schema and tools as template NAME; no turn runs."""
+    -x/--xl, schema and tools as template NAME; no turn runs."""
     from foliko_cli.engine.plugins import is_code
     from foliko_cli.formats.templates import Template, check_name, save_template
     from foliko_cli.messages.schema import load_schema
@@ -157,8 +158,8 @@ def save_from_chat(
     if given:
         raise UsageError(
             f"--save NAME keeps a template and runs no turn, so {', '.join(given)} has no use "
-            "there; drop it (a template keeps the message, --system, -m, -o, -p, --schema, "
-            "-T and --functions)"
+            "there; drop it (a template keeps the message, --system, -m, -o, -p, -x/--xl, "
+            "--schema, -T and --functions)"
         )
     if model is not None:
         from foliko_cli.cli.app import settings_for
@@ -177,6 +178,8 @@ def save_from_chat(
         schema=load_schema(schema) if schema is not None else None,
         tools=tuple(tools),
         functions=tuple(s if is_code(s) else str(Path(s.strip()).resolve()) for s in functions),
+        extract=extract == "first",
+        extract_last=extract == "last",
     )
     if not template.to_dict():
         raise UsageError(

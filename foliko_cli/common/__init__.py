@@ -1,1 +1,1 @@
-"""What every layer shares: settings, the clock and ids, how URLs are shown."""
+"""What every layer shares: settings, the clock and ids, shown URLs, the key store, extras."""

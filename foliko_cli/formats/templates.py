@@ -3,9 +3,10 @@ each in ``templates/`` of the user config directory.
 
 A template holds a ``prompt`` (``$input`` stands for the message, ``$NAME`` for a
 parameter; ``defaults`` gives parameters their values when none is passed), a
-``system`` prompt, a ``model``, model ``options``, a ``schema_object`` the reply
-must follow, and the ``tools`` and ``functions`` a turn with it offers. PyYAML is
-imported only when a template is read or written.
+``system`` prompt, a ``model``, model ``options``, whether to print only the
+first (``extract``) or last (``extract_last``) fenced code block of the reply, a
+``schema_object`` the reply must follow, and the ``tools`` and ``functions`` a
+turn with it offers. PyYAML is imported only when a template is read or written.
 """
 
 from __future__ import annotations
@@ -22,16 +23,20 @@ from typing import Any, NamedTuple
 from foliko_cli.common.settings import config_dir
 from foliko_cli.errors import Hint, StorageError, UsageError
 
-KEYS = ("model", "prompt", "system", "defaults", "options", "schema_object", "tools", "functions")
-"""The keys foliko reads, in the order ``save`` writes them (llm's order)."""
-LLM_ONLY = (
-    "attachments",
-    "attachment_types",
+KEYS = (
+    "model",
+    "prompt",
+    "system",
+    "defaults",
+    "options",
     "extract",
     "extract_last",
-    "fragments",
-    "system_fragments",
+    "schema_object",
+    "tools",
+    "functions",
 )
+"""The keys foliko reads, in the order ``save`` writes them (llm's order)."""
+LLM_ONLY = ("attachments", "attachment_types", "fragments", "system_fragments")
 """llm's keys for what foliko's templates do not do: refused, not half honoured."""
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 SUFFIXES = (".yaml", ".yml")
@@ -117,6 +122,15 @@ class Template(NamedTuple):
                 fix=f"review it, then trust it: foliko config trust {self.path}",
             )
 
+    extract: bool = False
+    extract_last: bool = False
+
+    @property
+    def extract_mode(self) -> str | None:
+        """``"first"`` or ``"last"``: the code block of the reply a turn prints (as
+        ``-x``/``--xl``; the last wins when both are set, as in llm)."""
+        return "last" if self.extract_last else "first" if self.extract else None
+
     @property
     def where(self) -> str:
         return f"template {self.name!r}" + (f" ({self.path})" if self.path else "")
@@ -191,6 +205,8 @@ class Template(NamedTuple):
             "system": self.system,
             "defaults": dict(self.defaults) or None,
             "options": dict(self.options) or None,
+            "extract": self.extract or None,
+            "extract_last": self.extract_last or None,
             "schema_object": self.schema,
             "tools": list(self.tools) or None,
             "functions": None,
@@ -239,6 +255,13 @@ def _mapping(data: Mapping[str, Any], key: str, fail, scalars: bool = False) -> 
             if not isinstance(v, str | int | float | bool):
                 raise fail(f"{key}: {k} must be text or a number, not {type(v).__name__}")
     return dict(value)
+
+
+def _flag(data: Mapping[str, Any], key: str, fail) -> bool:
+    value = data.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise fail(f"{key} must be true or false, not {type(value).__name__}")
+    return bool(value)
 
 
 def _texts(data: Mapping[str, Any], key: str, fail) -> tuple[str, ...]:
@@ -300,6 +323,8 @@ def parse_template(text: str, name: str, path: Path | None = None, saved: bool =
         schema=schema,
         tools=_texts(data, "tools", fail),
         functions=_texts(data, "functions", fail),
+        extract=_flag(data, "extract", fail),
+        extract_last=_flag(data, "extract_last", fail),
     )
     for key in ("prompt", "system"):
         try:

@@ -55,8 +55,16 @@ def markdown(
     yield f"- created: {when(meta.get('created_at'))}"
     yield f"- last active: {when(meta.get('last_active'))}"
     yield f"- messages: {meta.get('message_count', len(record.messages))}"
+    if isinstance(meta.get("forked_from"), str):
+        yield f"- forked from: {meta['forked_from']}"
     for key, value in sorted(record.variables.items()):
         yield f"- variable `{key}` = `{orjson.dumps(value).decode()}`"
+    system = meta.get("system_prompt")
+    if isinstance(system, str) and system:
+        yield ""
+        yield "System prompt:"
+        yield ""
+        yield from _fence(system)
     for seq, message in enumerate(record.messages, start=start):
         if seq == view_start and seq:
             yield ""

@@ -439,7 +439,9 @@ class ServerConnection:
         """One line for what went wrong, from the innermost useful exception."""
         exc = _innermost(exc)
         if isinstance(exc, ImportError) and (exc.name or "").split(".")[0] in _CLIENT_PACKAGES:
-            return "the mcp package is not installed; install it with pip install 'foliko-cli[mcp]'"
+            from foliko_cli.common.extras import extra_hint
+
+            return extra_hint("an MCP server", "mcp")
         cwd = os.path.expanduser(self.config.cwd) if self.config.cwd else None
         if isinstance(exc, FileNotFoundError):
             if cwd is not None and exc.filename == cwd:

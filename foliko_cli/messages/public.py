@@ -36,6 +36,7 @@ def summary_to_dict(summary: SessionSummary) -> dict[str, Any]:
         "created_at": summary.created_at,
         "updated_at": summary.updated_at,
         "preview": summary.preview,
+        "title": summary.title,
     }
     if summary.error:
         row.update(preview=f"DAMAGED: {summary.error}", damaged=True, error=summary.error)

@@ -99,6 +99,8 @@ class SessionSummary(NamedTuple):
     message_count: int
     preview: str = ""
     error: str | None = None
+    title: str | None = None
+    """The session's title (``metadata.title``: an import's, or one given), if any."""
 
 
 def next_revision(current: int | None) -> int:
@@ -197,6 +199,25 @@ def checked_for_write(record: SessionRecord) -> SessionRecord:
         return check_record(record)
     except ValueError as exc:
         raise InvalidRecordError(record.session_id, str(exc)) from None
+
+
+def title_of(metadata: Any) -> str | None:
+    """``metadata``'s title when it is non-empty text (a listing shows it), else None."""
+    title = metadata.get("title") if isinstance(metadata, dict) else None
+    return title if isinstance(title, str) and title else None
+
+
+def title_in(metadata_json: str | bytes | None) -> str | None:
+    """The title of metadata stored as JSON; None for none, or for JSON that does
+    not parse (the session's load reports that, not its listing)."""
+    if not metadata_json:
+        return None
+    import orjson
+
+    try:
+        return title_of(orjson.loads(metadata_json))
+    except orjson.JSONDecodeError:
+        return None
 
 
 def preview_of(messages: list[dict[str, Any]]) -> str:

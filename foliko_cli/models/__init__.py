@@ -4,7 +4,9 @@
 any OpenAI-compatible server), ``ollama:MODEL`` (``OLLAMA_HOST``, no key) and
 ``anthropic:MODEL`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``). The
 config's ``[models.NAME]`` tables define aliases with their own base URL, key
-variable, context window, ``max_tokens``, ``options`` and ``price``.
+variable, context window, ``max_tokens``, ``options`` and ``price``. A key is
+the environment's, else the config's ``api_key``, else the key store's
+(``common/keys.py``: ``openai`` stands in for ``OPENAI_API_KEY``).
 
 Providers are found in the ``foliko.models`` entry-point group: a plugin
 registers ``NAME = "package.module:build"``, a function
@@ -89,6 +91,13 @@ class ModelSpec(NamedTuple):
     @property
     def key_hint(self) -> str | None:
         return self.key_env or ("the api_key in the config file" if self.api_key else None)
+
+    @property
+    def key_name(self) -> str | None:
+        """The stored key that stands in for ``key_env`` (``openai`` for OPENAI_API_KEY)."""
+        from foliko_cli.common.keys import key_name
+
+        return key_name(self.key_env)
 
 
 def known_context_window(model: str) -> int:
@@ -229,8 +238,16 @@ def model_spec(
     )
 
 
-def api_key(spec: ModelSpec, env: Mapping[str, str]) -> str | None:
-    return (env.get(spec.key_env) if spec.key_env else None) or spec.api_key
+def api_key(
+    spec: ModelSpec, env: Mapping[str, str], keys: Mapping[str, str] | None = None
+) -> str | None:
+    """The environment's key, else the config's ``api_key``, else the one ``keys``
+    (the key store) holds under the variable's name."""
+    found = (env.get(spec.key_env) if spec.key_env else None) or spec.api_key
+    if found or not keys:
+        return found
+    name = spec.key_name
+    return keys.get(name) if name else None
 
 
 def key_needed(spec: ModelSpec) -> bool:
@@ -245,30 +262,42 @@ def key_needed(spec: ModelSpec) -> bool:
     return default_base is not None and spec.base_url == default_base
 
 
-def usable(spec: ModelSpec, env: Mapping[str, str] | None = None) -> str | None:
+def usable(
+    spec: ModelSpec, env: Mapping[str, str] | None = None, keys: Mapping[str, str] | None = None
+) -> str | None:
     """Why the model cannot be used now (a key it needs is missing), or None."""
     env = os.environ if env is None else env
-    if not key_needed(spec) or api_key(spec, env):
+    if not key_needed(spec) or api_key(spec, env, keys):
         return None
-    return f"{spec.key_env or 'an API key'} is not set"
+    name = spec.key_name if keys is not None else None
+    stored = f" and no key {name!r} is stored" if name else ""
+    return f"{spec.key_env or 'an API key'} is not set{stored}"
 
 
 def build_model(
-    spec: ModelSpec, env: Mapping[str, str] | None = None, *, transport: Any = None
+    spec: ModelSpec,
+    env: Mapping[str, str] | None = None,
+    *,
+    keys: Mapping[str, str] | None = None,
+    transport: Any = None,
 ) -> ModelProvider:
-    """The provider for ``spec``; ``transport`` replaces the network (tests)."""
+    """The provider for ``spec``, its key from ``env``, the config or ``keys`` (the
+    key store); ``transport`` replaces the network (tests)."""
     env = os.environ if env is None else env
     if spec.provider != "echo":
-        problem = usable(spec, env)
+        problem = usable(spec, env, keys)
         if problem:
+            stored = keys is not None and spec.key_name is not None
             raise UsageError(
-                f"model {spec.name!r} needs an API key: {problem}; export {spec.key_env} "
-                "(or set api_key_env for this model in the config)"
+                f"model {spec.name!r} needs an API key: {problem}",
+                fix=f"export {spec.key_env} (or set api_key_env for this model in the config)"
+                + (f", or store the key as {spec.key_name!r}" if stored else ""),
+                hint=Hint.KEYS if stored else None,
             )
     factory = provider_factory(spec.provider)
     if factory is None:
         raise UnknownModelError(f"no model provider {spec.provider!r} is installed")
-    key = None if spec.provider == "echo" else api_key(spec, env)
+    key = None if spec.provider == "echo" else api_key(spec, env, keys)
     if transport is None:
         return factory(spec, key)
     return factory(spec, key, transport=transport)
@@ -278,8 +307,11 @@ def resolve_model(
     name: str | ModelProvider | None,
     configured: Mapping[str, Mapping[str, Any]] | None = None,
     env: Mapping[str, str] | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> ModelProvider:
-    """Turn a model name (or a provider instance) into a provider."""
+    """Turn a model name (or a provider instance) into a provider; ``keys`` is the
+    key store, read only when the environment and the config have no key."""
     if isinstance(name, ModelProvider):
         return name
-    return build_model(model_spec((name or DEFAULT_MODEL).strip(), configured, env), env)
+    spec = model_spec((name or DEFAULT_MODEL).strip(), configured, env)
+    return build_model(spec, env, keys=keys)

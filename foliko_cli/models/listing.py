@@ -18,6 +18,7 @@ again; a served model no name reaches says how to reach it.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -104,18 +105,20 @@ async def served_models(
     timeout: float = PROBE_TIMEOUT,
     transport: Any = None,
     cache_dir: Path | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, str], ServerReport]:
-    """One report per (provider, base URL) among the usable OpenAI-compatible specs;
-    the windows found are cached in ``cache_dir`` as a turn's discovery caches them."""
+    """One report per (provider, base URL) among the usable OpenAI-compatible specs
+    (their keys from ``env``, the config or ``keys``, the key store); the windows
+    found are cached in ``cache_dir`` as a turn's discovery caches them."""
     from foliko_cli.models import api_key, usable
 
     servers: dict[tuple[str, str], Any] = {}
     for spec in specs:
-        if spec.provider in PROBED_PROVIDERS and spec.base_url and usable(spec, env) is None:
+        if spec.provider in PROBED_PROVIDERS and spec.base_url and usable(spec, env, keys) is None:
             servers.setdefault(server_of(spec), spec)
     reports = await asyncio.gather(
         *(
-            _probe(spec, api_key(spec, env), timeout, transport, cache_dir)
+            _probe(spec, api_key(spec, env, keys), timeout, transport, cache_dir)
             for spec in servers.values()
         )
     )
@@ -159,17 +162,21 @@ def _window(
 def _row(
     name: str,
     spec: Any,
-    env: Mapping[str, str],
     *,
+    env: Mapping[str, str],
     window: tuple[int | None, str | None],
     problem: str | None,
     default: str,
     served: bool,
+    keys: Mapping[str, str] | None,
 ) -> dict[str, Any]:
     from foliko_cli.models import api_key, key_needed
 
     needed, present = key_needed(spec), bool(api_key(spec, env))
     held = spec.key_hint or "a key"
+    key = f"{held} set" if present else f"{held} missing"
+    if not present and api_key(spec, env, keys):
+        present, key = True, f"stored as {spec.key_name!r}"
     return {
         "name": name,
         "provider": spec.provider,
@@ -178,7 +185,7 @@ def _row(
         "key_env": spec.key_env,
         "key_needed": needed,
         "key_present": present,
-        "key": (f"{held} set" if present else f"{held} missing") if needed else "not needed",
+        "key": key if needed else "not needed",
         "context_window": window[0],
         "window_source": window[1],
         "usable": problem is None,
@@ -197,17 +204,19 @@ def model_rows(
     default: str,
     window_setting: int | None = None,
     cache_dir: Path | None = None,
+    keys: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The listing: ``specs`` by name (the providers' ``NAME:MODEL`` templates and
     the ``aliases``), then the served models no alias stands for."""
     from foliko_cli.models import model_spec, usable
 
+    row = functools.partial(_row, env=env, default=default, keys=keys)
     aliases = set(aliases)
     claimed: set[tuple[str, str, str]] = set()
     rows = []
     for name, spec in specs.items():
         report = reports.get(server_of(spec))
-        problem = usable(spec, env)
+        problem = usable(spec, env, keys)
         if problem is None and report is not None and report.problem:
             problem = f"server {report.problem}"
         served = _claims(spec, report) if name in aliases else None
@@ -216,17 +225,7 @@ def model_rows(
         window: tuple[int | None, str | None] = (None, None)  # a NAME:MODEL template has none
         if name in aliases or spec.provider == "echo":
             window = _window(spec, served and served[1], window_setting, cache_dir)
-        rows.append(
-            _row(
-                name,
-                spec,
-                env,
-                window=window,
-                problem=problem,
-                default=default,
-                served=served is not None,
-            )
-        )
+        rows.append(row(name, spec, window=window, problem=problem, served=served is not None))
     for (provider, base), report in reports.items():
         for model_id, served_window in report.models:
             if (provider, base, model_id) in claimed:
@@ -247,7 +246,5 @@ def model_rows(
                     key_required=via.key_required,
                 )
             window = _window(spec, served_window, window_setting, cache_dir)
-            rows.append(
-                _row(name, spec, env, window=window, problem=problem, default=default, served=True)
-            )
+            rows.append(row(name, spec, window=window, problem=problem, served=True))
     return rows

@@ -76,7 +76,7 @@ class MCPEndpoint:
         try:
             manager = await self._started()
         except ImportError:
-            message = "the MCP endpoint needs the mcp package: pip install 'foliko-cli[mcp]'"
+            message = "the MCP endpoint needs foliko's 'mcp' extra, which this server lacks"
             await error_response(501, message, "not_implemented")(scope, receive, send)
             return
         await manager.handle_request(scope, receive, send)

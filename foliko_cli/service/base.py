@@ -66,6 +66,17 @@ class ServiceBase:
             self._framework.on_wait = self._waiting
         return self._framework
 
+    def _resolve_model(self, chosen: str | ModelProvider | None) -> ModelProvider:
+        """The provider for ``chosen`` (a name, or a provider as it is); its key comes
+        from the environment, the config or the key store in the home, in that order."""
+        from foliko_cli.models import resolve_model
+
+        if chosen is None or chosen == "echo":  # the offline model needs no key
+            return resolve_model(chosen, self.models)
+        from foliko_cli.common.keys import KeyStore
+
+        return resolve_model(chosen, self.models, keys=KeyStore(self.home))
+
     def _waiting(self, session_id: str, holder: str | None) -> None:
         self.notify(f"waiting for session {session_id!r} (held by {holder or 'another process'})…")
 

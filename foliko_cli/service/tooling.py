@@ -308,9 +308,7 @@ class ToolsMixin(ServiceBase):
             return  # the notice repeats next time: harmless
 
     def _provider(self, chosen: str | ModelProvider | None) -> ModelProvider:
-        from foliko_cli.models import resolve_model
-
-        provider = resolve_model(chosen, self.models)
+        provider = self._resolve_model(chosen)
         self._providers.append(provider)
         return provider
 

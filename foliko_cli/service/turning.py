@@ -250,13 +250,12 @@ class TurnsMixin(ServiceBase):
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
         from foliko_cli.engine.plugins import code_stood_in
         from foliko_cli.engine.stream import CallbackEvents
-        from foliko_cli.models import resolve_model
 
         # the history is compressed to fit, as a turn that may compress it sends it
         prepared = (await self._prepare(turn))._replace(compress=True)
         if code_stood_in():
             prepared = prepared._replace(tools=(*self._stand_ins(), *prepared.tools))
-        target = resolve_model(self.model_name(turn.model, turn.agent), self.models)
+        target = self._resolve_model(self.model_name(turn.model, turn.agent))
         handler = await self._make_handler(CaptureModel(target), turn.agent)
         try:
             await handler.run_turn(prepared, CallbackEvents(_ignore) if stream else None)

@@ -79,6 +79,7 @@ from foliko_cli.messages.record import (
     check_record,
     checked_append,
     preview_of,
+    title_of,
 )
 
 
@@ -355,6 +356,7 @@ def summary_of(record: SessionRecord) -> SessionSummary:
         record.saved_at,
         len(record.messages),
         preview_of(record.messages),
+        title=title_of(record.metadata),
     )
 
 

@@ -71,6 +71,7 @@ from foliko_cli.messages.record import (
     new_metadata,
     next_revision,
     preview_of,
+    title_of,
 )
 from foliko_cli.messages.seed import record_from_seed, record_to_seed
 from foliko_cli.storage.base import (
@@ -419,6 +420,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
             updated_at=record.saved_at,
             message_count=len(record.messages),
             preview=preview_of(record.messages),
+            title=title_of(record.metadata),
         )
 
     def _inspect_all(self, *, summarise: bool) -> list[_Entry]:

@@ -103,7 +103,6 @@ CUT_GRACE_S = 2.0
 """After an operation's deadline has cut its connections, how long until
 anything it still awaits is cancelled."""
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_EXTRA_HINT = "PostgreSQL storage needs the 'postgres' extra: pip install 'foliko-cli[postgres]'"
 
 T = TypeVar("T")
 
@@ -190,7 +189,9 @@ def _import_psycopg() -> Any:
     try:
         import psycopg
     except ImportError:
-        raise StorageConfigError(_EXTRA_HINT) from None
+        from foliko_cli.common.extras import extra_hint
+
+        raise StorageConfigError(extra_hint("PostgreSQL storage", "postgres")) from None
     # A cancelled query's warnings: the StorageError the caller gets says it all.
     logger = logging.getLogger("psycopg")
     if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):

@@ -74,6 +74,7 @@ from foliko_cli.messages.record import (
     new_metadata,
     next_revision,
     preview_of,
+    title_in,
 )
 from foliko_cli.messages.stored import encode_message, record_from_parts
 from foliko_cli.storage.base import (
@@ -96,7 +97,6 @@ RELEASE_S = 5.0
 """How long the release of a lease may take; past it the lease runs out by itself."""
 _PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,100}")
 T = TypeVar("T")
-_EXTRA_HINT = "Redis storage needs the 'redis' extra: pip install 'foliko-cli[redis]'"
 
 # Pushes ARGV[first..] onto a list, 1000 at a time (Lua's unpack has a stack limit).
 # Revisions are microsecond clocks: Lua numbers hold them exactly, but tostring()
@@ -303,7 +303,9 @@ def _import_redis() -> Any:
         import redis
         import redis.asyncio
     except ImportError:
-        raise StorageConfigError(_EXTRA_HINT) from None
+        from foliko_cli.common.extras import extra_hint
+
+        raise StorageConfigError(extra_hint("Redis storage", "redis")) from None
     return redis
 
 
@@ -674,7 +676,7 @@ class RedisStorage(SessionStorageAdapter):
         """From the index and each session's meta hash; messages are never read."""
         with self._guard():
             ids = [m.decode() for m in await self._client().zrevrange(self.index_key, 0, -1)]
-        fields = ("created_at", "updated_at", "message_count", "preview")
+        fields = ("created_at", "updated_at", "message_count", "preview", "metadata")
         summaries = []
         for start in range(0, len(ids), PAGE):
             page = ids[start : start + PAGE]
@@ -699,10 +701,15 @@ class RedisStorage(SessionStorageAdapter):
             if not length:
                 return []
             return [damaged_summary(session_id, self._damaged(session_id, -1, length).reason)]
-        created, updated, count, preview = values
+        created, updated, count, preview, metadata = values
         try:
             summary = SessionSummary(
-                session_id, int(created), int(updated), int(count), _text(preview)
+                session_id,
+                int(created),
+                int(updated),
+                int(count),
+                _text(preview),
+                title=title_in(metadata),
             )
         except (TypeError, ValueError) as exc:
             return [damaged_summary(session_id, f"unreadable summary: {exc}")]

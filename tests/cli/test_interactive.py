@@ -301,8 +301,8 @@ def test_options_apply_to_the_first_turn_only(spawn, invoke, show):
     assert data["metadata"]["system_prompt"] == "S"
 
 
-def test_dry_run_or_json_need_a_message_on_a_terminal(spawn):
-    for flag in ("--dry-run", "--json"):
+def test_dry_run_json_or_extract_need_a_message_on_a_terminal(spawn):
+    for flag in ("--dry-run", "--json", "-x"):
         child = spawn("chat", "-s", "live", flag)
         child.expect(pexpect.EOF)
         child.close()
@@ -340,7 +340,7 @@ def test_list_prints_a_table_on_a_terminal(spawn, invoke):
     child.close()
     assert child.exitstatus == 0
     lines = child.before.splitlines()
-    assert lines[0].split() == ["session", "messages", "updated", "last", "prompt"]
+    assert lines[0].split() == ["session", "title", "messages", "updated", "last", "prompt"]
     assert set(lines[1].replace(" ", "")) == {"-"}
     assert lines[2].split()[0] == "tty1"
 
@@ -389,3 +389,71 @@ def test_import_shows_progress_only_on_a_terminal(spawn, invoke, tmp_path):
     child.close()
     assert child.exitstatus == 0
     assert "importing" in child.before and "imported 2" in child.before
+
+
+@pytest.fixture
+def editor(tmp_path, monkeypatch):
+    """$EDITOR set to a script that writes ``text`` into the file it is given
+    (None: it leaves the file as it was; a number: it exits with that status)."""
+
+    def use(text: str | None = None, status: int = 0) -> None:
+        script = tmp_path / "editor.py"
+        body = "" if text is None else f"open(sys.argv[1], 'w').write({text!r})\n"
+        script.write_text(f"import sys\n{body}sys.exit({status})\n")
+        monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
+        monkeypatch.delenv("VISUAL", raising=False)
+
+    return use
+
+
+@pytest.mark.parametrize("command", ["!edit", "/edit"])
+def test_edit_sends_what_was_written_in_the_editor(spawn, invoke, editor, command):
+    editor("Line one\nline two\n")
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    assert turn(child, command).splitlines() == ["Line one", "line two"]
+    assert finish(child) == 0
+    assert stored(invoke, "live") == [
+        ("user", "Line one\nline two"),
+        ("assistant", "Line one\nline two"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("written", "status", "said"),
+    [
+        (None, 0, "foliko: the editor was closed without a message; nothing was sent"),
+        ("  \n", 0, "foliko: the editor was closed without a message; nothing was sent"),
+        ("never sent", 3, "foliko: the editor failed ("),
+    ],
+    ids=["not-saved", "blank", "failed"],
+)
+def test_edit_without_a_message_sends_nothing_and_the_loop_goes_on(
+    spawn, invoke, editor, written, status, said
+):
+    editor(written, status)
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    (line,) = turn(child, "!edit").splitlines()
+    assert line.startswith(said)
+    assert turn(child, "typed").splitlines() == ["typed"]
+    assert finish(child) == 0
+    assert stored(invoke, "live") == [("user", "typed"), ("assistant", "typed")]
+
+
+def test_llms_multi_and_end_enter_several_lines(spawn, invoke):
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    for line in ("!multi", "first", "second"):
+        child.sendline(line)
+        child.expect_exact("... ")
+    assert turn(child, "!end").splitlines() == ["first", "second"]
+    for line in ("!multi abc", "x", "!end", "y"):
+        child.sendline(line)
+        child.expect_exact("... ")
+    assert turn(child, "!end abc").splitlines() == ["x", "!end", "y"]
+    assert finish(child) == 0
+    assert [m for role, m in stored(invoke, "live") if role == "user"] == [
+        "first\nsecond",
+        "x\n!end\ny",
+    ]

@@ -152,6 +152,7 @@ def test_list_tsv_is_the_default_in_a_pipe_and_parses(env):
             "message_count": "2",
             "updated_at": rows[0]["updated_at"],
             "preview": "tab here newline",
+            "title": "",
         }
     ]
     assert int(rows[0]["updated_at"]) > 1e12

@@ -112,6 +112,7 @@ RUN: dict[str, Run | str] = {
         setup="git init -q . && printf 'tools = [\"mytools:forecast\"]\\n' > foliko.toml\n"
         + "printf 'def forecast(city: str) -> str:\\n    return city\\n' > mytools.py\n"
     ),
+    "foliko keys set openai < openai.key": Run(setup="printf 'sk-example\\n' > openai.key\n"),
     "$ foliko chat --save summarise": Run(),
     "cat > mytools.py": Run(),
     "OPENAI_BASE_URL=http://127.0.0.1:8000/v1": "needs an OpenAI-compatible server on port 8000",
@@ -127,8 +128,8 @@ RUN: dict[str, Run | str] = {
         "npx downloads the MCP reference server (tests/mcp/test_mcp_prompts.py runs it)"
     ),
     "FOLIKO_STORAGE=json foliko chat -s notes": Run(),
-    'pip install "foliko-cli[postgres]"': "installs packages and needs PostgreSQL",
-    "pip install '.[serve]'": "installs packages and keeps a server running",
+    ".venv/bin/pip install -e '.[postgres]'": "installs packages and needs PostgreSQL",
+    ".venv/bin/pip install -e '.[serve]'": "installs packages and keeps a server running",
     "curl -s localhost:8080/v1/responses": "needs foliko serve running on port 8080",
     "from openai import OpenAI": "needs foliko serve running on port 8080",
     "from foliko_cli import Foliko": Run(),

@@ -197,8 +197,9 @@ def test_list_tsv_is_the_default_in_a_pipe(invoke, three):
     default = invoke("sessions", "list")
     assert explicit.stdout == default.stdout
     lines = explicit.stdout.splitlines()
-    assert lines[0].split("\t") == ["session_id", "message_count", "updated_at", "preview"]
-    assert lines[1].split("\t") == ["c", "4", str(three - 10 * MINUTE), "c message 2"]
+    header = ["session_id", "message_count", "updated_at", "preview", "title"]
+    assert lines[0].split("\t") == header  # the title last: cut -f keeps its columns
+    assert lines[1].split("\t") == ["c", "4", str(three - 10 * MINUTE), "c message 2", ""]
     assert len(lines) == 4
 
 
@@ -206,7 +207,7 @@ def test_list_table_has_headers_and_rows(invoke, three):
     result = invoke("sessions", "list", "--format", "table")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["session", "messages", "updated", "last", "prompt"]
+    assert lines[0].split() == ["session", "title", "messages", "updated", "last", "prompt"]
     assert [line.split()[0] for line in lines[2:]] == ["c", "b", "a"]
 
 
@@ -214,7 +215,7 @@ def test_list_empty_in_every_format(invoke):
     assert invoke("sessions", "list", "--json").stdout == "[]\n"
     assert invoke("sessions", "list", "--ndjson").stdout == ""
     assert invoke("sessions", "list", "--format", "tsv").stdout.splitlines() == [
-        "session_id\tmessage_count\tupdated_at\tpreview"
+        "session_id\tmessage_count\tupdated_at\tpreview\ttitle"
     ]
 
 

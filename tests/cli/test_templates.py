@@ -109,7 +109,7 @@ def test_every_chat_option_is_either_kept_by_save_or_refused_with_it():
     from foliko_cli.cli.templates import NOT_SAVED
 
     kept = {"message", "no_stdin", "model", "system", "model_options", "params", "schema"}
-    kept |= {"tools", "functions", "save"}
+    kept |= {"tools", "functions", "save", "extract"}
     assert {p.name for p in chat.params} - {"storage", "user"} == kept | set(NOT_SAVED)
 
 

@@ -10,6 +10,7 @@ import orjson
 import pytest
 from mcp_support import write_config
 
+from foliko_cli.common.extras import install_command
 from foliko_cli.service.facade import Foliko
 
 MISSING = "/nonexistent/bin/mcp-server"
@@ -101,8 +102,8 @@ def test_without_the_mcp_package_a_server_fails_saying_what_to_install(
     with Foliko("memory", "echo", home=tmp_path, mcp_servers=servers, notify=warnings.append) as f:
         assert f.chat("s1", "hello").message == "hello"
     assert warnings == [
-        "MCP server 'files' failed to start: the mcp package is not installed; "
-        "install it with pip install 'foliko-cli[mcp]'; its tools are left out"
+        "MCP server 'files' failed to start: an MCP server needs the 'mcp' extra; "
+        f"install it with: {install_command('mcp')}; its tools are left out"
     ]
 
 

@@ -267,6 +267,6 @@ def test_without_the_mcp_package_it_answers_501(start, tmp_path: Path):
     answer = post(server.url + "/mcp", json=INITIALIZE, headers=ACCEPT)
     assert answer.status_code == 501
     assert answer.json()["error"]["message"] == (
-        "the MCP endpoint needs the mcp package: pip install 'foliko-cli[mcp]'"
+        "the MCP endpoint needs foliko's 'mcp' extra, which this server lacks"
     )
     assert get(server.url + "/healthz").json() == {"status": "ok"}

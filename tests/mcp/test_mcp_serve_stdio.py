@@ -28,6 +28,8 @@ from mcp_serve_support import (
 )
 from trusting import trust
 
+from foliko_cli.common.extras import install_command
+
 
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_every_tool_resource_and_prompt(mode: str, tmp_path: Path, foliko_home: Path):
@@ -211,5 +213,6 @@ def test_without_the_mcp_package_it_exits_2_saying_what_to_install(tmp_path: Pat
     assert done.returncode == 2
     assert done.stdout == b""
     assert done.stderr.decode().splitlines() == [
-        "foliko: error: foliko mcp serve needs the mcp package; pip install 'foliko-cli[mcp]'"
+        "foliko: error: foliko mcp serve needs the 'mcp' extra; install it with: "
+        f"{install_command('mcp')}"
     ]

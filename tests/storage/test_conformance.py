@@ -397,6 +397,28 @@ def test_summaries_count_preview_and_times(storage, run):
     assert summaries["quiet"].message_count == 1
 
 
+def test_summaries_carry_the_title_the_metadata_holds(storage, run):
+    """An import's title, or one given, is listed without loading the session; a
+    title that is not text, or is empty, is none."""
+    titles = {"titled": "Trip to Lyon", "quoted": 'say "title"', "none": None}
+    titles |= {"number": 3, "empty": ""}
+    for session_id, title in titles.items():
+        record = make_record(session_id, messages=turn("hi"))
+        if title is not None:
+            record.metadata["title"] = title
+        run(storage.save(record))
+    run(storage.append("later", turn("hi"), state(), expected_revision=0))
+    listed = {s.session_id: s.title for s in run(storage.list_summaries())}
+    assert listed == {
+        "titled": "Trip to Lyon",
+        "quoted": 'say "title"',
+        "none": None,
+        "number": None,
+        "empty": None,
+        "later": None,
+    }
+
+
 def test_summary_follows_appends(storage, run):
     revision = run(storage.append("s", turn("one"), state(), expected_revision=0))
     first = run(storage.list_summaries())[0]

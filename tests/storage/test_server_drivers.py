@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from foliko_cli.common.extras import install_command
 from foliko_cli.errors import ExitCode, StorageConfigError, StorageError
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.storage.postgres import PostgresStorage
@@ -50,7 +51,7 @@ def test_a_missing_driver_names_the_extra_to_install(backend, monkeypatch):
     with pytest.raises(StorageConfigError) as error:
         adapter(url)
     assert error.value.exit_code == ExitCode.USAGE
-    assert f"pip install 'foliko-cli[{name}]'" in str(error.value)
+    assert f"needs the {name!r} extra; install it with: {install_command(name)}" in str(error.value)
 
 
 def test_an_unreachable_server_is_a_storage_error_without_the_password(backend, run):

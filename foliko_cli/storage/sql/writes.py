@@ -29,6 +29,7 @@ from foliko_cli.messages.record import (
     new_metadata,
     next_revision,
     preview_of,
+    title_in,
 )
 from foliko_cli.messages.stored import encode_message
 from foliko_cli.storage.base import check_expected
@@ -57,6 +58,10 @@ _NEWEST = f"SELECT {_SUMMARY_COLUMNS} FROM {{sessions}} ORDER BY updated_at DESC
 _OLDER = f"""SELECT {_SUMMARY_COLUMNS} FROM {{sessions}}
     WHERE updated_at < ? OR (updated_at = ? AND session_id > ?)
     ORDER BY updated_at DESC, session_id LIMIT ?"""
+_TITLED = "SELECT session_id, metadata FROM {sessions} WHERE metadata LIKE ?"
+"""The sessions that may have a title, apart: the sorted listing stays as narrow
+as it was (the pattern is a parameter: PostgreSQL's driver reads ``%``)."""
+_MAY_HAVE_TITLE = '%"title"%'
 _COUNTS = "SELECT COUNT(*), COALESCE(SUM(message_count), 0) FROM {sessions}"
 _QUARANTINE = """INSERT INTO {quarantine} (session_id, moved_at, reason, session_row, messages)
     VALUES (?, ?, ?, ?, ?)"""
@@ -382,8 +387,19 @@ async def rename_session(
 async def summaries(
     db: Executor, dialect: Dialect, *, page: int | None = None
 ) -> list[SessionSummary]:
-    """Every session's summary, newest first. With ``page``, read that many at a
-    time along ``sessions_by_updated`` (the caller holds one snapshot)."""
+    """Every session's summary with its title, newest first. With ``page``, read
+    that many at a time along ``sessions_by_updated`` (the caller holds one snapshot)."""
+    titled = await db.fetchall(dialect.sql(_TITLED), (_MAY_HAVE_TITLE,))
+    titles = {session_id: title for session_id, data in titled if (title := title_in(data))}
+    found = await _untitled_summaries(db, dialect, page)
+    if not titles:
+        return found
+    return [s._replace(title=titles[s.session_id]) if s.session_id in titles else s for s in found]
+
+
+async def _untitled_summaries(
+    db: Executor, dialect: Dialect, page: int | None
+) -> list[SessionSummary]:
     if page is None:
         return [SessionSummary(*row) for row in await db.fetchall(dialect.sql(_NEWEST))]
     found: list[SessionSummary] = []
