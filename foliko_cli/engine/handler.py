@@ -430,18 +430,25 @@ class AgentChatHandler:
         request: RequestContext,
         *,
         force: bool = False,
-        spent: dict[str, int] | None = None,
-        made: list[dict[str, Any]] | None = None,
+        above: int | None = None,
+        spent: dict[str, int],
+        made: list[dict[str, Any]],
+        events: TurnEvents | None = None,
     ) -> bool:
-        return await self.compressor.compress_if_needed(
+        """Compress if needed; each compaction made is also a ``compaction`` event."""
+        done = await self.compressor.compress_if_needed(
             session,
             system,
             self.model,
             time.monotonic() + request.remaining(),
             force=force,
+            above=above,
             spent=spent,
             made=made,
         )
+        if done:
+            await _emit(events, {"type": "compaction", "summary": made[-1]["summary"]})
+        return done
 
     async def _call_within_window(
         self,
@@ -469,7 +476,9 @@ class AgentChatHandler:
             if exc.window:
                 self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
-            await self._compress(session, system, request, force=True, spent=spent, made=made)
+            await self._compress(
+                session, system, request, force=True, spent=spent, made=made, events=events
+            )
             model_request = self.model_request(
                 session, system, specs, request, options, turn.schema
             )
@@ -670,7 +679,15 @@ class AgentChatHandler:
         while step < self.max_steps:
             step += 1
             if turn.compress:
-                await self._compress(session, system, request, spent=spent, made=made)
+                await self._compress(
+                    session,
+                    system,
+                    request,
+                    above=turn.compact_above,
+                    spent=spent,
+                    made=made,
+                    events=events,
+                )
             else:
                 model_request = self.model_request(
                     session, system, specs, request, options, turn.schema

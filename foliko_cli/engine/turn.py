@@ -109,6 +109,7 @@ class TurnRequest(NamedTuple):
     options: Mapping[str, Any] | None = None
     schema: Mapping[str, Any] | None = None
     compress: bool = True
+    compact_above: int | None = None
     request: RequestContext | None = None
     messages: Sequence[dict[str, Any]] = ()
     instructions: str | None = None
@@ -177,6 +178,7 @@ if TYPE_CHECKING:
         options: Mapping[str, Any] | None
         schema: Mapping[str, Any] | None
         compress: bool
+        compact_above: int | None
         request: RequestContext | None
         messages: Sequence[dict[str, Any]]
         instructions: str | None

@@ -105,6 +105,12 @@ def message_item_id(scope: str, position: int, role: str | None = None) -> str:
     return f"{'fco' if role == 'tool' else 'msg'}_{position}_{scope}"
 
 
+def compaction_item_id(scope: str, position: int) -> str:
+    """The compaction recorded on the reply at ``position`` (not an item of its
+    conversation: it cannot be referred to)."""
+    return f"cmp_{position}_{scope}"
+
+
 def call_item_id(scope: str, position: int, index: int) -> str:
     return f"fc_{position}_{index}_{scope}"
 

@@ -21,6 +21,7 @@ from foliko_cli.serve.chat_types import CalledFunction, ChatPart, ToolCall
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
 from foliko_cli.serve.openai_types import (
+    CompactionItem,
     Content,
     ContentPart,
     FunctionCallItem,
@@ -31,6 +32,7 @@ from foliko_cli.serve.openai_types import (
     InputText,
     Item,
     MessageItem,
+    OutputItem,
     OutputText,
     Status,
     Usage,
@@ -115,17 +117,26 @@ def output_start(turn: list[dict[str, Any]]) -> int:
 
 
 def output_items(
-    outputs: list[dict[str, Any]], first: int, scope: str, namespaces: dict[str, str] | None = None
-) -> list[Item]:
-    """What a response returns: the model's text, and the function calls no
-    tool message of the turn answered (the client's to run), each with the
-    ``namespace`` its function was offered in."""
+    outputs: list[dict[str, Any]],
+    first: int,
+    scope: str,
+    namespaces: dict[str, str] | None = None,
+    history: tuple[list[dict[str, Any]], int] | None = None,
+) -> list[OutputItem]:
+    """What a response returns: a compaction item where the turn compacted the
+    history, the model's text, and the function calls no tool message of the
+    turn answered (the client's to run), each with the ``namespace`` its
+    function was offered in. ``history`` is the session's messages known here
+    and the position of the first (a compaction item carries those it kept)."""
     answered = {m.get("tool_call_id") for m in outputs if m.get("role") == "tool"}
-    items: list[Item] = []
+    items: list[OutputItem] = []
     for offset, message in enumerate(outputs):
         if message.get("role") != "assistant":
             continue
         position = first + offset
+        compactions = [e for e in message.get("compactions") or () if isinstance(e, dict)]
+        if compactions and compactions[-1].get("summary"):
+            items.append(_compaction(compactions[-1], position, scope, history))
         if message.get("content"):
             item_id = ids.message_item_id(scope, position)
             items.append(text_item(item_id, "assistant", str(message["content"])))
@@ -136,6 +147,22 @@ def output_items(
                     item.namespace = namespaces[call["name"]]
                 items.append(item)
     return items
+
+
+def _compaction(
+    entry: dict[str, Any],
+    position: int,
+    scope: str,
+    history: tuple[list[dict[str, Any]], int] | None,
+) -> CompactionItem:
+    from foliko_cli.serve.compaction_item import compaction_item
+
+    messages, start = history or ([], position)
+    covered = entry.get("covered")
+    covered = covered if isinstance(covered, int) else position
+    tail = messages[max(0, covered - start) : max(0, position - start)]
+    item_id = ids.compaction_item_id(scope, position)
+    return compaction_item(item_id, str(entry["summary"]), tail)
 
 
 def incomplete_reason(outputs: list[dict[str, Any]]) -> str | None:
@@ -151,7 +178,13 @@ def turn_usage(turn: list[dict[str, Any]]) -> Usage:
     for message in turn:
         for key in spent:
             spent[key] += int((message.get("usage") or {}).get(key, 0) or 0)
-    given, made = spent["input_tokens"], spent["output_tokens"]
+    return usage_of(spent)
+
+
+def usage_of(spent: dict[str, Any]) -> Usage:
+    """A model call's counters (``input_tokens``, ``output_tokens``) as Usage."""
+    given = int(spent.get("input_tokens") or 0)
+    made = int(spent.get("output_tokens") or 0)
     return Usage(input_tokens=given, output_tokens=made, total_tokens=given + made)
 
 
@@ -237,7 +270,7 @@ def input_messages(items: Input, param: str = "input") -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif item.type == "compaction":
-            problem = "a compaction item must come first; send the compact output as it came"
+            problem = "a compaction item belongs in the input of a response or a compaction"
             raise ApiError(400, f"{at}: {problem}", param=param)
         elif item.type == "item_reference":
             raise ApiError(400, f"{at}: no stored item {item.id!r}", param=param)

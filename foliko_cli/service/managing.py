@@ -384,9 +384,11 @@ class SessionsMixin(ServiceBase):
         messages: list[dict[str, Any]] | None = None,
         metadata: dict[str, Any] | None = None,
         summary: str | None = None,
+        covered: int = 0,
     ) -> SessionRecord:
         """A new session holding ``messages``; ``metadata`` is merged into its own;
-        ``summary`` stands for a history before them (as a compression's does)."""
+        ``summary`` stands for its first ``covered`` messages and any history
+        before them (as a compression's does)."""
         check_session_id(session_id)
 
         async def work() -> SessionRecord:
@@ -394,7 +396,7 @@ class SessionsMixin(ServiceBase):
                 session_id,
                 messages=list(messages or []),
                 metadata={**new_metadata(), **(metadata or {})},
-                compression_state={"summary": summary, "covered": 0} if summary else None,
+                compression_state={"summary": summary, "covered": covered} if summary else None,
             )
             record.revision = await self.storage.save(record, expected_revision=0)
             return record
