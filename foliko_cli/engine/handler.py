@@ -33,6 +33,7 @@ from foliko_cli.errors import (
     TurnTimeoutError,
     UsageError,
 )
+from foliko_cli.messages.item_numbers import offset_of
 from foliko_cli.messages.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.models.base import (
     ModelProvider,
@@ -582,9 +583,11 @@ class AgentChatHandler:
         client_tools: set[str],
         events: TurnEvents | None,
         add: Callable[[dict[str, Any]], None],
+        failed: list[str],
     ) -> bool:
         """Run the calls the model asked for, adding each result; True when one
-        was the client's (the turn hands it back)."""
+        was the client's (the turn hands it back). The error of each call the
+        user typed that failed is added to ``failed``."""
         handed_back = False
         for call in response.tool_calls:
             if call.name in client_tools:
@@ -593,7 +596,11 @@ class AgentChatHandler:
             require_loop("running a tool")  # a tool may wait on anything
             called = {"id": call.id, "name": call.name, "arguments": call.arguments}
             await _emit(events, {"type": "tool_call", **called})
-            result = await self.framework.execute_tool(call.name, call.arguments, tools)
+            result = await self.framework.execute_tool(
+                call.name, call.arguments, tools, typed=call.typed
+            )
+            if call.typed and result.is_error:
+                failed.append(f"{call.name}: {result.content}")
             tool_message: dict[str, Any] = {
                 "role": "tool",
                 "content": result.content,
@@ -629,7 +636,8 @@ class AgentChatHandler:
         first = len(session.messages)
         compressed_before = session.compression_state.get("last_compressed_at")
         if turn.on_start is not None:
-            turn.on_start(session.message_offset + first)
+            position = session.message_offset + first
+            turn.on_start(position, position + offset_of(session.metadata))
         if events is not None:
             events.start(session.message_offset + first)
         annotations = turn.annotations or {}
@@ -675,6 +683,7 @@ class AgentChatHandler:
         session.compression_state.pop("compactions", None)
         response = ModelResponse(text="")
         step = 0
+        failed: list[str] = []
         handed_back = False
         while step < self.max_steps:
             step += 1
@@ -710,10 +719,12 @@ class AgentChatHandler:
             made.clear()
             if not response.tool_calls:
                 break
-            handed_back = await self._run_tool_calls(response, tools, client_tools, events, add)
+            handed_back = await self._run_tool_calls(
+                response, tools, client_tools, events, add, failed
+            )
             if handed_back:
                 break
-        return _Steps(response, step, handed_back, usage, compression, options)
+        return _Steps(response, step, handed_back, usage, compression, options, tuple(failed))
 
     def _result(
         self,
@@ -750,6 +761,7 @@ class AgentChatHandler:
             cost=turn_cost(summed(usage, compression), self.model.price),
             max_tokens=self.reply_bound(steps.options),
             compressed=compressed,
+            typed_failures=steps.typed_failures,
         )
 
     async def _call_model(self, request: ModelRequest, events: TurnEvents | None) -> ModelResponse:
@@ -769,7 +781,8 @@ class AgentChatHandler:
 class _Steps(NamedTuple):
     """What a turn's model calls came to: the last ``response``, how many
     ``calls``, whether a client tool ``handed_back`` the turn, the replies'
-    ``usage`` and the ``compression``'s, and the options the last call had."""
+    ``usage`` and the ``compression``'s, the options the last call had, and
+    the errors of the calls the user typed that failed."""
 
     response: ModelResponse
     calls: int
@@ -777,6 +790,7 @@ class _Steps(NamedTuple):
     usage: dict[str, int]
     compression: dict[str, int]
     options: Mapping[str, Any]
+    typed_failures: tuple[str, ...] = ()
 
 
 def _never(session_id: str) -> bool:

@@ -137,7 +137,7 @@ class _ResponseEvents:
     def delta(self, text: str) -> list[dict[str, Any]]:
         out = []
         if self.open_item is None:
-            item_id = ids.message_item_id(self.turn.scope, self.position)
+            item_id = ids.message_item_id(self.turn.scope, self.turn.number(self.position))
             self.open_item = MessageItem(
                 id=item_id, status="in_progress", role="assistant", content=[]
             )
@@ -181,7 +181,8 @@ class _ResponseEvents:
         """A compaction item as the turn compacts; it is done once the turn is
         (its content then carries the messages kept verbatim too)."""
         out = self.close_text()
-        item = compaction_item(ids.compaction_item_id(self.turn.scope, self.position), summary)
+        number = self.turn.number(self.position)
+        item = compaction_item(ids.compaction_item_id(self.turn.scope, number), summary)
         self.compacted[item.id] = self.output_index
         out.append(
             self.event("response.output_item.added", output_index=self.output_index, item=item)

@@ -221,6 +221,7 @@ def finished_response(turn: Turn, options: dict[str, Any], model: str | None) ->
             turn.scope,
             options.get("namespaces"),
             (turn.messages, turn.start),
+            turn.first_item - turn.start,
         ),
         outputs=outputs,
         model=model or (turn.result.model if turn.result else None),
@@ -253,10 +254,15 @@ async def stored_object(svc: AsyncFoliko, response_id: str) -> Response:
     model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
     asked = found.span[0].get("response") or {}
     return response_object(
-        response_id=ids.response_id(scope, found.start),
+        response_id=ids.response_id(scope, found.number),
         session_id=found.record.session_id,
         output=it.output_items(
-            found.outputs, first, scope, asked.get("namespaces"), (found.record.messages, 0)
+            found.outputs,
+            first,
+            scope,
+            asked.get("namespaces"),
+            (found.record.messages, 0),
+            found.offset,
         ),
         outputs=found.outputs,
         model=model,
@@ -293,7 +299,7 @@ async def delete_response(request: Request):
     found = await stored_response(svc, rid)
 
     def tombstone(metadata: dict[str, Any]) -> dict[str, Any]:
-        return {DELETED_KEY: sorted({*(metadata.get(DELETED_KEY) or ()), found.start})}
+        return {DELETED_KEY: sorted({*(metadata.get(DELETED_KEY) or ()), found.number})}
 
     await svc.update_metadata(found.record.session_id, tombstone)
     return Deleted(id=rid, object="response")
@@ -319,7 +325,8 @@ async def get_input_items(request: Request, query: ItemsQuery):
     """The input items of a response."""
     found = await stored_response(service(request), request.path_params["response_id"])
     scope = ids.scope_of(found.record.session_id)
-    return page_of(it.history_items(found.inputs, found.start, scope), query, "item")
+    items = it.history_items(found.inputs, found.start, scope, found.offset)
+    return page_of(items, query, "item")
 
 
 @api.post("/v1/responses/input_tokens", body=ResponseCreate, answer=InputTokens)

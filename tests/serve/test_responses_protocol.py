@@ -395,6 +395,86 @@ def test_conversation_ids_and_items_are_one_segment_each(client, http):
     assert http.get(f"/v1/conversations/{conversation.id}/items/x/y").status_code == 404
 
 
+def _ids(client, conversation_id: str) -> dict[str, str]:
+    page = client.conversations.items.list(conversation_id, order="asc", limit=100)
+    return {i.id: (i.content[0].text if i.type == "message" else i.type) for i in page.data}
+
+
+def test_item_ids_last_the_items_life(client, http, server, tmp_path):
+    """Deleting an item renames no other; a later item never takes a deleted
+    one's id; response ids hold too; and all of it survives a restart of the
+    CLI's reading, a fork and a migration to another backend."""
+    conversation = client.conversations.create(
+        items=[{"role": "user", "content": text} for text in ("a", "b", "c")]
+    )
+    first = client.responses.create(model="echo", input="d", conversation=conversation.id)
+    before = _ids(client, conversation.id)
+    assert list(before.values()) == ["a", "b", "c", "d", "d"]
+    ids = list(before)
+    client.conversations.items.delete(ids[0], conversation_id=conversation.id)
+    after = _ids(client, conversation.id)
+    assert after == {k: v for k, v in before.items() if k != ids[0]}
+    for item_id, text in after.items():
+        assert client.conversations.items.retrieve(item_id, conversation_id=conversation.id)
+        assert (
+            http.get(f"/v1/conversations/{conversation.id}/items/{item_id}").json()["content"][0][
+                "text"
+            ]
+            == text
+        )
+    assert http.get(f"/v1/conversations/{conversation.id}/items/{ids[0]}").status_code == 404
+    assert client.responses.retrieve(first.id).output_text == "d"
+    client.conversations.items.delete(ids[-1], conversation_id=conversation.id)  # the last one
+    added = client.conversations.items.create(
+        conversation.id, items=[{"role": "user", "content": "e"}]
+    )
+    assert added.data[0].id not in ids  # not the deleted last one's id
+    second = client.responses.create(model="echo", input="f", conversation=conversation.id)
+    assert second.id != first.id and second.output[0].id not in ids
+    current = _ids(client, conversation.id)
+    assert list(current.values()) == ["b", "c", "d", "e", "f", "f"]
+    reference = {"type": "item_reference", "id": ids[2]}
+    quoted = client.responses.create(
+        model="echo", input=[reference, {"role": "user", "content": "g"}]
+    )
+    assert [
+        i.content[0].text for i in client.responses.input_items.list(quoted.id, order="asc").data
+    ] == ["c", "g"]
+
+    moved = tmp_path / "moved.db"
+    done = run_cli(server.home, "storage", "migrate", "sqlite", f"sqlite:///{moved}")
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(
+        run_cli(
+            server.home,
+            "--storage",
+            f"sqlite:///{moved}",
+            "sessions",
+            "show",
+            conversation.id,
+            "--json",
+        ).stdout
+    )
+    from foliko_cli.messages.item_numbers import number_of, offset_of
+
+    offset = offset_of(shown["metadata"])
+    numbers = [number_of(m, p, offset) for p, m in enumerate(shown["messages"])]
+    scope = scope_of(conversation.id)
+    assert [
+        message_item_id(scope, n, m["role"])
+        for n, m in zip(numbers, shown["messages"], strict=True)
+    ] == list(current)
+    assert (
+        http.get(f"/v1/conversations/{conversation.id}/items/{next(iter(current))}").status_code
+        == 200
+    )
+    forked = run_cli(server.home, "chat", "-s", "ids-fork", "--from", conversation.id, "h")
+    assert forked.returncode == 0, forked.stderr
+    fork_ids = [i.split("_", 2)[1] for i in _ids(client, "ids-fork")]
+    assert fork_ids[: len(current)] == [i.split("_", 2)[1] for i in current]
+    assert len(set(fork_ids)) == len(fork_ids)
+
+
 def test_deleting_one_call_keeps_the_others(start_server, model_server):
     calls = [("c1", "lookup", {}), ("c2", "lookup", {})]
     model_server.queue(openai_message(None, calls))
