@@ -19,6 +19,7 @@ from foliko_cli.messages.attachments import unavailable
 from foliko_cli.messages.item_numbers import ITEM, number_of, position_of
 from foliko_cli.serve import ids
 from foliko_cli.serve.chat_types import CalledFunction, ChatPart, ToolCall
+from foliko_cli.serve.compaction_item import compaction_item
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
 from foliko_cli.serve.openai_types import (
@@ -178,8 +179,6 @@ def _compaction(
     scope: str,
     history: tuple[list[dict[str, Any]], int] | None,
 ) -> CompactionItem:
-    from foliko_cli.serve.compaction_item import compaction_item
-
     messages, start = history or ([], position)
     covered = entry.get("covered")
     covered = covered if isinstance(covered, int) else position
