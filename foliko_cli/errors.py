@@ -319,6 +319,24 @@ class ToolError(Exception):
     """Raised by a tool to report a failure to the model as a tool result."""
 
 
+class TypedToolFailedError(FolikoError):
+    """A tool call the user typed (``/tool NAME {...}``) failed or was refused:
+    the one thing the command was asked did not happen (the turn, the call and
+    its error result, is saved all the same). Exit 1, as a failed model call."""
+
+    exit_code = ExitCode.MODEL
+    http_status = 502
+    code = "tool_failed"
+
+    def __init__(self, failures: tuple[str, ...]):
+        self.failures = failures
+        shown = "; ".join(" ".join(f.split()) for f in failures)
+        super().__init__(
+            f"the /tool call failed: {shown[:500]}",
+            fix="fix the call's name or arguments (foliko mcp tools lists them) and send it again",
+        )
+
+
 class AgentNotFoundError(UsageError):
     def __init__(self, agent_id: str):
         self.agent_id = agent_id

@@ -23,7 +23,7 @@ from foliko_cli.cli.params import (
 )
 from foliko_cli.cli.reply import SAVED_NOT_WRITTEN, ReplyWriter, turn_notes
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
-from foliko_cli.errors import ExitCode, FolikoError, Interrupted, UsageError
+from foliko_cli.errors import ExitCode, FolikoError, Interrupted, TypedToolFailedError, UsageError
 
 if TYPE_CHECKING:
     from foliko_cli.engine.tools import Tool
@@ -448,6 +448,7 @@ def chat(
             facade, turn, as_json=as_json, stream=stream, timeout=timeout, extract=extract
         )
         report_turn(facade, turn, result, latest=continue_latest, show_usage=show_usage)
+        check_typed_calls(result)
 
 
 def streamed(stream: bool | None, turn: TurnRequest, as_json: bool) -> bool:
@@ -651,6 +652,13 @@ def run_turn(
     if interrupted is not None:
         raise interrupted
     return result
+
+
+def check_typed_calls(result: Any) -> None:
+    """A ``/tool`` call the user typed that failed fails the command (exit 1),
+    once the reply and the turn's notes are out."""
+    if result.typed_failures:
+        raise TypedToolFailedError(result.typed_failures)
 
 
 def _failed(

@@ -1,5 +1,6 @@
 """``foliko mcp``: the MCP servers in the config, their state, tools, resources
-and prompts; ``foliko mcp serve``: foliko's own sessions as an MCP server over stdio."""
+and prompts; ``foliko mcp serve``: foliko's own sessions as an MCP server over stdio
+(or Streamable HTTP with ``--http``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import click
 from foliko_cli.cli.app import open_facade
 from foliko_cli.cli.output import emit_rows, format_option, note
 from foliko_cli.cli.params import storage_option
+from foliko_cli.cli.serve import Listen, listen_options, start
 from foliko_cli.errors import MCPServerError, UsageError
 
 _NONE_CONFIGURED = "no MCP servers configured; add [mcp_servers.NAME] to foliko.toml"
@@ -186,9 +188,24 @@ def list_prompts(ctx: click.Context, server: str | None, fmt: str) -> None:
 
 @mcp.command("serve")
 @storage_option
+@click.option(
+    "--http",
+    is_flag=True,
+    help="Serve over Streamable HTTP at /mcp (with foliko serve's Host/Origin checks "
+    "and --api-keys) instead of stdio.",
+)
+@listen_options(8000)
 @click.pass_context
-def serve_sessions(ctx: click.Context) -> None:
-    """Offer the sessions to other MCP hosts, over stdin and stdout.
+def serve_sessions(
+    ctx: click.Context,
+    http: bool,
+    host: str,
+    port: int,
+    api_keys: str | None,
+    allowed_hosts: tuple[str, ...],
+    allow_origins: tuple[str, ...],
+) -> None:
+    """Offer the sessions to other MCP hosts, over stdin and stdout (or HTTP).
 
     Tools list_sessions, search_sessions and read_session (read only) and
     chat (one turn); each session as the resource foliko://sessions/ID;
@@ -198,9 +215,14 @@ def serve_sessions(ctx: click.Context) -> None:
     protocol messages only. With --user NAME, NAME's sessions (as foliko serve
     --api-keys keeps them). foliko serve offers the same at /mcp.
 
+    With --http the same server listens at http://HOST:PORT/mcp (Streamable
+    HTTP, stateless, JSON answers) until SIGTERM/SIGINT (exit 0), behind foliko
+    serve's guard: Host and Origin checked, --api-keys for several users.
+
     \b
-    Example (an MCP host's config, e.g. Claude Desktop's):
+    Examples (an MCP host's config, e.g. Claude Desktop's; then over HTTP):
       {"mcpServers": {"foliko": {"command": "foliko", "args": ["mcp", "serve"]}}}
+      foliko mcp serve --http --port 8000
     """
     try:
         import mcp.server  # noqa: F401
@@ -208,6 +230,17 @@ def serve_sessions(ctx: click.Context) -> None:
         from foliko_cli.common.extras import extra_hint
 
         raise UsageError(extra_hint("foliko mcp serve", "mcp")) from None
+    listen = Listen(host, port, api_keys, allowed_hosts, allow_origins)
+    if http:
+        start(ctx, listen, "foliko mcp serve --http", mcp_only=True)
+    given = [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name in Listen._fields
+        and ctx.get_parameter_source(param.name) is not click.core.ParameterSource.DEFAULT
+    ]
+    if given:
+        raise UsageError(f"{given[0]} is for serving over HTTP", fix="add --http")
     from foliko_cli.mcp_server.stdio import serve_stdio
 
     facade = open_facade(ctx, ask=False)  # stdin carries the protocol

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn
 
 import click
 
@@ -23,17 +25,61 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def listen_options(default_port: int) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Where a server listens and who may call it: ``--host``, ``--port``,
+    ``--api-keys``, ``--allowed-host``, ``--allow-origin`` (``foliko serve`` and
+    ``foliko mcp serve --http``)."""
+    options = [
+        click.option(
+            "--host", default="127.0.0.1", show_default=True, help="Address to listen on."
+        ),
+        click.option(
+            "--port", default=default_port, show_default=True, type=click.IntRange(0, 65535)
+        ),
+        click.option(
+            "--api-keys",
+            "api_keys",
+            type=click.Path(dir_okay=False),
+            metavar="FILE",
+            help='TOML file of [keys] "KEY" = "user" (mode 600); then every request needs '
+            "Authorization: Bearer KEY and each user sees only their own sessions.",
+        ),
+        click.option(
+            "--allowed-host",
+            "allowed_hosts",
+            multiple=True,
+            metavar="NAME",
+            help="A Host name to answer to besides loopback and the address listened on "
+            "(repeatable; *.example.com for its subdomains); others get 421.",
+        ),
+        click.option(
+            "--allow-origin",
+            "allow_origins",
+            multiple=True,
+            metavar="ORIGIN",
+            help="A web site (scheme://host[:port]) whose pages may call the server, with "
+            "CORS (repeatable); other sites get 403.",
+        ),
+    ]
+
+    def apply(command: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+class Listen(NamedTuple):
+    host: str
+    port: int
+    api_keys: str | None
+    allowed_hosts: tuple[str, ...]
+    allow_origins: tuple[str, ...]
+
+
 @click.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
-@click.option(
-    "--api-keys",
-    "api_keys",
-    type=click.Path(dir_okay=False),
-    metavar="FILE",
-    help='TOML file of [keys] "KEY" = "user" (mode 600); then every request needs '
-    "Authorization: Bearer KEY and each user sees only their own sessions.",
-)
+@listen_options(8080)
 @click.option(
     "--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes."
 )
@@ -85,28 +131,14 @@ def is_loopback(host: str) -> bool:
     help="The access log on stderr: one line, or one JSON object, per request.",
 )
 @click.option("--no-access-log", is_flag=True, help="Write no access log.")
-@click.option(
-    "--allowed-host",
-    "allowed_hosts",
-    multiple=True,
-    metavar="NAME",
-    help="A Host name to answer to besides loopback and the address listened on "
-    "(repeatable; *.example.com for its subdomains); others get 421.",
-)
-@click.option(
-    "--allow-origin",
-    "allow_origins",
-    multiple=True,
-    metavar="ORIGIN",
-    help="A web site (scheme://host[:port]) whose pages may call the server, with CORS "
-    "(repeatable); other sites get 403.",
-)
 @click.pass_context
 def serve(
     ctx: click.Context,
     host: str,
     port: int,
     api_keys: str | None,
+    allowed_hosts: tuple[str, ...],
+    allow_origins: tuple[str, ...],
     workers: int,
     grace: float,
     header_timeout: float,
@@ -115,8 +147,6 @@ def serve(
     max_header_bytes: int,
     log_format: str,
     no_access_log: bool,
-    allowed_hosts: tuple[str, ...],
-    allow_origins: tuple[str, ...],
 ) -> None:
     """Serve the sessions over HTTP: OpenAI Responses, Conversations and Chat
     Completions, the native /v1/sessions API and a web page at /.
@@ -126,6 +156,32 @@ def serve(
       foliko serve
       foliko --storage postgresql://db/foliko serve --host 0.0.0.0 --api-keys keys.toml
     """
+    from foliko_cli.serve.connections import Limits
+
+    start(
+        ctx,
+        Listen(host, port, api_keys, allowed_hosts, allow_origins),
+        "foliko serve",
+        access_log=None if no_access_log else log_format,
+        workers=workers,
+        grace=grace,
+        limits=Limits(header_timeout, keep_alive, max_connections, max_header_bytes),
+    )
+
+
+def start(
+    ctx: click.Context,
+    listen: Listen,
+    what: str,
+    *,
+    access_log: str | None = "text",
+    workers: int = 1,
+    grace: float = DEFAULT_GRACE,
+    limits: Any = None,
+    mcp_only: bool = False,
+) -> NoReturn:
+    """Check the options, then serve until SIGTERM/SIGINT (exit 0). ``mcp_only``:
+    only ``/mcp`` (and ``/healthz``), behind the same guard and keys."""
     try:
         import httptools  # noqa: F401
         import starlette  # noqa: F401
@@ -133,51 +189,57 @@ def serve(
     except ImportError:
         from foliko_cli.common.extras import extra_hint
 
-        raise UsageError(extra_hint("foliko serve", "serve")) from None
+        raise UsageError(extra_hint(what, "serve")) from None
     settings_for(ctx)  # an unknown key in the config's tables exits 2 here
     root = ctx.find_root().obj or {}
     if root.get("user") is not None:
         raise UsageError(
-            "foliko serve serves every user of its --api-keys file, not one --user",
+            f"{what} serves every user of its --api-keys file, not one --user",
             fix="leave out --user",
         )
-    if api_keys is None and not is_loopback(host):
+    host = listen.host
+    if listen.api_keys is None and not is_loopback(host):
         raise UsageError(
             f"refusing to serve on {host} without --api-keys",
             fix="pass --api-keys FILE, or listen on 127.0.0.1",
         )
     from foliko_cli.serve.app import ServeOptions
-    from foliko_cli.serve.connections import Limits
     from foliko_cli.serve.guard import WILDCARD_HOSTS, normalize_origin
-    from foliko_cli.serve.runner import run
+    from foliko_cli.serve.runner import DEFAULT_LIMITS, run
 
     try:
-        origins = tuple(normalize_origin(origin) for origin in allow_origins)
+        origins = tuple(normalize_origin(origin) for origin in listen.allow_origins)
     except ValueError as exc:
         raise UsageError(f"--allow-origin {exc}") from None
     options = ServeOptions(
         storage=root.get("storage"),
-        api_keys=api_keys,
-        access_log=None if no_access_log else log_format,
-        allowed_hosts=(*allowed_hosts, *(() if host in WILDCARD_HOSTS else (host,))),
+        api_keys=listen.api_keys,
+        access_log=access_log,
+        allowed_hosts=(*listen.allowed_hosts, *(() if host in WILDCARD_HOSTS else (host,))),
         allow_origins=origins,
+        mcp_only=mcp_only,
     )
-    if api_keys is not None:
+    if listen.api_keys is not None:
         from pathlib import Path
 
         from foliko_cli.serve.auth import load_keys
 
-        load_keys(Path(api_keys))
+        load_keys(Path(listen.api_keys))
     from foliko_cli.serve.user_services import limits_from_env
 
     limits_from_env()  # a bad FOLIKO_SERVE_USER_CACHE / _IDLE exits 2 here, before any worker
-    limits = Limits(header_timeout, keep_alive, max_connections, max_header_bytes)
     try:
         started = run(
-            options, host=host, port=port, workers=workers, grace=grace, ready=_ready, limits=limits
+            options,
+            host=host,
+            port=listen.port,
+            workers=workers,
+            grace=grace,
+            ready=_ready,
+            limits=DEFAULT_LIMITS if limits is None else limits,
         )
     except OSError as exc:
-        raise bind_error(exc, host, port) from None
+        raise bind_error(exc, host, listen.port) from None
     if not started:
         raise FolikoError("the server did not start (see the error above)")
     sys.exit(0)

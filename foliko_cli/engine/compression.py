@@ -135,12 +135,14 @@ class Compressor:
         deadline: float | None = None,
         *,
         force: bool = False,
+        above: int | None = None,
         spent: dict[str, int] | None = None,
         made: list[dict[str, Any]] | None = None,
     ) -> bool:
-        """Compress when the request would pass THRESHOLD of the budget (or ``force``:
-        the server said the request does not fit). The summarising call's usage
-        is added to ``spent``, the compaction appended to ``made``.
+        """Compress when the request would pass THRESHOLD of the budget or ``above``
+        tokens (or ``force``: the server said the request does not fit). The
+        summarising call's usage is added to ``spent``, the compaction appended
+        to ``made``.
 
         The verbatim tail takes at most KEEP_SHARE and the summary SUMMARY_SHARE
         of the room the system prompt and tools leave, so a compressed request
@@ -149,10 +151,12 @@ class Compressor:
         prompt, messages = self.view(session, system)
         total = self.tokens(prompt, messages)
         session.compression_state["last_token_count"] = total
-        if total <= self.budget * THRESHOLD and not force:
+        limit = self.budget * THRESHOLD if above is None else min(above, self.budget * THRESHOLD)
+        if total <= limit and not force:
             return False
         covered = self._start(session)
-        cut = self._cut(session.messages, covered, self.room(system))
+        room = self.room(system) if above is None else min(above, self.room(system))
+        cut = self._cut(session.messages, covered, room)
         entry = await self._fold(session, system, model, covered, cut, deadline, "auto")
         if entry is None:
             return False

@@ -380,8 +380,15 @@ class Framework(EventEmitter):
         )
 
     async def execute_tool(
-        self, name: str, arguments: Any, offered: Mapping[str, Tool] | None = None
+        self,
+        name: str,
+        arguments: Any,
+        offered: Mapping[str, Tool] | None = None,
+        *,
+        typed: bool = False,
     ) -> ToolResult:
-        """Run tool ``name``; with ``offered``, only one of those (any other is unknown)."""
+        """Run tool ``name``; with ``offered``, only one of those (any other is
+        unknown); ``typed``: the user wrote the call (see ToolContext)."""
         tools = self.resolve_tools() if offered is None else offered
-        return await run_tool(tools.get(name), name, arguments, self.tool_context())
+        context = self.tool_context()._replace(typed=typed)
+        return await run_tool(tools.get(name), name, arguments, context)

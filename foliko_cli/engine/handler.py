@@ -32,6 +32,7 @@ from foliko_cli.errors import (
     TurnTimeoutError,
     UsageError,
 )
+from foliko_cli.messages.item_numbers import offset_of
 from foliko_cli.messages.record import SessionRecord, SessionState, clear_record, new_metadata
 from foliko_cli.models.base import (
     ModelProvider,
@@ -429,18 +430,25 @@ class AgentChatHandler:
         request: RequestContext,
         *,
         force: bool = False,
-        spent: dict[str, int] | None = None,
-        made: list[dict[str, Any]] | None = None,
+        above: int | None = None,
+        spent: dict[str, int],
+        made: list[dict[str, Any]],
+        events: TurnEvents | None = None,
     ) -> bool:
-        return await self.compressor.compress_if_needed(
+        """Compress if needed; each compaction made is also a ``compaction`` event."""
+        done = await self.compressor.compress_if_needed(
             session,
             system,
             self.model,
             time.monotonic() + request.remaining(),
             force=force,
+            above=above,
             spent=spent,
             made=made,
         )
+        if done:
+            await _emit(events, {"type": "compaction", "summary": made[-1]["summary"]})
+        return done
 
     async def _call_within_window(
         self,
@@ -468,7 +476,9 @@ class AgentChatHandler:
             if exc.window:
                 self.model.remember_context_window(exc.window, self.framework.home)
             self.compressor.budget = min(self.compressor.budget, window)
-            await self._compress(session, system, request, force=True, spent=spent, made=made)
+            await self._compress(
+                session, system, request, force=True, spent=spent, made=made, events=events
+            )
             model_request = self.model_request(
                 session, system, specs, request, options, turn.schema
             )
@@ -572,9 +582,11 @@ class AgentChatHandler:
         client_tools: set[str],
         events: TurnEvents | None,
         add: Callable[[dict[str, Any]], None],
+        failed: list[str],
     ) -> bool:
         """Run the calls the model asked for, adding each result; True when one
-        was the client's (the turn hands it back)."""
+        was the client's (the turn hands it back). The error of each call the
+        user typed that failed is added to ``failed``."""
         handed_back = False
         for call in response.tool_calls:
             if call.name in client_tools:
@@ -583,7 +595,11 @@ class AgentChatHandler:
             require_loop("running a tool")  # a tool may wait on anything
             called = {"id": call.id, "name": call.name, "arguments": call.arguments}
             await _emit(events, {"type": "tool_call", **called})
-            result = await self.framework.execute_tool(call.name, call.arguments, tools)
+            result = await self.framework.execute_tool(
+                call.name, call.arguments, tools, typed=call.typed
+            )
+            if call.typed and result.is_error:
+                failed.append(f"{call.name}: {result.content}")
             tool_message: dict[str, Any] = {
                 "role": "tool",
                 "content": result.content,
@@ -619,7 +635,8 @@ class AgentChatHandler:
         first = len(session.messages)
         compressed_before = session.compression_state.get("last_compressed_at")
         if turn.on_start is not None:
-            turn.on_start(session.message_offset + first)
+            position = session.message_offset + first
+            turn.on_start(position, position + offset_of(session.metadata))
         if events is not None:
             events.start(session.message_offset + first)
         annotations = turn.annotations or {}
@@ -665,11 +682,20 @@ class AgentChatHandler:
         session.compression_state.pop("compactions", None)
         response = ModelResponse(text="")
         step = 0
+        failed: list[str] = []
         handed_back = False
         while step < self.max_steps:
             step += 1
             if turn.compress:
-                await self._compress(session, system, request, spent=spent, made=made)
+                await self._compress(
+                    session,
+                    system,
+                    request,
+                    above=turn.compact_above,
+                    spent=spent,
+                    made=made,
+                    events=events,
+                )
             else:
                 model_request = self.model_request(
                     session, system, specs, request, options, turn.schema
@@ -692,10 +718,12 @@ class AgentChatHandler:
             made.clear()
             if not response.tool_calls:
                 break
-            handed_back = await self._run_tool_calls(response, tools, client_tools, events, add)
+            handed_back = await self._run_tool_calls(
+                response, tools, client_tools, events, add, failed
+            )
             if handed_back:
                 break
-        return _Steps(response, step, handed_back, usage, compression, options)
+        return _Steps(response, step, handed_back, usage, compression, options, tuple(failed))
 
     def _result(
         self,
@@ -732,6 +760,7 @@ class AgentChatHandler:
             cost=turn_cost(summed(usage, compression), self.model.price),
             max_tokens=self.reply_bound(steps.options),
             compressed=compressed,
+            typed_failures=steps.typed_failures,
         )
 
     async def _call_model(self, request: ModelRequest, events: TurnEvents | None) -> ModelResponse:
@@ -751,7 +780,8 @@ class AgentChatHandler:
 class _Steps(NamedTuple):
     """What a turn's model calls came to: the last ``response``, how many
     ``calls``, whether a client tool ``handed_back`` the turn, the replies'
-    ``usage`` and the ``compression``'s, and the options the last call had."""
+    ``usage`` and the ``compression``'s, the options the last call had, and
+    the errors of the calls the user typed that failed."""
 
     response: ModelResponse
     calls: int
@@ -759,6 +789,7 @@ class _Steps(NamedTuple):
     usage: dict[str, int]
     compression: dict[str, int]
     options: Mapping[str, Any]
+    typed_failures: tuple[str, ...] = ()
 
 
 def _never(session_id: str) -> bool:

@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 
 
 class ToolContext(NamedTuple):
-    """What a running tool may see: the turn's three layers, nothing more."""
+    """What a running tool may see: the turn's three layers, and whether the
+    user typed the call (``/tool``: no approval is asked for it)."""
 
     session: SessionContext | None = None
     request: RequestContext | None = None
     agent: AgentContext | None = None
+    typed: bool = False
 
 
 ToolFunction = Callable[[dict[str, Any], ToolContext], Any | Awaitable[Any]]

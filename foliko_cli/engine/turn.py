@@ -50,6 +50,9 @@ class TurnResult(NamedTuple):
     compressed: Mapping[str, Any] | None = None
     """When the turn compressed the history: its ``method`` (``summary`` or
     ``truncation``), the messages it ``covered`` and the ``window`` it fit."""
+    typed_failures: tuple[str, ...] = ()
+    """``NAME: error`` for each call the user typed (``/tool``) that failed or
+    was refused: the turn is saved, but what it was asked did not happen."""
 
     def to_dict(self) -> dict[str, Any]:
         return self._asdict()
@@ -86,7 +89,8 @@ class TurnRequest(NamedTuple):
     turn only (a client tool of the same name wins over either).
     ``annotations`` are keys stored on the turn's first message, for the
     caller to find the turn again (never sent to the model). ``on_start`` gets
-    the history position of the turn's first message, ``on_message`` each
+    the history position of the turn's first message and its item number
+    (messages/item_numbers.py; the turn's messages follow it), ``on_message`` each
     message the turn adds and its position, ``on_finish`` the messages it
     wrote (before they are saved); ``on_done`` is awaited with the result once
     the turn is saved, in the turn's own task (a streamed turn runs it even
@@ -109,6 +113,7 @@ class TurnRequest(NamedTuple):
     options: Mapping[str, Any] | None = None
     schema: Mapping[str, Any] | None = None
     compress: bool = True
+    compact_above: int | None = None
     request: RequestContext | None = None
     messages: Sequence[dict[str, Any]] = ()
     instructions: str | None = None
@@ -118,7 +123,7 @@ class TurnRequest(NamedTuple):
     annotations: Mapping[str, Any] | None = None
     start_from: SessionRecord | None = None
     expected_revision: int | None = None
-    on_start: Callable[[int], None] | None = None
+    on_start: Callable[[int, int], None] | None = None
     on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
     on_done: "Callable[[TurnResult], Awaitable[None]] | None" = None
@@ -177,6 +182,7 @@ if TYPE_CHECKING:
         options: Mapping[str, Any] | None
         schema: Mapping[str, Any] | None
         compress: bool
+        compact_above: int | None
         request: RequestContext | None
         messages: Sequence[dict[str, Any]]
         instructions: str | None
@@ -186,7 +192,7 @@ if TYPE_CHECKING:
         annotations: Mapping[str, Any] | None
         start_from: SessionRecord | None
         expected_revision: int | None
-        on_start: Callable[[int], None] | None
+        on_start: Callable[[int, int], None] | None
         on_message: Callable[[int, dict[str, Any]], None] | None
         on_finish: Callable[[list[dict[str, Any]]], None] | None
         on_done: Callable[[TurnResult], Awaitable[None]] | None

@@ -315,6 +315,8 @@ class ServerConnection:
             log_level=log_level(self.name),
         )
         self._client = await stack.enter_async_context(client)
+        if transport.listening is not None:
+            await transport.listening.wait()
         self._tools_changed = anyio.Event()  # a change announced from now on is followed
         self.tools = await self._list_tools(self._client)
 

@@ -222,7 +222,8 @@ class MCPManager:
 
         async def execute(arguments: dict[str, Any], context: Any) -> Any:
             request = getattr(context, "request", None)
-            await self.authorize(connection, tool, exposed, arguments, request)
+            typed = getattr(context, "typed", False)
+            await self.authorize(connection, tool, exposed, arguments, request, typed)
             show = getattr(self.interaction.asker, "progress", None)
 
             async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -254,11 +255,14 @@ class MCPManager:
         exposed: str,
         arguments: dict,
         request: Any = None,
+        typed: bool = False,
     ) -> None:
         """Return when the call may run; else raise the ToolError the model reads.
-        The time the user takes to answer does not count toward ``request``'s timeout."""
+        A call the user typed (``typed``) is theirs to make: approval guards the
+        model's choices. The time the user takes to answer does not count toward
+        ``request``'s timeout."""
         config = connection.config
-        if self.interaction.approve_all or config.approves(tool.name) or tool.read_only:
+        if typed or self.interaction.approve_all or config.approves(tool.name) or tool.read_only:
             return
         asker = self.interaction.asker
         call = ToolCall(config.name, tool.name, exposed, dict(arguments))

@@ -30,6 +30,10 @@ HTTP_CONNECT_TIMEOUT = 30.0
 HTTP_READ_TIMEOUT = 300.0
 
 
+LISTEN_WAIT = 2.0
+"""At most this long, after the handshake, for the server's GET stream to open."""
+
+
 class Transport(NamedTuple):
     """An ``mcp`` transport (an async context manager) and the secrets it carries."""
 
@@ -38,6 +42,49 @@ class Transport(NamedTuple):
     auth: Any = None
     """The OAuth provider (``auth = "oauth"``), whose ``problem`` says why it
     stopped a connection that needs the user's login."""
+    listening: ListenGate | None = None
+    """Over HTTP: whether the server's GET stream has been answered."""
+
+
+class ListenGate:
+    """When the server's own stream (the GET a client opens once a server gave it
+    a session) has been answered, so that foliko's first request follows it.
+
+    The SDK (mcp 2.3, ``streamable_http.post_writer``) opens that stream in a
+    task of its own as the handshake ends, so the first request may reach the
+    server first. A server then cannot tell that GET from the resumption of a
+    request's stream that closed meanwhile (SEP-1699: the resumption carries
+    ``Last-Event-ID``, the fresh stream none): the conformance suite's
+    ``sse-retry`` server answers the request on it, and the client, done,
+    never resumes with ``Last-Event-ID``. Waiting for the stream's answer (a
+    stream, or a 405 from a server without one) before the first request puts
+    them in order. Only a server that gave a session gets a GET stream.
+    """
+
+    def __init__(self, url: str) -> None:
+        import anyio
+        import httpx2
+
+        self.url = httpx2.URL(url)
+        self.session = False
+        self.answered = anyio.Event()
+
+    async def on_response(self, response: Any) -> None:
+        """An ``httpx2`` response hook: called as each response's headers arrive."""
+        request = response.request
+        if request.url != self.url:
+            return
+        if request.method == "GET":
+            self.answered.set()
+        elif response.headers.get("mcp-session-id"):
+            self.session = True
+
+    async def wait(self) -> None:
+        import anyio
+
+        if self.session:
+            with anyio.move_on_after(LISTEN_WAIT):
+                await self.answered.wait()
 
 
 def child_environment(
@@ -108,18 +155,22 @@ def open_transport(
         from foliko_cli.mcp.oauth.provider import build_auth
 
         auth = build_auth(config, home or load_settings().home, login)
+    url = config.url or ""
+    gate = ListenGate(url)
     client = httpx2.AsyncClient(
         headers=headers,
         auth=auth,
         timeout=httpx2.Timeout(HTTP_CONNECT_TIMEOUT, read=HTTP_READ_TIMEOUT),
+        event_hooks={"response": [gate.on_response]},
     )
     from urllib.parse import urlsplit
 
-    url = config.url or ""
     parts = urlsplit(url)
     credentials = [value.partition(" ")[2] for value in headers.values()]  # after "Bearer"
     secrets = (*headers.values(), *credentials, parts.password or "", parts.query)
-    return Transport(_http_streams(url, client), tuple(s for s in secrets if s), auth)
+    if auth is not None and auth.secret:
+        secrets = (*secrets, auth.secret)
+    return Transport(_http_streams(url, client), tuple(s for s in secrets if s), auth, gate)
 
 
 def transport_secrets(secrets: tuple[str, ...], auth: Any) -> tuple[str, ...]:

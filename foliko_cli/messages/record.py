@@ -244,7 +244,12 @@ def relabelled(record: SessionRecord, session_id: str, *, saved_at: int = 0) -> 
 
 
 def clear_record(record: SessionRecord, *, variables: bool = False) -> SessionRecord:
-    """``record`` with its history (and summary) dropped; with ``variables``, those too."""
+    """``record`` with its history (and summary) dropped; with ``variables``, those too.
+    Messages added later are numbered after the dropped ones (item_numbers.py)."""
+    from foliko_cli.messages.item_numbers import offset_after, offset_of
+
+    next_number = len(record.messages) + offset_of(record.metadata)
+    record.metadata = {**record.metadata, **offset_after(next_number, 0)}
     record.messages = []
     record.compression_state = {}
     if variables:

@@ -79,9 +79,14 @@ def check_options(options: Mapping[str, Any]) -> None:
 
 
 class ToolCall(NamedTuple):
+    """A call the reply asks for. ``typed``: the user wrote it (the echo model's
+    ``/tool NAME {...}``), so it is the user's choice, not the model's: it runs
+    without asking for approval, and its failure is the turn's."""
+
     id: str
     name: str
     arguments: Any
+    typed: bool = False
 
 
 class ModelRequest(NamedTuple):

@@ -60,7 +60,8 @@ class EchoModel(ModelProvider):
         command = _TOOL_COMMAND.match(content.strip())
         if command is None:
             return content, []
-        call = ToolCall(new_tool_call_id(), command["name"], _parse_arguments(command["args"]))
+        arguments = _parse_arguments(command["args"])
+        call = ToolCall(new_tool_call_id(), command["name"], arguments, typed=True)
         return "", [call]
 
     @staticmethod

@@ -63,6 +63,7 @@ class ServeOptions(NamedTuple):
     grace: float = 10.0
     allowed_hosts: tuple[str, ...] = ()  # besides loopback and the connection's own address
     allow_origins: tuple[str, ...] = ()  # other sites whose pages may call the server
+    mcp_only: bool = False  # foliko mcp serve --http: /mcp, /healthz and /metrics only
 
     def to_env(self) -> str:
         return orjson.dumps(self._asdict()).decode()
@@ -128,6 +129,28 @@ async def openapi(request: Request):
     return JSON(request.app.state.openapi)
 
 
+def _routes(mcp_route: Route) -> list[Any]:
+    return [
+        # the turns first: each request tries the routes in order
+        *completions.routes,
+        *compaction.routes,
+        *responses.routes,
+        *live_turns.routes,
+        *websocket.routes,
+        HEALTHZ,
+        Route("/openapi.json", openapi, methods=["GET"]),
+        *page.routes,
+        *conversations.routes,
+        *stored_completions.routes,
+        *session_routes.routes,
+        *session_settings.routes,
+        *search.routes,
+        *trash.routes,
+        mcp_route,
+        METRICS_ROUTE,  # last: routing others tries it never
+    ]
+
+
 def create_app(options: ServeOptions | None = None) -> Starlette:
     options = options or ServeOptions()
     keys = None
@@ -150,26 +173,10 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
             finally:
                 await app.state.services.aclose()
 
+    mcp_route = Route("/mcp", mcp, methods=["POST"])  # stateless: no GET stream, no DELETE
+    routes = [mcp_route, HEALTHZ, METRICS_ROUTE] if options.mcp_only else _routes(mcp_route)
     app = Starlette(
-        routes=[
-            # the turns first: each request tries the routes in order
-            *completions.routes,
-            *compaction.routes,
-            *responses.routes,
-            *live_turns.routes,
-            *websocket.routes,
-            HEALTHZ,
-            Route("/openapi.json", openapi, methods=["GET"]),
-            *page.routes,
-            *conversations.routes,
-            *stored_completions.routes,
-            *session_routes.routes,
-            *session_settings.routes,
-            *search.routes,
-            *trash.routes,
-            Route("/mcp", mcp, methods=["POST"]),  # stateless: no GET stream, no DELETE
-            METRICS_ROUTE,  # last: routing others tries it never
-        ],
+        routes=routes,
         exception_handlers={
             QuotaExceeded: quota_response,
             ApiError: _api_error,

@@ -13,7 +13,7 @@ variables hold
   ``incomplete``, ``failed`` or ``cancelled``;
 - ``events``: the stream's events so far, when it was created with
   ``stream: true`` (what ``GET ?stream=true&starting_after=N`` replays);
-- ``turn``: the session and position of the turn's messages, once it started;
+- ``turn``: the session and the item number of the turn's first message, once it started;
 - ``heartbeat``: when the worker running the turn last wrote (ms);
 - ``cancel``: set by any worker asked to cancel it; ``finished_at`` (ms).
 
@@ -63,6 +63,7 @@ from starlette.requests import Request
 from foliko_cli.common.clock import now_ms
 from foliko_cli.common.poll import poll
 from foliko_cli.errors import ConflictError
+from foliko_cli.messages.item_numbers import number_of, offset_of
 from foliko_cli.messages.record import SessionState, new_metadata
 from foliko_cli.serve import ids
 from foliko_cli.serve.common import keep_service, service
@@ -154,14 +155,16 @@ async def _update(
         return {**variables, "revision": revision}
 
 
-async def _turn_position(svc: AsyncFoliko, session_id: str, request_id: str) -> int | None:
-    """Where request ``request_id``'s turn begins in ``session_id``, if it was saved."""
+async def _turn_number(svc: AsyncFoliko, session_id: str, request_id: str) -> int | None:
+    """The item number of request ``request_id``'s turn's first message in
+    ``session_id``, if it was saved."""
     record = await svc.storage.load(session_id)
     if record is None:
         return None
+    offset = offset_of(record.metadata)
     for index, message in enumerate(record.messages):
         if message.get("request_id") == request_id:
-            return record.first_seq + index
+            return number_of(message, record.first_seq + index, offset)
     return None
 
 
@@ -222,7 +225,7 @@ class Run:
 
     async def _run_turn(self, turn: Turn, options, model, services, hooks: Hooks) -> None:
         events = await turn.stream(services)
-        self.turn_at = {"session": turn.session_id, "position": turn.start}
+        self.turn_at = {"session": turn.session_id, "number": turn.first_item}
         async for event in response_events(turn, events, options, model, hooks.finished):
             if "response" in event:
                 event["response"] = self.response = _named(event["response"], self.id)
@@ -379,10 +382,10 @@ async def _settle(
     saved after all, else failed (cancelled when a cancel was asked)."""
     request_id, planned = ids.parse_background_id(response_id) or ("", "")
     session_id = (variables.get("turn") or {}).get("session") or planned
-    position = await _turn_position(svc, session_id, request_id)
+    number = await _turn_number(svc, session_id, request_id)
     response = variables["response"]
-    if position is not None:
-        turn_id = ids.response_id(ids.scope_of(session_id), position)
+    if number is not None:
+        turn_id = ids.response_id(ids.scope_of(session_id), number)
         stored = msgspec.to_builtins(await hooks.stored(svc, turn_id))
         response = _named({**stored, **_echoed(response), "status": stored["status"]}, response_id)
         ending: dict[str, Any] = {"type": f"response.{response['status']}", "response": response}
@@ -396,7 +399,7 @@ async def _settle(
         }
         response = {**response, "status": "failed", "error": failure}
         ending = {"type": "response.failed", "response": response}
-    turn_at = {"session": session_id, "position": position} if position is not None else None
+    turn_at = {"session": session_id, "number": number} if number is not None else None
 
     def change(current: dict[str, Any]) -> bool:
         if not _stale(current):
@@ -540,7 +543,7 @@ async def cancel(request: Request, hooks: Hooks) -> dict[str, Any]:
 
 
 async def stored_id(svc: AsyncFoliko, response_id: str) -> str:
-    """The ``resp_P_S`` id of a finished background response's turn; a 404 when
+    """The ``resp_N_S`` id of a finished background response's turn; a 404 when
     it saved nothing, a 400 while it runs."""
     request_id, planned = ids.parse_background_id(response_id) or ("", "")
     missing = ids.response_not_found(response_id)
@@ -556,9 +559,10 @@ async def stored_id(svc: AsyncFoliko, response_id: str) -> str:
             )
         if status not in SAVED or not state.get("turn"):
             raise missing
-        session_id, position = state["turn"]["session"], state["turn"]["position"]
-        return ids.response_id(ids.scope_of(session_id), position)
-    found = await _turn_position(svc, planned, request_id)
+        turn = state["turn"]
+        number = turn["number"] if "number" in turn else turn["position"]
+        return ids.response_id(ids.scope_of(turn["session"]), number)
+    found = await _turn_number(svc, planned, request_id)
     if found is None:
         raise missing
     return ids.response_id(ids.scope_of(planned), found)

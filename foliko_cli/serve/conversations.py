@@ -12,6 +12,7 @@ from typing import Any
 from starlette.requests import Request
 
 from foliko_cli.common.clock import now_ms
+from foliko_cli.messages.item_numbers import ITEM, offset_of, position_of
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
@@ -99,7 +100,8 @@ async def delete_conversation(request: Request):
 
 
 def _items(record: SessionRecord) -> list[Item]:
-    return it.history_items(record.messages, 0, ids.scope_of(record.session_id))
+    scope = ids.scope_of(record.session_id)
+    return it.history_items(record.messages, 0, scope, offset_of(record.metadata))
 
 
 @api.get(_ONE + "/items", query=ItemsQuery, answer=Page[Item])
@@ -109,17 +111,15 @@ async def list_items(request: Request, query: ItemsQuery):
     return page_of(_items(record), query, "item")
 
 
-def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, Item]:
+def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, int, Item]:
+    """The item ``wanted``, what its id says, and its message's position."""
     ref = ids.parse_item_id(wanted)
-    if (
-        ref is not None
-        and ref.session_id == record.session_id
-        and ref.position < len(record.messages)
-    ):
-        scope = ids.scope_of(record.session_id)
-        for item in it.message_items(record.messages[ref.position], ref.position, scope):
-            if item.id == wanted:
-                return ref, item
+    if ref is not None and ref.session_id == record.session_id:
+        offset = offset_of(record.metadata)
+        item = it.item_in(record.messages, offset, ref, wanted)
+        position = position_of(record.messages, ref.number, offset)
+        if item is not None and position is not None:
+            return ref, position, item
     shown = wanted if len(wanted) <= 200 else "(this id)"
     raise ApiError(404, f"no item {shown!r} in this conversation", code="not_found")
 
@@ -131,23 +131,24 @@ _ITEM = _ONE + "/items/{item_id:id}"
 async def get_item(request: Request):
     """One item of a conversation."""
     record = await service(request).get_session(_id(request))
-    return _item_at(record, request.path_params["item_id"])[1]
+    return _item_at(record, request.path_params["item_id"])[2]
 
 
 @api.delete(_ITEM, answer=Conversation)
 async def delete_item(request: Request):
-    """Remove an item (the items after a removed message move up).
+    """Remove an item; no other item's id changes.
 
     Take one item out of the conversation: a message, or one function call
-    of an assistant message (its other calls and its text stay). The items
-    after a removed message move up one position, so their ids change."""
+    of an assistant message (its other calls and its text stay). Every item
+    keeps its id for its whole life (the message keeps its item number, each
+    call its index), and no item added later is given a removed one's."""
     svc = service(request)
     record = await svc.get_session(_id(request))
-    ref, _ = _item_at(record, request.path_params["item_id"])
-    message = dict(record.messages[ref.position])
-    calls = list(message.get("tool_calls") or [])
+    ref, position, _ = _item_at(record, request.path_params["item_id"])
+    message = {**record.messages[position], ITEM: ref.number}
+    calls = [{**call, ITEM: index} for index, call in it.indexed_calls(message)]
     if ref.kind == "fc":
-        del calls[ref.call_index]
+        calls = [call for call in calls if call[ITEM] != ref.call_index]
     elif message.get("role") == "assistant" and calls:
         message["content"] = ""
     else:
@@ -159,7 +160,7 @@ async def delete_item(request: Request):
         message.pop("tool_calls", None)
     keep = [message] if message and (message.get("content") or calls) else []
     record = await svc.splice_messages(
-        record.session_id, ref.position, 1, keep, expected_revision=record.revision
+        record.session_id, position, 1, keep, expected_revision=record.revision
     )
     return conversation_object(record)
 

@@ -1,17 +1,19 @@
 """The ids ``foliko serve`` hands out, and reading them back.
 
-Every id is derived from where the thing is stored, so it is the same on
-every read, on every worker and after a restart, and nothing else has to be
-kept. A stored session's *scope* is its id in unpadded base64url; an item or
-response id carries its session's scope, so any id can be resolved on its
-own (an ``item_reference`` to another conversation's item works):
+Every id is derived from what is stored, so it is the same on every read,
+on every worker and after a restart or a migration, and nothing else has to
+be kept. A stored session's *scope* is its id in unpadded base64url; an item
+or response id carries its session's scope, so any id can be resolved on its
+own (an ``item_reference`` to another conversation's item works). N is a
+message's item number (messages/item_numbers.py), which it keeps for its
+whole life: deleting, compacting or forking renames no other item.
 
-- ``resp_P_SCOPE``: the turn whose first message sits at position P;
+- ``resp_N_SCOPE``: the turn whose first message is N;
 - ``resp_bgR_SCOPE``: a background response: the turn request R writes in
-  SCOPE's session (its position is known only once it runs; background.py);
-- ``msg_P_SCOPE``: the message at P; ``fco_P_SCOPE``: a tool message
-  (a function call's output); ``fc_P_K_SCOPE``: the K-th function call of
-  the assistant message at P.
+  SCOPE's session (its number is known only once it runs; background.py);
+- ``msg_N_SCOPE``: the message N; ``fco_N_SCOPE``: a tool message
+  (a function call's output); ``fc_N_K_SCOPE``: the K-th function call of
+  the assistant message N; ``cmp_N_SCOPE``: the compaction made for reply N.
 
 What is not stored (``store: false``, a Chat Completion) gets ids in a
 scope of its own (``~`` and random hex) that resolve to nothing.
@@ -58,8 +60,8 @@ def _number(text: str) -> int | None:
 # responses
 
 
-def response_id(scope: str, position: int) -> str:
-    return f"resp_{position}_{scope}"
+def response_id(scope: str, number: int) -> str:
+    return f"resp_{number}_{scope}"
 
 
 def response_not_found(value: Any) -> ApiError:
@@ -68,7 +70,7 @@ def response_not_found(value: Any) -> ApiError:
 
 
 def parse_response_id(value: Any) -> tuple[str, int]:
-    """(session id, position) of a stored response; a 404 ApiError for anything else."""
+    """(session id, item number) of a stored response; a 404 ApiError for anything else."""
     if isinstance(value, str) and value.startswith("resp_"):
         position, _, scope = value[5:].partition("_")
         number, session_id = _number(position), session_of(scope)
@@ -97,16 +99,22 @@ def parse_background_id(value: Any) -> tuple[str, str] | None:
 class ItemRef(NamedTuple):
     kind: str  # "msg", "fc" or "fco"
     session_id: str
-    position: int
+    number: int  # the message's item number
     call_index: int  # the call's index for "fc", else 0
 
 
-def message_item_id(scope: str, position: int, role: str | None = None) -> str:
-    return f"{'fco' if role == 'tool' else 'msg'}_{position}_{scope}"
+def message_item_id(scope: str, number: int, role: str | None = None) -> str:
+    return f"{'fco' if role == 'tool' else 'msg'}_{number}_{scope}"
 
 
-def call_item_id(scope: str, position: int, index: int) -> str:
-    return f"fc_{position}_{index}_{scope}"
+def compaction_item_id(scope: str, number: int) -> str:
+    """The compaction recorded on the reply ``number`` (not an item of its
+    conversation: it cannot be referred to)."""
+    return f"cmp_{number}_{scope}"
+
+
+def call_item_id(scope: str, number: int, index: int) -> str:
+    return f"fc_{number}_{index}_{scope}"
 
 
 def parse_item_id(value: Any) -> ItemRef | None:

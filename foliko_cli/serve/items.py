@@ -16,11 +16,14 @@ import msgspec
 import orjson
 
 from foliko_cli.messages.attachments import unavailable
+from foliko_cli.messages.item_numbers import ITEM, number_of, position_of
 from foliko_cli.serve import ids
 from foliko_cli.serve.chat_types import CalledFunction, ChatPart, ToolCall
+from foliko_cli.serve.compaction_item import compaction_item
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.images import data_url, image_part
 from foliko_cli.serve.openai_types import (
+    CompactionItem,
     Content,
     ContentPart,
     FunctionCallItem,
@@ -31,6 +34,7 @@ from foliko_cli.serve.openai_types import (
     InputText,
     Item,
     MessageItem,
+    OutputItem,
     OutputText,
     Status,
     Usage,
@@ -79,17 +83,18 @@ def tool_call(call: dict[str, Any]) -> ToolCall:
     return ToolCall(id=call["id"], function=CalledFunction(name=call["name"], arguments=arguments))
 
 
-def message_items(message: dict[str, Any], position: int, scope: str) -> list[Item]:
+def message_items(message: dict[str, Any], number: int, scope: str) -> list[Item]:
+    """The items of the message whose item number is ``number``."""
     role = message.get("role")
     content = str(message.get("content", ""))
     if role == "tool":
-        item_id = ids.message_item_id(scope, position, "tool")
+        item_id = ids.message_item_id(scope, number, "tool")
         call_id = message.get("tool_call_id") or ""
         return [FunctionCallOutputItem(id=item_id, call_id=call_id, output=content)]
     items: list[Item] = []
     text = None
     if content or role != "assistant" or not message.get("tool_calls"):
-        text = text_item(ids.message_item_id(scope, position), str(role), content)
+        text = text_item(ids.message_item_id(scope, number), str(role), content)
         items.append(text)
     for image in message.get("attachments") or ():
         if image.get("type") == "image" and text is not None:
@@ -97,13 +102,30 @@ def message_items(message: dict[str, Any], position: int, scope: str) -> list[It
             text.content.append(
                 InputImage(image_url=url) if url is not None else InputText(text=unavailable(image))
             )
-    for index, call in enumerate(message.get("tool_calls") or []):
-        items.append(function_call_item(ids.call_item_id(scope, position, index), call))
+    for index, call in indexed_calls(message):
+        items.append(function_call_item(ids.call_item_id(scope, number, index), call))
     return items
 
 
-def history_items(messages: list[dict[str, Any]], first: int, scope: str) -> list[Item]:
-    return [item for i, m in enumerate(messages) for item in message_items(m, first + i, scope)]
+def indexed_calls(message: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """A message's function calls, each with its index among them (kept by a
+    call whose earlier siblings were deleted)."""
+    return [
+        (call[ITEM] if type(call.get(ITEM)) is int else index, call)
+        for index, call in enumerate(message.get("tool_calls") or [])
+    ]
+
+
+def history_items(
+    messages: list[dict[str, Any]], first: int, scope: str, offset: int = 0
+) -> list[Item]:
+    """The items of ``messages``, the first at position ``first`` of a session
+    whose ``item_offset`` is ``offset``."""
+    return [
+        item
+        for i, m in enumerate(messages)
+        for item in message_items(m, number_of(m, first + i, offset), scope)
+    ]
 
 
 def output_start(turn: list[dict[str, Any]]) -> int:
@@ -115,27 +137,54 @@ def output_start(turn: list[dict[str, Any]]) -> int:
 
 
 def output_items(
-    outputs: list[dict[str, Any]], first: int, scope: str, namespaces: dict[str, str] | None = None
-) -> list[Item]:
-    """What a response returns: the model's text, and the function calls no
-    tool message of the turn answered (the client's to run), each with the
-    ``namespace`` its function was offered in."""
+    outputs: list[dict[str, Any]],
+    first: int,
+    scope: str,
+    namespaces: dict[str, str] | None = None,
+    history: tuple[list[dict[str, Any]], int] | None = None,
+    offset: int = 0,
+) -> list[OutputItem]:
+    """What a response returns: a compaction item where the turn compacted the
+    history, the model's text, and the function calls no tool message of the
+    turn answered (the client's to run), each with the ``namespace`` its
+    function was offered in. ``history`` is the session's messages known here
+    and the position of the first (a compaction item carries those it kept);
+    ``offset`` the session's item offset."""
     answered = {m.get("tool_call_id") for m in outputs if m.get("role") == "tool"}
-    items: list[Item] = []
-    for offset, message in enumerate(outputs):
+    items: list[OutputItem] = []
+    for at, message in enumerate(outputs):
         if message.get("role") != "assistant":
             continue
-        position = first + offset
+        position = first + at
+        number = number_of(message, position, offset)
+        compactions = [e for e in message.get("compactions") or () if isinstance(e, dict)]
+        if compactions and compactions[-1].get("summary"):
+            items.append(_compaction(compactions[-1], position, number, scope, history))
         if message.get("content"):
-            item_id = ids.message_item_id(scope, position)
+            item_id = ids.message_item_id(scope, number)
             items.append(text_item(item_id, "assistant", str(message["content"])))
-        for index, call in enumerate(message.get("tool_calls") or []):
+        for index, call in indexed_calls(message):
             if call.get("id") not in answered:
-                item = function_call_item(ids.call_item_id(scope, position, index), call)
+                item = function_call_item(ids.call_item_id(scope, number, index), call)
                 if namespaces and call.get("name") in namespaces:
                     item.namespace = namespaces[call["name"]]
                 items.append(item)
     return items
+
+
+def _compaction(
+    entry: dict[str, Any],
+    position: int,
+    number: int,
+    scope: str,
+    history: tuple[list[dict[str, Any]], int] | None,
+) -> CompactionItem:
+    messages, start = history or ([], position)
+    covered = entry.get("covered")
+    covered = covered if isinstance(covered, int) else position
+    tail = messages[max(0, covered - start) : max(0, position - start)]
+    item_id = ids.compaction_item_id(scope, number)
+    return compaction_item(item_id, str(entry["summary"]), tail)
 
 
 def incomplete_reason(outputs: list[dict[str, Any]]) -> str | None:
@@ -151,7 +200,13 @@ def turn_usage(turn: list[dict[str, Any]]) -> Usage:
     for message in turn:
         for key in spent:
             spent[key] += int((message.get("usage") or {}).get(key, 0) or 0)
-    given, made = spent["input_tokens"], spent["output_tokens"]
+    return usage_of(spent)
+
+
+def usage_of(spent: dict[str, Any]) -> Usage:
+    """A model call's counters (``input_tokens``, ``output_tokens``) as Usage."""
+    given = int(spent.get("input_tokens") or 0)
+    made = int(spent.get("output_tokens") or 0)
     return Usage(input_tokens=given, output_tokens=made, total_tokens=given + made)
 
 
@@ -237,25 +292,36 @@ def input_messages(items: Input, param: str = "input") -> list[dict[str, Any]]:
             else:
                 messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         elif item.type == "compaction":
-            problem = "a compaction item must come first; send the compact output as it came"
+            problem = "a compaction item belongs in the input of a response or a compaction"
             raise ApiError(400, f"{at}: {problem}", param=param)
         elif item.type == "item_reference":
             raise ApiError(400, f"{at}: no stored item {item.id!r}", param=param)
     return messages
 
 
-Loader = Callable[[str], Awaitable[list[dict[str, Any]] | None]]
+Loader = Callable[[str], Awaitable[tuple[list[dict[str, Any]], int] | None]]
+
+
+def item_in(
+    messages: list[dict[str, Any]], offset: int, ref: ids.ItemRef, wanted: str
+) -> Item | None:
+    """The item ``wanted`` (parsed as ``ref``) among a session's messages."""
+    position = position_of(messages, ref.number, offset)
+    if position is None:
+        return None
+    candidates = message_items(messages[position], ref.number, ids.scope_of(ref.session_id))
+    return next((c for c in candidates if c.id == wanted), None)
 
 
 async def resolve_references(items: Input, load: Loader) -> Input:
     """``items`` with each ``item_reference`` replaced by the item it names.
 
-    ``load(session_id)`` returns a session's messages (None: no such
-    session, or not the caller's); a reference to anything else is a 404.
+    ``load(session_id)`` returns a session's messages and item offset (None: no
+    such session, or not the caller's); a reference to anything else is a 404.
     """
     if isinstance(items, str) or all(item.type != "item_reference" for item in items):
         return items
-    histories: dict[str, list[dict[str, Any]] | None] = {}
+    histories: dict[str, tuple[list[dict[str, Any]], int] | None] = {}
     resolved = []
     for index, item in enumerate(items):
         if item.type != "item_reference":
@@ -263,14 +329,11 @@ async def resolve_references(items: Input, load: Loader) -> Input:
             continue
         ref = ids.parse_item_id(item.id)
         found = None
-        if ref is not None:
+        if ref is not None and item.id is not None:
             if ref.session_id not in histories:
                 histories[ref.session_id] = await load(ref.session_id)
-            history = histories[ref.session_id] or []
-            if ref.position < len(history):
-                scope = ids.scope_of(ref.session_id)
-                candidates = message_items(history[ref.position], ref.position, scope)
-                found = next((c for c in candidates if c.id == item.id), None)
+            history, offset = histories[ref.session_id] or ([], 0)
+            found = item_in(history, offset, ref, item.id)
         if found is None:
             shown = item.id if item.id is not None and len(item.id) <= 200 else "(this id)"
             raise ApiError(

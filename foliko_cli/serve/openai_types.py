@@ -148,6 +148,14 @@ class ConversationRef(Struct):
     id: str
 
 
+class ContextManagement(Body, kw_only=True):
+    """``compaction``: compact the history once what a model call would be sent
+    passes ``compact_threshold`` tokens (as well as when the window fills)."""
+
+    type: Literal["compaction"]
+    compact_threshold: Tokens | None = None
+
+
 class ResponseCreate(Body, kw_only=True):
     """One turn (``POST /v1/responses``; a WebSocket's ``response.create``)."""
 
@@ -169,6 +177,7 @@ class ResponseCreate(Body, kw_only=True):
     metadata: Metadata | None = None
     text: TextParam | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    context_management: Annotated[list[ContextManagement], Meta(max_length=1)] | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
@@ -266,6 +275,7 @@ class CompactionItem(Answer, tag_field="type", tag="compaction", kw_only=True):
 
 
 Item = MessageItem | FunctionCallItem | FunctionCallOutputItem
+OutputItem = Item | CompactionItem
 
 
 def _id(row: Any) -> str:
@@ -358,7 +368,7 @@ class Response(Answer, kw_only=True):
     max_tool_calls: int | None
     metadata: dict[str, str]
     model: str
-    output: list[Item]
+    output: list[OutputItem]
     parallel_tool_calls: bool
     previous_response_id: str | None
     prompt: None = None
@@ -398,7 +408,7 @@ class Compacted(Answer, kw_only=True):
     id: str
     object: Literal["response.compaction"] = "response.compaction"
     created_at: int
-    output: list[MessageItem | FunctionCallItem | FunctionCallOutputItem | CompactionItem]
+    output: list[OutputItem]
     usage: Usage
 
 

@@ -19,8 +19,9 @@ import msgspec
 
 from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
+from foliko_cli.serve.compaction_item import compaction_item
 from foliko_cli.serve.errors import SHUTTING_DOWN, error_event
-from foliko_cli.serve.openai_types import FunctionCallItem, Item, MessageItem, Response
+from foliko_cli.serve.openai_types import CompactionItem, FunctionCallItem, MessageItem, Response
 from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.turns import Turn
@@ -97,6 +98,8 @@ async def response_events(
     final = finished(turn, options, model)
     for chunk in out.function_calls(final.output):
         yield chunk
+    for chunk in out.compactions_done(final.output):
+        yield chunk
     kind = "response.incomplete" if final.status == "incomplete" else "response.completed"
     yield out.event(kind, response=final)
 
@@ -113,6 +116,7 @@ class _ResponseEvents:
         self.output_index = 0
         self.open_item: MessageItem | None = None
         self.text = ""
+        self.compacted: dict[str, int] = {}  # compaction item id: its output index
 
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
         return {"type": kind, "sequence_number": next(self.sequence), **fields}
@@ -123,6 +127,8 @@ class _ResponseEvents:
             return self.delta(item["text"])
         if item["type"] == "tool_call":
             return self.close_text()
+        if item["type"] == "compaction":
+            return self.compaction(item.get("summary") or "")
         if item["type"] == "tool_result":
             # The next assistant message follows this call's tool message.
             self.position = self.turn.tool_positions.get(item["id"], self.position) + 1
@@ -131,7 +137,7 @@ class _ResponseEvents:
     def delta(self, text: str) -> list[dict[str, Any]]:
         out = []
         if self.open_item is None:
-            item_id = ids.message_item_id(self.turn.scope, self.position)
+            item_id = ids.message_item_id(self.turn.scope, self.turn.number(self.position))
             self.open_item = MessageItem(
                 id=item_id, status="in_progress", role="assistant", content=[]
             )
@@ -171,7 +177,27 @@ class _ResponseEvents:
         self.output_index += 1
         return out
 
-    def function_calls(self, output: list[Item]) -> list[dict[str, Any]]:
+    def compaction(self, summary: str) -> list[dict[str, Any]]:
+        """A compaction item as the turn compacts; it is done once the turn is
+        (its content then carries the messages kept verbatim too)."""
+        out = self.close_text()
+        number = self.turn.number(self.position)
+        item = compaction_item(ids.compaction_item_id(self.turn.scope, number), summary)
+        self.compacted[item.id] = self.output_index
+        out.append(
+            self.event("response.output_item.added", output_index=self.output_index, item=item)
+        )
+        self.output_index += 1
+        return out
+
+    def compactions_done(self, output: list[Any]) -> list[dict[str, Any]]:
+        return [
+            self.event("response.output_item.done", output_index=self.compacted[item.id], item=item)
+            for item in output
+            if isinstance(item, CompactionItem) and item.id in self.compacted
+        ]
+
+    def function_calls(self, output: list[Any]) -> list[dict[str, Any]]:
         """The calls the client runs, each streamed whole once the turn has ended."""
         out = []
         for item in output:

@@ -23,7 +23,9 @@ from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.access_log import LOG_SESSION
 from foliko_cli.serve.common import request_context, service
-from foliko_cli.serve.compaction import split_compaction
+from foliko_cli.serve.compaction import Carried, split_compaction
+from foliko_cli.serve.compaction_item import compact_threshold
+from foliko_cli.serve.conversations import stamped
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
@@ -77,15 +79,21 @@ async def plan_turn(
     options["namespaces"] = namespaces_of(body.tools)
     if conversation and previous:
         raise ApiError(400, "give conversation or previous_response_id, not both", param="input")
-    summary, text, extra, attachments = await _input(svc, body.input, conversation or previous)
+    carried, text, extra, attachments = await _input(svc, body.input, conversation or previous)
     place = await _place(svc, conversation, previous, remembered, body.store, extra)
-    if summary is not None:
-        compressed = {"summary": summary, "covered": 0}
+    if carried is not None:
+        it.name_tool_outputs(carried.messages, [])
+        place.history = stamped(request, carried.messages)
+        compressed = {"summary": carried.summary, "covered": len(carried.covered)}
         start = SessionRecord(
-            place.session_id, metadata=new_metadata(), compression_state=compressed
+            place.session_id,
+            messages=place.history,
+            metadata=new_metadata(),
+            compression_state=compressed,
         )
         place.target = {"start_from": start, "expected_revision": 0}
     it.name_tool_outputs(extra, place.history)
+    threshold = compact_threshold(body.context_management)
     turn_options = {
         "model": body.model,
         "instructions": body.instructions,
@@ -96,7 +104,8 @@ async def plan_turn(
         "attachments": attachments,
         "options": _sampling(body),
         "schema": schema,
-        "compress": body.truncation != "disabled",
+        "compress": body.truncation != "disabled" or threshold is not None,
+        "compact_above": threshold,
         "annotations": {"response": kept_options(options)} if body.store else {},
     }
     if not body.store:
@@ -110,13 +119,13 @@ async def plan_turn(
 
 async def _input(
     svc: AsyncFoliko, raw: Input, continued: str | None
-) -> tuple[str | None, str, list[dict[str, Any]], list[Any]]:
-    """The input's compaction summary (if it starts with one), the user's text,
-    the messages before it and the text's attachments. ``continued``: the
-    conversation or response the input continues."""
+) -> tuple[Carried | None, str, list[dict[str, Any]], list[Any]]:
+    """What the input's compaction item carries (when it has one), the user's
+    text, the messages before it and the text's attachments. ``continued``:
+    the conversation or response the input continues."""
     resolved = await it.resolve_references(raw, lambda s: history_of(svc, s))
-    summary, resolved = split_compaction(resolved)
-    if summary is not None and continued:
+    carried, resolved = split_compaction(resolved)
+    if carried is not None and continued:
         raise ApiError(
             400,
             "a compaction item starts a new conversation; send it without conversation "
@@ -127,9 +136,9 @@ async def _input(
     if not messages:
         raise ApiError(400, "input is empty", param="input")
     if messages[-1]["role"] == "user":
-        return summary, messages[-1]["content"], messages[:-1], attached(messages[-1])
+        return carried, messages[-1]["content"], messages[:-1], attached(messages[-1])
     if messages[-1]["role"] == "tool":
-        return summary, "", messages, []
+        return carried, "", messages, []
     raise ApiError(
         400, "input must end with a user message or a function_call_output", param="input"
     )
@@ -206,7 +215,14 @@ def finished_response(turn: Turn, options: dict[str, Any], model: str | None) ->
     return response_object(
         response_id=turn.response_id,
         session_id=turn.session_id if turn.stored else None,
-        output=it.output_items(outputs, first, turn.scope, options.get("namespaces")),
+        output=it.output_items(
+            outputs,
+            first,
+            turn.scope,
+            options.get("namespaces"),
+            (turn.messages, turn.start),
+            turn.first_item - turn.start,
+        ),
         outputs=outputs,
         model=model or (turn.result.model if turn.result else None),
         options=options,
@@ -238,9 +254,16 @@ async def stored_object(svc: AsyncFoliko, response_id: str) -> Response:
     model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
     asked = found.span[0].get("response") or {}
     return response_object(
-        response_id=ids.response_id(scope, found.start),
+        response_id=ids.response_id(scope, found.number),
         session_id=found.record.session_id,
-        output=it.output_items(found.outputs, first, scope, asked.get("namespaces")),
+        output=it.output_items(
+            found.outputs,
+            first,
+            scope,
+            asked.get("namespaces"),
+            (found.record.messages, 0),
+            found.offset,
+        ),
         outputs=found.outputs,
         model=model,
         options=asked,
@@ -276,7 +299,7 @@ async def delete_response(request: Request):
     found = await stored_response(svc, rid)
 
     def tombstone(metadata: dict[str, Any]) -> dict[str, Any]:
-        return {DELETED_KEY: sorted({*(metadata.get(DELETED_KEY) or ()), found.start})}
+        return {DELETED_KEY: sorted({*(metadata.get(DELETED_KEY) or ()), found.number})}
 
     await svc.update_metadata(found.record.session_id, tombstone)
     return Deleted(id=rid, object="response")
@@ -302,7 +325,8 @@ async def get_input_items(request: Request, query: ItemsQuery):
     """The input items of a response."""
     found = await stored_response(service(request), request.path_params["response_id"])
     scope = ids.scope_of(found.record.session_id)
-    return page_of(it.history_items(found.inputs, found.start, scope), query, "item")
+    items = it.history_items(found.inputs, found.start, scope, found.offset)
+    return page_of(items, query, "item")
 
 
 @api.post("/v1/responses/input_tokens", body=ResponseCreate, answer=InputTokens)

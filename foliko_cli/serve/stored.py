@@ -1,14 +1,16 @@
-"""Stored responses: a response is the turn of a session that its id names.
+"""Stored responses: a response is the turn of a session that its id names
+(by the item number of the turn's first message: messages/item_numbers.py).
 
 A turn's messages share its request id; its output begins at its first
 message a model wrote (see items.py). A deleted response is a tombstone in
-its session's metadata: its messages stay, its conversation's items.
+its session's metadata (that number): its messages stay, its conversation's items.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from foliko_cli.messages.item_numbers import number_of, offset_of, position_of
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
@@ -58,6 +60,8 @@ class StoredResponse:
         self.start = start
         self.span = span
         self.split = it.output_start(span)
+        self.offset = offset_of(record.metadata)
+        self.number = number_of(span[0], start, self.offset) if span else start
 
     @property
     def end(self) -> int:
@@ -76,19 +80,23 @@ async def stored_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse:
     missing = ids.response_not_found(response_id)
     if ids.parse_background_id(response_id) is not None:
         response_id = await background.stored_id(svc, response_id)
-    session_id, start = ids.parse_response_id(response_id)
+    session_id, number = ids.parse_response_id(response_id)
     record = await load_session(svc, session_id, missing)
-    span = turn_span(record.messages, start)
-    found = StoredResponse(record, start, span)
-    if not found.outputs or start in (record.metadata.get(DELETED_KEY) or ()):
+    start = position_of(record.messages, number, offset_of(record.metadata))
+    if start is None:
+        raise missing
+    found = StoredResponse(record, start, turn_span(record.messages, start))
+    if not found.outputs or number in (record.metadata.get(DELETED_KEY) or ()):
         raise missing
     return found
 
 
-async def history_of(svc: AsyncFoliko, session_id: str) -> list[dict[str, Any]] | None:
+async def history_of(svc: AsyncFoliko, session_id: str) -> tuple[list[dict[str, Any]], int] | None:
+    """A session's messages and item offset; None for none the caller may read."""
     from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
 
     try:
-        return (await svc.get_session(session_id)).messages
+        record = await svc.get_session(session_id)
     except (SessionNotFoundError, InvalidSessionIdError):
         return None
+    return record.messages, offset_of(record.metadata)

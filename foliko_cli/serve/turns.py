@@ -31,7 +31,8 @@ class Turn:
     """One turn to run: where (``session_id``; None: on a scratch copy of
     ``scratch``), with what (``asked``), under which RequestContext
     (``context``); after it, ``start`` and ``messages``
-    say where its messages begin and what they are. ``api`` names the API
+    say where its messages begin and what they are, ``first_item`` the item
+    number of the first. ``api`` names the API
     that runs it, for the metrics.
 
     A turn may have a fallback (``fall_back_to``): when its session moved
@@ -57,6 +58,7 @@ class Turn:
         self.context = asked.request or service.request()
         self.asked = asked._replace(request=self.context)
         self.start = 0
+        self.first_item = 0
         self.messages: list[dict[str, Any]] = []
         self.tool_positions: dict[str, int] = {}
         self.result: TurnResult | None = None
@@ -79,7 +81,7 @@ class Turn:
     @property
     def response_id(self) -> str:
         if self.stored and self.session_id is not None:
-            return ids.response_id(self.scope, self.start)
+            return ids.response_id(self.scope, self.first_item)
         return "resp_x" + self._unstored[1:]
 
     @property
@@ -115,8 +117,12 @@ class Turn:
         self.asked = self.asked._replace(expected_revision=None, **target)
         return True
 
-    def _on_start(self, position: int) -> None:
-        self.start = position
+    def _on_start(self, position: int, number: int) -> None:
+        self.start, self.first_item = position, number
+
+    def number(self, position: int) -> int:
+        """The item number of the turn's message at ``position`` (item_numbers.py)."""
+        return position - self.start + self.first_item
 
     def _on_message(self, position: int, message: dict[str, Any]) -> None:
         if message.get("role") == "tool" and message.get("tool_call_id"):

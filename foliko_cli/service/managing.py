@@ -17,6 +17,7 @@ from foliko_cli.errors import (
     VariableNotSetError,
 )
 from foliko_cli.messages.ids import check_session_id, is_internal
+from foliko_cli.messages.item_numbers import offset_after, offset_of, pinned
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -211,6 +212,7 @@ class SessionsMixin(ServiceBase):
     ) -> SessionRecord:
         """Rewrite the history under the session's lock: ``change(messages)`` gives
         the new messages and the position from which the compression no longer holds.
+        Every message keeps its item number (item_numbers.py).
         With ``trash_reason``, the session as it was is kept in the trash."""
         check_session_id(session_id)
 
@@ -219,15 +221,15 @@ class SessionsMixin(ServiceBase):
             if expected_revision is not None and record.revision != expected_revision:
                 raise ConflictError(session_id, expected_revision, record.revision)
             before = record.revision
-            rewritten = SessionRecord(
-                session_id,
-                variables=record.variables,
-                metadata=record.metadata,
-                saved_at=now_ms(),
-            )
-            rewritten.messages, unchanged = change(record.messages)
+            messages, next_number = pinned(record.messages, record.metadata)
+            rewritten = SessionRecord(session_id, variables=record.variables, saved_at=now_ms())
+            rewritten.messages, unchanged = change(messages)
+            rewritten.metadata = {
+                **record.metadata,
+                **offset_after(next_number, len(rewritten.messages)),
+            }
             still = {id(message) for message in rewritten.messages[unchanged:]}
-            dropped = [m for m in record.messages[unchanged:] if id(m) not in still]
+            dropped = [m for m in messages[unchanged:] if id(m) not in still]
             rewritten.compression_state = cut_compression(
                 record.compression_state, unchanged, dropped
             )
@@ -396,9 +398,11 @@ class SessionsMixin(ServiceBase):
         messages: list[dict[str, Any]] | None = None,
         metadata: dict[str, Any] | None = None,
         summary: str | None = None,
+        covered: int = 0,
     ) -> SessionRecord:
         """A new session holding ``messages``; ``metadata`` is merged into its own;
-        ``summary`` stands for a history before them (as a compression's does)."""
+        ``summary`` stands for its first ``covered`` messages and any history
+        before them (as a compression's does)."""
         check_session_id(session_id)
 
         async def work() -> SessionRecord:
@@ -406,7 +410,7 @@ class SessionsMixin(ServiceBase):
                 session_id,
                 messages=list(messages or []),
                 metadata={**new_metadata(), **(metadata or {})},
-                compression_state={"summary": summary, "covered": 0} if summary else None,
+                compression_state={"summary": summary, "covered": covered} if summary else None,
             )
             record.revision = await self.storage.save(record, expected_revision=0)
             return record
@@ -468,14 +472,14 @@ class SessionsMixin(ServiceBase):
 
     async def append_messages(self, session_id: str, messages: list[dict[str, Any]]) -> int:
         """Add ``messages`` (canonical, stamped) after the stored ones; return the
-        position of the first."""
+        item number of the first (item_numbers.py)."""
         check_session_id(session_id)
 
         async def work() -> int:
             record = await capabilities.load_state(self.storage, session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
-            position = record.first_seq
+            position = record.first_seq + offset_of(record.metadata)
             metadata = {**record.metadata, "last_active": now_ms()}
             await self.storage.append(
                 session_id,

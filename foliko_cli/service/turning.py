@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from foliko_cli.common.loop import require_loop
 from foliko_cli.errors import SessionExistsError, UsageError
 from foliko_cli.messages.ids import check_session_id
+from foliko_cli.messages.item_numbers import offset_after, pinned
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.messages.turns import cut_compression, drop_turns
 from foliko_cli.service.base import ServiceBase
@@ -161,11 +162,12 @@ class TurnsMixin(ServiceBase):
             message = str(replaced.get("content") or "")
         else:  # the text attachments were in the content just edited
             parts = tuple(part for part in parts if part.get("type") == "image")
+        messages, next_number = pinned(record.messages, record.metadata)
         start_from = SessionRecord(
             session_id,
-            messages=record.messages[:kept],
+            messages=messages[:kept],
             variables=record.variables,
-            metadata=record.metadata,
+            metadata={**record.metadata, **offset_after(next_number, kept)},
             compression_state=cut_compression(
                 record.compression_state, kept, record.messages[kept:]
             ),

@@ -55,9 +55,10 @@ def offered(invoke, *words: str) -> dict[str, dict]:
     return {tool["name"]: tool for tool in orjson.loads(result.stdout)["tools"]}
 
 
-def reply(invoke, *words: str) -> str:
+def reply(invoke, *words: str, failed: bool = False) -> str:
+    """The reply; ``failed``: the ``/tool`` call the user typed fails (exit 1)."""
     result = invoke("chat", "-s", "s", *words)
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == (1 if failed else 0), result.stderr
     return result.stdout
 
 
@@ -90,7 +91,7 @@ def test_functions_offers_what_the_file_defines_for_that_turn_only(invoke, tools
 
 def test_a_function_runs_in_this_process_and_only_in_its_turn(invoke, tools_file):
     first = reply(invoke, "--functions", "mytools.py", "/tool whose_process")
-    later = reply(invoke, "/tool whose_process")
+    later = reply(invoke, "/tool whose_process", failed=True)
 
     assert first == f"whose_process returned: {os.getpid()}\n"
     assert later == "whose_process returned: error: unknown tool 'whose_process'\n"

@@ -144,7 +144,10 @@ def test_bad_arguments_give_an_error_tool_result_naming_the_problem(
 ):
     project.write_config('tools = ["plugin_pkg.tools:typed"]\n')
     result = chat("s1", tool_call("typed", {**GOOD_ARGS, **change}))
-    assert result.exit_code == 0, result.stderr  # the turn still succeeds
+    assert result.exit_code == 1, (
+        result.stderr
+    )  # the /tool call the user typed failed (the turn is saved)
+    assert "the /tool call failed: typed: error: invalid arguments" in result.stderr
     [message] = tool_messages(show("s1"), "typed")
     assert message["is_error"] is True
     assert message["content"].startswith("error: invalid arguments for 'typed'")
@@ -156,7 +159,7 @@ def test_bad_arguments_give_an_error_tool_result_naming_the_problem(
 def test_a_missing_required_argument_is_named(project, chat, show):
     project.write_config('tools = ["plugin_pkg.tools:typed"]\n')
     args = {k: v for k, v in GOOD_ARGS.items() if k != "mode"}
-    assert chat("s1", tool_call("typed", args)).exit_code == 0
+    assert chat("s1", tool_call("typed", args)).exit_code == 1
     [message] = tool_messages(show("s1"), "typed")
     assert message["is_error"] is True
     assert "'mode' is a required property" in message["content"]
@@ -164,7 +167,7 @@ def test_a_missing_required_argument_is_named(project, chat, show):
 
 def test_arguments_that_are_not_an_object_are_an_error_result(project, chat, show):
     project.write_config('tools = ["plugin_pkg.tools:shout"]\n')
-    assert chat("s1", "/tool shout [1, 2]").exit_code == 0
+    assert chat("s1", "/tool shout [1, 2]").exit_code == 1
     [message] = tool_messages(show("s1"), "shout")
     assert message["is_error"] is True
     assert "must be a JSON object" in message["content"]
@@ -173,7 +176,9 @@ def test_arguments_that_are_not_an_object_are_an_error_result(project, chat, sho
 def test_a_tool_that_raises_gives_an_error_result(project, chat, show):
     project.write_config('tools = ["plugin_pkg.tools:fail_unless"]\n')
     result = chat("s1", tool_call("fail_unless", {"text": "x", "ok": False}))
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, (
+        result.stderr
+    )  # the /tool call the user typed failed (the turn is saved)
     [message] = tool_messages(show("s1"), "fail_unless")
     assert message["is_error"] is True
     assert "ValueError" in message["content"]
@@ -245,7 +250,7 @@ def test_an_entry_point_tool_is_listed_but_off_until_enabled(project, invoke, ch
     assert "tools = [...]" in table.stderr
 
     refused = chat("s1", tool_call("yell", {"text": "hi"}))
-    assert refused.exit_code == 0
+    assert refused.exit_code == 1  # the /tool call the user typed failed (the turn is saved)
     [message] = tool_messages(show("s1"), "yell")
     assert message["is_error"] is True
     assert "unknown tool 'yell'" in message["content"]
@@ -269,7 +274,7 @@ def test_an_entry_point_tool_can_be_enabled_for_one_agent(project, chat, show):
     project.entry_point("yell", "plugin_pkg.tools:shout")
     project.write_config('[agents.loud]\ntools = ["yell"]\n')
     assert chat("s1", tool_call("yell", {"text": "a"}), "--agent", "loud").exit_code == 0
-    assert chat("s1", tool_call("yell", {"text": "b"})).exit_code == 0
+    assert chat("s1", tool_call("yell", {"text": "b"})).exit_code == 1  # not enabled: unknown
     results = tool_messages(show("s1"), "yell")
     assert [m["content"] for m in results] == ["A!", "error: unknown tool 'yell'"]
 

@@ -104,6 +104,12 @@ def text(value: str) -> str:
     return value
 
 
+@server.tool()
+def fail(why: str) -> str:
+    """Fail, saying ``why``."""
+    raise ValueError(why)
+
+
 @server.tool(name="echo__text")
 def echo_text(value: str) -> str:
     """Return ``value`` twice."""

@@ -43,6 +43,21 @@ def invoke():
 
 
 @pytest.fixture
+def chooser(monkeypatch) -> Iterator[str]:
+    """A model whose tool calls are its own choices (``chooses_tools``): what
+    approval is for. The name to pass as ``-m``; the environment points at it."""
+    from models.fake_servers import FakeServer, chooses_tools
+
+    server = FakeServer()
+    server.default = chooses_tools
+    server.start()
+    monkeypatch.setenv("OPENAI_BASE_URL", f"{server.url}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    yield "openai:chooser"
+    server.stop()
+
+
+@pytest.fixture
 def spawn(foliko_home: Path):
     """The installed foliko on a pseudo-terminal (pexpect), in the test's directory."""
     pexpect = pytest.importorskip("pexpect")

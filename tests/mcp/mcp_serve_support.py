@@ -251,3 +251,18 @@ async def exercise_errors(client) -> None:
     ]
     # the server goes on answering
     assert (await call(client, "list_sessions"))["has_more"] is False
+
+
+def assert_extra_hint(line: str, what: str, extra: str) -> None:
+    """``line`` says ``what`` needs ``extra`` and the command that installs it,
+    for the interpreter running foliko (a process's own: the same file as this
+    one, whichever name it went by)."""
+    from foliko_cli.common.extras import install_command
+
+    expected = install_command(extra)
+    assert expected is not None
+    head = f"foliko: error: {what} needs the {extra!r} extra; install it with: "
+    assert line.startswith(head), line
+    python, _, rest = line[len(head) :].partition(" ")
+    assert rest == expected.partition(" ")[2], line
+    assert os.path.samefile(python, expected.partition(" ")[0])

@@ -231,10 +231,10 @@ class SlowUser:
         return Answer("accept", {"colour": "red", "coats": 1})
 
 
-def test_the_time_the_user_takes_counts_toward_no_timeout(tmp_path: Path):
+def test_the_time_the_user_takes_counts_toward_no_timeout(tmp_path: Path, chooser):
     user = SlowUser(seconds=2.5)
     servers = {"u": asking_server(call_timeout=1)}
-    with Foliko("memory", "echo", home=tmp_path, mcp_servers=servers, asker=user) as facade:
+    with Foliko("memory", chooser, home=tmp_path, mcp_servers=servers, asker=user) as facade:
         assert facade.chat("s", "/tool u__look").message == "u__look returned: looked"
         reply = facade.chat("s", "/tool u__paint", timeout=2)
     assert reply.message == 'u__paint returned: accept {"colour":"red","coats":1}'

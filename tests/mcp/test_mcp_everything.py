@@ -90,8 +90,9 @@ def test_the_allow_list_limits_what_the_model_is_offered(everything, invoke):
     ]
     assert offered["everything__get-sum"]["input_schema"]["required"] == ["a", "b"]
     refused = invoke("chat", "-s", "s2", "/tool everything__get-env")
-    assert refused.exit_code == 0, refused.stderr
+    assert refused.exit_code == 1, refused.stderr  # the /tool call the user typed failed
     assert "unknown tool 'everything__get-env'" in refused.stdout
+    assert "the /tool call failed: everything__get-env" in refused.stderr
     listed = orjson.loads(invoke("tools", "list", "--json").stdout)
     assert sorted(r["name"] for r in listed if r["source"] == "mcp everything") == [
         "everything__echo",

@@ -1,6 +1,6 @@
-"""``/mcp`` of ``foliko serve``: the same MCP server over Streamable HTTP, driven
-by the official ``mcp`` client, behind the API keys and the guard of every
-route; each user sees only their own sessions."""
+"""``/mcp`` of ``foliko serve`` and ``foliko mcp serve --http``: the same MCP
+server over Streamable HTTP, driven by the official ``mcp`` client, behind the
+API keys and the guard of every route; each user sees only their own sessions."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from mcp_serve_support import (
     MODES,
     NOT_FOUND,
+    assert_extra_hint,
     call,
     configure,
     exercise,
@@ -24,7 +25,7 @@ from mcp_serve_support import (
     seed,
 )
 from mcp_support import write_config
-from serve.servers import ServeProcess, foliko_env
+from serve.servers import ServeProcess, foliko_env, run_cli
 
 from foliko_cli.service.facade import Foliko
 
@@ -58,10 +59,15 @@ def get(url: str, **options) -> httpx2.Response:
     return httpx2.get(url, timeout=TIMEOUT, **options)
 
 
-@pytest.fixture
-def start(foliko_home: Path, tmp_path: Path) -> Iterator:
-    """Start ``foliko serve ARGS`` (``keyed``: with the API keys above)."""
+COMMANDS = {"serve": ("serve",), "mcp-serve-http": ("mcp", "serve", "--http")}
+
+
+@pytest.fixture(params=sorted(COMMANDS))
+def start(request, foliko_home: Path, tmp_path: Path) -> Iterator:
+    """Start ``foliko serve ARGS``, and ``foliko mcp serve --http ARGS`` (``keyed``:
+    with the API keys above)."""
     started: list[ServeProcess] = []
+    command = COMMANDS[request.param]
 
     def run(*args: str, keyed: bool = True, env: dict[str, str] | None = None) -> ServeProcess:
         if keyed:
@@ -69,10 +75,12 @@ def start(foliko_home: Path, tmp_path: Path) -> Iterator:
             keys.write_text(KEYS)
             keys.chmod(0o600)
             args = ("--api-keys", str(keys), *args)
-        server = ServeProcess(list(args), foliko_env(foliko_home, env), [], home=foliko_home)
+        environment = foliko_env(foliko_home, env)
+        server = ServeProcess(list(args), environment, [], home=foliko_home, command=command)
         started.append(server)
         return server.wait_ready()
 
+    run.command = command  # type: ignore[attr-defined]
     yield run
     for server in started:
         server.kill()
@@ -257,16 +265,44 @@ def test_foliko_uses_another_foliko_as_an_mcp_server(
     assert "buy apples and pears" in reply
 
 
-def test_without_the_mcp_package_it_answers_501(start, tmp_path: Path):
+def test_without_the_mcp_package_it_answers_501(start, tmp_path: Path, foliko_home: Path):
     """An ``mcp`` package that cannot be imported stands in for one not installed;
-    the rest of the server works as ever."""
+    the rest of foliko serve works as ever, and foliko mcp serve --http, which
+    is nothing else, does not start (exit 2, one line)."""
     shadow = tmp_path / "shadow" / "mcp"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'mcp'\")\n")
-    server = start(keyed=False, env={"PYTHONPATH": str(shadow.parent)})
+    env = {"PYTHONPATH": str(shadow.parent)}
+    if start.command[0] == "mcp":
+        refused = run_cli(foliko_home, *start.command, "--port", "0", env=env)
+        assert refused.returncode == 2
+        (line,) = refused.stderr.decode().splitlines()
+        assert_extra_hint(line, "foliko mcp serve", "mcp")
+        return
+    server = start(keyed=False, env=env)
     answer = post(server.url + "/mcp", json=INITIALIZE, headers=ACCEPT)
     assert answer.status_code == 501
     assert answer.json()["error"]["message"] == (
         "the MCP endpoint needs foliko's 'mcp' extra, which this server lacks"
     )
     assert get(server.url + "/healthz").json() == {"status": "ok"}
+
+
+def test_mcp_serve_http_serves_nothing_else(start):
+    server = start()
+    key = {"Authorization": "Bearer key-alice"}
+    answer = post(server.url + "/v1/responses", json={"input": "x"}, headers=key)
+    assert answer.status_code == (404 if start.command[0] == "mcp" else 200)
+    assert get(server.url + "/healthz").json() == {"status": "ok"}
+
+
+def test_listening_options_need_http(foliko_home: Path):
+    for option in (("--port", "9"), ("--host", "0.0.0.0"), ("--api-keys", "keys.toml")):
+        refused = run_cli(foliko_home, "mcp", "serve", *option)
+        assert refused.returncode == 2
+        assert refused.stderr.decode() == (
+            f"foliko: error: {option[0]} is for serving over HTTP; add --http\n"
+        )
+    exposed = run_cli(foliko_home, "mcp", "serve", "--http", "--host", "0.0.0.0", "--port", "0")
+    assert exposed.returncode == 2
+    assert "without --api-keys" in exposed.stderr.decode()

@@ -423,6 +423,33 @@ def openai_stream(
     )
 
 
+def chooses_tools(request: Recorded) -> Reply:
+    """An upstream model that does what the echo model does, as its own choice:
+    a last user message ``/tool NAME {json}`` gets the model's call of NAME (not
+    one the user typed: approval applies), tool results get ``NAME returned:
+    RESULT``, anything else is echoed. Streams when asked to."""
+    messages = request.body.get("messages") or [{}]
+    last = messages[-1]
+    if last.get("role") == "tool":
+        names = {}
+        for message in messages:
+            for call in message.get("tool_calls") or ():
+                names[call["id"]] = call["function"]["name"]
+        results = []
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                break
+            name = names.get(message.get("tool_call_id"), "tool")
+            results.append(f"{name} returned: {message.get('content')}")
+        return openai_stream(["\n".join(reversed(results))])(request)
+    text = str(last.get("content") or "")
+    if text.startswith("/tool "):
+        name, _, arguments = text[6:].strip().partition(" ")
+        call = (f"call_{next(_ids)}", name, orjson.loads(arguments or "{}"))
+        return openai_stream(tool_calls=[call])(request)
+    return openai_stream([text])(request)
+
+
 # Anthropic messages
 
 

@@ -20,11 +20,20 @@ _LISTENING = re.compile(r"listening on (http://\S+)")
 
 
 class ServeProcess:
-    """``foliko [global...] serve --port 0 [args...]``; ``url`` once it listens."""
+    """``foliko [global...] serve --port 0 [args...]`` (or another ``command``
+    that listens as it does); ``url`` once it listens."""
 
-    def __init__(self, args: list[str], env: dict[str, str], global_args: list[str], *, home: Path):
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        global_args: list[str],
+        *,
+        home: Path,
+        command: tuple[str, ...] = ("serve",),
+    ):
         self.home = home
-        self.command = [str(FOLIKO_BIN), *global_args, "serve", "--port", "0", *args]
+        self.command = [str(FOLIKO_BIN), *global_args, *command, "--port", "0", *args]
         self.proc = subprocess.Popen(
             self.command,
             stdin=subprocess.DEVNULL,
@@ -146,12 +155,14 @@ def foliko_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str
     return {**os.environ, "FOLIKO_HOME": str(home), "FOLIKO_MODEL": "echo", **(extra or {})}
 
 
-def run_cli(home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def run_cli(
+    home: Path, *args: str, timeout: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(FOLIKO_BIN), *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
-        env=foliko_env(home),
+        env=foliko_env(home, env),
         timeout=timeout,
     )
 

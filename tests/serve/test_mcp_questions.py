@@ -1,6 +1,7 @@
-"""foliko serve asks no one: an MCP tool call that needs approval is refused
-unless the config approves it, and every elicitation is declined, even where
-the config says ``elicitation = "defaults"``."""
+"""foliko serve asks no one: an MCP tool call the model chose that needs
+approval is refused unless the config approves it (a ``/tool`` the client
+typed is the client's own call), and every elicitation is declined, even
+where the config says ``elicitation = "defaults"``."""
 
 from __future__ import annotations
 
@@ -8,21 +9,24 @@ import sys
 from pathlib import Path
 
 import httpx2 as httpx
+from models.fake_servers import chooses_tools
 
 ASKING_SERVER = Path(__file__).parents[1] / "mcp" / "asking_server.py"
 
 
-def _reply(server, text: str) -> str:
+def _reply(server, text: str, model: str = "openai:chooser") -> str:
     response = httpx.post(
         server.url + "/v1/chat/completions",
-        json={"model": "echo", "messages": [{"role": "user", "content": text}]},
+        json={"model": model, "messages": [{"role": "user", "content": text}]},
         timeout=60,
     )
     assert response.status_code == 200, response.text
     return response.json()["choices"][0]["message"]["content"]
 
 
-def test_serve_refuses_unapproved_calls_and_declines_questions(start_server, tmp_path):
+def test_serve_refuses_unapproved_calls_and_declines_questions(
+    start_server, tmp_path, model_server
+):
     config = tmp_path / "config.toml"
     config.write_text(
         'serve_tools = ["u__note", "u__paint", "u__look"]\n'
@@ -32,7 +36,10 @@ def test_serve_refuses_unapproved_calls_and_declines_questions(start_server, tmp
         'approve = ["paint"]\n'
         'elicitation = "defaults"\n'
     )
-    server = start_server(env={"FOLIKO_CONFIG": str(config)})
+    model_server.default = chooses_tools
+    upstream = {"OPENAI_BASE_URL": f"{model_server.url}/v1", "OPENAI_API_KEY": "sk-test"}
+    server = start_server(env={"FOLIKO_CONFIG": str(config), **upstream})
+    assert _reply(server, '/tool u__note {"text": "y"}', "echo") == "u__note returned: noted y"
     assert _reply(server, '/tool u__note {"text": "x"}') == (
         "u__note returned: error: u__note needs the user's approval and there was no one to "
         "ask; it was not run (the user can approve it in foliko's config)"

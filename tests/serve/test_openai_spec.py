@@ -169,9 +169,18 @@ def _responses(tour: Tour) -> None:
     counted = {"model": "echo", "input": "how many tokens is this?"}
     tour.call("POST", "/responses/input_tokens", "/responses/input_tokens", counted)
     history = [{"role": "user", "content": f"message {i} " * 40} for i in range(30)]
-    tour.call(
+    compacted = tour.call(
         "POST", "/responses/compact", "/responses/compact", {"model": "echo", "input": history}
     )
+    assert compacted["output"][-1]["type"] == "compaction"
+    manage = {"context_management": [{"type": "compaction", "compact_threshold": 1000}]}
+    managed = {"model": "echo", "input": history, **manage}
+    made = tour.call("POST", "/responses", "/responses", managed)
+    assert made["output"][0]["type"] == "compaction"
+    tour.call("GET", f"/responses/{made['id']}", one)
+    tour.call("POST", "/responses", "/responses", {**managed, "stream": True})
+    again = {"model": "echo", "input": [*compacted["output"], {"role": "user", "content": "on"}]}
+    tour.call("POST", "/responses", "/responses", again)
 
 
 def _conversations(tour: Tour) -> None:

@@ -188,6 +188,8 @@ class _Foliko:
                 response = yield outgoing
                 if outgoing is request:
                     self.refused_with = response.status_code
+                elif self.context.auth_server_url is None:
+                    response = await legacy_metadata(outgoing, response)
                 outgoing = await flow.asend(response)
         except StopAsyncIteration:
             return
@@ -212,6 +214,43 @@ class _Foliko:
     async def _refresh_token(self) -> Any:
         self._choose_auth_method()
         return await super()._refresh_token()  # type: ignore[misc]
+
+
+LEGACY_METADATA_PATH = "/.well-known/oauth-authorization-server"
+
+
+async def legacy_metadata(request: Any, response: Any) -> Any:
+    """A 2025-03-26 server's authorization server metadata, as the SDK can use it.
+
+    Without protected resource metadata, the 2025-03-26 specification has the
+    client read the metadata at the MCP server's origin, wherever its
+    authorization server lives (its "authorization base URL" drops the path).
+    So a server whose authorization server sits under a path publishes an
+    ``issuer`` such as ``https://host/oauth`` at
+    ``https://host/.well-known/oauth-authorization-server``, which the SDK
+    (mcp 2.3, ``OAuthClientProvider._auth_flow``, step 2) refuses: it holds
+    the issuer to the origin, as RFC 8414 §3.3 does for path-inserted URLs.
+    On that legacy path only, an issuer on the origin it was read from is
+    taken as that origin's: the answer is handed on with the origin as its
+    issuer, and the login is bound to the origin. Any other answer is handed
+    on as it came.
+    """
+    import httpx2
+
+    url = request.url
+    if response.status_code != 200 or url.path != LEGACY_METADATA_PATH:
+        return response
+    try:
+        await response.aread()
+        metadata = response.json()
+        issuer = httpx2.URL(metadata["issuer"])
+    except (ValueError, KeyError, TypeError, httpx2.InvalidURL):
+        return response
+    origin = f"{url.scheme}://{url.netloc.decode()}"
+    same_origin = (issuer.scheme, issuer.netloc) == (url.scheme, url.netloc)
+    if not same_origin or issuer.path in ("", "/"):
+        return response
+    return httpx2.Response(200, json={**metadata, "issuer": origin}, request=request)
 
 
 def _scopes(*parts: str | None) -> str | None:
