@@ -43,6 +43,9 @@ class ToolsMixin(ServiceBase):
         once (a dry run loads no plugin: ``_stand_ins`` shows them)."""
         if self._tools_loaded:
             return
+        if not (self.tools or self.mcp_servers):
+            self._tools_loaded = True  # nothing to load, nothing to stand in for
+            return
         from foliko_cli.engine.plugins import code_stood_in, load_tool
 
         dry = code_stood_in()

@@ -165,7 +165,9 @@ class SessionFileLocks:
                 return False
             return True
 
-        if not await poll(locked, deadline, first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY):
+        if not locked() and not await poll(
+            locked, deadline, first_delay=_FIRST_DELAY, max_delay=_MAX_DELAY
+        ):
             holder = os.pread(fd, HOLDER_BYTES, 0).decode(errors="replace").strip()
             raise SessionBusyError(key, timeout, holder or None)
 
