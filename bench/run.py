@@ -1,4 +1,5 @@
-"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL: foliko serve; PAGE its web app),
+"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL: foliko serve; PAGE its web app;
+VS: beside llm),
 print one table, save the raw results.
 
     .venv/bin/python bench/run.py            # full sizes (make bench)
@@ -29,6 +30,7 @@ import p8_users
 import page
 import search
 import stall
+import vs_llm
 from common import Workspace, format_details, format_table, log, settle, write_json
 
 BENCHMARKS = {
@@ -43,6 +45,7 @@ BENCHMARKS = {
     "PAGE": page.run,
     "SEARCH": search.run,
     "STALL": stall.run,
+    "VS": vs_llm.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
