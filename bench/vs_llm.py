@@ -27,7 +27,10 @@ LLM = str(Path(sys.executable).with_name("llm"))
 def _seed_llm(home: Path) -> None:
     """llm's own database, made by llm's own migrations, then filled."""
     path = home / "logs.db"
-    made = "import sqlite_utils, llm.migrations as m, sys; m.migrate(sqlite_utils.Database(sys.argv[1]))"
+    made = (
+        "import sqlite_utils, llm.migrations as m, sys;"
+        " m.migrate(sqlite_utils.Database(sys.argv[1]))"
+    )
     run_process([PYTHON, "-c", made, str(path)], {}, capture=True)
     db = sqlite3.connect(path)
     with db:
