@@ -76,6 +76,7 @@ def foliko_home(
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     monkeypatch.setenv("FOLIKO_HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
     # an empty user config (FOLIKO_CONFIG must name a file that exists), outside
     # tmp_path so that tests which list tmp_path see only what they made
     user_config = tmp_path_factory.mktemp("user-config") / "config.toml"

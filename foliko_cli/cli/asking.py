@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.cli.output import note
-from foliko_cli.cli.progress import ProgressLine
 from foliko_cli.engine.tools import in_worker_thread
 from foliko_cli.mcp.asking import Answer
 
 if TYPE_CHECKING:
-    from foliko_cli.mcp.asking import Decision, Elicitation, ToolCall
+    from foliko_cli.cli.progress import ProgressLine
+    from foliko_cli.mcp.asking import Decision, Elicitation, Progress, ToolCall
     from foliko_cli.mcp.forms import Field
 
 SHOWN_ARGUMENTS = 400
@@ -62,12 +62,24 @@ def _arguments(arguments: dict[str, Any]) -> str:
     return text if len(text) <= SHOWN_ARGUMENTS else text[: SHOWN_ARGUMENTS - 1] + "…"
 
 
-class TerminalAsker:
+class _ShowsProgress:
+    """A call's progress as one line on stderr (the line's code loaded at the first update)."""
+
+    _line: ProgressLine | None = None
+
+    def progress(self, update: Progress) -> None:
+        if self._line is None:
+            from foliko_cli.cli.progress import ProgressLine
+
+            self._line = ProgressLine()
+        self._line(update)
+
+
+class TerminalAsker(_ShowsProgress):
     """Asks on the terminal; an ``a`` (always) answer holds for the rest of the run."""
 
     def __init__(self) -> None:
         self._always: set[tuple[str, str]] = set()
-        self.progress = ProgressLine()
 
     async def approve(self, call: ToolCall) -> Decision:
         if (call.server, call.tool) in self._always:
@@ -141,12 +153,11 @@ class TerminalAsker:
                 note(f"  {exc}")
 
 
-class PipeAsker:
+class PipeAsker(_ShowsProgress):
     """Asks nothing (stdin is not a terminal): says once per tool how to approve it."""
 
     def __init__(self) -> None:
         self._told: set[tuple[str, str]] = set()
-        self.progress = ProgressLine()
 
     async def approve(self, call: ToolCall) -> Decision:
         if (call.server, call.tool) not in self._told:

@@ -56,7 +56,7 @@ def turn_tools(
     ``--functions`` files or code; a name given twice is refused. Without
     ``run_code`` (a dry run, a template being saved) no code is imported or run:
     the tools from code are stand-ins, by name."""
-    from foliko_cli.engine.plugins import no_code
+    from foliko_cli.engine.tools import no_code
 
     if template is not None:
         template.check_trusted()

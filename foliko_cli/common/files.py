@@ -85,3 +85,13 @@ def replaced(path: Path, *, text: bool = True, mode: int = 0o600) -> Iterator[IO
         with contextlib.suppress(OSError):
             temporary.unlink()
         raise
+
+
+def checksum_name(data: bytes) -> str:
+    """A stable 16-hex-digit name for ``data``, e.g. for a cache entry that holds
+    what it was made from (so a collision is a miss, never a wrong answer).
+    CRC-32 both ways, not a cryptographic hash: hashlib and zlib cost start-up
+    time (P1), binascii a fifth of zlib."""
+    import binascii
+
+    return f"{binascii.crc32(data):08x}{binascii.crc32(data[::-1]):08x}"

@@ -178,7 +178,7 @@ def env_name(key: str) -> str:
 
 
 def _platform_dir(kind: str, env: Mapping[str, str]) -> Path:
-    """The user's ``data`` or ``config`` directory for foliko.
+    """The user's ``data``, ``config`` or ``cache`` directory for foliko.
 
     On Linux this is the XDG rule, read straight from the environment;
     platformdirs (a few milliseconds to import) answers for other systems.
@@ -187,18 +187,28 @@ def _platform_dir(kind: str, env: Mapping[str, str]) -> Path:
         variable, fallback = {
             "data": ("XDG_DATA_HOME", ".local/share"),
             "config": ("XDG_CONFIG_HOME", ".config"),
+            "cache": ("XDG_CACHE_HOME", ".cache"),
         }[kind]
         base = env.get(variable, "").strip()
         root = Path(base) if base and os.path.isabs(base) else Path.home() / fallback
         return root / "foliko"
     import platformdirs
 
-    finder = platformdirs.user_data_dir if kind == "data" else platformdirs.user_config_dir
+    finder = {
+        "data": platformdirs.user_data_dir,
+        "config": platformdirs.user_config_dir,
+        "cache": platformdirs.user_cache_dir,
+    }[kind]
     return Path(finder("foliko", appauthor=False))
 
 
 def default_home(env: Mapping[str, str] | None = None) -> Path:
     return _platform_dir("data", os.environ if env is None else env)
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where foliko keeps what it can rebuild (``$XDG_CACHE_HOME/foliko`` on Linux)."""
+    return _platform_dir("cache", os.environ if env is None else env)
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -263,12 +273,9 @@ def parse_toml(path: Path, data: bytes | None) -> dict[str, Any]:
     """The settings in ``data``, the content of the config file ``path`` (None: {})."""
     if data is None:
         return {}
-    import tomllib
+    from foliko_cli.common.toml_cache import load_toml
 
-    try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise UsageError(f"config file {path} is not valid TOML ({exc}); fix the file") from None
+    table = load_toml(path, data)
     known = [*(k for k in FIELDS if k not in _IN_SECTIONS), *TABLES, *SECTIONS]
     unknown = sorted(set(table) - set(known))
     if unknown:

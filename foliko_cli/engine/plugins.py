@@ -9,19 +9,17 @@ that would come from Python code is stood in for by ``unloaded_tool``.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import importlib
 import inspect
 import re
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from foliko_cli.engine.tools import BUILTIN_TOOLS, Tool
+from foliko_cli.engine.tools import BUILTIN_TOOLS, Tool, code_stood_in
 from foliko_cli.errors import Hint, UsageError
 
 ENTRY_POINT_GROUP = "foliko.tools"
@@ -134,25 +132,6 @@ def _as_tool(value: Any, name: str, where: str) -> Tool:
             f"{where}: cannot build its schema from the signature "
             f"({type(exc).__name__}: {exc}); fix the type hints"
         ) from None
-
-
-_NO_CODE: contextvars.ContextVar[bool] = contextvars.ContextVar("foliko_no_code", default=False)
-
-
-@contextlib.contextmanager
-def no_code() -> Iterator[None]:
-    """Within it, a tool that comes from Python code is never imported or run:
-    ``load_tool`` and ``function_tools`` give stand-ins (a dry run runs no code)."""
-    token = _NO_CODE.set(True)
-    try:
-        yield
-    finally:
-        _NO_CODE.reset(token)
-
-
-def code_stood_in() -> bool:
-    """Whether tools from code are stood in for here (inside ``no_code()``)."""
-    return _NO_CODE.get()
 
 
 def unloaded_tool(name: str, source: str) -> Tool:

@@ -7,8 +7,9 @@ as an error and goes back to the model; it never ends the turn.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
@@ -251,3 +252,22 @@ BUILTIN_TOOLS: tuple[Tool, ...] = (
         },
     ),
 )
+
+
+_NO_CODE: contextvars.ContextVar[bool] = contextvars.ContextVar("foliko_no_code", default=False)
+
+
+@contextlib.contextmanager
+def no_code() -> Iterator[None]:
+    """Within it, a tool that comes from Python code is never imported or run:
+    ``load_tool`` and ``function_tools`` give stand-ins (a dry run runs no code)."""
+    token = _NO_CODE.set(True)
+    try:
+        yield
+    finally:
+        _NO_CODE.reset(token)
+
+
+def code_stood_in() -> bool:
+    """Whether tools from code are stood in for here (inside ``no_code()``)."""
+    return _NO_CODE.get()

@@ -11,12 +11,7 @@ This module is imported by every turn that has MCP servers: it holds only
 small types.
 """
 
-from __future__ import annotations
-
-from typing import Any, Literal, NamedTuple, Protocol
-
-Decision = Literal["approved", "declined", "unasked"]
-"""An asker's answer to a call: approved, declined by the user, or not asked (no one to ask)."""
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 
 class ToolCall(NamedTuple):
@@ -60,17 +55,23 @@ class Progress(NamedTuple):
     done: bool = False
 
 
-class Asker(Protocol):
-    """What an application supplies to put questions to its user."""
+if TYPE_CHECKING:  # types only: a Protocol class and a Literal cost start-up time (P1)
+    from typing import Protocol
 
-    async def approve(self, call: ToolCall) -> Decision: ...
+    Decision = Literal["approved", "declined", "unasked"]
+    """An asker's answer to a call: approved, declined by the user, or not asked."""
 
-    async def elicit(self, request: Elicitation) -> Answer | None:
-        """The user's answer, or None when there is no one to ask."""
-        ...
+    class Asker(Protocol):
+        """What an application supplies to put questions to its user."""
 
-    # An asker may also have ``progress(update: Progress) -> None``, to show
-    # how a call is getting on; it is called on the turn's event loop.
+        async def approve(self, call: ToolCall) -> Decision: ...
+
+        async def elicit(self, request: Elicitation) -> Answer | None:
+            """The user's answer, or None when there is no one to ask."""
+            ...
+
+        # An asker may also have ``progress(update: Progress) -> None``, to show
+        # how a call is getting on; it is called on the turn's event loop.
 
 
 class Interaction(NamedTuple):
@@ -79,6 +80,6 @@ class Interaction(NamedTuple):
     the user) and ``elicitation`` (a policy over every server's own, e.g.
     ``"decline"`` for a server that must never be asked)."""
 
-    asker: Asker | None = None
+    asker: "Asker | None" = None
     approve_all: bool = False
     elicitation: str | None = None

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +60,9 @@ def config_key(config: ServerConfig) -> str:
     """The name of ``config``'s entry: a checksum of its identity (CRC-32, not a
     cryptographic hash: hashlib costs start-up time, and the entry holds the
     identity it is checked against)."""
-    data = identity(config).encode()
-    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
+    from foliko_cli.common.files import checksum_name
+
+    return checksum_name(identity(config).encode())
 
 
 class ToolCache:

@@ -31,10 +31,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from foliko_cli.engine.tools import ToolOutput
 from foliko_cli.errors import ToolError
 from foliko_cli.mcp.asking import DECLINE, Answer, Elicitation
-from foliko_cli.mcp.logs import log_level, log_notification
-from foliko_cli.mcp.results import result_images, result_text
 from foliko_cli.mcp.server_config import ServerConfig, UnsetVariableError
-from foliko_cli.mcp.transport import open_transport, scrub, transport_secrets
 
 if TYPE_CHECKING:
     import asyncio
@@ -301,6 +298,8 @@ class ServerConnection:
         from mcp_types import Implementation
 
         from foliko_cli import __version__
+        from foliko_cli.mcp.logs import log_level
+        from foliko_cli.mcp.transport import open_transport
 
         _keep_sdk_logs_off_stderr()
         transport = open_transport(self.config, errlog, self.home)
@@ -388,6 +387,8 @@ class ServerConnection:
             task_status.started()
 
     async def _on_log(self, params: Any) -> None:
+        from foliko_cli.mcp.logs import log_notification
+
         log_notification(self.name, params)
 
     async def _on_elicitation(self, context: Any, params: Any) -> Any:
@@ -435,6 +436,8 @@ class ServerConnection:
     def _secrets(self) -> tuple[str, ...]:
         """What the server's answers must never show back: the transport's
         secrets, and the OAuth client secret and tokens as they are now."""
+        from foliko_cli.mcp.transport import transport_secrets
+
         return transport_secrets(self._transport_secrets, self._auth)
 
     def _describe(self, exc: BaseException) -> str:
@@ -459,7 +462,7 @@ class ServerConnection:
         tail = self._tail(errlog)
         if tail and tail not in reason:
             reason = f"{reason} (stderr: {tail})"
-        self.state, self.error = state, scrub(reason, self._secrets)
+        self.state, self.error = state, _scrub(reason, self._secrets)
 
     # calling
 
@@ -495,7 +498,9 @@ class ServerConnection:
             raise ToolError(self._call_problem(tool, exc)) from None
         finally:
             self._calls.remove(call)
-        text = scrub(result_text(result), self._secrets)
+        from foliko_cli.mcp.results import result_images, result_text
+
+        text = _scrub(result_text(result), self._secrets)
         if result.is_error:
             raise ToolError(f"{tool} on {where} reported an error: {text}")
         images = result_images(result, tool)
@@ -539,4 +544,12 @@ class ServerConnection:
                 "(it exited or closed the connection); it is restarted for the next call"
             )
         message = exc.error.message if isinstance(exc, MCPError) else self._describe(exc)
-        return scrub(f"{tool} on {where} failed: {message}", self._secrets)
+        return _scrub(f"{tool} on {where} failed: {message}", self._secrets)
+
+
+def _scrub(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` without ``secrets`` (the transport's redaction, loaded when first needed:
+    a turn whose tools come from the cache never starts the server)."""
+    from foliko_cli.mcp.transport import scrub
+
+    return scrub(text, secrets)

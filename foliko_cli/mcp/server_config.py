@@ -5,8 +5,6 @@ are read from the environment only when the server is connected, so a secret
 is never part of the configuration foliko holds, shows or stores.
 """
 
-from __future__ import annotations
-
 import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -14,9 +12,28 @@ from typing import Any, NamedTuple
 from foliko_cli.common.settings import MCP_HTTP_KEYS, MCP_STDIO_KEYS, entry_problem
 from foliko_cli.errors import UsageError
 
-SERVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-REFERENCE = re.compile(r"\$\{([^}]*)\}")
-VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REFERENCE = r"\$\{([^}]*)\}"
+"""A ``${VAR}`` in a command, argument, environment value, URL or header (a
+pattern compiled only for text that holds ``${``: most configs have none)."""
+
+
+def is_variable_name(text: str) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_]*``, without a regular expression (start-up, P1)."""
+    return text.isascii() and text.isidentifier()
+
+
+def is_server_name(text: str) -> bool:
+    """``[A-Za-z0-9][A-Za-z0-9_-]*``."""
+    return (
+        text[:1].isalnum() and text.isascii() and text.replace("_", "a").replace("-", "a").isalnum()
+    )
+
+
+def references(text: str) -> list[str]:
+    """The names inside each ``${...}`` of ``text``."""
+    return re.findall(REFERENCE, text) if "${" in text else []
+
+
 DEFAULT_STARTUP_TIMEOUT = 10.0
 DEFAULT_CALL_TIMEOUT = 60.0
 APPROVE_CHOICES = ("ask", "always")
@@ -121,8 +138,8 @@ def _strings(name: str, key: str, value: Any) -> tuple[str, ...]:
 
 
 def _check_references(name: str, key: str, text: str) -> None:
-    for variable in REFERENCE.findall(text):
-        if not VARIABLE_NAME.match(variable):
+    for variable in references(text):
+        if not is_variable_name(variable):
             raise _problem(name, key, f"refers to ${{{variable}}}, which is not a variable name")
 
 
@@ -144,7 +161,7 @@ def _seconds(name: str, key: str, value: Any) -> float:
 
 def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
     """Check one ``[mcp_servers.NAME]`` table; every problem exits 2 naming table and key."""
-    if not SERVER_NAME.match(name):
+    if not is_server_name(name):
         raise UsageError(
             f"[mcp_servers.{name}]: a server name may hold only letters, digits, '_' and '-' "
             "(and starts with a letter or digit); rename the table"
@@ -232,7 +249,7 @@ def _oauth_options(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
         if key in entry:
             options[key] = _string(name, key, entry[key])
     if "client_secret_env" in options:
-        if not VARIABLE_NAME.match(options["client_secret_env"]):
+        if not is_variable_name(options["client_secret_env"]):
             raise _problem(
                 name, "client_secret_env", "must name an environment variable (not hold the secret)"
             )
@@ -298,4 +315,4 @@ def expand(text: str, environment: Mapping[str, str], where: str) -> str:
             raise UnsetVariableError(f"{where} uses ${{{variable}}}, which is not set; export it")
         return environment[variable]
 
-    return REFERENCE.sub(value, text)
+    return re.sub(REFERENCE, value, text) if "${" in text else text

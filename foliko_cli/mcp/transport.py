@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
 
-from foliko_cli.mcp.server_config import REFERENCE, ServerConfig, expand
+from foliko_cli.mcp.server_config import ServerConfig, expand, references
 
 SAFE_VARIABLES = (
     "PATH",
@@ -106,7 +106,7 @@ def child_environment(
 
 def _expanded_values(config: ServerConfig, environment: Mapping[str, str]) -> tuple[str, ...]:
     """Values of ``env`` entries that came from ``${VAR}`` references."""
-    return tuple(environment[name] for name, value in config.env if REFERENCE.search(value))
+    return tuple(environment[name] for name, value in config.env if references(value))
 
 
 @asynccontextmanager

@@ -46,10 +46,12 @@ class ToolsMixin(ServiceBase):
         if not (self.tools or self.mcp_servers):
             self._tools_loaded = True  # nothing to load, nothing to stand in for
             return
-        from foliko_cli.engine.plugins import code_stood_in, load_tool
+        from foliko_cli.engine.tools import code_stood_in
 
         dry = code_stood_in()
         if self.tools and not dry:
+            from foliko_cli.engine.plugins import load_tool
+
             for reference in self.tools:
                 self.framework.register_tool(load_tool(reference))
         if self.mcp_servers:
@@ -69,7 +71,7 @@ class ToolsMixin(ServiceBase):
         tools from code never replace the tools of the agent's real turns."""
         from foliko_cli.context.agent import AgentContext
         from foliko_cli.engine.agents import agent_config, build_agent
-        from foliko_cli.engine.plugins import code_stood_in
+        from foliko_cli.engine.tools import code_stood_in
 
         config = agent_config(name, self.agents)
         dry = code_stood_in()

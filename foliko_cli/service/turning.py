@@ -194,7 +194,7 @@ class TurnsMixin(ServiceBase):
         be asked for its context window, as a turn asks it. ``request`` is the HTTP
         request itself, as the provider builds it (absent for a provider that sends
         none). Arguments as for ``chat``."""
-        from foliko_cli.engine.plugins import no_code
+        from foliko_cli.engine.tools import no_code
 
         turn = turn_request(session_id, message, params)
         with no_code():  # tools from Python code are shown, never imported or run
@@ -250,8 +250,8 @@ class TurnsMixin(ServiceBase):
     ) -> tuple[ModelProvider, RequestCaptured]:
         """The provider a turn would call, and its call, captured (``RequestCaptured``)."""
         from foliko_cli.engine.dry_run import CaptureModel, RequestCaptured
-        from foliko_cli.engine.plugins import code_stood_in
         from foliko_cli.engine.stream import CallbackEvents
+        from foliko_cli.engine.tools import code_stood_in
 
         # the history is compressed to fit, as a turn that may compress it sends it
         prepared = (await self._prepare(turn))._replace(compress=True)
