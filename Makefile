@@ -30,7 +30,7 @@ demo: $(VENV)/.installed
 # stays on one worker. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 3
 
-# mypy reads its settings from pyproject.toml (strict on the public modules)
+# mypy reads its settings from pyproject.toml (strict on the whole package)
 # and keeps its cache in .mypy_cache, so a second run takes seconds.
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .

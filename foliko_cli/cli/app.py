@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from foliko_cli.cli.output import note
@@ -38,7 +40,7 @@ TABLES_USED = {
 """The config tables each command reads; an unknown key in another is a warning."""
 
 
-def settings_for(ctx: click.Context, **flags) -> Settings:
+def settings_for(ctx: click.Context, **flags: Any) -> Settings:
     """The settings for this command; an unknown key in a table it reads stops it
     (exit 2), one in another table is a warning, once."""
     root = ctx.find_root()
@@ -58,14 +60,14 @@ def settings_for(ctx: click.Context, **flags) -> Settings:
     return settings
 
 
-def open_facade(ctx: click.Context, *, yes: bool = False, ask: bool = True, **flags) -> Foliko:
+def open_facade(ctx: click.Context, *, yes: bool = False, ask: bool = True, **flags: Any) -> Foliko:
     """A facade for this invocation, closed when the command ends; ``yes``
     approves every MCP tool call of the run (--yes); ``ask`` False: the MCP
     servers' questions are never put to the user (stdin is not theirs)."""
     settings = settings_for(ctx, **flags)
     check_home(settings)
     user = (ctx.find_root().obj or {}).get("user")
-    interaction: dict = {"approve_all": yes}
+    interaction: dict[str, Any] = {"approve_all": yes}
     if not ask:
         interaction["elicitation"] = "decline"
     elif settings.mcp_servers:

@@ -13,6 +13,7 @@ import click
 from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import emit_json, note
 from foliko_cli.cli.params import (
+    ParamType,
     complete_session_ids,
     parse_json_value,
     session_option,
@@ -28,17 +29,20 @@ from foliko_cli.errors import ExitCode, FolikoError, Interrupted, TypedToolFaile
 if TYPE_CHECKING:
     from foliko_cli.engine.tools import Tool
     from foliko_cli.formats.templates import Template
-    from foliko_cli.service.values import TurnRequest
+    from foliko_cli.service.facade import Foliko
+    from foliko_cli.service.values import TurnRequest, TurnResult
 
 STDIN_NOTICE_AFTER = 2.0
 
 
-class ModelOption(click.ParamType):
+class ModelOption(ParamType):
     """``-o KEY=VALUE``: VALUE as JSON when it parses (0.2, true, ["END"]), else text."""
 
     name = "key=value"
 
-    def convert(self, value, param, ctx):
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, Any]:
         if isinstance(value, tuple):
             return value
         key, sep, raw = str(value).partition("=")
@@ -105,7 +109,7 @@ def compose_message(argument: str | None, piped: str | None) -> str | None:
 
 def attachment_sources(
     ctx: click.Context, values: tuple[str, ...], agent: str | None
-) -> tuple[list, str | None, bool]:
+) -> tuple[list[Any], str | None, bool]:
     """The -a/--attach values as sources for the service, the agent, and whether
     stdin was attached (``-``, read here).
 
@@ -116,7 +120,7 @@ def attachment_sources(
         return [], agent, False
     from foliko_cli.messages.attachments import STDIN_NAME, Attachment, is_url
 
-    sources: list = []
+    sources: list[Any] = []
     piped = False
     for value in values:
         if value == "-":
@@ -158,7 +162,7 @@ def failure_object(
     }
 
 
-def emit_json_quietly(value: dict) -> None:
+def emit_json_quietly(value: dict[str, Any]) -> None:
     """A failure report on stdout; a stdout that fails too is left to the error line."""
     with contextlib.suppress(StdoutWriteError):
         emit_json(value)
@@ -585,7 +589,7 @@ def report_turn(
         click.echo(usage_line(result), err=True)
 
 
-def usage_line(result) -> str:
+def usage_line(result: TurnResult) -> str:
     """``N input, M output tokens, T s`` (and the cost when the model has prices)."""
     usage = result.usage
     given, made = usage.get("input_tokens", 0), usage.get("output_tokens", 0)
@@ -609,7 +613,7 @@ def report_json_failure(
 
 
 def run_turn(
-    facade,
+    facade: Foliko,
     turn: TurnRequest,
     *,
     as_json: bool,
@@ -619,7 +623,7 @@ def run_turn(
 ) -> Any:
     session_id = turn.session_id
     request = facade.request(timeout)
-    ids = {"request_id": request.request_id, "trace_id": request.trace_id}
+    ids: dict[str, str | None] = {"request_id": request.request_id, "trace_id": request.trace_id}
     writer = ReplyWriter()
     on_event = None
     if stream:

@@ -23,6 +23,9 @@ from foliko_cli.cli.output import note, paint, render
 from foliko_cli.errors import FolikoError, Interrupted
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from foliko_cli.service.facade import Foliko
     from foliko_cli.service.values import TurnRequest
 
 PROMPT = "> "
@@ -42,7 +45,7 @@ HELP = """commands:
 Ctrl-C cancels a running turn (nothing is saved); Ctrl-D at the prompt ends."""
 
 
-def _load_readline(history: Path):
+def _load_readline(history: Path) -> ModuleType | None:
     """readline with the history file loaded, or None where readline is missing."""
     try:
         import readline
@@ -55,7 +58,7 @@ def _load_readline(history: Path):
     return readline
 
 
-def _save_history(readline, history: Path) -> None:
+def _save_history(readline: ModuleType | None, history: Path) -> None:
     if readline is None:
         return
     try:
@@ -81,7 +84,9 @@ def read_block(end: str) -> str | None:
         lines.append(line)
 
 
-def next_message(readline, history: Path, attached: list[str] | None = None) -> str | None:
+def next_message(
+    readline: ModuleType | None, history: Path, attached: list[str] | None = None
+) -> str | None:
     """The next message typed (or pasted); None to end the loop.
 
     Commands are handled here (``/attach`` adds to ``attached``); a blank line
@@ -172,7 +177,7 @@ def attach(source: str, attached: list[str]) -> None:
 
 
 def interactive(
-    facade,
+    facade: Foliko,
     turn: TurnRequest,
     *,
     history: Path,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import NoReturn
+from typing import IO, Any, NoReturn
 
 import click
 
@@ -30,7 +30,7 @@ class OneLineUsageError(click.ClickException):
     def __init__(self, cause: click.UsageError):
         super().__init__(usage_line(cause))
 
-    def show(self, file=None) -> None:
+    def show(self, file: IO[Any] | None = None) -> None:
         error(self.message)
 
 
@@ -78,13 +78,19 @@ class FolikoGroup(click.Group):
     """Maps every foliko error to its one-line message and exit code (SPEC §4);
     click's usage errors too (its usage block is for ``--help`` only)."""
 
-    def make_context(self, info_name, args, parent=None, **extra) -> click.Context:
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.UsageError as exc:
             raise OneLineUsageError(exc) from None
 
-    def invoke(self, ctx: click.Context):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             try:
                 return super().invoke(ctx)
@@ -109,7 +115,7 @@ class LazyGroup(FolikoGroup):
 
     context_class = CommandContext
 
-    def __init__(self, *args, lazy: dict[str, tuple[str, str]], **kwargs):
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = lazy
 

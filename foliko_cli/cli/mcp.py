@@ -4,6 +4,8 @@ and prompts; ``foliko mcp serve``: foliko's own sessions as an MCP server over s
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import click
 
 from foliko_cli.cli.app import open_facade
@@ -11,6 +13,13 @@ from foliko_cli.cli.output import emit_rows, format_option, note
 from foliko_cli.cli.params import storage_option
 from foliko_cli.cli.serve import Listen, listen_options, start
 from foliko_cli.errors import MCPServerError, UsageError
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    from foliko_cli.common.settings import Settings
+    from foliko_cli.mcp.server_config import ServerConfig
+    from foliko_cli.service.facade import Foliko
 
 _NONE_CONFIGURED = "no MCP servers configured; add [mcp_servers.NAME] to foliko.toml"
 
@@ -22,7 +31,7 @@ def _yes_no(value: bool) -> str:
     return "yes" if value else "no"
 
 
-def _complete_servers(ctx: click.Context, param, incomplete: str) -> list[str]:
+def _complete_servers(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Server names from the config; silent when the config cannot be read."""
     try:
         from foliko_cli.common.settings import load_settings
@@ -115,7 +124,7 @@ def list_tools(ctx: click.Context, server: str | None, fmt: str) -> None:
         note(_NONE_CONFIGURED)
 
 
-def _arguments(arguments: list[dict]) -> str:
+def _arguments(arguments: list[dict[str, Any]]) -> str:
     """``topic*, style``: a prompt's arguments, the required ones starred."""
     return ", ".join(a["name"] + ("*" if a["required"] else "") for a in arguments)
 
@@ -152,7 +161,7 @@ def list_resources(ctx: click.Context, server: str | None, fmt: str) -> None:
     _note_none(facade, server, rows, "resources")
 
 
-def _note_none(facade, server: str | None, rows: list, kind: str) -> None:
+def _note_none(facade: Foliko, server: str | None, rows: list[Any], kind: str) -> None:
     """Say on stderr why a listing is empty: no server configured, or none of ``kind``."""
     if not facade.mcp.configs:
         note(_NONE_CONFIGURED)
@@ -247,7 +256,7 @@ def serve_sessions(
     facade.run(serve_stdio(facade.service))
 
 
-def _oauth_config(ctx: click.Context, server: str):
+def _oauth_config(ctx: click.Context, server: str) -> tuple[Settings, ServerConfig]:
     from foliko_cli.cli.app import settings_for
     from foliko_cli.mcp.server_config import server_config
 
@@ -274,7 +283,7 @@ def _show_authorization(url: str) -> None:
     threading.Thread(target=_open_quietly, args=(webbrowser, url), daemon=True).start()
 
 
-def _open_quietly(webbrowser, url: str) -> None:
+def _open_quietly(webbrowser: ModuleType, url: str) -> None:
     import contextlib
 
     with contextlib.suppress(webbrowser.Error, OSError):

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import IO, Any, TypeVar
 
 import click
 import orjson
 
 from foliko_cli.errors import FolikoError, Hint
+
+R = TypeVar("R")
 
 FORMATS = ("table", "json", "ndjson", "tsv")
 
@@ -21,7 +23,7 @@ def emit_json(value: Any, *, pretty: bool = False) -> None:
     click.echo(orjson.dumps(value, option=option | orjson.OPT_NON_STR_KEYS).decode())
 
 
-def colour_on(stream) -> bool:
+def colour_on(stream: IO[str] | None) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (no-color.org)."""
     import os
 
@@ -114,7 +116,7 @@ def format_ms(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def format_option(command: Callable) -> Callable:
+def format_option(command: Callable[..., R]) -> Callable[..., R]:
     """``--format table|json|ndjson|tsv`` plus ``--json`` / ``--ndjson`` shorthands.
 
     The default is a table on a terminal and TSV in a pipe.
@@ -129,7 +131,7 @@ def format_option(command: Callable) -> Callable:
     @click.option("--json", "fmt", flag_value="json", help="Same as --format json.")
     @click.option("--ndjson", "fmt", flag_value="ndjson", help="Same as --format ndjson.")
     @functools.wraps(command)
-    def wrapper(*args, fmt: str | None, **kwargs):
+    def wrapper(*args: Any, fmt: str | None, **kwargs: Any) -> R:
         return command(*args, fmt=fmt or ("table" if sys.stdout.isatty() else "tsv"), **kwargs)
 
     return wrapper
@@ -138,7 +140,7 @@ def format_option(command: Callable) -> Callable:
 LISTING = "foliko.listing"
 
 
-def list_options(command: Callable) -> Callable:
+def list_options(command: Callable[..., R]) -> Callable[..., R]:
     """``format_option`` plus ``-q/--quiet/--ids`` (ids only), ``-0/--null`` (ids for
     ``xargs -0``) and ``--no-header``, for lists.
 
@@ -157,7 +159,7 @@ def list_options(command: Callable) -> Callable:
     @click.option("--no-header", is_flag=True, help="Leave out the header row (table, tsv).")
     @format_option
     @functools.wraps(command)
-    def wrapper(*args, quiet: bool, null: bool, no_header: bool, **kwargs):
+    def wrapper(*args: Any, quiet: bool, null: bool, no_header: bool, **kwargs: Any) -> R:
         click.get_current_context().meta[LISTING] = {
             "quiet": quiet or null,
             "null": null,
@@ -187,7 +189,7 @@ def _cell(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
-def _write_lines(lines, end: str = "\n") -> None:
+def _write_lines(lines: Iterable[str], end: str = "\n") -> None:
     """One write for a whole listing: per-line echo costs seconds at 100,000 rows."""
     text = "".join(line + end for line in lines)
     click.echo(text, nl=False)
@@ -269,7 +271,7 @@ def _cut(text: str, room: int) -> str:
     return text if len(text) <= room else text[: room - 1] + "…"
 
 
-def data_format_option(command: Callable) -> Callable:
+def data_format_option(command: Callable[..., R]) -> Callable[..., R]:
     """``--format text|json`` plus ``--json``, for commands that print one record."""
 
     @click.option(
@@ -282,7 +284,7 @@ def data_format_option(command: Callable) -> Callable:
     )
     @click.option("--json", "fmt", flag_value="json", help="Same as --format json.")
     @functools.wraps(command)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> R:
         return command(*args, **kwargs)
 
     return wrapper

@@ -7,11 +7,21 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from foliko_cli.errors import UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+
+# click's ParamType is generic only in its newer versions: subscripted for
+# the type checker alone.
+if TYPE_CHECKING:
+    ParamType = click.ParamType[Any, Any]
+else:
+    ParamType = click.ParamType
 
 INT64 = range(-(2**63), 2**63)
 
@@ -50,12 +60,14 @@ def parse_json_value(text: str) -> Any:
         raise ValueError(f"{exc}; store it as text instead") from None
 
 
-class Timeout(click.ParamType):
+class Timeout(ParamType):
     """Seconds: a finite number greater than 0 (nan, inf, 0 and negatives are refused)."""
 
     name = "seconds"
 
-    def convert(self, value: Any, param, ctx) -> float:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -69,12 +81,12 @@ class Timeout(click.ParamType):
         return number
 
 
-class Duration(click.ParamType):
+class Duration(ParamType):
     """``90s``, ``15m``, ``12h``, ``30d``, ``2w`` (or combined, ``1d12h``) in milliseconds."""
 
     name = "duration"
 
-    def convert(self, value: Any, param, ctx) -> int:
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
             return value
         from foliko_cli.common.clock import parse_duration
@@ -85,7 +97,7 @@ class Duration(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class KeyValue(click.ParamType):
+class KeyValue(ParamType):
     """``KEY=VALUE``: VALUE is stored as the text given, or (``typed``) as JSON."""
 
     name = "key=value"
@@ -93,7 +105,9 @@ class KeyValue(click.ParamType):
     def __init__(self, *, typed: bool = False) -> None:
         self.typed = typed
 
-    def convert(self, value: Any, param, ctx) -> tuple[str, Any]:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, Any]:
         if isinstance(value, tuple):
             return value
         key, sep, raw = str(value).partition("=")
@@ -109,7 +123,7 @@ class KeyValue(click.ParamType):
             self.fail(f"{flag} {key.strip()}: {exc}", param, ctx)
 
 
-def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str]:
+def complete_session_ids(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
     """Session ids from the configured storage; silent when storage is unavailable."""
     try:
         from foliko_cli.common.settings import load_settings
@@ -124,7 +138,7 @@ def complete_session_ids(ctx: click.Context, param, incomplete: str) -> list[str
         return []
 
 
-def session_option(help: str, *, required: bool = True):
+def session_option(help: str, *, required: bool = True) -> Callable[[F], F]:
     """``-s/--session ID``, completing ids from storage."""
     return click.option(
         "-s",
@@ -137,13 +151,13 @@ def session_option(help: str, *, required: bool = True):
     )
 
 
-def var_options(what: str) -> Callable[[Callable], Callable]:
+def var_options(what: str) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """``--var K=V`` (text, exactly as given) and ``--var-json K=JSON`` (typed), repeatable.
 
     Both are collected, in order, as ``variables``.
     """
 
-    def decorate(command: Callable) -> Callable:
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
         @click.option(
             "--var",
             "text_vars",
@@ -161,7 +175,12 @@ def var_options(what: str) -> Callable[[Callable], Callable]:
             help=f"{what} to a JSON value: a number, true, a list... (repeatable).",
         )
         @functools.wraps(command)
-        def wrapper(*args, text_vars, json_vars, **kwargs):
+        def wrapper(
+            *args: Any,
+            text_vars: tuple[tuple[str, Any], ...],
+            json_vars: tuple[tuple[str, Any], ...],
+            **kwargs: Any,
+        ) -> R:
             return command(*args, variables=(*text_vars, *json_vars), **kwargs)
 
         return wrapper
@@ -169,11 +188,11 @@ def var_options(what: str) -> Callable[[Callable], Callable]:
     return decorate
 
 
-def timeout_option(help: str):
+def timeout_option(help: str) -> Callable[[F], F]:
     return click.option("--timeout", type=Timeout(), metavar="SECONDS", help=help)
 
 
-def yes_option(command: Callable) -> Callable:
+def yes_option(command: F) -> F:
     return click.option(
         "-y",
         "--yes",
@@ -238,7 +257,7 @@ def adopt(command: click.Command) -> click.Command:
     return command
 
 
-def storage_option(command: Callable) -> Callable:
+def storage_option(command: F) -> F:
     """``--storage`` among the command's own options (every command gets it
     anyway, after its own, from ``adopt``)."""
     return click.option("--storage", **_global_settings("storage"))(command)
@@ -253,17 +272,17 @@ def one_session(session_ids: list[str], usage: str) -> str:
     return session_ids[0]
 
 
-def json_flag(help: str):
+def json_flag(help: str) -> Callable[[F], F]:
     return click.option("--json", "as_json", is_flag=True, help=help)
 
 
-def sessions_argument(*, many: bool = False):
+def sessions_argument(*, many: bool = False) -> Callable[[Callable[..., R]], Callable[..., R]]:
     """Session ids as positional arguments or ``-s/--session ID`` (both accepted).
 
     The command receives ``session_ids``: the ``-s`` ids first, then the rest.
     """
 
-    def decorate(command: Callable) -> Callable:
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
         @click.argument(
             "positional",
             nargs=-1,
@@ -280,7 +299,9 @@ def sessions_argument(*, many: bool = False):
             help="The session (same as the ID argument).",
         )
         @functools.wraps(command)
-        def wrapper(*args, flagged, positional, **kwargs):
+        def wrapper(
+            *args: Any, flagged: tuple[str, ...], positional: tuple[str, ...], **kwargs: Any
+        ) -> R:
             return command(*args, session_ids=[*flagged, *positional], **kwargs)
 
         return wrapper

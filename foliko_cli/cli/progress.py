@@ -7,7 +7,7 @@ would be noise. The line is cleared when the call ends.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from foliko_cli.mcp.asking import Progress
@@ -31,7 +31,7 @@ def progress_text(update: Progress) -> str:
 
 
 class ProgressLine:
-    def __init__(self, stream=None) -> None:
+    def __init__(self, stream: IO[str] | None = None) -> None:
         self._stream = stream
         self._shown = False
 

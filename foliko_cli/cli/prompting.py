@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, TypeGuard
 from foliko_cli.errors import UsageError
 
 if TYPE_CHECKING:
+    from foliko_cli.service.facade import Foliko
     from foliko_cli.service.values import TurnRequest
 
 COMMAND = "/prompt"
@@ -47,7 +48,7 @@ def parse(text: str) -> tuple[str, dict[str, str], str]:
     return name, arguments, rest
 
 
-def expand(facade, turn: TurnRequest) -> TurnRequest:
+def expand(facade: Foliko, turn: TurnRequest) -> TurnRequest:
     """The turn ``/prompt ...`` in its message stands for."""
     assert turn.message is not None
     name, arguments, rest = parse(turn.message)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.cli.stdout import StdoutWriteError, output_failure
+
+if TYPE_CHECKING:
+    from foliko_cli.service.values import TurnResult
 
 SAVED_NOT_WRITTEN = "the turn was saved but the reply could not be written"
 
@@ -30,7 +34,7 @@ class ReplyWriter:
             return
         self.at_line_start = text.endswith("\n")
 
-    def on_event(self, event: dict) -> None:
+    def on_event(self, event: dict[str, Any]) -> None:
         if event["type"] == "delta":
             self.write(event["text"])
         elif event["type"] == "tool_call":
@@ -50,7 +54,7 @@ CUT_BY_LIMIT = ("length", "max_tokens")
 FILTERED = ("content_filter", "refusal")
 
 
-def turn_notes(result, *, terminal: bool) -> list[str]:
+def turn_notes(result: TurnResult, *, terminal: bool) -> list[str]:
     """What the turn did that the reply does not show, one line each: a reply cut
     at its token limit or stopped by a content filter, a turn stopped at the step
     limit and (on a ``terminal``) a history compressed to fit the window."""

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -41,6 +43,9 @@ from foliko_cli.formats.importers import FORMATS
 from foliko_cli.messages.public import record_to_dict, summary_to_dict
 from foliko_cli.messages.record import covered_messages
 from foliko_cli.messages.usage import with_usage
+
+if TYPE_CHECKING:
+    from foliko_cli.messages.record import SessionRecord
 
 
 @click.group()
@@ -220,7 +225,7 @@ def show(
     page("\n".join(text_view(data, first, view_start)) + "\n", enabled=pager)
 
 
-def text_view(data: dict, first: int, view_start: int) -> list[str]:
+def text_view(data: dict[str, Any], first: int, view_start: int) -> list[str]:
     """The plain view: the session's metadata, system prompt and variables, then
     each message (from number ``first``) with its tool calls' arguments."""
     meta = data["metadata"]
@@ -249,7 +254,7 @@ def text_view(data: dict, first: int, view_start: int) -> list[str]:
     return lines
 
 
-def message_lines(message: dict) -> list[str]:
+def message_lines(message: dict[str, Any]) -> list[str]:
     label = message["role"]
     if message.get("tool_calls"):
         label += " → " + ", ".join(c["name"] for c in message["tool_calls"])
@@ -412,7 +417,7 @@ def rewind(ctx: click.Context, session_ids: list[str], turns: int, as_json: bool
     note_reset(facade, session_id, f"now has {len(record.messages)} message(s)")
 
 
-def _write_output(path: Path | None, lines) -> None:
+def _write_output(path: Path | None, lines: Iterable[str]) -> None:
     if path is None:
         for line in lines:
             click.echo(line)
@@ -475,7 +480,7 @@ def export(
     ids = facade.session_ids() if everything else session_ids
     with progress(len(ids) if everything else 0, "exporting") as advance:
 
-        def counted():
+        def counted() -> Iterator[SessionRecord]:
             for record in facade.export_sessions(ids, skip_missing=everything):
                 yield record
                 advance(1)

@@ -36,7 +36,8 @@ def completion_script(shell: str) -> str:
     from foliko_cli.cli.main import cli
 
     completer = _quoting_scripts()[shell](cli, {}, "foliko", "_FOLIKO_COMPLETE")
-    return completer.source()
+    source: str = completer.source()
+    return source
 
 
 @click.command()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -177,7 +178,7 @@ def info(ctx: click.Context, fmt: str) -> None:
     _show(open_facade(ctx).info(), fmt)
 
 
-def _show(details: dict, fmt: str) -> None:
+def _show(details: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
         emit_json(details)
     else:

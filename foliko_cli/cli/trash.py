@@ -3,6 +3,8 @@ line that tells what a clear, rewind or ``--new`` did and how to undo it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from foliko_cli.cli.app import open_facade
@@ -11,15 +13,19 @@ from foliko_cli.cli.params import Duration, storage_option
 from foliko_cli.common.clock import format_duration
 from foliko_cli.errors import SessionExistsError, UsageError
 
+if TYPE_CHECKING:
+    from foliko_cli.service.facade import Foliko
+    from foliko_cli.service.values import TurnResult
+
 RESTORE_AS = "foliko sessions restore {name} --as NEW"
 
 
-def trash_kept(facade) -> str | None:
+def trash_kept(facade: Foliko) -> str | None:
     """How long the trash keeps things (``30d``), or None when it is off."""
     return format_duration(facade.trash_keep) if facade.trash_keep else None
 
 
-def note_reset(facade, session_id: str, did: str) -> None:
+def note_reset(facade: Foliko, session_id: str, did: str) -> None:
     """After a command that rewrote a session: what it did, and the way back."""
     if trash_kept(facade):
         note(
@@ -30,7 +36,7 @@ def note_reset(facade, session_id: str, did: str) -> None:
         note(f"session {session_id!r} {did}; the trash is off, so the old history is gone")
 
 
-def note_started_over(facade, session_id: str, result, *, latest: bool) -> None:
+def note_started_over(facade: Foliko, session_id: str, result: TurnResult, *, latest: bool) -> None:
     """After a ``chat --new`` turn: which session it reset (``-c`` picks one). With
     the trash off, only ``-c`` says so: a named session may have been new."""
     if result.trashed is not None or (latest and not trash_kept(facade)):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -16,6 +17,9 @@ from foliko_cli.cli.params import (
     yes_option,
 )
 from foliko_cli.errors import ExitCode
+
+if TYPE_CHECKING:
+    from foliko_cli.service.workflows import Step
 
 
 @click.group()
@@ -79,7 +83,7 @@ def run(
         definition = dataclasses.replace(definition, model=model)
     facade = open_facade(ctx, model=model, timeout=timeout, yes=yes)
 
-    def report(step, output) -> None:
+    def report(step: Step, output: Any) -> None:
         note(f"step {step.name!r} done")
         if step.kind == "prompt" and not as_json:
             click.echo(output)

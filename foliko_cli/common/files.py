@@ -15,7 +15,7 @@ import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 
 class WholeWrites(io.FileIO):
@@ -52,7 +52,7 @@ def writer(
     raw = WholeWrites(fd, "w", closefd=closefd)
     binary: Any = io.BufferedWriter(raw) if buffered else raw
     if not text:
-        return binary
+        return cast("IO[Any]", binary)
     return io.TextIOWrapper(
         binary,
         encoding=encoding,

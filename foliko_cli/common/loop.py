@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Awaitable, Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -46,7 +46,7 @@ def run_without_loop(coroutine: Coroutine[Any, Any, T]) -> T:
     try:
         coroutine.send(None)
     except StopIteration as done:
-        return done.value
+        return cast(T, done.value)
     except (RuntimeError, AttributeError) as exc:
         if _raised_by_asyncio(exc):
             raise NeedsLoop(f"asyncio: {exc}") from exc

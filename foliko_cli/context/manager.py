@@ -24,7 +24,7 @@ def _synchronised(
     method: Callable[Concatenate[ContextManager, P], R],
 ) -> Callable[Concatenate[ContextManager, P], R]:
     @functools.wraps(method)
-    def wrapper(self: ContextManager, *args: P.args, **kwargs: P.kwargs) -> R:
+    def wrapper(self: ContextManager, /, *args: P.args, **kwargs: P.kwargs) -> R:
         with self._lock:
             return method(self, *args, **kwargs)
 
@@ -66,7 +66,7 @@ class ContextManager:
     # requests
 
     @_synchronised
-    def create_request_context(self, **options: Any) -> RequestContext:
+    def create_request_context(self, /, **options: Any) -> RequestContext:
         ctx = RequestContext(**options)
         self._requests[ctx.request_id] = ctx
         return ctx

@@ -24,7 +24,7 @@ turn writes each summary once.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -98,7 +98,9 @@ class Compressor:
             + sum(message_tokens(m, self.count) for m in messages)
         )
 
-    def view(self, session: SessionContext, system: str | None) -> tuple[str | None, list]:
+    def view(
+        self, session: SessionContext, system: str | None
+    ) -> tuple[str | None, list[dict[str, Any]]]:
         """The system prompt and messages the model is sent now.
 
         A state that no longer fits the history (``covered`` past its end, as
@@ -210,7 +212,7 @@ class Compressor:
         if not 0 <= covered <= len(session.messages):
             covered = 0
             state.pop("summary", None)
-        return covered
+        return cast(int, covered)
 
     async def _fold(
         self,

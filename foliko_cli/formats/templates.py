@@ -15,7 +15,7 @@ import difflib
 import os
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -239,14 +239,16 @@ def _problem(where: str, problem: str, saved: bool) -> UsageError:
     return UsageError(f"{where}: {problem}", fix="fix the file")
 
 
-def _text(data: Mapping[str, Any], key: str, fail) -> str | None:
+def _text(data: Mapping[str, Any], key: str, fail: Callable[[str], Exception]) -> str | None:
     value = data.get(key)
     if value is not None and not isinstance(value, str):
         raise fail(f"{key} must be text, not {type(value).__name__}")
     return value
 
 
-def _mapping(data: Mapping[str, Any], key: str, fail, scalars: bool = False) -> dict[str, Any]:
+def _mapping(
+    data: Mapping[str, Any], key: str, fail: Callable[[str], Exception], scalars: bool = False
+) -> dict[str, Any]:
     value = data.get(key) or {}
     if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
         raise fail(f"{key} must be a mapping of names to values")
@@ -257,14 +259,14 @@ def _mapping(data: Mapping[str, Any], key: str, fail, scalars: bool = False) -> 
     return dict(value)
 
 
-def _flag(data: Mapping[str, Any], key: str, fail) -> bool:
+def _flag(data: Mapping[str, Any], key: str, fail: Callable[[str], Exception]) -> bool:
     value = data.get(key)
     if value is not None and not isinstance(value, bool):
         raise fail(f"{key} must be true or false, not {type(value).__name__}")
     return bool(value)
 
 
-def _texts(data: Mapping[str, Any], key: str, fail) -> tuple[str, ...]:
+def _texts(data: Mapping[str, Any], key: str, fail: Callable[[str], Exception]) -> tuple[str, ...]:
     value = data.get(key) or ()
     if isinstance(value, str):
         value = [value]

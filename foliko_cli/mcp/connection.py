@@ -26,7 +26,7 @@ import math
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, cast
 
 from foliko_cli.engine.tools import ToolOutput
 from foliko_cli.errors import ToolError
@@ -116,7 +116,7 @@ class _WatchedReadStream:
         return self
 
     async def __aexit__(self, *exc: Any) -> bool | None:
-        return await self._inner.__aexit__(*exc)
+        return cast("bool | None", await self._inner.__aexit__(*exc))
 
 
 class _Watched:
@@ -131,7 +131,7 @@ class _Watched:
         return _WatchedReadStream(read, self._ended), write
 
     async def __aexit__(self, *exc: Any) -> bool | None:
-        return await self._transport.__aexit__(*exc)
+        return cast("bool | None", await self._transport.__aexit__(*exc))
 
 
 def _keep_sdk_logs_off_stderr() -> None:
@@ -195,7 +195,7 @@ class ServerConnection:
         self._calls: list[_Call] = []
         self._client: Any = None
         self._scope: Any = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._settled: asyncio.Event | None = None
         self._transport_secrets: tuple[str, ...] = ()
         self._lock: asyncio.Lock | None = None

@@ -253,7 +253,7 @@ class MCPManager:
         connection: ServerConnection,
         tool: ServerTool,
         exposed: str,
-        arguments: dict,
+        arguments: dict[str, Any],
         request: Any = None,
         typed: bool = False,
     ) -> None:

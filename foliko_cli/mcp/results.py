@@ -15,7 +15,7 @@ value). Next to prose, the JSON adds what the prose leaves out.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -42,7 +42,7 @@ def _resource(resource: Any) -> str:
 def block_text(block: Any) -> str:
     kind = getattr(block, "type", None)
     if kind == "text":
-        return block.text
+        return cast(str, block.text)
     if kind in ("image", "audio"):
         return f"[{kind}: {block.mime_type}, {_decoded_size(block.data)} bytes]"
     if kind == "resource_link":

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from foliko_cli.common.clock import now_ms, parse_duration
+
+_D = TypeVar("_D", int, None)
 
 
 class ToolFailure(Exception):
@@ -61,7 +63,7 @@ class Arguments:
             raise BadArgument(f"{name} must be a non-empty string, not {_shown(value)}")
         return value
 
-    def whole(self, name: str, default: int | None, low: int, high: int | None = None):
+    def whole(self, name: str, default: _D, low: int, high: int | None = None) -> int | _D:
         """An integer in ``low..high`` (a float with no fraction counts), or ``default``."""
         value = self.given.get(name)
         if value is None:
@@ -85,7 +87,7 @@ class Arguments:
         choices = list(choices)
         if value not in choices:
             raise BadArgument(f"{name} must be one of {', '.join(choices)}, not {_shown(value)}")
-        return value
+        return cast(str, value)
 
     def since(self, name: str = "since") -> int | None:
         value = self.given.get(name)

@@ -32,8 +32,14 @@ from foliko_cli.mcp_server.resources import (
 from foliko_cli.mcp_server.tools import TOOLS, Call, ToolSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from mcp.server.context import ServerRequestContext
+
     from foliko_cli.service import AsyncFoliko
     from foliko_cli.service.values import TurnResult
+
+    Context = ServerRequestContext[Any]
 
 NAME = "foliko"
 INSTRUCTIONS = (
@@ -83,10 +89,12 @@ def _tool(spec: ToolSpec) -> types.Tool:
 
 
 def build_server(backend: Backend) -> Server:
-    async def list_tools(ctx, params) -> types.ListToolsResult:
+    async def list_tools(
+        ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[_tool(spec) for spec in TOOLS.values()])
 
-    async def call_tool(ctx, params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         spec = TOOLS.get(params.name)
         if spec is None:
             raise MCPError(
@@ -96,7 +104,7 @@ def build_server(backend: Backend) -> Server:
             arguments = Arguments(params.arguments, spec.properties)
             async with backend.service(ctx.request) as service:
 
-                def turn(session_id: str, message: str):
+                def turn(session_id: str, message: str) -> Awaitable[TurnResult]:
                     return backend.turn(ctx.request, service, session_id, message)
 
                 reply = await spec.run(Call(service, arguments, turn))
@@ -108,7 +116,9 @@ def build_server(backend: Backend) -> Server:
         content: list[types.ContentBlock] = [types.TextContent(type="text", text=reply.text)]
         return types.CallToolResult(content=content, structured_content=reply.data)
 
-    async def list_resources(ctx, params) -> types.ListResourcesResult:
+    async def list_resources(
+        ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
         cursor = params.cursor if params is not None else None
         async with backend.service(ctx.request) as service:
             entries, next_cursor = await resource_page(service, cursor)
@@ -117,7 +127,9 @@ def build_server(backend: Backend) -> Server:
             next_cursor=next_cursor,
         )
 
-    async def list_templates(ctx, params) -> types.ListResourceTemplatesResult:
+    async def list_templates(
+        ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
         template = types.ResourceTemplate(
             uri_template=TEMPLATE,
             name="session",
@@ -128,7 +140,7 @@ def build_server(backend: Backend) -> Server:
         return types.ListResourceTemplatesResult(resource_templates=[template])
 
     async def read_resource(
-        ctx, params: types.ReadResourceRequestParams
+        ctx: Context, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         session_id = session_id_of(uri)
@@ -148,7 +160,9 @@ def build_server(backend: Backend) -> Server:
         ]
         return types.ReadResourceResult(contents=contents)
 
-    async def list_prompts(ctx, params) -> types.ListPromptsResult:
+    async def list_prompts(
+        ctx: Context, params: types.PaginatedRequestParams | None
+    ) -> types.ListPromptsResult:
         async with backend.service(ctx.request) as service:
             try:
                 listed = agent_prompts(service)
@@ -157,7 +171,9 @@ def build_server(backend: Backend) -> Server:
         prompts = [types.Prompt.model_validate(entry) for entry in listed]
         return types.ListPromptsResult(prompts=prompts)
 
-    async def get_prompt(ctx, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+    async def get_prompt(
+        ctx: Context, params: types.GetPromptRequestParams
+    ) -> types.GetPromptResult:
         async with backend.service(ctx.request) as service:
             try:
                 description, texts = agent_prompt(service, params.name, params.arguments)

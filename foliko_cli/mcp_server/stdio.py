@@ -16,11 +16,14 @@ import os
 import stat
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import UsageError
 from foliko_cli.mcp_server.server import build_server
 from foliko_cli.service import AsyncFoliko
+
+if TYPE_CHECKING:
+    from foliko_cli.service.values import TurnResult
 
 MAX_LINE = 16 * 1024 * 1024  # as foliko serve's largest request body
 
@@ -34,7 +37,9 @@ class LocalBackend:
     def service(self, request: Any) -> contextlib.AbstractAsyncContextManager[AsyncFoliko]:
         return contextlib.nullcontext(self._service)
 
-    async def turn(self, request: Any, service: AsyncFoliko, session_id: str, message: str):
+    async def turn(
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str
+    ) -> TurnResult:
         return await service.chat(session_id, message)
 
 

@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple, TypeGuard, cast
 
 from foliko_cli.common.redaction import redact_url
 from foliko_cli.errors import AttachmentError
@@ -44,7 +44,7 @@ class Attachment(NamedTuple):
     data: bytes
 
 
-Source = str | os.PathLike | Attachment
+Source = str | os.PathLike[str] | Attachment
 
 
 def image_type(data: bytes) -> str | None:
@@ -131,7 +131,7 @@ def classify(
     return Loaded(_part("text", name, "text/plain", data), text)
 
 
-def read_file(path: str | os.PathLike) -> Loaded:
+def read_file(path: str | os.PathLike[str]) -> Loaded:
     target = Path(path).expanduser()
     try:
         resolved = target.resolve(strict=True)
@@ -238,7 +238,7 @@ def images(message: dict[str, Any]) -> list[dict[str, Any]]:
 def image_data(part: dict[str, Any]) -> str | None:
     """The image's bytes as base64, or None when a by-path file is gone or changed."""
     if "data" in part:
-        return part["data"]
+        return cast(str, part["data"])
     try:
         with open(part["path"], "rb") as handle:
             data = handle.read(MAX_IMAGE_BYTES + 1)

@@ -18,9 +18,9 @@ which spares every start-up the scan of installed packages.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from foliko_cli.errors import Hint, UnknownModelError, UsageError
 from foliko_cli.models.base import TOKENS_LIMIT, ModelProvider, token_count
@@ -119,19 +119,21 @@ def plugin_providers() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-def provider_factory(provider: str) -> Any:
+def provider_factory(provider: str) -> Callable[..., ModelProvider] | None:
     """The ``build`` function of a provider, or None when none has that name."""
     reference = BUILTIN_PROVIDERS.get(provider)
     if reference is not None:
         import importlib
 
         module, _, attribute = reference.partition(":")
-        return getattr(importlib.import_module(module), attribute)
+        return cast(
+            "Callable[..., ModelProvider]", getattr(importlib.import_module(module), attribute)
+        )
     entry = plugin_providers().get(provider)
     if entry is None:
         return None
     try:
-        return entry.load()
+        return cast("Callable[..., ModelProvider]", entry.load())
     except Exception as exc:
         raise UsageError(
             f"model provider plugin {provider!r} failed to load ({exc}); "

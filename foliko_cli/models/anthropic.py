@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -18,6 +18,9 @@ from foliko_cli.models.base import (
     forced_tool,
 )
 from foliko_cli.models.openai import parse_arguments
+
+if TYPE_CHECKING:
+    from foliko_cli.models.http import HttpModelClient
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -140,7 +143,7 @@ class AnthropicModel(ModelProvider):
         self,
         model: str,
         *,
-        client,
+        client: HttpModelClient,
         context_window: int = 200_000,
         max_tokens: int | None = None,
         window_configured: bool = False,

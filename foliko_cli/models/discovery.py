@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -108,7 +108,7 @@ async def _ask_ollama(client: Any, model: str) -> int | None:
     info = (shown or {}).get("model_info") or {}
     for key, value in info.items():
         if key.endswith(".context_length") and _positive(value):
-            return value
+            return cast(int, value)
     return None
 
 

@@ -44,7 +44,9 @@ def server_of(spec: Any) -> tuple[str, str]:
     return spec.provider, (spec.base_url or "").rstrip("/")
 
 
-async def _windows(client: Any, provider: str, entries: list[Any], budget: float) -> list:
+async def _windows(
+    client: Any, provider: str, entries: list[Any], budget: float
+) -> list[int | None]:
     """Each listed model's window, as discovery finds it; None for those that take
     longer than ``budget`` seconds."""
     from foliko_cli.models.discovery import entry_window, ollama_window

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -16,6 +16,9 @@ from foliko_cli.models.base import (
     ToolCall,
     forced_tool,
 )
+
+if TYPE_CHECKING:
+    from foliko_cli.models.http import HttpModelClient
 
 
 def parse_arguments(raw: Any) -> Any:
@@ -131,7 +134,7 @@ class OpenAIChatModel(ModelProvider):
         self,
         model: str,
         *,
-        client,
+        client: HttpModelClient,
         provider: str = "openai",
         context_window: int = 8192,
         max_tokens: int | None = None,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from starlette.requests import ClientDisconnect
@@ -84,7 +84,7 @@ class AccessLogMiddleware:
             None if format is None else self._json_line if format == "json" else self._text_line
         )
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
             await self._socket(scope, receive, send)
             return
@@ -96,7 +96,7 @@ class AccessLogMiddleware:
         status: int | None = None
         complete = disconnected = False
 
-        async def logged_send(message: dict) -> None:
+        async def logged_send(message: dict[str, Any]) -> None:
             nonlocal status, complete
             if message["type"] == "http.response.start":
                 status = message["status"]
@@ -107,12 +107,12 @@ class AccessLogMiddleware:
                 await send(message)
                 complete = True
 
-        async def logged_receive() -> dict:
+        async def logged_receive() -> dict[str, Any]:
             nonlocal disconnected
             message = await receive()
             if message["type"] == "http.disconnect" and not complete:
                 disconnected = True
-            return message
+            return cast("dict[str, Any]", message)
 
         try:
             await self.app(scope, logged_receive, logged_send)
@@ -133,7 +133,7 @@ class AccessLogMiddleware:
                 )
                 self.write(self.line(scope, wall_ns, ms, status, outcome))
 
-    async def _socket(self, scope: dict, receive: Any, send: Any) -> None:
+    async def _socket(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """A WebSocket session: counted once its handshake is answered (101, or
         the refusal's status), its line written when it ends."""
         wall_ns = time.time_ns()
@@ -146,7 +146,7 @@ class AccessLogMiddleware:
             if self.metrics is not None:
                 self.metrics.request(scope, code)
 
-        async def logged_send(message: dict) -> None:
+        async def logged_send(message: dict[str, Any]) -> None:
             if status is None:
                 kind = message["type"]
                 if kind == "websocket.accept":
@@ -167,7 +167,7 @@ class AccessLogMiddleware:
                 self.write(self.line(scope, wall_ns, ms, status, "closed"))
 
     def _text_line(
-        self, scope: dict, wall_ns: int, ms: float, status: int | None, outcome: str
+        self, scope: dict[str, Any], wall_ns: int, ms: float, status: int | None, outcome: str
     ) -> bytes:
         route, user, request_id, session = _identities(scope)
         line = (
@@ -180,7 +180,7 @@ class AccessLogMiddleware:
         return (line + "\n").encode()
 
     def _json_line(
-        self, scope: dict, wall_ns: int, ms: float, status: int | None, outcome: str
+        self, scope: dict[str, Any], wall_ns: int, ms: float, status: int | None, outcome: str
     ) -> bytes:
         route, user, request_id, session = _identities(scope)
         return orjson.dumps(
@@ -199,12 +199,12 @@ class AccessLogMiddleware:
         )
 
 
-def _method(scope: dict) -> str:
+def _method(scope: dict[str, Any]) -> str:
     """The request's method; a WebSocket session's is its handshake's, GET."""
-    return scope.get("method", "GET")[:_MAX_METHOD]
+    return cast(str, scope.get("method", "GET")[:_MAX_METHOD])
 
 
-def route_template(scope: dict) -> tuple[str | None, dict]:
+def route_template(scope: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """The matched route's path with ``{name}`` for each parameter (None when
     no route matched) and the path parameters.
 
@@ -217,13 +217,13 @@ def route_template(scope: dict) -> tuple[str | None, dict]:
     return getattr(route, "path_format", None), params
 
 
-def _match(scope: dict) -> tuple[Any, dict]:
+def _match(scope: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     router = getattr(scope.get("app"), "router", None)
     if router is None:
         return None, {}
     from starlette.routing import Match
 
-    partial: tuple[Any, dict] = (None, {})
+    partial: tuple[Any, dict[str, Any]] = (None, {})
     for route in router.routes:
         match, child = route.matches(scope)
         if match is Match.FULL:
@@ -233,7 +233,7 @@ def _match(scope: dict) -> tuple[Any, dict]:
     return partial
 
 
-def _identities(scope: dict) -> tuple[str | None, str | None, str | None, str | None]:
+def _identities(scope: dict[str, Any]) -> tuple[str | None, str | None, str | None, str | None]:
     """The route template, user, request id and session id of a finished request."""
     route, params = route_template(scope)
     state = scope.get("state") or {}
@@ -242,7 +242,7 @@ def _identities(scope: dict) -> tuple[str | None, str | None, str | None, str | 
     return route, state.get("user"), request_id, _session(state, params, scope["headers"])
 
 
-def _session(state: dict, params: dict, headers: list) -> str | None:
+def _session(state: dict[str, Any], params: dict[str, Any], headers: list[Any]) -> str | None:
     named = state.get(LOG_SESSION)
     if named:
         return str(named)
@@ -251,7 +251,7 @@ def _session(state: dict, params: dict, headers: list) -> str | None:
             return str(params[name])
     for key, value in headers:
         if key == _SESSION_HEADER and value:
-            return value.decode("latin-1")
+            return cast(str, value.decode("latin-1"))
     return None
 
 

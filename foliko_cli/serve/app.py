@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 from starlette.applications import Starlette
@@ -47,6 +48,9 @@ from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
 from foliko_cli.serve.schema import JSON, Api
 from foliko_cli.serve.user_services import LeaseMiddleware
 
+if TYPE_CHECKING:
+    from foliko_cli.serve.state import Services
+
 OPTIONS_ENV = "FOLIKO_SERVE_OPTIONS"
 MAX_BODY = 16 * 1024 * 1024
 
@@ -73,7 +77,7 @@ class ServeOptions(NamedTuple):
         return cls(**orjson.loads(os.environ.get(OPTIONS_ENV, "{}")))
 
 
-def _services(options: ServeOptions):
+def _services(options: ServeOptions) -> Services:
     from foliko_cli.common.settings import load_settings
     from foliko_cli.serve.state import Services
 
@@ -106,14 +110,14 @@ service_api = Api("Service")
 
 
 @service_api.get("/healthz", answer=Health, public=True)
-async def healthz(request: Request):
+async def healthz(request: Request) -> Any:
     """Liveness and storage health (503 when the storage does not answer)."""
     healthy = await request.app.state.services.base.storage.health_check()
     return JSON(Health(status="ok" if healthy else "storage unavailable"), 200 if healthy else 503)
 
 
 @service_api.get("/metrics", content={CONTENT_TYPE: {"schema": {"type": "string"}}})
-async def prometheus(request: Request):
+async def prometheus(request: Request) -> Any:
     """The worker's counters in Prometheus's text format (0.0.4)."""
     return await metrics(request)
 
@@ -121,7 +125,7 @@ async def prometheus(request: Request):
 HEALTHZ, METRICS_ROUTE = service_api.routes
 
 
-async def openapi(request: Request):
+async def openapi(request: Request) -> JSON:
     from foliko_cli.serve.openapi import document
 
     if not hasattr(request.app.state, "openapi"):
@@ -162,7 +166,7 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
     mcp = MCPEndpoint(max_body=options.max_body)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette):
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
         app.state.services = _services(options)
         app.state.services.quotas = Quotas.of(keys.limits if keys else None)
         try:

@@ -55,7 +55,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import msgspec
 from starlette.requests import Request
@@ -75,6 +75,9 @@ from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.service.common import INTERNAL_PREFIX
+
+if TYPE_CHECKING:
+    from foliko_cli.serve.state import Services
 
 JOURNAL_PREFIX = INTERNAL_PREFIX + "background/"
 FLUSH_S = 0.1
@@ -176,7 +179,12 @@ class Run:
     the journal writes."""
 
     def __init__(
-        self, svc: AsyncFoliko, response_id: str, request_id: str, streamed: bool, queued: dict
+        self,
+        svc: AsyncFoliko,
+        response_id: str,
+        request_id: str,
+        streamed: bool,
+        queued: dict[str, Any],
     ):
         self.svc = svc
         self.id = response_id
@@ -188,8 +196,8 @@ class Run:
         self.finished = False
         self._tick = asyncio.Event()
         self._dirty = asyncio.Event()
-        self._play: asyncio.Task | None = None
-        self.task: asyncio.Task | None = None
+        self._play: asyncio.Task[Any] | None = None
+        self.task: asyncio.Task[Any] | None = None
 
     def initial_journal(self) -> dict[str, Any]:
         return {
@@ -203,7 +211,14 @@ class Run:
             "finished_at": None,
         }
 
-    def start(self, turn: Turn, options: dict[str, Any], model: str | None, services, hooks):
+    def start(
+        self,
+        turn: Turn,
+        options: dict[str, Any],
+        model: str | None,
+        services: Services,
+        hooks: Hooks,
+    ) -> None:
         self._play = asyncio.ensure_future(self._run_turn(turn, options, model, services, hooks))
         self.task = asyncio.ensure_future(self._main(turn, options, model, hooks))
 
@@ -223,7 +238,14 @@ class Run:
             self.events.append(event)
         self._add("response.failed", response=self.response)
 
-    async def _run_turn(self, turn: Turn, options, model, services, hooks: Hooks) -> None:
+    async def _run_turn(
+        self,
+        turn: Turn,
+        options: dict[str, Any],
+        model: str | None,
+        services: Services,
+        hooks: Hooks,
+    ) -> None:
         events = await turn.stream(services)
         self.turn_at = {"session": turn.session_id, "number": turn.first_item}
         async for event in response_events(turn, events, options, model, hooks.finished):
@@ -233,7 +255,9 @@ class Run:
                 self.events.append(msgspec.to_builtins(event))
             self._changed()
 
-    async def _main(self, turn: Turn, options, model, hooks: Hooks) -> None:
+    async def _main(
+        self, turn: Turn, options: dict[str, Any], model: str | None, hooks: Hooks
+    ) -> None:
         assert self._play is not None
         writer = asyncio.ensure_future(self._keep_journal())
         await asyncio.wait([self._play])
@@ -447,7 +471,7 @@ async def current(request: Request, response_id: str, hooks: Hooks) -> dict[str,
     response = state["response"]
     if response["status"] in SAVED:
         await hooks.stored(svc, await stored_id(svc, response_id))  # a 404 once deleted
-    return response
+    return cast("dict[str, Any]", response)
 
 
 async def get(request: Request, query: ResponseQuery, hooks: Hooks) -> Any:
@@ -539,7 +563,7 @@ async def cancel(request: Request, hooks: Hooks) -> dict[str, Any]:
             state = await _changed(svc, response_id, state["revision"], hooks)
         if state is None:
             raise ids.response_not_found(response_id)
-    return state["response"]
+    return cast("dict[str, Any]", state["response"])
 
 
 async def stored_id(svc: AsyncFoliko, response_id: str) -> str:

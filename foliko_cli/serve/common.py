@@ -10,7 +10,7 @@ is the variables of session ``a/b`` and ``/v1/sessions/a/b`` no route.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, unquote
 
 from starlette.convertors import Convertor, register_url_convertor
@@ -24,7 +24,7 @@ from foliko_cli.service.values import RequestContext
 TIMEOUT_HEADER = "x-foliko-timeout"
 
 
-class IdConvertor(Convertor):
+class IdConvertor(Convertor[str]):
     regex = "[^/]+"
 
     def convert(self, value: str) -> str:
@@ -39,7 +39,7 @@ register_url_convertor("id", IdConvertor())
 
 def service(request: Request) -> AsyncFoliko:
     leases = request.scope.get(SCOPE_KEY)
-    return request.app.state.services.for_user(request.state.user, leases)
+    return cast(AsyncFoliko, request.app.state.services.for_user(request.state.user, leases))
 
 
 def keep_service(request: Request) -> Callable[[], None]:
@@ -49,7 +49,7 @@ def keep_service(request: Request) -> Callable[[], None]:
     if lease is None:
         return lambda: None
     lease.uses += 1
-    return lease.release
+    return cast("Callable[[], None]", lease.release)
 
 
 def turn_timeout(request: Request) -> float | None:

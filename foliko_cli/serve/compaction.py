@@ -81,7 +81,7 @@ def split_compaction(items: Input) -> tuple[Carried | None, Input]:
 
 
 @api.post("/v1/responses/compact", body=CompactRequest, answer=Compacted)
-async def compact(request: Request, body: CompactRequest):
+async def compact(request: Request, body: CompactRequest) -> Any:
     """Compact a history: its user messages, then one compaction item."""
     if not body.model:
         raise ApiError(400, "model is required: the model whose window to fit", param="model")

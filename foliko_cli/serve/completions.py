@@ -176,7 +176,7 @@ def chat_usage(turn: Turn) -> ChatUsage:
 
 
 @api.post("/v1/chat/completions", body=ChatCompletionCreate, answer=ChatCompletion, events=Chunk)
-async def chat_completions(request: Request, body: ChatCompletionCreate):
+async def chat_completions(request: Request, body: ChatCompletionCreate) -> Any:
     """A chat completion: stateless (kept with ``store: true``), or a turn of
     the session ``X-Session-Id`` names."""
     turn = plan(request, body)
@@ -248,14 +248,14 @@ async def chunks(
 
 
 @api.get("/v1/models", answer=ModelList, tag="Models")
-async def list_models(request: Request):
+async def list_models(request: Request) -> Any:
     """The models configured (``echo`` and the aliases)."""
     names = request.app.state.services.model_names()
     return ModelList(data=[Model(id=name) for name in names])
 
 
 @api.get("/v1/models/{model:path}", answer=Model, tag="Models")
-async def retrieve_model(request: Request):
+async def retrieve_model(request: Request) -> Any:
     """A model a turn may name: listed, or any ``PROVIDER:MODEL``."""
     from foliko_cli.errors import UnknownModelError
 

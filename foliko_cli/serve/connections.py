@@ -22,12 +22,16 @@ which costs a second system call and wakes the client twice for one answer.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from foliko_cli.serve.errors import error_body
+
+if TYPE_CHECKING:
+    from uvicorn.server import ServerState
 
 LINGER_S = 2.0  # a refused client still sending gets this long to read the answer
 
@@ -53,14 +57,14 @@ class ServeConfig(uvicorn.Config):
         self.limits = limits
 
 
-def _overloaded_app(limit: int):
+def _overloaded_app(limit: int) -> Callable[[Any, Any, Any], Awaitable[None]]:
     body = error_body(
         503,
         f"the server is at its limit of {limit:,} connections; retry in a moment",
         "server_overloaded",
     )
 
-    async def overloaded(scope, receive, send) -> None:
+    async def overloaded(scope: Any, receive: Any, send: Any) -> None:
         await send(
             {
                 "type": "http.response.start",
@@ -126,7 +130,13 @@ class CoalescedWrites:
 
 
 class LimitedHttpProtocol(HttpToolsProtocol):
-    def __init__(self, config: uvicorn.Config, server_state, app_state, _loop=None) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits: Limits = getattr(config, "limits", Limits())
         self.max_connections = self.limit_concurrency
@@ -138,7 +148,9 @@ class LimitedHttpProtocol(HttpToolsProtocol):
         self.refused = False
         self.overloaded = _overloaded_app(self.max_connections or 0)
 
-    def connection_made(self, transport) -> None:
+    # uvicorn's own connection_made takes an asyncio.Transport, narrower than
+    # BaseProtocol's BaseTransport (uvicorn ignores the override error too).
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         # CoalescedWrites stands in for the transport it wraps (not a subclass)
         super().connection_made(CoalescedWrites(transport, self.loop))  # type: ignore[arg-type]
         self._arm_header_timer()

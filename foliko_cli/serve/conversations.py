@@ -7,7 +7,7 @@ metadata under ``conversation_metadata``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 
@@ -55,7 +55,7 @@ def stamped(request: Request, messages: list[dict[str, Any]]) -> list[dict[str, 
 
 
 @api.post("/v1/conversations", body=ConversationCreate, answer=Conversation)
-async def create_conversation(request: Request, body: ConversationCreate):
+async def create_conversation(request: Request, body: ConversationCreate) -> Any:
     """Create a conversation (a session), with its first items."""
     messages = it.input_messages(body.items or [], "items")
     it.name_tool_outputs(messages, [], "items")
@@ -68,27 +68,27 @@ async def create_conversation(request: Request, body: ConversationCreate):
 
 
 def _id(request: Request) -> str:
-    return request.path_params["conversation_id"]
+    return cast(str, request.path_params["conversation_id"])
 
 
 _ONE = "/v1/conversations/{conversation_id:id}"
 
 
 @api.get(_ONE, answer=Conversation)
-async def get_conversation(request: Request):
+async def get_conversation(request: Request) -> Any:
     """A conversation."""
     return conversation_object(await service(request).get_session(_id(request)))
 
 
 @api.post(_ONE, body=ConversationUpdate, answer=Conversation)
-async def update_conversation(request: Request, body: ConversationUpdate):
+async def update_conversation(request: Request, body: ConversationUpdate) -> Any:
     """Replace a conversation's metadata."""
     metadata = {METADATA_KEY: body.metadata}
     return conversation_object(await service(request).update_metadata(_id(request), metadata))
 
 
 @api.delete(_ONE, answer=Deleted)
-async def delete_conversation(request: Request):
+async def delete_conversation(request: Request) -> Any:
     """Delete a conversation (its session)."""
     from foliko_cli.errors import SessionNotFoundError
 
@@ -105,7 +105,7 @@ def _items(record: SessionRecord) -> list[Item]:
 
 
 @api.get(_ONE + "/items", query=ItemsQuery, answer=Page[Item])
-async def list_items(request: Request, query: ItemsQuery):
+async def list_items(request: Request, query: ItemsQuery) -> Any:
     """A conversation's items."""
     record = await service(request).get_session(_id(request))
     return page_of(_items(record), query, "item")
@@ -128,14 +128,14 @@ _ITEM = _ONE + "/items/{item_id:id}"
 
 
 @api.get(_ITEM, answer=Item)
-async def get_item(request: Request):
+async def get_item(request: Request) -> Any:
     """One item of a conversation."""
     record = await service(request).get_session(_id(request))
     return _item_at(record, request.path_params["item_id"])[2]
 
 
 @api.delete(_ITEM, answer=Conversation)
-async def delete_item(request: Request):
+async def delete_item(request: Request) -> Any:
     """Remove an item; no other item's id changes.
 
     Take one item out of the conversation: a message, or one function call
@@ -166,7 +166,7 @@ async def delete_item(request: Request):
 
 
 @api.post(_ONE + "/items", body=ItemsAdd, answer=Page[Item])
-async def add_items(request: Request, body: ItemsAdd):
+async def add_items(request: Request, body: ItemsAdd) -> Any:
     """Add items to a conversation."""
     messages = it.input_messages(body.items, "items")
     if not messages:

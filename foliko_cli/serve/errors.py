@@ -31,7 +31,9 @@ SHUTTING_DOWN = Interrupted(
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, *, code: str | None = None, param=None):
+    def __init__(
+        self, status: int, message: str, *, code: str | None = None, param: str | None = None
+    ) -> None:
         self.status = status
         self.message = message
         self.code = code
@@ -61,7 +63,9 @@ class ErrorBody(msgspec.Struct):
     error: ErrorDetail
 
 
-def error_body(status: int, message: str, code: str | None = None, param=None) -> bytes:
+def error_body(
+    status: int, message: str, code: str | None = None, param: str | None = None
+) -> bytes:
     kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return msgspec.json.encode(ErrorBody(ErrorDetail(message, kind, param, code)))
 
@@ -70,7 +74,7 @@ def error_response(
     status: int,
     message: str,
     code: str | None = None,
-    param=None,
+    param: str | None = None,
     headers: Mapping[str, str] | None = None,
     *,
     retry: bool | None = None,

@@ -131,12 +131,14 @@ class HostPolicy:
 
 
 class GuardMiddleware:
-    def __init__(self, app: Any, *, allowed_hosts: Iterable[str] = (), allow_origins=()):
+    def __init__(
+        self, app: Any, *, allowed_hosts: Iterable[str] = (), allow_origins: Iterable[str] = ()
+    ) -> None:
         self.app = app
         self.hosts = HostPolicy(allowed_hosts)
         self.origins = frozenset(normalize_origin(origin) for origin in allow_origins)
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
@@ -178,7 +180,9 @@ class GuardMiddleware:
                 return
         await self.app(scope, receive, send)
 
-    def _foreign(self, scope: dict, headers: Headers, host: str | None, origin: str | None):
+    def _foreign(
+        self, scope: dict[str, Any], headers: Headers, host: str | None, origin: str | None
+    ) -> bool:
         if headers.get("sec-fetch-site", "").strip().lower() in _FOREIGN_FETCH_SITES:
             return True
         if origin is None:
@@ -197,7 +201,7 @@ class GuardMiddleware:
         return origin.strip() if normalized in self.origins else None
 
 
-def _navigation_to_page(scope: dict, headers: Headers, origin: str | None) -> bool:
+def _navigation_to_page(scope: dict[str, Any], headers: Headers, origin: str | None) -> bool:
     """A link on another site that opens the page: the browser reads it, no script does."""
     return (
         origin is None
@@ -247,7 +251,7 @@ def _with_cors(send: Any, origin: str) -> Any:
     """``send`` adding the CORS headers to the answer, so the page can read it."""
     cors = _cors_headers(origin)
 
-    async def send_with_cors(message: dict) -> None:
+    async def send_with_cors(message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             message["headers"] = [*message.get("headers", ()), *cors]
         await send(message)
@@ -255,7 +259,7 @@ def _with_cors(send: Any, origin: str) -> Any:
     return send_with_cors
 
 
-def _preflight_start(origin: str, headers: Headers) -> dict:
+def _preflight_start(origin: str, headers: Headers) -> dict[str, Any]:
     asked = headers.get("access-control-request-headers", "")
     names = list(ALLOWED_HEADERS)
     for name in asked.lower().split(","):

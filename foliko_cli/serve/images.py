@@ -30,7 +30,7 @@ def image_part(url: Any, where: str, param: str) -> dict[str, Any]:
     return loaded.part
 
 
-def attached(message: dict[str, Any]) -> list:
+def attached(message: dict[str, Any]) -> list[Any]:
     """The message's images as attachments for the turn that sends it."""
     from foliko_cli.messages.attachments import Attachment, image_data
 

@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+from typing import cast
 
 POLL_S = 0.5
 PR_SET_PDEATHSIG = 1
@@ -36,7 +37,7 @@ def _die_with_parent() -> bool:
 
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0
+        return cast(bool, libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
 

@@ -71,7 +71,7 @@ def title_of(message: str | None, names: list[str]) -> str:
     return names[0] if names else "New session"
 
 
-def _attachments(given: list[Attachment] | None) -> list:
+def _attachments(given: list[Attachment] | None) -> list[Any]:
     from foliko_cli.messages.attachments import Attachment as File
 
     found = []
@@ -222,7 +222,7 @@ _ONE = "/v1/sessions/{session_id:id}/turns"
 
 
 @api.post(_ONE, body=TurnCreate, events=True)
-async def create_turn(request: Request, body: TurnCreate):
+async def create_turn(request: Request, body: TurnCreate) -> Any:
     """Run one turn, its events streamed (the web app's turns).
 
     Each event's data is a JSON object whose type is waiting, started
@@ -247,7 +247,7 @@ async def create_turn(request: Request, body: TurnCreate):
 
 
 @api.post(_ONE + "/{turn_id:id}/cancel", answer=TurnCancelled)
-async def cancel_turn(request: Request):
+async def cancel_turn(request: Request) -> Any:
     """Stop a running turn: nothing of it is saved (``cancelled`` false: it was)."""
     turn_id = request.path_params["turn_id"]
     live = _running.get((request.state.user, turn_id))

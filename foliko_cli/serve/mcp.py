@@ -18,13 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.mcp_server.arguments import ToolFailure
 from foliko_cli.serve.common import request_context
 from foliko_cli.serve.errors import ApiError, error_response
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
+
+if TYPE_CHECKING:
+    from foliko_cli.service.values import TurnResult
 
 
 class ServeBackend:
@@ -43,7 +46,9 @@ class ServeBackend:
         finally:
             lease.release()
 
-    async def turn(self, request: Any, service: AsyncFoliko, session_id: str, message: str):
+    async def turn(
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str
+    ) -> TurnResult:
         try:
             context = request_context(request, service)
             turn = Turn(service, session_id, message, api="mcp", request=context)
@@ -70,9 +75,9 @@ class MCPEndpoint:
         self._manager: Any = None
         self._lock = asyncio.Lock()
         self._stop = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         try:
             manager = await self._started()
         except ImportError:
@@ -99,7 +104,7 @@ class MCPEndpoint:
                 self._manager = manager
         return self._manager
 
-    async def _run(self, manager: Any, running: asyncio.Future) -> None:
+    async def _run(self, manager: Any, running: asyncio.Future[Any]) -> None:
         """The manager's task group lives in this task, from start to ``aclose``."""
         try:
             async with manager.run():

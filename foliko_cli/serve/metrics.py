@@ -13,7 +13,7 @@ counts only (see the README).
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -52,7 +52,7 @@ class Metrics:
         self.tokens = {"input": 0, "output": 0}
         self.streams = 0
 
-    def request(self, scope: dict, status: int | None) -> None:
+    def request(self, scope: dict[str, Any], status: int | None) -> None:
         method = scope.get("method", "GET")  # a WebSocket session's handshake
         key = (route_template(scope)[0], method if method in _METHODS else "other", status)
         requests = self.requests

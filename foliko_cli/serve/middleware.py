@@ -17,7 +17,7 @@ import asyncio
 import logging
 import os
 import re
-from typing import Any
+from typing import Any, cast
 from urllib.parse import unquote
 
 from starlette.datastructures import Headers
@@ -77,7 +77,7 @@ class RequestMiddleware:
         self.keys = keys
         self.max_body = max_body
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
@@ -91,7 +91,7 @@ class RequestMiddleware:
         state["user"] = None
         extra = ids.headers()
 
-        async def send_with_ids(message: dict) -> None:
+        async def send_with_ids(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 headers = [*message.get("headers", ()), *extra]
                 if not any(key.lower() == NOSNIFF[0] for key, _ in headers):
@@ -120,7 +120,7 @@ class RequestMiddleware:
             return
         started = False
 
-        async def send_tracked(message: dict) -> None:
+        async def send_tracked(message: dict[str, Any]) -> None:
             nonlocal started
             started = started or message["type"] == "http.response.start"
             await send_with_ids(message)
@@ -137,14 +137,14 @@ class RequestMiddleware:
         received = 0
         limit = self.max_body
 
-        async def limited_receive() -> dict:
+        async def limited_receive() -> dict[str, Any]:
             nonlocal received
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
                     raise BodyTooLarge(limit)
-            return message
+            return cast("dict[str, Any]", message)
 
         return limited_receive
 
@@ -175,13 +175,13 @@ class EndsWhenCancelled:
     def __init__(self, app: Any):
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         state = {"started": False, "ended": False}
 
-        async def tracked(message: dict) -> None:
+        async def tracked(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 state["started"] = True
             elif message["type"] == "http.response.body" and not message.get("more_body"):

@@ -11,7 +11,7 @@ the body into a turn, with a message naming where.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
@@ -279,7 +279,7 @@ OutputItem = Item | CompactionItem
 
 
 def _id(row: Any) -> str:
-    return row.id
+    return cast(str, row.id)
 
 
 class Page(Answer, Generic[T], kw_only=True):

@@ -129,7 +129,9 @@ def _query_parameters(query: Any) -> list[dict[str, Any]]:
     return parameters
 
 
-def _operation(op: Operation, params: list[dict[str, Any]], schemas: dict[Any, Any]) -> dict:
+def _operation(
+    op: Operation, params: list[dict[str, Any]], schemas: dict[Any, Any]
+) -> dict[str, Any]:
     content: dict[str, Any] = dict(op.content or {})
     if op.answer is not None:
         content["application/json"] = {"schema": schemas[op.answer]}

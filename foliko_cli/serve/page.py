@@ -61,15 +61,15 @@ def _send(request: Request, name: str) -> Response:
     return Response(body, media_type=media_type, headers=headers)
 
 
-async def index(request: Request):
+async def index(request: Request) -> Response:
     return _send(request, "index.html")
 
 
-async def asset(request: Request):
+async def asset(request: Request) -> Response:
     return _send(request, request.path_params["name"])
 
 
-async def favicon(request: Request):
+async def favicon(request: Request) -> Response:
     return Response(status_code=204)
 
 

@@ -46,6 +46,7 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.service.common import INTERNAL_PREFIX
 
 if TYPE_CHECKING:
+    from foliko_cli.messages.record import SessionRecord
     from foliko_cli.service import AsyncFoliko
 
 QUOTA_PREFIX = INTERNAL_PREFIX + "quota/"
@@ -200,7 +201,9 @@ class Quotas:
             _log.warning("the token count of %s was not saved: %s", user, exc)
 
 
-async def _written(svc: AsyncFoliko, user: str, record, counters: dict[str, Any]) -> bool:
+async def _written(
+    svc: AsyncFoliko, user: str, record: SessionRecord | None, counters: dict[str, Any]
+) -> bool:
     """Compare-and-set the counters; False when another write came first."""
     if record is None:
         state = SessionState(counters, new_metadata(), {})

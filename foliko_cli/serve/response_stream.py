@@ -21,7 +21,13 @@ from foliko_cli.serve import ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.compaction_item import compaction_item
 from foliko_cli.serve.errors import SHUTTING_DOWN, error_event
-from foliko_cli.serve.openai_types import CompactionItem, FunctionCallItem, MessageItem, Response
+from foliko_cli.serve.openai_types import (
+    CompactionItem,
+    FunctionCallItem,
+    MessageItem,
+    OutputText,
+    Response,
+)
 from foliko_cli.serve.response_object import response_object
 from foliko_cli.serve.sse import DONE, EventStream
 from foliko_cli.serve.turns import Turn
@@ -142,7 +148,7 @@ class _ResponseEvents:
                 id=item_id, status="in_progress", role="assistant", content=[]
             )
             where = {"item_id": item_id, "output_index": self.output_index}
-            part = it.OutputText(text="")
+            part = OutputText(text="")
             out.append(
                 self.event(
                     "response.output_item.added",

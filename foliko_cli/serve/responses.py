@@ -231,7 +231,7 @@ def finished_response(turn: Turn, options: dict[str, Any], model: str | None) ->
 
 
 @api.post("/v1/responses", body=ResponseCreate, answer=Response, events=True)
-async def create_response(request: Request, body: ResponseCreate):
+async def create_response(request: Request, body: ResponseCreate) -> Any:
     """Run one turn (``stream``: its events; ``background``: answer at once, queued)."""
     if body.background:
         return await background.create(request, body, HOOKS)
@@ -276,7 +276,7 @@ _ONE = "/v1/responses/{response_id:id}"
 
 
 @api.get(_ONE, query=ResponseQuery, answer=Response, events=True)
-async def get_response(request: Request, query: ResponseQuery):
+async def get_response(request: Request, query: ResponseQuery) -> Any:
     """A stored response, or a background one as it stands (``stream``: its
     events after ``starting_after``, then live to its end)."""
     if ids.parse_background_id(request.path_params["response_id"]) is not None:
@@ -291,7 +291,7 @@ async def get_response(request: Request, query: ResponseQuery):
 
 
 @api.delete(_ONE, answer=Deleted)
-async def delete_response(request: Request):
+async def delete_response(request: Request) -> Any:
     """Delete a response: GET, input items and continuing it are 404; its
     messages stay in its conversation, whose items they are."""
     svc = service(request)
@@ -306,7 +306,7 @@ async def delete_response(request: Request):
 
 
 @api.post(_ONE + "/cancel", answer=Response)
-async def cancel_response(request: Request):
+async def cancel_response(request: Request) -> Any:
     """Cancel a background response: the turn stops and nothing of it is saved
     (the Response with status cancelled; once finished, the Response as it is;
     a response not run in the background is a 400)."""
@@ -321,7 +321,7 @@ async def cancel_response(request: Request):
 
 
 @api.get(_ONE + "/input_items", query=ItemsQuery, answer=Page[Item])
-async def get_input_items(request: Request, query: ItemsQuery):
+async def get_input_items(request: Request, query: ItemsQuery) -> Any:
     """The input items of a response."""
     found = await stored_response(service(request), request.path_params["response_id"])
     scope = ids.scope_of(found.record.session_id)
@@ -330,7 +330,7 @@ async def get_input_items(request: Request, query: ItemsQuery):
 
 
 @api.post("/v1/responses/input_tokens", body=ResponseCreate, answer=InputTokens)
-async def count_input_tokens(request: Request, body: ResponseCreate):
+async def count_input_tokens(request: Request, body: ResponseCreate) -> Any:
     """Count what a request would send its model: by the model's server when it
     has a tokenizer (llama.cpp), else foliko's estimate (``counted_by``)."""
     turn, _ = await plan_turn(request, msgspec.structs.replace(body, store=False))

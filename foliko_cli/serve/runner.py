@@ -16,11 +16,15 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from foliko_cli.serve.app import OPTIONS_ENV, ServeOptions, create_app
 from foliko_cli.serve.connections import Limits, ServeConfig
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
 
 DEFAULT_LIMITS = Limits()
 
@@ -47,7 +51,7 @@ class GracefulServer(uvicorn.Server):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
-    async def startup(self, sockets=None) -> None:
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
         if self.ready is not None and self.started:
             self.ready(self.url())
@@ -75,7 +79,16 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _config(app, *, host, port, workers, grace, limits: Limits, factory=False) -> ServeConfig:
+def _config(
+    app: Starlette | str,
+    *,
+    host: str,
+    port: int,
+    workers: int,
+    grace: float,
+    limits: Limits,
+    factory: bool = False,
+) -> ServeConfig:
     return ServeConfig(
         app,
         limits=limits,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import msgspec
 from starlette.requests import Request
@@ -33,6 +33,7 @@ from foliko_cli.serve.errors import ApiError
 
 T = TypeVar("T")
 Handler = Callable[..., Awaitable[Any]]
+H = TypeVar("H", bound=Handler)
 
 REF = "#/components/schemas/{name}"
 _AT = re.compile(r" - at `(key` in `)?\$([^`]*)`\Z")
@@ -79,7 +80,7 @@ def decode(raw: bytes, kind: type[T]) -> T:
     if not raw.strip() and isinstance(kind, type) and issubclass(kind, msgspec.Struct):
         raw = b"{}"
     try:
-        return _decoder(kind).decode(raw)  # type: ignore[arg-type]
+        return cast(T, _decoder(kind).decode(raw))  # type: ignore[arg-type]
     except msgspec.ValidationError as exc:
         raise invalid(str(exc), kind) from None
     except msgspec.DecodeError as exc:
@@ -185,7 +186,7 @@ def _resolved(schema: Any, components: dict[str, Any], wanted: str) -> dict[str,
         branch = _resolved(branch, components, wanted)
         if wanted in branch:
             return branch
-    return schema
+    return cast("dict[str, Any]", schema)
 
 
 @functools.cache
@@ -219,8 +220,8 @@ class Api:
         self.tag = tag
         self.routes: list[Route] = []
 
-    def route(self, method: str, path: str, **types: Any) -> Callable[[Handler], Handler]:
-        def declare(handler: Handler) -> Handler:
+    def route(self, method: str, path: str, **types: Any) -> Callable[[H], H]:
+        def declare(handler: H) -> H:
             summary = (handler.__doc__ or "").strip().split("\n\n")[0]
             assert summary, f"{handler.__name__}: its docstring is the operation's summary"
             tag = types.pop("tag", self.tag)
@@ -232,11 +233,20 @@ class Api:
 
         return declare
 
-    get = functools.partialmethod(route, "GET")
-    post = functools.partialmethod(route, "POST")
-    put = functools.partialmethod(route, "PUT")
-    patch = functools.partialmethod(route, "PATCH")
-    delete = functools.partialmethod(route, "DELETE")
+    def get(self, path: str, **types: Any) -> Callable[[H], H]:
+        return self.route("GET", path, **types)
+
+    def post(self, path: str, **types: Any) -> Callable[[H], H]:
+        return self.route("POST", path, **types)
+
+    def put(self, path: str, **types: Any) -> Callable[[H], H]:
+        return self.route("PUT", path, **types)
+
+    def patch(self, path: str, **types: Any) -> Callable[[H], H]:
+        return self.route("PATCH", path, **types)
+
+    def delete(self, path: str, **types: Any) -> Callable[[H], H]:
+        return self.route("DELETE", path, **types)
 
 
 def _endpoint(handler: Handler, operation: Operation) -> Callable[[Request], Awaitable[Response]]:

@@ -7,7 +7,7 @@ position, ``snippet`` with the ``matches`` spans, ...) plus its session's
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -16,18 +16,21 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.native_types import SearchQuery, SearchResults
 from foliko_cli.serve.schema import Api
 
+if TYPE_CHECKING:
+    from foliko_cli.errors import CorruptSessionError
+
 api = Api("Sessions")
 
 
 @api.get("/v1/search", query=SearchQuery, answer=SearchResults)
-async def search(request: Request, query: SearchQuery):
+async def search(request: Request, query: SearchQuery) -> Any:
     """Messages by their text, best first (``sessions search --json``)."""
     if not query.q.strip():
         raise ApiError(400, "give the words to search for as ?q=WORDS", param="q")
     svc = service(request)
     unreadable: list[str] = []
 
-    def left_out(damage) -> None:
+    def left_out(damage: CorruptSessionError) -> None:
         if damage.session_id not in unreadable:
             unreadable.append(damage.session_id)
 

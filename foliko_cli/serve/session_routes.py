@@ -8,7 +8,7 @@ commands print with ``--json`` (lists as ``{"object": "list", "data"}``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from starlette.requests import Request
 
@@ -36,16 +36,19 @@ from foliko_cli.serve.native_types import (
 from foliko_cli.serve.openai_types import Page, page_of
 from foliko_cli.serve.schema import Api
 
+if TYPE_CHECKING:
+    from foliko_cli.messages.record import SessionRecord
+
 api = Api("Sessions")
 
 
-def shown(record):
+def shown(record: SessionRecord) -> dict[str, Any]:
     """As ``sessions show --json`` and ``export`` print it (usage totals included)."""
     return with_usage(record_to_dict(record), record)
 
 
 @api.get("/v1/sessions", query=SessionsQuery, answer=Page[SessionRow])
-async def list_sessions(request: Request, query: SessionsQuery):
+async def list_sessions(request: Request, query: SessionsQuery) -> Any:
     """Sessions, most recently updated first (``sessions list --json``).
 
     ``after`` is the last id of the previous page. Each row also has the
@@ -59,26 +62,26 @@ async def list_sessions(request: Request, query: SessionsQuery):
 
 
 def _id(request: Request) -> str:
-    return request.path_params["session_id"]
+    return cast(str, request.path_params["session_id"])
 
 
 _ONE = "/v1/sessions/{session_id:id}"
 
 
 @api.get(_ONE, answer=Session)
-async def show_session(request: Request):
+async def show_session(request: Request) -> Any:
     """A session (``sessions show --json``)."""
     return shown(await service(request).get_session(_id(request)))
 
 
 @api.get(_ONE + "/export", answer=list[Session])
-async def export_session(request: Request):
+async def export_session(request: Request) -> Any:
     """Export a session, as ``sessions export`` writes it."""
     return [await service(request).export_document(_id(request))]
 
 
 @api.delete(_ONE, answer=SessionDeleted)
-async def delete_session(request: Request):
+async def delete_session(request: Request) -> Any:
     """Delete a session (into the trash, when ``in_trash`` says so)."""
     from foliko_cli.errors import SessionNotFoundError
 
@@ -91,7 +94,7 @@ async def delete_session(request: Request):
 
 
 @api.post(_ONE + "/rename", body=Rename, answer=Session)
-async def rename_session(request: Request, body: Rename):
+async def rename_session(request: Request, body: Rename) -> Any:
     """Rename a session."""
     svc = service(request)
     await svc.rename_session(_id(request), body.to)
@@ -99,46 +102,46 @@ async def rename_session(request: Request, body: Rename):
 
 
 @api.post(_ONE + "/fork", body=Fork, answer=Session)
-async def fork_session(request: Request, body: Fork):
+async def fork_session(request: Request, body: Fork) -> Any:
     """Copy a session as ``to``: all of it, or with ``upto``, its first ``upto`` messages."""
     record = await service(request).fork_session(_id(request), body.to, upto=body.upto)
     return record_to_dict(record)
 
 
 @api.post(_ONE + "/clear", body=Clear, answer=Session)
-async def clear_session(request: Request, body: Clear):
+async def clear_session(request: Request, body: Clear) -> Any:
     """Drop a session's history (``variables``: its variables too)."""
     record = await service(request).clear_session(_id(request), variables=body.variables)
     return record_to_dict(record)
 
 
 @api.post(_ONE + "/compact", body=CompactNow, answer=Compaction)
-async def compact_session(request: Request, body: CompactNow):
+async def compact_session(request: Request, body: CompactNow) -> Any:
     """Compress a session's history now (``sessions compact --json``)."""
     return await service(request).compact(_id(request), keep=body.keep, model=body.model)
 
 
 @api.get(_ONE + "/compactions", answer=CompactionList)
-async def list_compactions(request: Request):
+async def list_compactions(request: Request) -> Any:
     """A session's compactions (``sessions show --compactions --json``)."""
     return Listed(data=await service(request).compactions(_id(request)))
 
 
 @api.post(_ONE + "/uncompact", answer=Uncompacted)
-async def uncompact_session(request: Request):
+async def uncompact_session(request: Request) -> Any:
     """Send a session's whole history again from its next turn (``sessions uncompact``)."""
     record = await service(request).uncompact(_id(request))
     return Uncompacted(uncompacted=record.session_id, messages=record.first_seq)
 
 
 @api.get(_ONE + "/tree", answer=ForkTree)
-async def family_tree(request: Request):
+async def family_tree(request: Request) -> Any:
     """A session's fork family (``sessions tree ID --json``)."""
     return Listed(data=await service(request).session_tree(_id(request)))
 
 
 @api.get("/v1/tree", answer=ForkTree)
-async def whole_tree(request: Request):
+async def whole_tree(request: Request) -> Any:
     """Every session's fork tree (``sessions tree --json``)."""
     return Listed(data=await service(request).session_tree())
 
@@ -147,13 +150,13 @@ _VARS = _ONE + "/vars"
 
 
 @api.get(_VARS, answer=dict[str, Any])
-async def get_vars(request: Request):
+async def get_vars(request: Request) -> Any:
     """A session's variables."""
     return await service(request).get_variables(_id(request))
 
 
 @api.put(_VARS, body=dict[str, Any], answer=dict[str, Any])
-async def put_vars(request: Request, body: dict[str, Any]):
+async def put_vars(request: Request, body: dict[str, Any]) -> Any:
     """Set variables: every key of the JSON object (others are kept)."""
     if not body:
         raise ApiError(400, "send a JSON object of the variables to set")
@@ -161,7 +164,7 @@ async def put_vars(request: Request, body: dict[str, Any]):
 
 
 @api.delete(_VARS, answer=dict[str, Any])
-async def clear_vars(request: Request):
+async def clear_vars(request: Request) -> Any:
     """Remove every variable of a session."""
     svc = service(request)
     current = await svc.get_variables(_id(request))
@@ -172,7 +175,7 @@ _VAR = _VARS + "/{key:id}"
 
 
 @api.get(_VAR, answer=Variable)
-async def get_var(request: Request):
+async def get_var(request: Request) -> Any:
     """One variable."""
     key = request.path_params["key"]
     variables = await service(request).get_variables(_id(request))
@@ -182,7 +185,7 @@ async def get_var(request: Request):
 
 
 @api.put(_VAR, body=Any, answer=Variable)
-async def put_var(request: Request, body: Any):
+async def put_var(request: Request, body: Any) -> Any:
     """Set one variable: the body is its value, any JSON (``{"value": V}`` is
     stored as that object)."""
     key = request.path_params["key"]
@@ -191,7 +194,7 @@ async def put_var(request: Request, body: Any):
 
 
 @api.delete(_VAR, answer=VariableDeleted)
-async def delete_var(request: Request):
+async def delete_var(request: Request) -> Any:
     """Remove one variable."""
     from foliko_cli.errors import VariableNotSetError
 

@@ -31,7 +31,7 @@ def settings_of(session_id: str, metadata: dict[str, Any]) -> Settings:
 
 
 @api.patch("/v1/sessions/{session_id:id}", body=SettingsPatch, answer=Settings)
-async def update_settings(request: Request, body: SettingsPatch):
+async def update_settings(request: Request, body: SettingsPatch) -> Any:
     """Set a session's title or its own system prompt (null removes either)."""
     changes: dict[str, Any] = {}
     if body.title is not UNSET:

@@ -5,6 +5,7 @@ not stored (Chat Completions without a session, ``store: false``)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from foliko_cli.serve.user_services import Lease, UserServices, limits_from_env
@@ -21,7 +22,7 @@ the config approves it) and every elicitation is declined."""
 
 
 class Services:
-    def __init__(self, settings: Settings, *, notify=None):
+    def __init__(self, settings: Settings, *, notify: Callable[[str], None] | None = None) -> None:
         self.settings = settings
         self.notify = notify
         self.base = AsyncFoliko.from_settings(settings, notify=notify, **UNATTENDED)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from msgspec import UNSET
@@ -203,7 +203,7 @@ def completion_object(completion_id: str, completion: dict[str, Any]) -> StoredC
 
 
 @api.get("/v1/chat/completions", query=CompletionsQuery, answer=Page[StoredCompletion])
-async def list_completions(request: Request, query: CompletionsQuery):
+async def list_completions(request: Request, query: CompletionsQuery) -> Any:
     """Stored chat completions, oldest first (``order=desc``: newest), by the
     time each was stored; ``model`` and ``metadata[KEY]=VALUE`` filter them.
 
@@ -238,14 +238,14 @@ async def list_completions(request: Request, query: CompletionsQuery):
 
 
 def _id(request: Request) -> str:
-    return request.path_params["completion_id"]
+    return cast(str, request.path_params["completion_id"])
 
 
 _ONE = "/v1/chat/completions/{completion_id}"
 
 
 @api.get(_ONE, answer=StoredCompletion)
-async def get_completion(request: Request):
+async def get_completion(request: Request) -> Any:
     """A stored chat completion."""
     return completion_object(_id(request), await _state(service(request), _id(request)))
 
@@ -275,7 +275,7 @@ def store_message(message_id: str, message: dict[str, Any], shape: dict[str, Any
 
 
 @api.get(_ONE + "/messages", query=MessagesQuery, answer=Page[StoreMessage])
-async def list_messages(request: Request, query: MessagesQuery):
+async def list_messages(request: Request, query: MessagesQuery) -> Any:
     """The messages of a stored completion's request (not the answer, which is
     the completion's choice), oldest first unless ``order=desc``."""
     completion_id = _checked(_id(request))
@@ -295,7 +295,7 @@ async def list_messages(request: Request, query: MessagesQuery):
 
 
 @api.post(_ONE, body=CompletionUpdate, answer=StoredCompletion)
-async def update_completion(request: Request, body: CompletionUpdate):
+async def update_completion(request: Request, body: CompletionUpdate) -> Any:
     """Replace a stored completion's metadata (nothing else can change)."""
     completion_id = _id(request)
     svc = service(request)
@@ -308,7 +308,7 @@ async def update_completion(request: Request, body: CompletionUpdate):
 
 
 @api.delete(_ONE, answer=Deleted)
-async def delete_completion(request: Request):
+async def delete_completion(request: Request) -> Any:
     """Delete a stored chat completion."""
     completion_id = _id(request)
     svc = service(request)

@@ -3,6 +3,8 @@ window, and restoring it (``sessions trash list`` / ``restore``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 
 from foliko_cli.serve.common import service
@@ -13,7 +15,7 @@ api = Api("Sessions")
 
 
 @api.get("/v1/trash", answer=Trash)
-async def list_trash(request: Request):
+async def list_trash(request: Request) -> Any:
     """What the trash holds, latest first; ``keep_ms`` is the undo window (0: off).
 
     The rows of ``sessions trash list --json``."""
@@ -34,7 +36,7 @@ async def list_trash(request: Request):
 
 
 @api.post("/v1/trash/{name:id}/restore", body=Restore, answer=Restored)
-async def restore(request: Request, body: Restore):
+async def restore(request: Request, body: Restore) -> Any:
     """Restore a session (its latest removal) or a trash entry, as itself or ``as``."""
     entry = await service(request).restore_session(request.path_params["name"], as_id=body.as_)
     return Restored(

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from foliko_cli.errors import UsageError
 from foliko_cli.service import AsyncFoliko
@@ -69,8 +70,8 @@ class UserServices:
         self.capacity = capacity
         self.idle = idle
         self._cached: OrderedDict[str, Lease] = OrderedDict()
-        self._closing: set[asyncio.Task] = set()
-        self._sweeper: asyncio.Task | None = None
+        self._closing: set[asyncio.Task[Any]] = set()
+        self._sweeper: asyncio.Task[Any] | None = None
 
     def __len__(self) -> int:
         return len(self._cached)
@@ -148,10 +149,10 @@ class LeaseMiddleware:
     """Ends the leases a request took (``service(request)``, one per user) once
     its response, streamed or not, is complete."""
 
-    def __init__(self, app):
+    def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope, receive, send):
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return

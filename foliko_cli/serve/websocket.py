@@ -137,7 +137,7 @@ class Connection:
         self.lifetime = lifetime
         self.memory = Memory()
         self.lanes: dict[str | None, asyncio.Queue[dict[str, Any] | None]] = {}
-        self.workers: list[asyncio.Task] = []
+        self.workers: list[asyncio.Task[Any]] = []
         self.in_flight = 0
         self._send_lock = asyncio.Lock()
 

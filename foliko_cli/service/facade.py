@@ -273,7 +273,7 @@ def _blocking(
     name = coroutine_function.__name__
     how = "read" if name in READS else "turn" if name in TURNS else "run"
 
-    def method(self: Foliko, *args: P.args, **kwargs: P.kwargs) -> T:
+    def method(self: Foliko, /, *args: P.args, **kwargs: P.kwargs) -> T:
         bound: Callable[P, Coroutine[Any, Any, T]] = getattr(self.service, name)
         if how == "run" or (how == "turn" and kwargs.get("on_event") is not None):
             return self._loop.run(bound(*args, **kwargs), interrupted)

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -209,7 +209,7 @@ def render(value: Any, variables: dict[str, Any]) -> Any:
     if whole:
         return lookup(whole.group(1))
 
-    def text_of(match: re.Match) -> str:
+    def text_of(match: re.Match[str]) -> str:
         found = lookup(match.group(1))
         return found if isinstance(found, str) else orjson.dumps(found).decode()
 
@@ -291,7 +291,7 @@ def _session_variables(facade: Any, session_id: str) -> dict[str, Any]:
     from foliko_cli.errors import SessionNotFoundError
 
     try:
-        return facade.get_variables(session_id)
+        return cast("dict[str, Any]", facade.get_variables(session_id))
     except SessionNotFoundError:
         return {}
 

@@ -43,7 +43,7 @@ def digest_of(record: SessionRecord) -> ContentDigest:
 
 
 def stored_digest(
-    session_id: str, bodies: list, variables: bytes | str, where: str
+    session_id: str, bodies: list[bytes | str], variables: bytes | str, where: str
 ) -> ContentDigest:
     """A native ``content_digests`` entry, from the stored JSON texts of the
     session's messages (in order) and variables."""

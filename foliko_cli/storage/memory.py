@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, CorruptSessionError
@@ -28,6 +28,9 @@ from foliko_cli.storage.base import (
 from foliko_cli.storage.integrity import check_count
 from foliko_cli.storage.queues import SessionQueues
 
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
 
 class MemoryStorage(SavesInBatches, SessionStorageAdapter):
     """Records are deep-copied in and out, so callers never share state with it.
@@ -43,7 +46,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         self._mutex = threading.RLock()
         self._queues = SessionQueues()
 
-    def lock(self, session_id: str, timeout: float):
+    def lock(self, session_id: str, timeout: float) -> AbstractAsyncContextManager[None]:
         """Frameworks sharing this store take turns on a session (FIFO)."""
         return self._queues.hold(session_id, timeout)
 

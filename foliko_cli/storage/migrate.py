@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from foliko_cli.errors import (
     ConflictError,
@@ -45,7 +46,7 @@ class MigrationReport:
     def ok(self) -> bool:
         return not self.failed
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "total": self.total,
             "copied": len(self.copied),

@@ -49,7 +49,7 @@ import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
 from foliko_cli.common.clock import now_ms
@@ -727,7 +727,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
                 if first:
                     first = False
                     return await self._lock_and_check_schema(conn, key)
-                return (await one_row(db, "SELECT pg_try_advisory_lock(%s)", (key,)))[0]
+                return cast(bool, (await one_row(db, "SELECT pg_try_advisory_lock(%s)", (key,)))[0])
 
         if not await poll(locked, time.monotonic() + timeout):
             raise SessionBusyError(session_id, timeout, await self._holder(db, key))
@@ -768,7 +768,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             return "another connection"
         pid, application, address = row
         if application and application.startswith("foliko: "):
-            return application.removeprefix("foliko: ")
+            return cast(str, application.removeprefix("foliko: "))
         return f"server process {pid}" + (f" from {address}" if address else "")
 
     async def _release(self, pool: _Pool, conn: Any, key: int) -> None:

@@ -18,7 +18,7 @@ predates the change, so it says nothing about damage).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -187,7 +187,7 @@ async def append(
     assert row is not None  # span always has its one row
     found, count, start, stored, low, high, present, seen, revision = row
     if revision is not None:
-        return revision
+        return cast(int, revision)
     expected = params["expected"]
     if not present and stored:
         raise orphaned(session_id, where, stored, SESSION_ROW)

@@ -544,7 +544,7 @@ class RedisStorage(SessionStorageAdapter):
             )
         return self._saved(record.session_id, expected_revision, result)
 
-    def _saved(self, session_id: str, expected: int | None, result: list) -> int:
+    def _saved(self, session_id: str, expected: int | None, result: list[Any]) -> int:
         status, value = int(result[0]), int(result[1])
         if status == -2:
             raise self._damaged(session_id, value, int(result[2]))
@@ -605,7 +605,9 @@ class RedisStorage(SessionStorageAdapter):
             return [self._saved(sid, None, result) for (sid, _, _), result in pairs]
         return await self._save_watched(batches, expected)
 
-    async def _save_watched(self, batches: list[tuple], expected: list[int | None]) -> list[int]:
+    async def _save_watched(
+        self, batches: list[tuple[str, list[str], list[Any]]], expected: list[int | None]
+    ) -> list[int]:
         errors = self._redis.exceptions
         metas = sorted({keys[0] for _, keys, _ in batches})
         while True:

@@ -12,7 +12,7 @@ they do unscoped.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import (
@@ -91,7 +91,7 @@ class UserScopedStorage(SessionStorageAdapter):
         return await self.inner.exists()
 
     @contextlib.contextmanager
-    def _own_name(self):
+    def _own_name(self) -> Iterator[None]:
         """A damaged session is named as the user knows it."""
         try:
             yield
@@ -209,7 +209,7 @@ class UserScopedStorage(SessionStorageAdapter):
             await capabilities.rename(self.inner, self._stored(old_id), self._stored(new_id))
 
     @contextlib.contextmanager
-    def _own_names(self, source_id: str, target_id: str):
+    def _own_names(self, source_id: str, target_id: str) -> Iterator[None]:
         """Errors name the ids the user gave, never the stored ones."""
         try:
             yield

@@ -182,7 +182,7 @@ def find_matches(text: str, terms: tuple[Term, ...]) -> list[tuple[int, int]] | 
     return merge_spans(text, {(words[a][1], words[b - 1][2]) for a, b in ranges})
 
 
-def merge_spans(text: str, spans) -> list[tuple[int, int]]:
+def merge_spans(text: str, spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted spans, those that overlap or only have spaces between them joined:
     every engine then marks a phrase, and neighbouring matches, as one."""
     merged: list[tuple[int, int]] = []
@@ -194,7 +194,9 @@ def merge_spans(text: str, spans) -> list[tuple[int, int]]:
     return merged
 
 
-def snippet_around(text: str, spans: list[tuple[int, int]]) -> tuple[str, tuple]:
+def snippet_around(
+    text: str, spans: list[tuple[int, int]]
+) -> tuple[str, tuple[tuple[int, int], ...]]:
     """About SNIPPET_WORDS words of ``text`` around its first match, on one line,
     with the spans that fall inside re-based onto the snippet."""
     words = [(m.start(), m.end()) for m in WORD.finditer(text)]
@@ -207,7 +209,7 @@ def snippet_around(text: str, spans: list[tuple[int, int]]) -> tuple[str, tuple]
     return _one_line(text, begin, end, [s for s in spans if s[0] >= begin and s[1] <= end])
 
 
-def snippet_for(text: str, terms: tuple[Term, ...]) -> tuple[str, tuple]:
+def snippet_for(text: str, terms: tuple[Term, ...]) -> tuple[str, tuple[tuple[int, int], ...]]:
     """The snippet of a text an index matched, its work bounded whatever the
     text's size: a long one is cut to SNIPPET_SCAN_CHARS around the first
     place one of the terms' words begins. Without a match of every term in
@@ -240,7 +242,9 @@ def _first_word_at(text: str, terms: tuple[Term, ...]) -> int:
     return min(found, default=0)
 
 
-def _one_line(text: str, begin: int, end: int, spans: list[tuple[int, int]]):
+def _one_line(
+    text: str, begin: int, end: int, spans: list[tuple[int, int]]
+) -> tuple[str, tuple[tuple[int, int], ...]]:
     """``text[begin:end]`` with whitespace runs collapsed, ellipses where it was cut."""
     pieces: list[str] = [ELLIPSIS] if begin > 0 else []
     out_spans = []

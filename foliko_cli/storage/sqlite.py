@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,7 +140,7 @@ def _differing(db: sqlite3.Connection, texts: dict[str, tuple[str, list[str]]]) 
     """The sessions whose stored variables, message positions or bodies are not the
     ``writes.Written`` texts that were written: a read-back of the exact text,
     with no JSON parsed (a migration reads back everything it writes)."""
-    stored: dict[str, tuple[list, list, list]] = {sid: ([], [], []) for sid in texts}
+    stored: dict[str, tuple[list[Any], list[Any], list[Any]]] = {sid: ([], [], []) for sid in texts}
     for chunk, marks in writes.in_chunks(list(texts)):
         for session_id, variables in db.execute(
             f"SELECT session_id, variables FROM sessions WHERE session_id IN ({marks})", chunk
@@ -313,12 +313,12 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         )
         return self._record(session_id, columns, [], first_seq=count)
 
-    def _session_row(self, session_id: str) -> tuple | None:
+    def _session_row(self, session_id: str) -> tuple[Any, ...] | None:
         """The state columns and message_count; None when absent (CorruptSessionError
         when what is stored of it has no session row)."""
         if self._absent():
             return None
-        row = self.db.execute(
+        row: tuple[Any, ...] | None = self.db.execute(
             f"SELECT {RECORD_COLUMNS}, message_count FROM sessions WHERE session_id = ?",
             (session_id,),
         ).fetchone()
@@ -326,7 +326,9 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             self._raise_if_stored_without_row(session_id)
         return row
 
-    def _load_from(self, session_id: str, start_of) -> SessionRecord | None:
+    def _load_from(
+        self, session_id: str, start_of: Callable[[str, list[Any], int], int]
+    ) -> SessionRecord | None:
         """The session with its messages from ``start_of(id, columns, count)`` on,
         their positions checked from there to the count."""
         with self._guard():
@@ -342,7 +344,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         check_sequence(session_id, self.path, [seq for seq, _ in rows], count=count, start=start)
         return self._record(session_id, columns, [body for _, body in rows], first_seq=start)
 
-    def _covered(self, session_id: str, columns: list, count: int) -> int:
+    def _covered(self, session_id: str, columns: list[Any], count: int) -> int:
         """Where the messages after the compression summary start."""
         try:
             covered = orjson.loads(columns[2]).get("covered", 0)
@@ -368,7 +370,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
 
     def _rows_with_bodies(
         self, session_ids: list[str], columns: str
-    ) -> Iterator[tuple[str, tuple, list]]:
+    ) -> Iterator[tuple[str, tuple[Any, ...], list[Any]]]:
         """Each existing session's ``columns`` and message bodies in order (their
         positions checked), two queries per 500 sessions."""
         if self._absent():
@@ -380,8 +382,8 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                     f"WHERE session_id IN ({marks})",
                     chunk,
                 ).fetchall()
-                seqs: dict[str, list] = {row[0]: [] for row in rows}
-                bodies: dict[str, list] = {row[0]: [] for row in rows}
+                seqs: dict[str, list[Any]] = {row[0]: [] for row in rows}
+                bodies: dict[str, list[Any]] = {row[0]: [] for row in rows}
                 for session_id, seq, body in self.db.execute(
                     f"SELECT session_id, seq, body FROM messages WHERE session_id IN ({marks}) "
                     "ORDER BY session_id, seq",
@@ -395,7 +397,9 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                     check_sequence(session_id, self.path, seqs[session_id], count=count)
                     yield session_id, tuple(row), bodies[session_id]
 
-    def _record(self, session_id: str, row, bodies: list, *, first_seq: int = 0) -> SessionRecord:
+    def _record(
+        self, session_id: str, row: Iterable[Any], bodies: list[Any], *, first_seq: int = 0
+    ) -> SessionRecord:
         return record_from_row(session_id, tuple(row), bodies, self.path, first_seq=first_seq)
 
     async def save_many(
@@ -535,7 +539,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         )
         return summaries
 
-    def _unreadable_seed_rows(self, session_id: str | None = None) -> list[tuple]:
+    def _unreadable_seed_rows(self, session_id: str | None = None) -> list[tuple[Any, ...]]:
         """Rows of the seed's table that could not be imported (never silently skipped)."""
         if not self._seed_table():
             return []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import CorruptSessionError, UsageError
 
@@ -124,7 +124,9 @@ def successor(prefix: str) -> str:
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
 
 
-def index_records(db: sqlite3.Connection, batches) -> None:
+def index_records(
+    db: sqlite3.Connection, batches: list[tuple[str, int, list[dict[str, Any]]]]
+) -> None:
     """Index each ``(session_id, first_seq, messages)`` just written, in two
     statements SQLite runs itself: the rows of ``message_search`` (their text
     read out of the bodies as the view would), then the index of those rows."""

@@ -9,7 +9,7 @@ format's module is imported when it is used.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from foliko_cli.errors import Hint, UsageError
 
@@ -41,4 +41,7 @@ def writer(name: str) -> Callable[[Iterable[SessionRecord]], Iterator[str]]:
             hint=Hint.FORMAT,
         )
     module, function = _WRITERS[name]
-    return getattr(importlib.import_module(f"foliko_cli.formats.exporters.{module}"), function)
+    return cast(
+        "Callable[[Iterable[SessionRecord]], Iterator[str]]",
+        getattr(importlib.import_module(f"foliko_cli.formats.exporters.{module}"), function),
+    )

@@ -183,7 +183,7 @@ def _file_lines(handle: Any, chunk: int = 1 << 20) -> Iterator[tuple[int, bytes]
 def _read_at(handle: Any, offset: int, length: int) -> bytes:
     position = handle.tell()
     handle.seek(offset)
-    data = handle.read(length)
+    data: bytes = handle.read(length)
     handle.seek(position)
     return data
 

@@ -14,7 +14,7 @@ undone a branch. A subagent's rollout is left out.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from foliko_cli.errors import UsageError
 from foliko_cli.formats.importers.base import (
@@ -184,7 +184,7 @@ class _Rollout:
         ) or ():
             provenance = (meta or {}).get("provenance") or {}
             if provenance.get("type") in ("user", "harness"):
-                return provenance["type"] == "user"
+                return cast(bool, provenance["type"] == "user")
         if self.typed:
             return text.strip() in self.typed
         return not text.lstrip().startswith(_HARNESS)

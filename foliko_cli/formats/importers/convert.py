@@ -9,7 +9,7 @@ import binascii
 import hashlib
 import mimetypes
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -60,7 +60,7 @@ def result_text(value: Any) -> str:
         texts = [p.get("text") for p in value if isinstance(p, dict)]
         return "\n".join(t for t in texts if isinstance(t, str))
     if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
+        return cast(str, value["text"])
     return "" if value is None else orjson.dumps(value).decode()
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +301,7 @@ class _Tree:
             node = self._parents[node]
         return path_to(self._parents, tip)
 
-    def up(self, start: Any, stop) -> list[str]:
+    def up(self, start: Any, stop: Callable[[Any], bool]) -> list[str]:
         """The hashes from ``start`` towards the root, until ``stop`` holds (a turn
         stops at the messages of the turns before it: the walk is short)."""
         found: list[str] = []

@@ -31,7 +31,7 @@ class Loopback:
     def __init__(self, port: int = 0):
         self.port = port
         self._server: asyncio.Server | None = None
-        self._result: asyncio.Future | None = None
+        self._result: asyncio.Future[dict[str, str]] | None = None
         self._state: str | None = None
 
     def expect(self, authorization_url: str) -> None:
@@ -86,7 +86,7 @@ class Loopback:
         finally:
             await _closed(writer)
 
-    def _settle(self, outcome: object) -> None:
+    def _settle(self, outcome: dict[str, str] | BaseException) -> None:
         if self._result is None or self._result.done():
             return
         if isinstance(outcome, BaseException):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, cast
 
 TABLES = ("sessions", "messages", "quarantine", "schema_migrations")
 
@@ -66,14 +66,14 @@ class Dialect:
         """``value`` as this engine's text column can hold it."""
         return value
 
-    async def insert_messages(self, db: Any, rows: list[tuple]) -> None:
+    async def insert_messages(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
         """Write message rows ``(session_id, seq, role, created_at, body)``."""
         if rows:
             await db.executemany(self.sql(_INSERT_MESSAGES), rows)
 
     # the search index, where it is not kept by the engine itself
 
-    async def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
+    async def indexed(self, db: Any, batches: list[tuple[str, int, list[dict[str, Any]]]]) -> None:
         """``(session_id, first_seq, messages)`` were just written."""
 
     async def unindexed(self, db: Any, session_ids: list[str]) -> None:
@@ -125,7 +125,7 @@ class SQLiteDialect(Dialect):
                     db.execute("ROLLBACK")
             raise
 
-    async def indexed(self, db: Any, batches: list[tuple[str, int, list]]) -> None:
+    async def indexed(self, db: Any, batches: list[tuple[str, int, list[dict[str, Any]]]]) -> None:
         from foliko_cli.storage.sqlite_search import index_records
 
         index_records(db.connection, batches)
@@ -143,7 +143,7 @@ class SQLiteDialect(Dialect):
     @staticmethod
     def version(db: Any) -> int:
         """``PRAGMA user_version`` of the ``sqlite3`` connection ``db``."""
-        return db.execute("PRAGMA user_version").fetchone()[0]
+        return cast(int, db.execute("PRAGMA user_version").fetchone()[0])
 
     async def applied_steps(self, db: Any) -> set[int]:
         return set(range(1, self.version(db.connection) + 1))
@@ -185,7 +185,7 @@ class PostgresDialect(Dialect):
         """PostgreSQL text cannot hold NUL; JSON bodies escape it, the rest drops it."""
         return value.replace("\x00", "")
 
-    async def insert_messages(self, db: Any, rows: list[tuple]) -> None:
+    async def insert_messages(self, db: Any, rows: list[tuple[Any, ...]]) -> None:
         if rows:
             copy_in = "COPY {messages} (session_id, seq, role, created_at, body) FROM STDIN"
             await db.copy_rows(self.sql(copy_in), rows)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Coroutine, Iterable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -48,7 +48,7 @@ class SQLiteExecutor:
         self.connection.execute(sql, params)
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...] | None:
-        return self.connection.execute(sql, params).fetchone()
+        return cast("tuple[Any, ...] | None", self.connection.execute(sql, params).fetchone())
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.connection.execute(sql, params).fetchall()
@@ -71,11 +71,11 @@ class PostgresExecutor:
     ) -> tuple[Any, ...] | None:
         """One row; ``params`` may also be named (``%(name)s`` placeholders)."""
         cursor = await self.connection.execute(sql, params or None)
-        return await cursor.fetchone()
+        return cast("tuple[Any, ...] | None", await cursor.fetchone())
 
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         cursor = await self.connection.execute(sql, params or None)
-        return await cursor.fetchall()
+        return cast("list[tuple[Any, ...]]", await cursor.fetchall())
 
     async def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         async with self.connection.cursor() as cursor:
@@ -94,6 +94,6 @@ def run_now(call: Coroutine[Any, Any, T]) -> T:
     try:
         call.send(None)
     except StopIteration as done:
-        return done.value
+        return cast(T, done.value)
     call.close()
     raise RuntimeError("a statement suspended: run_now takes only SQLite's executor")

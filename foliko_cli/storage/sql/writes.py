@@ -88,7 +88,7 @@ def session_row(
     revision: int,
     preview: str,
     state: SessionState,
-) -> tuple:
+) -> tuple[Any, ...]:
     """The ``sessions`` row, in the order of the table's columns. ``count`` is
     the number of messages the session has once the write commits."""
     return (
@@ -104,7 +104,7 @@ def session_row(
     )
 
 
-def record_row(dialect: Dialect, record: SessionRecord, revision: int) -> tuple:
+def record_row(dialect: Dialect, record: SessionRecord, revision: int) -> tuple[Any, ...]:
     """The ``sessions`` row that replaces the session with ``record``."""
     metadata = {**new_metadata(), **record.metadata}
     return session_row(
@@ -119,7 +119,9 @@ def record_row(dialect: Dialect, record: SessionRecord, revision: int) -> tuple:
     )
 
 
-def message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]) -> list[tuple]:
+def message_rows(
+    session_id: str, first_seq: int, messages: list[dict[str, Any]]
+) -> list[tuple[Any, ...]]:
     return [
         (session_id, first_seq + i, m["role"], m.get("created_at", 0), encode_message(m).decode())
         for i, m in enumerate(messages)
@@ -127,8 +129,8 @@ def message_rows(session_id: str, first_seq: int, messages: list[dict[str, Any]]
 
 
 async def insert_messages(
-    db: Executor, dialect: Dialect, batches: list[tuple[str, int, list]]
-) -> list[tuple]:
+    db: Executor, dialect: Dialect, batches: list[tuple[str, int, list[dict[str, Any]]]]
+) -> list[tuple[Any, ...]]:
     """Write each ``(session_id, first_seq, messages)`` and index it; the rows written."""
     rows = [row for batch in batches for row in message_rows(*batch)]
     await dialect.insert_messages(db, rows)
