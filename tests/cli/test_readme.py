@@ -3,7 +3,7 @@
 Each page (README.md, then every docs/*.md) runs in an empty directory with its
 own FOLIKO_HOME and user config, no keys: its ``console`` blocks command by
 command (``$ `` lines; a line ending in `` \\`` goes on on the next; the lines
-shown after a command are its exact stdout, ``...`` standing for any lines),
+shown after a command are its exact stdout, ``...`` standing for any lines; trailing blanks are not compared),
 its ``python`` blocks as scripts, in the order the page has them, so no example
 may lean on a file made further down. A block after ``<!-- file: PATH -->`` is
 written to PATH there (that is how a page makes the files its examples use).
@@ -164,7 +164,9 @@ class Sandbox:
             for command, shown in console_steps(block.text):
                 done = self.bash(command)
                 assert done.returncode == 0, (block.where, command, done.stderr.decode())
-                printed = done.stdout.decode().rstrip("\n").splitlines()
+                printed = [line.rstrip() for line in done.stdout.decode().splitlines()]
+                while printed and not printed[-1]:
+                    printed.pop()
                 assert not shown or shown_matches(shown, printed), (block.where, command, printed)
 
 
