@@ -3,16 +3,19 @@
 Each page (README.md, then every docs/*.md) runs in an empty directory with its
 own FOLIKO_HOME and user config, no keys: its ``console`` blocks command by
 command (``$ `` lines; a line ending in `` \\`` goes on on the next; the lines
-shown after a command are its exact stdout, ``...`` standing for any lines; trailing blanks are not compared),
-its ``python`` blocks as scripts, in the order the page has them, so no example
+shown after a command are its exact stdout, ``...`` standing for any lines,
+trailing blanks left out; an ``export`` holds for the rest of the page), its
+``python`` blocks as scripts, in the order the page has them, so no example
 may lean on a file made further down. A block after ``<!-- file: PATH -->`` is
 written to PATH there (that is how a page makes the files its examples use).
 
 A block after ``<!-- requires: NAME -->`` needs something a fresh home does not
 have. It runs on its own: ``postgres`` and ``redis`` blocks against this
 machine's servers (every ``postgresql://`` or ``redis://`` URL in the block is
-replaced by the test server's, in a fresh schema or key prefix); they skip when
-the server is unreachable, and fail then under FOLIKO_REQUIRE_SERVICES=1. The
+replaced by the test server's, in a fresh schema or key prefix), and
+``llama-server`` blocks against a llama-server of their own (every
+``http://127.0.0.1:PORT`` replaced by its address); they skip when the server
+or binary is missing, and fail then under FOLIKO_REQUIRE_SERVICES=1. The
 other names are reported as skipped, with the reason in NEEDS.
 
 Shell examples are ``console`` blocks (never ``sh``: those would not run), and
@@ -30,6 +33,7 @@ from typing import NamedTuple
 
 import orjson
 import pytest
+from e2e.server import REQUIRED, LlamaServer, binary_problem
 from storage.services import fresh_prefix, fresh_schema, require_postgres, require_redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +48,8 @@ NEEDS = {
     "postgres": "a PostgreSQL server",
     "redis": "a Redis server",
     "checkout": "make in a fresh checkout: it builds .venv (.ci/run runs make test)",
-    "llama-server": "llama.cpp's llama-server serving a model (tests/e2e runs foliko against it)",
+    "llama-server": "llama.cpp's llama-server serving a model",
+    "model-download": "a model downloaded and llama-server started (tests/e2e/server.py does it)",
     "openai": "OpenAI's service and a key",
     "serve": "foliko serve running on port 8080 (tests/serve drives every route)",
     "npx": "npx downloading an MCP server (tests/mcp runs them where cached)",
@@ -162,12 +167,20 @@ class Sandbox:
             assert done.returncode == 0, (block.where, done.stderr.decode())
         elif block.language == "console":
             for command, shown in console_steps(block.text):
-                done = self.bash(command)
+                done = self.bash(command + "\nenv -0 > ../env" if _exports(command) else command)
+                if _exports(command) and done.returncode == 0:
+                    pairs = (self.work.parent / "env").read_text().split("\0")
+                    self.env = dict(pair.split("=", 1) for pair in pairs if pair)
                 assert done.returncode == 0, (block.where, command, done.stderr.decode())
                 printed = [line.rstrip() for line in done.stdout.decode().splitlines()]
                 while printed and not printed[-1]:
                     printed.pop()
                 assert not shown or shown_matches(shown, printed), (block.where, command, printed)
+
+
+def _exports(command: str) -> bool:
+    """``export`` holds for the commands after it on the page, as in a shell."""
+    return command.startswith("export ")
 
 
 def runs(block: Block) -> bool:
@@ -194,11 +207,21 @@ def test_an_example_that_needs_a_service_runs_where_there_is_one(block: Block, t
     if block.requires == "postgres":
         url = require_postgres()
         with fresh_schema(url) as schema:
-            _play_against(block, tmp_path, r"postgresql://\S+?(?=[\s'\"]|$)", f"{url}?schema={schema}")
+            _play_against(
+                block, tmp_path, r"postgresql://\S+?(?=[\s'\"]|$)", f"{url}?schema={schema}"
+            )
     elif block.requires == "redis":
         url = require_redis()
         with fresh_prefix(url) as prefix:
             _play_against(block, tmp_path, r"redis://\S+?(?=[\s'\"]|$)", f"{url}?prefix={prefix}")
+    elif block.requires == "llama-server" and (problem := binary_problem()) is None:
+        server = LlamaServer(tmp_path / "llama-server.log").start()
+        try:
+            _play_against(block, tmp_path, r"http://127\.0\.0\.1:\d+", server.url)
+        finally:
+            server.stop()
+    elif block.requires == "llama-server" and REQUIRED:
+        pytest.fail(f"FOLIKO_REQUIRE_SERVICES=1 but {problem}")
     else:
         pytest.skip(f"{block.where} needs {NEEDS[block.requires]}")
 
@@ -230,7 +253,7 @@ def test_the_readme_is_short_and_begins_with_the_two_commands():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= README_MAX_LINES
     first = blocks(README)[0]
-    assert [command for command, _ in console_steps(first.text)][:2] == [
+    assert [command.partition("#")[0].strip() for command, _ in console_steps(first.text)] == [
         "make demo",
         "make test",
     ]
