@@ -15,7 +15,9 @@ machine's servers (every ``postgresql://`` or ``redis://`` URL in the block is
 replaced by the test server's, in a fresh schema or key prefix), and
 ``llama-server`` blocks against a llama-server of their own (every
 ``http://127.0.0.1:PORT`` replaced by its address); they skip when the server
-or binary is missing, and fail then under FOLIKO_REQUIRE_SERVICES=1. The
+or binary is missing, and fail then under FOLIKO_REQUIRE_SERVICES=1. A
+``serve`` block runs beside a ``foliko serve`` started for it (on a free port
+where the block says 8080; its ``$ foliko serve`` line is that server). The
 other names are reported as skipped, with the reason in NEEDS.
 
 Shell examples are ``console`` blocks (never ``sh``: those would not run), and
@@ -33,7 +35,7 @@ from typing import NamedTuple
 
 import orjson
 import pytest
-from e2e.server import REQUIRED, LlamaServer, binary_problem
+from e2e.server import REQUIRED, LlamaServer, binary_problem, free_port
 from storage.services import fresh_prefix, fresh_schema, require_postgres, require_redis
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +53,7 @@ NEEDS = {
     "llama-server": "llama.cpp's llama-server serving a model",
     "model-download": "a model downloaded and llama-server started (tests/e2e/server.py does it)",
     "openai": "OpenAI's service and a key",
-    "serve": "foliko serve running on port 8080 (tests/serve drives every route)",
+    "serve": "foliko serve on port 8080",
     "npx": "npx downloading an MCP server (tests/mcp runs them where cached)",
     "browser": "a browser and a server behind OAuth (tests/mcp/test_mcp_oauth.py runs both)",
     "exports": "other tools' exports (tests/cli/imports covers each format)",
@@ -220,10 +222,42 @@ def test_an_example_that_needs_a_service_runs_where_there_is_one(block: Block, t
             _play_against(block, tmp_path, r"http://127\.0\.0\.1:\d+", server.url)
         finally:
             server.stop()
+    elif block.requires == "serve":
+        _play_beside_a_server(block, tmp_path)
     elif block.requires == "llama-server" and REQUIRED:
         pytest.fail(f"FOLIKO_REQUIRE_SERVICES=1 but {problem}")
     else:
         pytest.skip(f"{block.where} needs {NEEDS[block.requires]}")
+
+
+def _play_beside_a_server(block: Block, tmp_path: Path) -> None:
+    """``foliko serve`` started here (on a free port where the page says 8080), then
+    the block's other commands."""
+    sandbox = Sandbox(tmp_path)
+    port = str(free_port())
+    server = subprocess.Popen(
+        [BIN / "foliko", "serve", "--port", port],
+        cwd=sandbox.work,
+        env=sandbox.env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert server.stderr
+        said = b""
+        while b"listening on" not in said and (line := server.stderr.readline()):
+            said += line  # until it listens, or ends (then the assert says why)
+        assert b"listening on" in said, said.decode()
+        lines = block.text.replace("8080", port).splitlines(keepends=True)
+        sandbox.play(
+            block._replace(
+                text="".join(line for line in lines if not line.startswith("$ foliko serve"))
+            )
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
 
 
 def _play_against(block: Block, tmp_path: Path, pattern: str, url: str) -> None:
