@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast soak e2e lint format bench completions clean
+.PHONY: demo test test-fast soak e2e lint format bench completions docs clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -56,6 +56,11 @@ format: $(VENV)/.installed-dev
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
+# The documentation site from docs/ into site/; strict: a broken link or anchor,
+# or a page missing from mkdocs.yml's nav, fails it (make test builds it too).
+docs: $(VENV)/.installed-dev
+	$(BIN)/mkdocs build --strict
+
 completions: $(VENV)/.installed
 	$(BIN)/foliko completion bash > completions/foliko.bash
 	$(BIN)/foliko completion zsh > completions/_foliko
@@ -65,4 +70,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build dist site *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -245,7 +245,7 @@ class CommandContext(click.Context):
 
 
 def adopt(command: click.Command) -> click.Command:
-    """``command`` and every command under it taking the global options (README:
+    """``command`` and every command under it taking the global options (docs/cli.md:
     they work before the subcommand or after it), with contexts that name their
     command in usage errors; idempotent."""
     present = {param.name for param in command.params}

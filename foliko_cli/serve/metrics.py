@@ -7,7 +7,7 @@ happens only on a scrape.
 
 Each worker process counts for itself: with ``--workers N`` a scrape is
 answered by whichever worker takes the connection and shows that worker's
-counts only (see the README).
+counts only (see docs/serve.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where foliko's layer makes up for the ``mcp`` SDK (see the README's MCP notes):
+"""Where foliko's layer makes up for the ``mcp`` SDK (see docs/mcp.md, Conformance):
 a 2025-03-26 server's metadata whose issuer sits under a path of its origin,
 and the server's GET stream answered before foliko's first request. The
 conformance suite runs both for real (test_mcp_conformance.py)."""

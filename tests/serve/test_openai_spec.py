@@ -55,7 +55,7 @@ DEVIATIONS = {
     ),
 }
 """A problem foliko keeps on purpose (a pattern of ``problems``) -> why. The
-README lists them; each must still occur (test_each_deviation_still_occurs)."""
+docs/serve.md lists them; each must still occur (test_each_deviation_still_occurs)."""
 
 
 def _nullable(node: Any) -> Any:
@@ -297,4 +297,4 @@ def test_every_answer_is_valid_against_openai_s_description(answers, path, metho
 def test_each_deviation_still_occurs(answers):
     seen = {_deviation(p) for answer in answers for p in problems(answer)}
     gone = [reason for pattern, reason in DEVIATIONS.items() if pattern not in seen]
-    assert not gone, f"no longer a deviation, drop it here and in the README: {gone}"
+    assert not gone, f"no longer a deviation, drop it here and in docs/serve.md: {gone}"
