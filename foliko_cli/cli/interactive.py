@@ -235,4 +235,12 @@ def interactive(
             note_started_over(facade, session_id, result, latest=latest)
         for line in turn_notes(result, terminal=sys.stderr.isatty()):
             note(line)
-        turn = turn._replace(new=False, fork_from=None, variables={}, turns=None)
+        turn = turn._replace(
+            new=False,
+            fork_from=None,
+            variables={},
+            turns=None,
+            fragments=(),  # -f goes with the first message, as in llm chat
+            system=None,  # the session keeps them
+            system_fragments=None,
+        )
