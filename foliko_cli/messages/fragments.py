@@ -65,7 +65,7 @@ def from_bytes(data: bytes, source: str, label: str | None = None) -> Fragment:
     label = label or source
     if len(data) > MAX_BYTES:
         raise FragmentError(
-            f"fragment {label} is {len(data):,} bytes, over the limit of {MAX_BYTES:,}",
+            f"fragment {label} is larger than the limit of {MAX_BYTES:,} bytes",
             fix="use a part of it",
         )
     try:
