@@ -244,3 +244,7 @@ def test_a_saved_fragment_whose_text_is_gone_says_so(invoke, doc, foliko_home):
     invoke("fragments", "set", "style", "style.md")
     (foliko_home / "fragments" / f"{digest(DOC)}.txt").unlink()
     one_line_error(invoke("chat", "-s", "s", "-f", "style", "x"), "'style' cannot be read")
+
+
+def test_a_template_keeps_no_fragments(invoke, doc):
+    one_line_error(invoke("chat", "--save", "t", "-f", "style.md", "x"), "-f/--fragment")
