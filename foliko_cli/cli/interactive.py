@@ -36,6 +36,8 @@ HELP = """commands:
   /edit           write the next message in $VISUAL or $EDITOR (llm's !edit too)
   /attach PATH    attach a file, an http(s) URL or an MCP resource (mcp:SERVER:URI)
                   to the next message
+  /fragment X ... put fragments (files, URLs, saved names) before the next message
+                  (llm's !fragment too)
   /prompt SERVER__NAME key=value ...
                   send an MCP server's prompt (foliko mcp prompts lists them)
   \"\"\"             on its own line: the same, ended by another \"\"\"
@@ -81,11 +83,16 @@ def read_block(end: str) -> str | None:
         lines.append(line)
 
 
-def next_message(readline, history: Path, attached: list[str] | None = None) -> str | None:
+def next_message(
+    readline,
+    history: Path,
+    attached: list[str] | None = None,
+    fragments: list[str] | None = None,
+) -> str | None:
     """The next message typed (or pasted); None to end the loop.
 
-    Commands are handled here (``/attach`` adds to ``attached``); a blank line
-    asks again.
+    Commands are handled here (``/attach`` adds to ``attached``, ``/fragment``
+    to ``fragments``: read when the message is sent); a blank line asks again.
     """
     while True:
         line = input(PROMPT)
@@ -99,6 +106,14 @@ def next_message(readline, history: Path, attached: list[str] | None = None) -> 
             continue
         if (command == "/attach" or command.startswith("/attach ")) and attached is not None:
             attach(command.removeprefix("/attach").strip(), attached)
+            continue
+        if command.split(" ", 1)[0] in ("/fragment", "!fragment") and fragments is not None:
+            named = command.split()[1:]
+            fragments.extend(named)
+            if named:
+                note(f"{', '.join(named)} go before the next message")
+            else:
+                note("/fragment needs a file, a URL or a saved name: /fragment NAME ...")
             continue
         if command in ("/edit", "!edit"):
             text = edited()
@@ -189,9 +204,10 @@ def interactive(
     readline = _load_readline(history)
     note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
     attached: list[str] = []
+    fragments: list[str] = []
     while True:
         try:
-            text = next_message(readline, history, attached)
+            text = next_message(readline, history, attached, fragments)
         except EOFError:
             click.echo(err=True)
             return
@@ -204,8 +220,13 @@ def interactive(
         if compose is not None and not prompted:
             text = compose(text)
         writer = ReplyWriter()
-        this = turn._replace(message=text, attachments=tuple(attached))
+        this = turn._replace(
+            message=text,
+            attachments=tuple(attached),
+            fragments=(*turn.fragments, *fragments),
+        )
         attached.clear()
+        fragments.clear()
         try:
             if prompted:
                 this = expand(facade, this)
