@@ -64,13 +64,14 @@ _MODEL_KEYS = (
 
 def _with_fragments(message: dict[str, Any], texts: Mapping[str, str]) -> dict[str, Any]:
     """The message as the model is sent it: its fragments' texts before its own,
-    their references kept (without texts) to say the content is not all typed."""
+    and which fragments they are (hash and source: the content is not all typed,
+    and its size is the content's)."""
     if "fragments" not in message:
         return message
-    from foliko_cli.messages.fragments import expanded, outlined
+    from foliko_cli.messages.fragments import expanded, refs_of
 
-    content = expanded(message, texts)
-    return {**outlined([message], {})[0][0], "content": content}
+    named = [{"sha256": r["sha256"], "source": r.get("source")} for r in refs_of(message)]
+    return {**message, "content": expanded(message, texts), "fragments": named}
 
 
 def default_max_tokens(window: int) -> int:

@@ -202,6 +202,9 @@ def test_a_url_is_fetched_and_kept_with_its_address(invoke, show, web):
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "from the web\nsee\n"
     assert show("s")["messages"][0]["fragments"][0]["source"] == f"{base}/notes.txt"
+    assert invoke("fragments", "set", "web", f"{base}/notes.txt").exit_code == 0
+    (root / "notes.txt").write_text("changed")  # saved: fetched once
+    assert invoke("chat", "-s", "s", "-f", "web", "again").stdout == "from the web\nagain\n"
 
 
 def test_url_mistakes_are_one_line_each(invoke, web):
@@ -248,3 +251,17 @@ def test_a_saved_fragment_whose_text_is_gone_says_so(invoke, doc, foliko_home):
 
 def test_a_template_keeps_no_fragments(invoke, doc):
     one_line_error(invoke("chat", "--save", "t", "-f", "style.md", "x"), "-f/--fragment")
+
+
+def test_tokens_count_a_fragment_once(invoke, doc, tmp_path):
+    (tmp_path / "long.txt").write_text("word " * 4000)
+    with_it = orjson.loads(invoke("chat", "-s", "b", "-f", "long.txt", "--dry-run", "x").stdout)
+    assert with_it["messages"][-1]["fragments"] == [
+        {"sha256": digest("word " * 4000), "source": str(tmp_path / "long.txt")}
+    ]
+    from foliko_cli import Foliko
+
+    with Foliko(model="echo") as foliko:
+        without, _ = foliko.count_tokens("a", "x")
+        counted, _ = foliko.count_tokens("b", "x", fragments=["long.txt"])
+    assert 4900 < counted - without < 5100  # 20,000 bytes, about 4 bytes a token, once
