@@ -229,6 +229,16 @@ def carried_texts(
     return verified(found)
 
 
+def as_sent(messages: list[dict[str, Any]], metadata: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``messages`` of an exported session (its texts inline) with each user
+    message's content as the model was sent it: for another tool's format,
+    which has no fragments."""
+    if not any(KEY in m for m in messages):
+        return messages
+    texts = carried_texts(messages, metadata)
+    return [{**m, "content": expanded(m, texts)} if refs_of(m) else m for m in messages]
+
+
 def outlined(
     messages: list[dict[str, Any]], metadata: dict[str, Any]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:

@@ -265,3 +265,12 @@ def test_tokens_count_a_fragment_once(invoke, doc, tmp_path):
         without, _ = foliko.count_tokens("a", "x")
         counted, _ = foliko.count_tokens("b", "x", fragments=["long.txt"])
     assert 4900 < counted - without < 5100  # 20,000 bytes, about 4 bytes a token, once
+
+
+@pytest.mark.parametrize("fmt", ["openai", "chatgpt"])
+def test_another_tool_s_export_has_the_text_the_model_was_sent(invoke, doc, fmt):
+    for text in ("one", "two"):
+        invoke("chat", "-s", "s", "-f", "style.md", text)
+    exported = invoke("sessions", "export", "s", "--format", fmt).stdout
+    for text in ("one", "two"):
+        assert orjson.dumps(f"{DOC}\n{text}").decode() in exported
