@@ -274,3 +274,7 @@ def test_another_tool_s_export_has_the_text_the_model_was_sent(invoke, doc, fmt)
     exported = invoke("sessions", "export", "s", "--format", fmt).stdout
     for text in ("one", "two"):
         assert orjson.dumps(f"{DOC}\n{text}").decode() in exported
+
+
+def test_llm_s_aliases_flag_is_answered(invoke):
+    one_line_error(invoke("fragments", "list", "--aliases"), "(llm's)", "saved fragments only")
