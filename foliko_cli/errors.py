@@ -43,6 +43,7 @@ class Hint:
     NO_TRASH = "no_trash"
     INIT = "init"
     KEYS = "keys"
+    FRAGMENTS = "fragments"
 
 
 class FolikoError(Exception):
@@ -140,6 +141,19 @@ class InvalidRecordError(UsageError):
 
 class AttachmentError(UsageError):
     """An attachment that cannot be read or is of a kind foliko cannot send."""
+
+
+class FragmentError(UsageError):
+    """A fragment that cannot be found or read, or is not text foliko can send (exit 2)."""
+
+
+class FragmentFetchError(FolikoError):
+    """A fragment's URL could not be fetched: the network or the server failed (exit 1)."""
+
+    exit_code = ExitCode.MODEL
+    http_status = 502
+    code = "fragment_fetch_failed"
+    retryable = True
 
 
 class WorkflowError(UsageError):

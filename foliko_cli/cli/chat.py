@@ -146,6 +146,23 @@ def attachment_sources(
     return sources, agent, piped
 
 
+def fragment_sources(
+    fragments: tuple[str, ...], system_fragments: tuple[str, ...], piped: bool
+) -> tuple[tuple, tuple | None, bool]:
+    """-f and --sf as the service takes them (None: no --sf, the system prompt is
+    left alone), and whether stdin was one of them (``-``, read here, once)."""
+    if not (fragments or system_fragments):
+        return (), None, False
+    dashes = [*fragments, *system_fragments].count("-")
+    if dashes > 1 or (dashes and piped):
+        raise UsageError("stdin (-) can be read once: give it to one -f, --sf or -a")
+    from foliko_cli.cli.fragments import stdin_fragment
+
+    found = tuple(stdin_fragment(value) for value in fragments)
+    system = tuple(stdin_fragment(value) for value in system_fragments) or None
+    return found, system, bool(dashes)
+
+
 def failure_object(
     exc: BaseException, session_id: str | None, ids: dict[str, str | None]
 ) -> dict[str, Any]:
@@ -201,6 +218,25 @@ def emit_json_quietly(value: dict[str, Any]) -> None:
     help="Attach a file, an http(s) URL, stdin (-) or an MCP resource (mcp:SERVER:URI) "
     "to the message (repeatable): text goes in as a fenced block under its name, a png, "
     "jpeg, webp or gif image as an image for models that take them.",
+)
+@click.option(
+    "-f",
+    "--fragment",
+    "fragments",
+    multiple=True,
+    metavar="FILE|URL|-|NAME",
+    help="Put a fragment's text before the message (repeatable): a file, an http(s) "
+    "URL, stdin (-), or a fragment saved with 'foliko fragments set' (by name or "
+    "hash). Stored once however often it is used.",
+)
+@click.option(
+    "--sf",
+    "--system-fragment",
+    "system_fragments",
+    multiple=True,
+    metavar="FILE|URL|-|NAME",
+    help="Put a fragment's text in the session's system prompt, before --system's "
+    "(repeatable); kept for its later turns, as --system is.",
 )
 @click.option(
     "--new",
@@ -340,6 +376,8 @@ def chat(
     model: str | None,
     agent: str | None,
     attach: tuple[str, ...],
+    fragments: tuple[str, ...],
+    system_fragments: tuple[str, ...],
     new: bool,
     fork_from: str | None,
     system: str | None,
@@ -398,7 +436,16 @@ def chat(
         check_extract(extract, as_json=as_json, dry_run=dry_run)
         chosen = chosen_template(template, params)
         attachments, agent, piped_attachment = attachment_sources(ctx, attach, agent)
-        text = message_text(message, regenerate, piped_attachment, bool(attachments), no_stdin)
+        fragment_values, system_values, piped_fragment = fragment_sources(
+            fragments, system_fragments, piped_attachment
+        )
+        text = message_text(
+            message,
+            regenerate,
+            piped_attachment or piped_fragment,
+            bool(attachments or fragment_values),
+            no_stdin,
+        )
         compose = None
         if chosen is not None:
             from foliko_cli.cli.templates import apply_template
@@ -429,6 +476,8 @@ def chat(
             turns=turns,
             regenerate=regenerate,
             attachments=attachments,
+            fragments=fragment_values,
+            system_fragments=system_values,
             options=dict(model_options),
             schema=reply_schema(chosen, schema),
             tools=offered_tools(tools, functions, chosen, dry_run=dry_run),

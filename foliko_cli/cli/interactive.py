@@ -39,6 +39,8 @@ HELP = """commands:
   /edit           write the next message in $VISUAL or $EDITOR (llm's !edit too)
   /attach PATH    attach a file, an http(s) URL or an MCP resource (mcp:SERVER:URI)
                   to the next message
+  /fragment X ... put fragments (files, URLs, saved names) before the next message
+                  (llm's !fragment too)
   /prompt SERVER__NAME key=value ...
                   send an MCP server's prompt (foliko mcp prompts lists them)
   \"\"\"             on its own line: the same, ended by another \"\"\"
@@ -85,12 +87,15 @@ def read_block(end: str) -> str | None:
 
 
 def next_message(
-    readline: ModuleType | None, history: Path, attached: list[str] | None = None
+    readline: ModuleType | None,
+    history: Path,
+    attached: list[str] | None = None,
+    fragments: list[str] | None = None,
 ) -> str | None:
     """The next message typed (or pasted); None to end the loop.
 
-    Commands are handled here (``/attach`` adds to ``attached``); a blank line
-    asks again.
+    Commands are handled here (``/attach`` adds to ``attached``, ``/fragment``
+    to ``fragments``: read when the message is sent); a blank line asks again.
     """
     while True:
         line = input(PROMPT)
@@ -104,6 +109,14 @@ def next_message(
             continue
         if (command == "/attach" or command.startswith("/attach ")) and attached is not None:
             attach(command.removeprefix("/attach").strip(), attached)
+            continue
+        if command.split(" ", 1)[0] in ("/fragment", "!fragment") and fragments is not None:
+            named = command.split()[1:]
+            fragments.extend(named)
+            if named:
+                note(f"{', '.join(named)} go before the next message")
+            else:
+                note("/fragment needs a file, a URL or a saved name: /fragment NAME ...")
             continue
         if command in ("/edit", "!edit"):
             text = edited()
@@ -194,9 +207,10 @@ def interactive(
     readline = _load_readline(history)
     note(f"session {session_id!r}; /help for commands, Ctrl-D to end, Ctrl-C cancels a turn")
     attached: list[str] = []
+    fragments: list[str] = []
     while True:
         try:
-            text = next_message(readline, history, attached)
+            text = next_message(readline, history, attached, fragments)
         except EOFError:
             click.echo(err=True)
             return
@@ -209,8 +223,13 @@ def interactive(
         if compose is not None and not prompted:
             text = compose(text)
         writer = ReplyWriter()
-        this = turn._replace(message=text, attachments=tuple(attached))
+        this = turn._replace(
+            message=text,
+            attachments=tuple(attached),
+            fragments=(*turn.fragments, *fragments),
+        )
         attached.clear()
+        fragments.clear()
         try:
             if prompted:
                 this = expand(facade, this)
@@ -240,4 +259,12 @@ def interactive(
             note_started_over(facade, session_id, result, latest=latest)
         for line in turn_notes(result, terminal=sys.stderr.isatty()):
             note(line)
-        turn = turn._replace(new=False, fork_from=None, variables={}, turns=None)
+        turn = turn._replace(
+            new=False,
+            fork_from=None,
+            variables={},
+            turns=None,
+            fragments=(),  # -f goes with the first message, as in llm chat
+            system=None,  # the session keeps them
+            system_fragments=None,
+        )

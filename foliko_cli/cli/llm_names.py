@@ -31,6 +31,7 @@ OPTIONS: dict[str, dict[str, str]] = {
         "--query": "'foliko sessions search QUERY'",
     },
     "sessions list": {"-n": "--limit N", "--count": "--limit N"},
+    "fragments list": {"--aliases": "the plain command: it lists the saved fragments only"},
 }
 """Per command (its path after ``foliko``): llm's option, and foliko's way to say it."""
 

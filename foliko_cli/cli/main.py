@@ -150,6 +150,7 @@ class LazyGroup(FolikoGroup):
         "serve": ("foliko_cli.cli.serve", "serve"),
         "templates": ("foliko_cli.cli.templates", "templates"),
         "keys": ("foliko_cli.cli.keys", "keys"),
+        "fragments": ("foliko_cli.cli.fragments", "fragments"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

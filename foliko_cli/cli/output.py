@@ -59,6 +59,7 @@ FLAGS = {
     Hint.NO_TRASH: "foliko sessions delete --no-trash ID...",
     Hint.INIT: "foliko storage init URL",
     Hint.KEYS: "foliko keys set NAME",
+    Hint.FRAGMENTS: "foliko fragments list",
 }
 
 

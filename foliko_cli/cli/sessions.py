@@ -241,6 +241,10 @@ def text_view(data: dict[str, Any], first: int, view_start: int) -> list[str]:
     ]
     if meta.get("system_prompt"):
         lines.append(f"system    {meta['system_prompt']}")
+    if meta.get("system_fragments"):
+        from foliko_cli.messages.fragments import SYSTEM_KEY, describe, refs_of
+
+        lines += [f"system fragment  {describe(ref)}" for ref in refs_of(meta, SYSTEM_KEY)]
     if view_start:
         lines.append(f"view      from message {view_start + 1} (see --compactions)")
     for key, value in sorted(data["variables"].items()):
@@ -271,6 +275,11 @@ def message_lines(message: dict[str, Any]) -> list[str]:
         from foliko_cli.messages.attachments import describe
 
         lines += [f"attached  {describe(part)}" for part in message["attachments"]]
+    if message.get("fragments"):
+        from foliko_cli.messages.fragments import describe as described
+        from foliko_cli.messages.fragments import refs_of
+
+        lines += [f"fragment  {described(ref)}" for ref in refs_of(message)]
     return lines
 
 

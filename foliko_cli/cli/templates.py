@@ -30,6 +30,8 @@ NOT_SAVED = {
     "text_vars": "--var",
     "json_vars": "--var-json",
     "attach": "-a/--attach",
+    "fragments": "-f/--fragment",
+    "system_fragments": "--sf/--system-fragment",
     "agent": "--agent",
     "timeout": "--timeout",
     "as_json": "--json",

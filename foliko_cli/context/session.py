@@ -67,6 +67,9 @@ class SessionContext:
         }
         self.compression_state: dict[str, Any] = new_compression_state()
         self.custom_data: dict[str, Any] = {}
+        self.fragment_texts: dict[str, str] = {}
+        """The texts of the fragments its messages refer to, by hash, as far as loaded
+        (messages/fragments.py)."""
         self.history_loaded = False
         self.revision = 0
 

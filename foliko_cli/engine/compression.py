@@ -53,6 +53,8 @@ def message_tokens(message: dict[str, Any], count: TokenCounter = estimate_token
         tokens += count(orjson.dumps(message["tool_calls"]).decode())
     if message.get("attachments"):
         tokens += IMAGE_TOKENS * sum(p.get("type") == "image" for p in message["attachments"])
+    if "fragments" in message:  # their texts go before the content (about 4 bytes a token)
+        tokens += sum(r.get("size", 0) for r in message["fragments"] if type(r) is dict) // 4
     return tokens
 
 
@@ -63,13 +65,19 @@ def system_with_summary(system: str | None, summary: str | None) -> str | None:
     return f"{system}\n\n{block}" if system else block
 
 
-def transcript(messages: list[dict[str, Any]]) -> str:
+def transcript(messages: list[dict[str, Any]], texts: dict[str, str] | None = None) -> str:
+    """The messages as a summary's model reads them (a user message's fragments,
+    whose ``texts`` are given, before its text)."""
     lines = []
     for message in messages:
         role = message["role"]
         if role == "tool":
             role = f"tool {message.get('name', '')}".strip()
         text = message.get("content") or ""
+        if "fragments" in message:
+            from foliko_cli.messages.fragments import expanded
+
+            text = expanded(message, texts or {})
         if message.get("tool_calls"):
             calls = ", ".join(
                 f"{c['name']}({orjson.dumps(c['arguments']).decode()})"
@@ -233,7 +241,7 @@ class Compressor:
         limit = int(self.room(system) * SUMMARY_SHARE)
         older = session.messages[covered:cut]
         summary, method = await self._summarise(
-            state.get("summary"), older, model, limit, deadline, usage
+            state.get("summary"), older, model, limit, deadline, usage, session.fragment_texts
         )
         now = now_ms()
         offset = session.message_offset
@@ -268,11 +276,12 @@ class Compressor:
         limit: int,
         deadline: float | None,
         spent: dict[str, int],
+        texts: dict[str, str] | None = None,
     ) -> tuple[str | None, str]:
         parts = []
         if previous:
             parts.append(f"[Earlier summary]\n{previous}")
-        parts.append(f"[Conversation]\n{transcript(older)}")
+        parts.append(f"[Conversation]\n{transcript(older, texts)}")
         request = ModelRequest(
             messages=[{"role": "user", "content": "\n\n".join(parts)}],
             system=SUMMARY_SYSTEM,

@@ -50,7 +50,28 @@ T = TypeVar("T")
 
 DEFAULT_MAX_STEPS = 10
 MAX_REPLY_TOKENS = 4096
-_MODEL_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name", "is_error", "attachments")
+_MODEL_KEYS = (
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "is_error",
+    "attachments",
+    "fragments",
+)
+
+
+def _with_fragments(message: dict[str, Any], texts: Mapping[str, str]) -> dict[str, Any]:
+    """The message as the model is sent it: its fragments' texts before its own,
+    and which fragments they are (hash and source: the content is not all typed,
+    and its size is the content's)."""
+    if "fragments" not in message:
+        return message
+    from foliko_cli.messages.fragments import expanded, refs_of
+
+    named = [{"sha256": r["sha256"], "source": r.get("source")} for r in refs_of(message)]
+    return {**message, "content": expanded(message, texts), "fragments": named}
 
 
 def default_max_tokens(window: int) -> int:
@@ -223,6 +244,7 @@ class AgentChatHandler:
 
         async def work(session: SessionContext) -> tuple[dict[str, Any], bool]:
             await self.learn_context_window()
+            await self.load_fragments(session)
             entry = await self.compressor.compact(
                 session,
                 self.build_system_prompt(session),
@@ -312,10 +334,12 @@ class AgentChatHandler:
             with self.framework.bind(request=request, session=session, agent=self.agent):
                 result, replace = await work(session)
             if replace:
+                await self._keep_fragments(session, session.messages)
                 record = session.to_record()
                 record.saved_at = 0
                 write = self._replaced(record, checkpoint.revision, trash_reason)
             else:
+                await self._keep_fragments(session, session.messages[checkpoint.message_count :])
                 write = self._appended(session, checkpoint)
             (session.revision, entry), _ = await run_to_completion(write)
         except BaseException:
@@ -325,6 +349,41 @@ class AgentChatHandler:
             result = result._replace(trashed=entry.entry_id)  # type: ignore[attr-defined]
         committed.append(result)
         return result
+
+    async def _keep_fragments(
+        self, session: SessionContext, messages: list[dict[str, Any]]
+    ) -> None:
+        """Store the texts of the fragments ``messages`` and the system prompt carry
+        (rule 10 of storage/base.py) and keep only their references, unless the
+        backend keeps no texts: then they stay inline."""
+        if "system_fragments" not in session.metadata and not any(
+            "fragments" in m for m in messages
+        ):
+            return
+        from foliko_cli.messages import fragments
+
+        texts = fragments.carried_texts(messages, session.metadata)
+        if not texts or not await self.storage.put_fragments(texts):
+            return
+        session.fragment_texts.update(texts)
+        bare, session.metadata = fragments.outlined(messages, session.metadata)
+        for message, kept in zip(messages, bare, strict=True):
+            if kept is not message:
+                message["fragments"] = kept["fragments"]
+
+    async def load_fragments(self, session: SessionContext) -> None:
+        """Read the texts of the fragments the session refers to that are not loaded."""
+        if "system_fragments" not in session.metadata and not any(
+            "fragments" in m for m in session.messages
+        ):
+            return
+        from foliko_cli.messages import fragments
+
+        wanted = fragments.hashes_in(session.messages, session.metadata)
+        missing = wanted - session.fragment_texts.keys()
+        if missing:
+            found = await self.storage.get_fragments(missing)
+            session.fragment_texts.update(fragments.verified(found))
 
     async def _appended(
         self, session: SessionContext, checkpoint: SessionCheckpoint
@@ -384,6 +443,10 @@ class AgentChatHandler:
         """The agent's prompt, then the turn's ``instructions``, else the session's
         own (``--system``) or the default."""
         own = instructions or session.metadata.get("system_prompt")
+        if not instructions and "system_fragments" in session.metadata:
+            from foliko_cli.messages.fragments import system_prompt
+
+            own = system_prompt(own, session.metadata, session.fragment_texts)
         return turn_system_prompt(self.agent, own, self.system_prompt)
 
     def model_request(
@@ -399,8 +462,11 @@ class AgentChatHandler:
         with a bounded reply unless the config or the turn's ``options`` say how long."""
         system, messages = self.compressor.view(session, system)
         asked = {"max_tokens": self.reply_bound(), **self.model.options, **(options or {})}
+        sent = [{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages]
+        if any("fragments" in m for m in messages):
+            sent = [_with_fragments(m, session.fragment_texts) for m in sent]
         return ModelRequest(
-            messages=[{k: m[k] for k in _MODEL_KEYS if k in m} for m in messages],
+            messages=sent,
             system=system,
             tools=tools,
             deadline=time.monotonic() + request.remaining(),
@@ -516,8 +582,14 @@ class AgentChatHandler:
             window=window,
         )
 
-    def _user_message(self, text: str, attachments: Sequence[Any]) -> dict[str, Any]:
-        """The turn's user message; an image for a model that takes none is refused."""
+    def _user_message(
+        self, text: str, attachments: Sequence[Any], fragments: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        """The turn's user message (with the references of its fragments); an image
+        for a model that takes none is refused."""
+        if fragments:
+            message = self._user_message(text, attachments)
+            return {**message, "fragments": [dict(ref) for ref in fragments]}
         if not attachments:
             return {"role": "user", "content": text}
         from foliko_cli.errors import AttachmentError
@@ -651,7 +723,7 @@ class AgentChatHandler:
         for extra in turn.messages:
             add(dict(extra))
         if turn.message or not turn.messages:
-            add(self._user_message(turn.message or "", turn.attachments))
+            add(self._user_message(turn.message or "", turn.attachments, turn.fragments))
         steps = await self._steps(turn, session, request, events, add)
         if turn.on_finish is not None:
             turn.on_finish(session.messages[first:])
@@ -667,6 +739,7 @@ class AgentChatHandler:
     ) -> _Steps:
         """Call the model and run the tools it asks for, at most ``max_steps``
         times, adding each reply and tool message with ``add``."""
+        await self.load_fragments(session)
         tools, client_tools = self._offered_tools(turn)
         specs = [tool.spec() for tool in tools.values()] + list(turn.client_tools)
         self.compressor.count_tools(specs)

@@ -67,12 +67,18 @@ class TurnRequest(NamedTuple):
     messages); ``regenerate`` replaces the last turn by a new answer to its
     user message (or to ``message``: that message edited); ``attachments`` are
     paths, http(s) URLs or ``Attachment`` bytes, read into the message (text)
-    and its parts (dicts, which is what the engine is given); ``timeout``
-    makes the ``request`` when there is none.
+    and its parts (dicts, which is what the engine is given); ``fragments``
+    and ``system_fragments`` are paths, http(s) URLs, saved fragments' names or
+    hashes, or ``Fragment`` texts, read into references that carry their text
+    (messages/fragments.py: what the engine is given, and stores once);
+    ``timeout`` makes the ``request`` when there is none.
 
     What the engine reads: ``request`` traces and cancels the turn.
     ``variables`` are set and ``system`` (the session's system prompt, kept
-    for later turns) recorded before the user message. ``start_from``
+    for later turns) recorded before the user message; ``system_fragments``
+    go before it in that prompt, and giving either sets the two anew (None:
+    no fragments, or no text of its own). ``fragments`` go before the user
+    message's text. ``start_from``
     replaces the stored session (an empty record starts it over, a copy of
     another forks it); ``expected_revision`` is the stored revision it was
     made from (0: the session must not exist yet; None: replace whatever is
@@ -110,6 +116,8 @@ class TurnRequest(NamedTuple):
     upto: int | None = None
     regenerate: bool = False
     attachments: "Sequence[Source | dict[str, Any]]" = ()
+    fragments: Sequence[Any] = ()
+    system_fragments: Sequence[Any] | None = None
     options: Mapping[str, Any] | None = None
     schema: Mapping[str, Any] | None = None
     compress: bool = True
@@ -144,8 +152,13 @@ class TurnRequest(NamedTuple):
             session.apply_record(self.start_from)
         if self.variables:
             session.variables.update(self.variables)
-        if self.system is not None:
-            session.metadata["system_prompt"] = self.system
+        if self.system is not None or self.system_fragments is not None:
+            kept = list(self.system_fragments or ()) or None
+            for key, value in (("system_prompt", self.system), ("system_fragments", kept)):
+                if value is None:
+                    session.metadata.pop(key, None)
+                else:
+                    session.metadata[key] = value
         return self.start_from is not None
 
 
@@ -179,6 +192,8 @@ if TYPE_CHECKING:
         upto: int | None
         regenerate: bool
         attachments: Sequence[Source | dict[str, Any]]
+        fragments: Sequence[Any]
+        system_fragments: Sequence[Any] | None
         options: Mapping[str, Any] | None
         schema: Mapping[str, Any] | None
         compress: bool

@@ -65,6 +65,12 @@ def markdown(
         yield "System prompt:"
         yield ""
         yield from _fence(system)
+    if meta.get("system_fragments"):
+        from foliko_cli.messages.fragments import SYSTEM_KEY, describe, refs_of
+
+        yield ""
+        for ref in refs_of(meta, SYSTEM_KEY):
+            yield f"- system fragment {describe(ref)}"
     for seq, message in enumerate(record.messages, start=start):
         if seq == view_start and seq:
             yield ""
@@ -102,6 +108,12 @@ def _markdown_message(seq: int, message: dict[str, Any]) -> Iterator[str]:
         yield ""
         for part in message["attachments"]:
             yield f"- attached {describe(part)}"
+    if message.get("fragments"):
+        from foliko_cli.messages import fragments
+
+        yield ""
+        for ref in fragments.refs_of(message):
+            yield f"- fragment {fragments.describe(ref)}"
     for call in message.get("tool_calls") or []:
         yield ""
         yield f"Tool call `{call.get('name', '?')}`" + (

@@ -148,41 +148,64 @@ def read_file(path: str | os.PathLike[str]) -> Loaded:
     return classify(target.name, data, path=resolved, label=str(path))
 
 
-async def fetch_url(url: str, timeout: float) -> Loaded:
-    """Download ``url`` (following redirects) within ``timeout`` seconds."""
+class DownloadFailed(Exception):
+    """Why ``download`` got nothing: ``network`` when the network or the server failed
+    (trying again may work), else the address or what it holds is at fault."""
+
+    def __init__(self, reason: str, *, network: bool = False):
+        super().__init__(reason)
+        self.network = network
+
+
+async def download(url: str, timeout: float, limit: int) -> bytes:
+    """The body at the http(s) ``url`` (redirects followed, to http(s) only), at most
+    ``limit`` bytes, within ``timeout`` seconds; DownloadFailed otherwise."""
     from foliko_cli.common.loop import require_loop
 
     require_loop(f"downloading {url}")
     import httpx2
 
-    limit = max(MAX_IMAGE_BYTES, MAX_TEXT_BYTES)
-    name = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0] or url
-    shown = redact_url(url)
     try:
         async with (
-            httpx2.AsyncClient(follow_redirects=True, timeout=timeout) as client,
+            httpx2.AsyncClient(follow_redirects=True, max_redirects=5, timeout=timeout) as client,
             client.stream("GET", url) as response,
         ):
             if response.status_code >= 400:
-                raise AttachmentError(
-                    f"cannot attach {shown}: the server answered HTTP {response.status_code}",
-                    fix="check the address",
+                raise DownloadFailed(
+                    f"the server answered HTTP {response.status_code}",
+                    network=response.status_code >= 500,
                 )
             chunks, size = [], 0
             async for chunk in response.aiter_bytes():
                 size += len(chunk)
                 if size > limit:
-                    raise AttachmentError(
-                        f"cannot attach {shown}: larger than {limit:,} bytes",
-                        fix="attach a smaller file",
-                    )
+                    raise DownloadFailed(f"larger than {limit:,} bytes")
                 chunks.append(chunk)
+    except httpx2.UnsupportedProtocol:
+        raise DownloadFailed("it leads to an address that is not http(s)") from None
+    except httpx2.TooManyRedirects:
+        raise DownloadFailed("it redirects more than 5 times") from None
     except httpx2.HTTPError as exc:
-        raise AttachmentError(
-            f"cannot attach {shown}: {type(exc).__name__}: {exc or 'no answer'}",
-            fix="check the address and the network",
-        ) from None
-    loaded = classify(name, b"".join(chunks), label=url)
+        raise DownloadFailed(f"{type(exc).__name__}: {exc or 'no answer'}", network=True) from None
+    return b"".join(chunks)
+
+
+async def fetch_url(url: str, timeout: float) -> Loaded:
+    """Download ``url`` (following redirects) within ``timeout`` seconds."""
+    limit = max(MAX_IMAGE_BYTES, MAX_TEXT_BYTES)
+    name = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0] or url
+    shown = redact_url(url)
+    try:
+        data = await download(url, timeout, limit)
+    except DownloadFailed as exc:
+        if exc.network:
+            fix = "check the address and the network"
+        elif str(exc).startswith("larger"):
+            fix = "attach a smaller file"
+        else:
+            fix = "check the address"
+        raise AttachmentError(f"cannot attach {shown}: {exc}", fix=fix) from None
+    loaded = classify(name, data, label=url)
     loaded.part["url"] = url
     return loaded
 

@@ -1,8 +1,9 @@
 """An offline, deterministic model for tests, demos and scripting.
 
-It answers with the last user message verbatim. A user message
-``/tool NAME {json-args}`` makes it call tool NAME with those arguments; once
-the tool results are in, it answers with them.
+It answers with the last user message verbatim (with its fragments' texts). A
+user message ``/tool NAME {json-args}`` makes it call tool NAME with those
+arguments (never one with fragments: their text was not typed); once the
+tool results are in, it answers with them.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class EchoModel(ModelProvider):
         if last["role"] == "tool":
             text = self._report_tool_results(messages)
             calls: list[ToolCall] = []
+        elif last.get("fragments"):  # a fragment's text is no command the user typed
+            text, calls = str(last.get("content", "")), []
         else:
             text, calls = self._answer(str(last.get("content", "")))
         prompt = sum(estimate_tokens(str(m.get("content", ""))) for m in messages)

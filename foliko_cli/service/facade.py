@@ -58,6 +58,9 @@ INTERRUPTED_TURN = ("interrupted; the turn was not saved", "interrupted after th
 READS = frozenset(
     {
         "get_session",
+        "export_record",
+        "saved_fragments",
+        "fragment",
         "list_sessions",
         "session_ids",
         "session_labels",
@@ -394,6 +397,7 @@ class Foliko:
     count_tokens = _blocking(AsyncFoliko.count_tokens)
     call_tool = _blocking(AsyncFoliko.call_tool)
     get_session = _blocking(AsyncFoliko.get_session)
+    export_record = _blocking(AsyncFoliko.export_record)
     list_sessions = _blocking(AsyncFoliko.list_sessions)
     session_ids = _blocking(AsyncFoliko.session_ids)
     session_labels = _blocking(AsyncFoliko.session_labels)
@@ -436,6 +440,10 @@ class Foliko:
     mcp_prompts = _blocking(AsyncFoliko.mcp_prompts)
     mcp_prompt = _blocking(AsyncFoliko.mcp_prompt)
     search = _blocking(AsyncFoliko.search)
+    save_fragment = _blocking(AsyncFoliko.save_fragment)
+    saved_fragments = _blocking(AsyncFoliko.saved_fragments)
+    fragment = _blocking(AsyncFoliko.fragment)
+    remove_fragment = _blocking(AsyncFoliko.remove_fragment)
     usage = _blocking(AsyncFoliko.usage)
 
     # the service's streams, read one item at a time
@@ -465,7 +473,7 @@ class Foliko:
         ``get_session``, so a local store needs no event loop)."""
         for session_id in session_ids:
             try:
-                yield self.get_session(session_id)
+                yield self.export_record(session_id)
             except SessionNotFoundError:
                 if not skip_missing:
                     raise

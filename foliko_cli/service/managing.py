@@ -275,10 +275,24 @@ class SessionsMixin(ServiceBase):
         one deleted or renamed meanwhile is left out instead of failing."""
         for session_id in session_ids:
             try:
-                yield await self.get_session(session_id)
+                yield await self.export_record(session_id)
             except SessionNotFoundError:
                 if not skip_missing:
                     raise
+
+    async def export_record(self, session_id: str) -> SessionRecord:
+        """The session as an export holds it: the first reference to each fragment
+        carries its text (messages/fragments.py), so the export is complete."""
+        record = await self.get_session(session_id)
+        if "system_fragments" in record.metadata or any("fragments" in m for m in record.messages):
+            from foliko_cli.messages import fragments
+
+            wanted = fragments.hashes_in(record.messages, record.metadata)
+            texts = fragments.verified(await self.storage.get_fragments(wanted))
+            record.messages, record.metadata = fragments.inlined(
+                record.messages, record.metadata, texts
+            )
+        return record
 
     async def import_sessions(
         self,
@@ -295,6 +309,8 @@ class SessionsMixin(ServiceBase):
         report = ImportReport()
         for record in records:
             check_session_id(record.session_id)
+        for record in records:
+            await self._keep_fragments(record)
         if on_conflict == "fail":
             for record in records:
                 existing = await self.storage.load(record.session_id)
@@ -310,6 +326,15 @@ class SessionsMixin(ServiceBase):
             self.framework.destroy_session_context(record.session_id)
             progress(1)
         return report
+
+    async def _keep_fragments(self, record: SessionRecord) -> None:
+        """Store the fragment texts an imported session carries, and keep only their
+        references (unless the storage keeps no texts)."""
+        from foliko_cli.messages import fragments
+
+        texts = fragments.carried_texts(record.messages, record.metadata)
+        if texts and await self.storage.put_fragments(texts):
+            record.messages, record.metadata = fragments.outlined(record.messages, record.metadata)
 
     async def _import_one(self, record: SessionRecord, on_conflict: str) -> str:
         """Store one record, deciding under its lock on what is stored now. The
@@ -436,7 +461,7 @@ class SessionsMixin(ServiceBase):
         """The session as ``sessions export`` writes it in foliko's format."""
         from foliko_cli.formats.exporters.foliko import document
 
-        return document(await self.get_session(session_id))
+        return document(await self.export_record(session_id))
 
     async def get_state(self, session_id: str) -> SessionRecord | None:
         """The session without its messages (variables, metadata, revision), None

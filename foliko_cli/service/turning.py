@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from foliko_cli.engine.stream import TurnEvents, TurnStream
     from foliko_cli.engine.tools import ToolResult
     from foliko_cli.engine.turn import TurnParams, TurnRequest, TurnResult
+    from foliko_cli.messages.fragments import Fragment
     from foliko_cli.models.base import ModelProvider
+    from foliko_cli.service.fragments import SavedFragment
 
 
 def turn_request(
@@ -103,24 +105,87 @@ class TurnsMixin(ServiceBase):
         check_session_id(turn.session_id)
         turn = turn._replace(request=turn.request or self.request(turn.timeout))
         if turn.regenerate:
-            if turn.attachments:
+            if turn.attachments or turn.fragments:
                 raise UsageError(
-                    "regenerating a turn reuses its attachments", fix="attach nothing new"
+                    "regenerating a turn reuses its attachments and fragments",
+                    fix="add nothing new",
                 )
+            if turn.system_fragments:
+                turn = await self._with_fragments(turn)
             return await self._regenerated(turn)
         message = turn.message
         if message is None:
             raise UsageError("no message to send", fix="give one")
+        if turn.fragments or turn.system_fragments:
+            turn = await self._with_fragments(turn)
         parts: list[dict[str, Any]] = []
         if turn.attachments:
             from foliko_cli.messages.attachments import compose, load_all
 
             loaded = await load_all(turn.attachments, self.timeout, self._read_resource)
             message, parts = compose(message, loaded)
-        if message or not (parts or turn.messages):  # else it continues or attaches
+        if message or not (parts or turn.messages or turn.fragments):  # it continues or adds
             check_message_text(message)
         turn = await self._started(turn)
         return turn._replace(message=message, attachments=tuple(parts))
+
+    async def _with_fragments(self, turn: TurnRequest) -> TurnRequest:
+        """The turn with its fragments and system fragments read (service/fragments.py)."""
+        from foliko_cli.service.fragments import SavedFragments, resolved
+
+        saved = SavedFragments(self.home)
+        found = await resolved(turn.fragments, saved, self.storage, self.timeout)
+        system = turn.system_fragments
+        if system is not None:
+            system = await resolved(system, saved, self.storage, self.timeout)
+        return turn._replace(fragments=tuple(found), system_fragments=system)
+
+    # saved fragments
+
+    async def save_fragment(self, name: str, source: str | Fragment) -> SavedFragment:
+        """Save the fragment ``source`` names (a path, an http(s) URL, another saved
+        fragment's name or hash) or is (a ``Fragment``) as ``name``, replacing the
+        one of that name."""
+        from foliko_cli.messages.fragments import Fragment
+        from foliko_cli.service.fragments import SavedFragments, check_name, find
+
+        check_name(name)
+        saved = SavedFragments(self.home)
+        if not isinstance(source, Fragment):
+            source = await find(source, saved, self.storage, self.timeout)
+        return saved.save(name, source)
+
+    async def saved_fragments(self) -> list[SavedFragment]:
+        """The saved fragments, by name."""
+        from foliko_cli.service.fragments import SavedFragments
+
+        return SavedFragments(self.home).all()
+
+    async def fragment(self, name: str) -> Fragment:
+        """The fragment saved as ``name``, or whose SHA-256 ``name`` is (saved, or
+        kept by the storage); FragmentError when there is none."""
+        from foliko_cli.errors import FragmentError, Hint
+        from foliko_cli.service.fragments import HASH, SavedFragments, find
+
+        saved = SavedFragments(self.home)
+        if saved.get(name) is not None or HASH.fullmatch(name):
+            try:
+                return await find(name, saved, self.storage, self.timeout)
+            except FragmentError:
+                if not HASH.fullmatch(name):
+                    raise
+        raise FragmentError(
+            f"no fragment is saved as {name!r} or has that hash",
+            fix="check the name",
+            hint=Hint.FRAGMENTS,
+        )
+
+    async def remove_fragment(self, name: str) -> bool:
+        """Forget the saved fragment ``name`` (messages that used it keep their copy);
+        False when there was none."""
+        from foliko_cli.service.fragments import SavedFragments
+
+        return SavedFragments(self.home).remove(name)
 
     async def _started(self, turn: TurnRequest) -> TurnRequest:
         """A fork's copy or a new start as the turn's ``start_from``."""
@@ -158,6 +223,7 @@ class TurnsMixin(ServiceBase):
         kept = drop_turns(record.messages, 1, session_id=session_id)
         replaced = record.messages[kept]
         parts = tuple(replaced.get("attachments") or ())
+        fragments = tuple(replaced.get("fragments") or ())
         if message is None:
             message = str(replaced.get("content") or "")
         else:  # the text attachments were in the content just edited
@@ -172,13 +238,14 @@ class TurnsMixin(ServiceBase):
                 record.compression_state, kept, record.messages[kept:]
             ),
         )
-        if message or not parts:
+        if message or not (parts or fragments):
             check_message_text(message)
         return turn._replace(
             message=message,
             start_from=start_from,
             expected_revision=record.revision,
             attachments=parts,
+            fragments=fragments,
         )
 
     async def dry_run(

@@ -52,6 +52,15 @@ The rules, each next to the method it constrains:
    listing can see it.
 9. **Privacy** (R6): files and directories a backend creates are the owner's
    only (0600, 0700).
+10. **Fragments stored once** (``put_fragments``, ``get_fragments``): a text
+    a message refers to by its SHA-256 (``messages/fragments.py``) is kept
+    once under that hash, however many messages, sessions or turns use it; a
+    second put of it writes nothing, a put is atomic per text (all of it or
+    none), and nothing but a put writes it: a session's delete, rename or
+    repair leaves the texts alone (another session may use them). A backend
+    that keeps no texts returns False from ``put_fragments``: the caller then
+    keeps each text inline in its reference, so the session is complete
+    either way.
 
 All methods are coroutines. Backends whose driver is synchronous and local
 (SQLite, files) run their short I/O inline; none holds a write transaction
@@ -61,6 +70,7 @@ while a model runs.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
@@ -288,6 +298,17 @@ class SessionStorageAdapter(ABC):
             if record is not None:
                 summaries.append(summary_of(record))
         return summaries
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        """Keep each text of ``texts`` (its SHA-256 in hex: text) once, unless it is
+        kept already (rule 10); True when they are all kept. Generic: False, this
+        backend keeps no texts (they travel inline in their references)."""
+        return False
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        """The texts kept under ``hashes`` (rule 10), by hash; a hash not kept is
+        left out. The caller checks each text against its hash."""
+        return {}
 
     async def revision(self, session_id: str) -> int | None:
         """The stored revision, None when absent; CorruptSessionError where the

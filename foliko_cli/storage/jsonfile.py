@@ -10,6 +10,7 @@ A storage directory looks like this::
       .locks/                   flock files: turn locks and short write locks,
                                 removed with their session
       .quarantine/              unreadable files moved aside by `storage check --repair`
+      .fragments/               the fragments' texts, one file each, named by SHA-256
 
 File names. ``a``-``z``, ``0``-``9``, ``_`` and ``-`` are kept, so plain ids
 stay readable; an upper-case letter becomes ``^`` and the letter in lower case,
@@ -46,7 +47,7 @@ import errno
 import functools
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -91,6 +92,7 @@ SUFFIX = ".json"
 TEMP_SUFFIX = ".tmp"
 LOCK_DIRECTORY = ".locks"
 QUARANTINE_DIRECTORY = ".quarantine"
+FRAGMENT_DIRECTORY = ".fragments"
 WRITE_LOCK_TIMEOUT = 30.0
 READ_CHUNK = 1 << 16
 STALE_TEMP_S = 300
@@ -588,6 +590,43 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         summaries = [entry.summary for entry in self._inspect_all(summarise=True)]
         summaries.sort(key=lambda s: (-s.updated_at, s.session_id))
         return summaries
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        """Each text in a file of its own, written whole (a temporary file, synced,
+        moved into place); one already there is left as it is."""
+        directory = self.directory / FRAGMENT_DIRECTORY
+        for key, text in texts.items():
+            path = directory / f"{key}.txt"
+            if path.exists():
+                continue
+            temp = directory / f".{key}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
+            try:
+                make_private_dirs(directory)
+                fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    view = memoryview(text.encode("utf-8"))
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(temp, path)  # the same bytes, should another writer have won
+            except OSError as exc:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                raise self._storage_error("write", path, exc) from None
+        return True
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        found = {}
+        for key in hashes:
+            if len(key) != 64 or not set(key) <= _HEX:
+                continue  # no file name is made of it
+            path = self.directory / FRAGMENT_DIRECTORY / f"{key}.txt"
+            data = self._read_bytes(path)
+            if data is not None:
+                found[key] = data.decode("utf-8", errors="replace")
+        return found
 
     async def exists(self) -> bool:
         return self.directory.is_dir()

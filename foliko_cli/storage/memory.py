@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.common.clock import now_ms
@@ -45,6 +46,8 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         """What ``quarantine`` moved aside, by session id."""
         self._mutex = threading.RLock()
         self._queues = SessionQueues()
+        self.fragments: dict[str, str] = {}
+        """The fragments' texts by hash (rule 10)."""
 
     def lock(self, session_id: str, timeout: float) -> AbstractAsyncContextManager[None]:
         """Frameworks sharing this store take turns on a session (FIFO)."""
@@ -152,6 +155,15 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
             if record is not None:
                 self.quarantined.setdefault(problem.session_id, []).append(record)
         return "memory (quarantined)"
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        with self._mutex:
+            for key, text in texts.items():
+                self.fragments.setdefault(key, text)
+        return True
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        return {key: self.fragments[key] for key in hashes if key in self.fragments}
 
     async def revision(self, session_id: str) -> int | None:
         record = self._records.get(session_id)

@@ -4,6 +4,8 @@ Each session goes through the canonical record: read from the source, written
 to the target in batches, read back and compared (message count and content
 hash). A session already in the target with the same content is skipped, so
 an interrupted run finishes the job when run again. The source is only read.
+The texts of the fragments a batch's sessions use are copied before them
+(a target that keeps no texts gets them inline in the references).
 
 Writes are compare-and-set: a new session is created only if it is still
 absent, and ``overwrite`` replaces only the revision that was compared, so a
@@ -91,6 +93,7 @@ async def migrate(
         if dry_run:
             report.copied.extend(record.session_id for record, _ in pending)
         elif pending:
+            pending = await _with_fragments(source, target, pending)
             await _copy(target, pending, report)
         if progress:
             progress(len(batch))
@@ -130,6 +133,32 @@ async def _collect(
             continue
         pending.append((record, expected))
     return pending
+
+
+async def _with_fragments(
+    source: SessionStorageAdapter,
+    target: SessionStorageAdapter,
+    pending: list[tuple[SessionRecord, int]],
+) -> list[tuple[SessionRecord, int]]:
+    """Copy the fragments the batch's sessions refer to (storage/base.py, rule 10)
+    before the sessions; into a target that keeps none, they go inline."""
+    from foliko_cli.messages import fragments
+
+    wanted: set[str] = set()
+    for record, _ in pending:
+        wanted |= fragments.hashes_in(record.messages, record.metadata)
+    if not wanted:
+        return pending
+    texts = fragments.verified(await source.get_fragments(wanted))
+    if not texts or await target.put_fragments(texts):
+        return pending
+    inlined = []
+    for record, expected in pending:
+        record.messages, record.metadata = fragments.inlined(
+            record.messages, record.metadata, texts
+        )
+        inlined.append((record, expected))
+    return inlined
 
 
 async def _copy(

@@ -48,7 +48,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from typing import Any, TypeVar, cast
 from urllib.parse import unquote
 
@@ -134,6 +134,7 @@ MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     create_search_index,
     bound_search_text,
     keep_indexed_text,
+    schema.create_fragments,
 ]
 
 
@@ -538,6 +539,17 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         async with self._transaction() as db:
             await db.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             return await writes.summaries(db, self._dialect, page=SUMMARY_PAGE)
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        if texts:
+            await self._write(lambda db: writes.put_fragments(db, self._dialect, texts))
+        return True
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        if not hashes:
+            return {}
+        async with self._connection() as db:
+            return await writes.get_fragments(db, self._dialect, hashes)
 
     async def revision(self, session_id: str) -> int | None:
         self._check_id(session_id)

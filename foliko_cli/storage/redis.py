@@ -8,6 +8,7 @@ Key layout, all under a prefix (``foliko`` unless told otherwise)::
     {prefix}:s:{<id>}:lock   string: the turn lease, "<token> pid N on HOST"
     {prefix}:index           sorted set: session id scored by updated_at
     {prefix}:quarantine      hash: where ``storage check --repair`` moved what
+    {prefix}:f:<sha256>      string: a fragment's text (storage/base.py, rule 10)
 
 ``<id>`` is the session id with ``%``, ``{`` and ``}`` percent-escaped, so the
 braces form a hash tag and one session's keys share one cluster slot. Every
@@ -48,7 +49,7 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Collection, Iterator, Mapping
 from typing import Any, TypeVar
 
 import orjson
@@ -719,6 +720,31 @@ class RedisStorage(SessionStorageAdapter):
             reason = self._damaged(session_id, summary.message_count, length).reason
             return [summary._replace(preview="", error=reason)]
         return [summary]
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        """Each text by ``SET NX``: written whole, once."""
+        if texts:
+            with self._guard():
+                async with self._client().pipeline(transaction=False) as pipe:
+                    for key, text in texts.items():
+                        pipe.set(f"{self.prefix}:f:{key}", text.encode("utf-8"), nx=True)
+                    await pipe.execute()
+        return True
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        keys = sorted(set(hashes))
+        if not keys:
+            return {}
+        with self._guard():
+            async with self._client().pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.get(f"{self.prefix}:f:{key}")
+                values = await pipe.execute()
+        return {
+            key: value.decode("utf-8", errors="replace")
+            for key, value in zip(keys, values, strict=True)
+            if isinstance(value, bytes)
+        }
 
     async def revision(self, session_id: str) -> int | None:
         meta_key, msgs_key, _ = self._session_keys(session_id)

@@ -12,7 +12,7 @@ they do unscoped.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import (
@@ -74,6 +74,23 @@ class UserScopedStorage(SessionStorageAdapter):
         copy = SessionRecord(*(getattr(record, name) for name in SessionRecord.FIELDS))
         copy.session_id = self._stored(record.session_id)
         return copy
+
+    def _fragment_key(self, key: str) -> str:
+        """Where the inner store keeps this user's fragment ``key``: users never
+        share a fragment, not even one of the same text."""
+        import hashlib
+
+        return hashlib.sha256(f"{self.prefix}{key}".encode()).hexdigest()
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        return await self.inner.put_fragments(
+            {self._fragment_key(key): text for key, text in texts.items()}
+        )
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        inner = {self._fragment_key(key): key for key in hashes}
+        found = await self.inner.get_fragments(list(inner))
+        return {inner[key]: text for key, text in found.items()}
 
     async def load(self, session_id: str) -> SessionRecord | None:
         with self._own_name():

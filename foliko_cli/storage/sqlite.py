@@ -27,7 +27,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -133,6 +133,7 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     create_search_index,
     bound_search_text,
     keep_indexed_text,
+    schema.create_fragments,
 ]
 
 
@@ -564,6 +565,18 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                WHERE session_id NOT IN (SELECT session_id FROM sessions) GROUP BY session_id"""
         ).fetchall()
         return [StoredProblem(sid, self.path, orphan_reason(n, SESSION_ROW)) for sid, n in rows]
+
+    async def put_fragments(self, texts: Mapping[str, str]) -> bool:
+        if texts:
+            with self._guard(), self._write() as db:
+                run_now(writes.put_fragments(SQLiteExecutor(db), SQLITE, texts))
+        return True
+
+    async def get_fragments(self, hashes: Collection[str]) -> dict[str, str]:
+        if not hashes or self._absent():
+            return {}
+        with self._guard():
+            return run_now(writes.get_fragments(SQLiteExecutor(self.db), SQLITE, hashes))
 
     async def revision(self, session_id: str) -> int | None:
         if self._absent():

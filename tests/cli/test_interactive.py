@@ -457,3 +457,19 @@ def test_llms_multi_and_end_enter_several_lines(spawn, invoke):
         "first\nsecond",
         "x\n!end\ny",
     ]
+
+
+def test_fragment_puts_texts_before_the_next_message_only(spawn, show, tmp_path):
+    (tmp_path / "style.md").write_text("Be brief.")
+    (tmp_path / "notes.md").write_text("Thursday.")
+    child = spawn("chat", "-s", "live")
+    child.expect_exact(PROMPT)
+    child.sendline(f"!fragment {tmp_path / 'style.md'} {tmp_path / 'notes.md'}")
+    child.expect_exact(PROMPT)
+    assert turn(child, "first") == "Be brief.\nThursday.\nfirst\n"
+    assert turn(child, "second") == "second\n"
+    assert turn(child, "/fragment missing.md") == "foliko: missing.md go before the next message\n"
+    assert "fragment missing.md not found" in turn(child, "third")
+    assert finish(child) == 0
+    users = [m for m in show("live")["messages"] if m["role"] == "user"]
+    assert [len(m.get("fragments", ())) for m in users] == [2, 0]

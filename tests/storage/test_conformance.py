@@ -24,9 +24,11 @@ from foliko_cli.errors import (
 )
 from foliko_cli.messages.record import SessionRecord, SessionState
 from foliko_cli.messages.stored import content_hash
+from foliko_cli.models.base import ModelProvider, ModelResponse
 from foliko_cli.storage import capabilities, trash
 
 from . import damage
+from .conftest import reopened
 from .services import in_threads
 
 T0 = 1_700_000_000_000
@@ -1210,3 +1212,73 @@ def test_search_leaves_a_damaged_session_out_and_finds_the_others(storage, run, 
         assert "victim" not in {hit.session_id for hit in hits}
         with pytest.raises(CorruptSessionError):  # no one to tell: raised
             run(service.search("alpha"))
+
+
+# fragments (rule 10)
+
+FRAGMENT = "A fragment's text: Grüße ✓\n" * 4000  # about 110 kB
+
+
+def test_a_fragment_is_kept_once_under_its_hash_whatever_sessions_do(storage, run):
+    from foliko_cli.messages.fragments import digest
+
+    key = digest(FRAGMENT)
+    if not run(storage.put_fragments({key: FRAGMENT})):  # keeps none: the caller inlines
+        assert run(storage.get_fragments([key])) == {}
+        return
+    assert run(storage.put_fragments({key: FRAGMENT, digest("b"): "b"})) is True
+    assert run(storage.get_fragments([key, digest("b"), digest("absent")])) == {
+        key: FRAGMENT,
+        digest("b"): "b",
+    }
+    assert run(storage.get_fragments([])) == {}
+    run(storage.save(make_record()))
+    run(storage.delete("s1"))
+    assert run(storage.get_fragments([key])) == {key: FRAGMENT}
+    other = reopened(storage)
+    if other is not None:
+        try:
+            assert run(other.get_fragments([key])) == {key: FRAGMENT}
+        finally:
+            run(other.close())
+
+
+class QuietModel(ModelProvider):
+    """A model that answers "ok" to anything, with a window a large fragment fits."""
+
+    name = "quiet"
+    context_window = 10_000_000
+    window_configured = True
+    offline = True
+
+    def __init__(self):
+        self.requests = []
+
+    async def generate(self, request):
+        self.requests.append(request)
+        return ModelResponse(text="ok")
+
+
+def test_turns_that_use_one_fragment_store_its_text_once_and_send_it_each_time(
+    storage, run, tmp_path
+):
+    from foliko_cli.messages.fragments import Fragment, digest
+    from foliko_cli.service import AsyncFoliko
+
+    model = QuietModel()
+    service = AsyncFoliko(storage=storage, model=model, home=tmp_path)
+    for number in range(3):
+        run(service.chat("s1", f"turn {number}", fragments=[Fragment(FRAGMENT, "big.txt")]))
+    key = digest(FRAGMENT)
+    messages = run(storage.load("s1")).messages
+    refs = [m["fragments"] for m in messages if m["role"] == "user"]
+    kept = run(storage.get_fragments([key])) == {key: FRAGMENT}
+    inline = [ref for (ref,) in refs if "content" in ref]
+    # each message keeps a reference; the text is kept once, or (a backend that keeps
+    # none) inline in each reference
+    assert [ref["sha256"] for (ref,) in refs] == [key] * 3
+    assert (kept, len(inline)) in ((True, 0), (False, 3))
+    sent = model.requests[-1].messages
+    assert [m["content"] for m in sent if m["role"] == "user"] == [
+        f"{FRAGMENT}\nturn {n}" for n in range(3)
+    ]

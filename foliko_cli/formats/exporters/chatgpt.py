@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from foliko_cli.formats.exporters.openai import arguments_text
+from foliko_cli.messages.fragments import as_sent
 from foliko_cli.messages.record import SessionRecord
 
 ROOT = "client-created-root"
@@ -119,9 +120,10 @@ def _messages(session_id: str, seq: int, message: dict[str, Any]) -> list[dict[s
 
 def conversation(record: SessionRecord) -> dict[str, Any]:
     session_id = record.session_id
+    messages = as_sent(record.messages, record.metadata)  # fragments in the text
     found = [
         found
-        for seq, message in enumerate(record.messages, start=record.first_seq)
+        for seq, message in enumerate(messages, start=record.first_seq)
         for found in _messages(session_id, seq, message)
     ]
     mapping: dict[str, dict[str, Any]] = {}

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from foliko_cli.messages.attachments import image_data, unavailable
+from foliko_cli.messages.fragments import as_sent
 from foliko_cli.messages.record import SessionRecord
 
 
@@ -84,10 +85,12 @@ def message_items(message: dict[str, Any], seq: int) -> list[dict[str, Any]]:
 
 
 def items(record: SessionRecord) -> list[dict[str, Any]]:
-    """The session's history as Responses input items, oldest first."""
+    """The session's history as Responses input items, oldest first (a message's
+    fragments in its text, as the model was sent it)."""
+    messages = as_sent(record.messages, record.metadata)
     return [
         item
-        for seq, message in enumerate(record.messages, start=record.first_seq)
+        for seq, message in enumerate(messages, start=record.first_seq)
         for item in message_items(message, seq)
     ]
 

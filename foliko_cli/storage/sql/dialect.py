@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
-TABLES = ("sessions", "messages", "quarantine", "schema_migrations")
+TABLES = ("sessions", "messages", "quarantine", "schema_migrations", "fragments")
 
 _INSERT_MESSAGES = (
     "INSERT INTO {messages} (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)"

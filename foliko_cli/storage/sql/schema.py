@@ -44,6 +44,12 @@ QUARANTINE = """CREATE TABLE IF NOT EXISTS {quarantine} (
             messages TEXT NOT NULL
         )"""
 
+FRAGMENTS = """CREATE TABLE IF NOT EXISTS {fragments} (
+            hash TEXT PRIMARY KEY,
+            content TEXT NOT NULL,
+            created_at {bigint} NOT NULL
+        )"""
+
 SCHEMA_MIGRATIONS = """CREATE TABLE IF NOT EXISTS {schema_migrations} (
                     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {bigint} NOT NULL
                 )"""
@@ -57,6 +63,11 @@ async def create_sessions_and_messages(db: Executor, dialect: Dialect) -> None:
 async def create_quarantine(db: Executor, dialect: Dialect) -> None:
     """Where ``storage check --repair`` moves unreadable sessions: aside, never deleted."""
     await db.execute(dialect.sql(QUARANTINE))
+
+
+async def create_fragments(db: Executor, dialect: Dialect) -> None:
+    """The fragments' texts, one row each by SHA-256 (storage/base.py, rule 10)."""
+    await db.execute(dialect.sql(FRAGMENTS))
 
 
 async def create_migrations_table(db: Executor, dialect: Dialect) -> None:

@@ -14,7 +14,7 @@ message rows the write leaves: the column and the copy in the metadata JSON
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -429,3 +429,25 @@ async def quarantine_row(
         dialect.sql(_QUARANTINE),
         (session_id, now_ms(), dialect.text(reason), session, messages),
     )
+
+
+_PUT_FRAGMENT = (
+    "INSERT INTO {fragments} (hash, content, created_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (hash) DO NOTHING"
+)
+
+
+async def put_fragments(db: Executor, dialect: Dialect, texts: Mapping[str, str]) -> None:
+    """Each text once by its hash; one already kept is left as it is."""
+    now = now_ms()
+    rows = [(key, dialect.text(text), now) for key, text in texts.items()]
+    if rows:
+        await db.executemany(dialect.sql(_PUT_FRAGMENT), rows)
+
+
+async def get_fragments(db: Executor, dialect: Dialect, hashes: Collection[str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for chunk, marks in in_chunks(sorted(set(hashes))):
+        sql = dialect.sql(f"SELECT hash, content FROM {{fragments}} WHERE hash IN ({marks})")
+        found.update((key, text) for key, text in await db.fetchall(sql, chunk))
+    return found
