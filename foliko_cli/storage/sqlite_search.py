@@ -156,6 +156,44 @@ def unindex(db: sqlite3.Connection, session_ids: list[str]) -> None:
     db.executemany("DELETE FROM message_search WHERE session_id = ?", rows)
 
 
+def optimize_index(db: sqlite3.Connection) -> None:
+    """Merge the index into one segment: what was deleted from it is then gone
+    from its pages too (FTS5 otherwise keeps a deleted entry's words, marked
+    deleted, until its segments merge)."""
+    if _indexed(db):
+        db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+
+
+def index_problems(db: sqlite3.Connection) -> list[str]:
+    """Why the index does not hold exactly what the messages do: rows for
+    messages that are gone, or an index that differs from its rows (FTS5's
+    own integrity check)."""
+    if not _indexed(db):
+        return []
+    problems = []
+    (stale,) = db.execute(
+        """SELECT COUNT(*) FROM message_search s WHERE NOT EXISTS (SELECT 1 FROM messages m
+           WHERE m.session_id = s.session_id AND m.seq = s.seq)"""
+    ).fetchone()
+    if stale:
+        problems.append(f"the search index holds {stale} message(s) that are gone")
+    try:
+        db.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError as exc:
+        problems.append(f"the search index differs from its messages ({exc})")
+    return problems
+
+
+def rebuild_index(db: sqlite3.Connection) -> None:
+    """Drop the rows of messages that are gone, and build the index again from the rest."""
+    if _indexed(db):
+        db.execute(
+            """DELETE FROM message_search WHERE NOT EXISTS (SELECT 1 FROM messages m
+               WHERE m.session_id = message_search.session_id AND m.seq = message_search.seq)"""
+        )
+        db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
+
 def rename_indexed(db: sqlite3.Connection, old_id: str, new_id: str) -> None:
     if _indexed(db):
         db.execute(
