@@ -224,9 +224,15 @@ async def plan(
             else:
                 if state is None and not entries:
                     raise SessionNotFoundError(session_id)
-                count = state.first_seq if state is not None else 0
                 if state is not None:
+                    count = state.first_seq
                     deletions[session_id] = state.revision
+                else:  # only in the trash: as many as its fullest copy held
+                    count = 0
+                    for entry in entries:
+                        with contextlib.suppress(CorruptSessionError):
+                            copy = await capabilities.load_state(storage, entry.stored_id)
+                            count = max(count, copy.first_seq if copy is not None else 0)
         deletions.update((entry.stored_id, None) for entry in entries)
         deletions.update((stored, None) for stored in kept_by_server)
         sessions.append(
