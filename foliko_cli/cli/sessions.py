@@ -1,4 +1,4 @@
-"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars
+"""``foliko sessions``: list, show, delete, forget, rename, clear, export, import, prune, vars
 (search, trash and restore have modules of their own)."""
 
 from __future__ import annotations
@@ -350,7 +350,10 @@ def delete(ctx: click.Context, session_ids: list[str], no_trash: bool, as_json: 
 )
 @click.option("-y", "--yes", is_flag=True, help="Do not ask first (needed without a terminal).")
 @click.option("--dry-run", is_flag=True, help="Print what would be forgotten; remove nothing.")
-@json_flag("Print the receipt as JSON.")
+@click.option(
+    "--receipts", is_flag=True, help="List the receipts of earlier forgets instead (no ID)."
+)
+@json_flag("Print the receipt as JSON (with --receipts, the list of them).")
 @storage_option
 @click.pass_context
 def forget(
@@ -359,6 +362,7 @@ def forget(
     messages: tuple[str, ...],
     yes: bool,
     dry_run: bool,
+    receipts: bool,
     as_json: bool,
 ) -> None:
     """Remove sessions, or some messages of one, for good, and print a receipt.
@@ -376,8 +380,14 @@ def forget(
       foliko sessions forget scratch old-1 --yes
       foliko sessions forget work --message 4 --dry-run
       foliko sessions forget work --messages 4..7 --json
+      foliko sessions forget --receipts
     """
     facade = open_facade(ctx)
+    if receipts:
+        if session_ids or messages:
+            raise UsageError("--receipts lists the receipts; give it no ID or --message")
+        _list_receipts(facade.forget_receipts(), as_json)
+        return
     preview = facade.forget(session_ids, messages=messages, dry_run=True)
     if not (dry_run or yes):
         if not (sys.stdin.isatty() and sys.stderr.isatty()):
@@ -408,6 +418,26 @@ def forget(
     else:
         note(f"receipt {receipt.id}, {format_ms(receipt.forgotten_at)}, in {receipt.location}")
     note(f"search indexes {'to purge' if dry_run else 'purged'}: {indexes}")
+
+
+def _list_receipts(receipts: list, as_json: bool) -> None:
+    if as_json:
+        emit_json([receipt.to_dict() | {"dry_run": False} for receipt in receipts])
+        return
+    rows = [
+        {
+            "id": receipt.id,
+            "forgotten_at": receipt.forgotten_at,
+            "what": "; ".join(_forgotten(entry) for entry in receipt.sessions),
+        }
+        for receipt in receipts
+    ]
+    emit_rows(
+        rows,
+        {"id": "receipt", "forgotten_at": "forgotten", "what": "what"},
+        "table" if sys.stdout.isatty() else "tsv",
+        human={"forgotten_at": format_ms},
+    )
 
 
 def _forgotten(entry: dict, *, named: bool = True) -> str:

@@ -95,6 +95,11 @@ def test_forgetting_a_session_removes_it_and_every_copy_and_stores_the_receipt(
     (stored,) = asyncio.run(receipts())
     assert stored.sessions[0]["session_id"] == "gone" and stored.sessions[0]["trash_copies"] == 2
     assert "gone" not in ok(invoke, "sessions", "list", "--ids")
+    (listed,) = orjson.loads(ok(invoke, "sessions", "forget", "--receipts", "--json"))
+    assert listed == {**stored.to_dict(), "dry_run": False}
+    assert "'gone': the whole session, 2 message(s)" in ok(
+        invoke, "sessions", "forget", "--receipts"
+    )
 
 
 def test_a_dry_run_says_what_would_go_and_removes_nothing(invoke, chat):
@@ -200,6 +205,7 @@ def test_storage_check_reports_a_copy_a_forget_should_have_removed_and_repair_re
         ((".foliko/trash", "-y"), "foliko's own"),
         (("s1",), "stdin is not a terminal; pass --yes"),
         ((), "name the sessions to forget"),
+        (("s1", "--receipts"), "give it no ID"),
     ],
 )
 def test_bad_input_is_exit_2_on_one_line_and_forgets_nothing(invoke, chat, args, says):
