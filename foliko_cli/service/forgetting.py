@@ -132,7 +132,7 @@ def without(record: SessionRecord, spans: list[Span]) -> tuple[SessionRecord, in
             held = f"messages 0..{count - 1}" if count else "no messages"
             raise UsageError(
                 f"session {record.session_id!r} has {held}; {first}..{last} is not among them",
-                fix="give seq numbers as 'foliko sessions search' or 'sessions show --json' show",
+                fix="give positions from 0, as a search's seq shows them",
             )
     gone = {p for first, last in spans for p in range(first, last + 1)}
     messages, next_number = pinned(record.messages, record.metadata)
@@ -188,8 +188,8 @@ def check_request(session_ids: list[str], spans: list[Span]) -> None:
             )
     if spans and len(set(session_ids)) != 1:
         raise UsageError(
-            "--message and --messages name messages of one session; name one session",
-            fix="forget the messages of each session in its own command",
+            "messages are picked out of one session at a time; name one session",
+            fix="forget each session's messages on their own",
         )
 
 

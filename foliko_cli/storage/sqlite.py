@@ -670,7 +670,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                 problems.extend(self._orphans())
                 problems.extend(
                     StoredProblem("", self.path, reason, ProblemKind.INDEX)
-                    for reason in index_problems(self.db)
+                    for reason in index_problems(self.db, whole=not problems)
                 )
             failures = self._quick_check()
             if failures:
