@@ -644,6 +644,27 @@ def test_a_forget_is_seen_by_another_adapter_on_the_store(storage, another, run)
     assert _found(run, another, "zebracorn") == [] and run(another.load("gone")) is None
 
 
+def test_a_service_forget_leaves_no_copy_a_search_can_find(storage, run, tmp_path):
+    from foliko_cli.service import AsyncFoliko
+
+    service = AsyncFoliko(storage=storage, model="echo", home=tmp_path)
+    run(service.create_session("s1", messages=[message("user", "zebracorn one")]))
+    run(service.clear_session("s1"))  # its copy in the trash
+    extra = [message("user", "quokkaword two"), message("user", "plain three")]
+    run(service.append_messages("s1", extra))
+    run(service.create_session("s2", messages=[message("user", "walrusish")]))
+    run(service.delete_sessions(["s2"]))  # only in the trash now
+    first = run(service.forget(["s1"], messages=["0"]))
+    second = run(service.forget(["s2"]))
+    assert first.sessions[0]["trash_copies"] == 1 and second.sessions[0]["messages"] == 1
+    for word in ("zebracorn", "quokkaword", "walrusish"):  # the trash's records too
+        assert _found(run, storage, word) == []
+    assert _found(run, storage, "plain") == [("s1", 0)]
+    assert run(service.list_trash()) == []
+    assert {r.id for r in run(service.forget_receipts())} == {first.id, second.id}
+    assert not [r for r in run(service.check()) if not r.problem.stray]
+
+
 @pytest.mark.parametrize("stale", ["deletion", "record"])
 def test_forget_with_one_stale_revision_changes_nothing(storage, run, stale):
     run(storage.save(make_record("a", turn("alpha"))))

@@ -180,3 +180,18 @@ def test_sqlite_check_reports_an_index_of_messages_that_are_gone_and_repair_rebu
     assert run(capabilities.check(storage)) == []
     assert found(run, storage, "hello") == ["s1"]
     run(storage.close())
+
+
+def test_after_a_sqlite_forget_the_words_are_gone_from_the_files_too(tmp_path, run):
+    storage = SQLiteStorage(tmp_path / "s.db")
+    for n in range(30):  # a few index segments, and pages to free
+        run(storage.save(record(f"s{n}", f"ordinary words {n} " * 50)))
+    run(storage.save(record("gone", "zebracornunique " * 200, "quokkaunique")))
+    run(storage.forget([], {"gone": None}))
+    files = [p for p in tmp_path.iterdir() if p.name.startswith("s.db")]
+    assert files
+    for path in files:
+        data = path.read_bytes()
+        assert b"zebracornunique" not in data and b"quokkaunique" not in data, path
+    assert found(run, storage, "ordinary") and found(run, storage, "zebracornunique") == []
+    run(storage.close())
