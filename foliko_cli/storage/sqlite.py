@@ -508,6 +508,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         expected = expected_list(records, expected_revisions)
         with self._guard():
             db = self.db
+            (before,) = db.execute("PRAGMA secure_delete").fetchone()
             db.execute("PRAGMA secure_delete = ON")
             try:
                 with self._write():
@@ -518,7 +519,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                         self._drop_seed_row(db, session_id)
                     optimize_index(db)
             finally:
-                db.execute("PRAGMA secure_delete = OFF")
+                db.execute(f"PRAGMA secure_delete = {int(before)}")
             if not self.in_memory:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         for session_id in deletions:
