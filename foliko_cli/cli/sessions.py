@@ -1,4 +1,4 @@
-"""``foliko sessions``: list, show, delete, rename, clear, export, import, prune, vars
+"""``foliko sessions``: list, show, delete, forget, rename, clear, export, import, prune, vars
 (search, trash and restore have modules of their own)."""
 
 from __future__ import annotations
@@ -349,6 +349,120 @@ def delete(ctx: click.Context, session_ids: list[str], no_trash: bool, as_json: 
         error(f"session {session_id!r} not found")
     if missing:
         raise click.exceptions.Exit(ExitCode.USAGE)
+
+
+@sessions.command()
+@sessions_argument(many=True)
+@click.option(
+    "--message",
+    "--messages",
+    "messages",
+    multiple=True,
+    metavar="N|N..M",
+    help="Forget only these messages of the session: N is a message's seq (from 0, as "
+    "sessions search shows it), N..M a range, both included (repeatable).",
+)
+@click.option("-y", "--yes", is_flag=True, help="Do not ask first (needed without a terminal).")
+@click.option("--dry-run", is_flag=True, help="Print what would be forgotten; remove nothing.")
+@click.option(
+    "--receipts", is_flag=True, help="List the receipts of earlier forgets instead (no ID)."
+)
+@json_flag("Print the receipt as JSON (with --receipts, the list of them).")
+@storage_option
+@click.pass_context
+def forget(
+    ctx: click.Context,
+    session_ids: list[str],
+    messages: tuple[str, ...],
+    yes: bool,
+    dry_run: bool,
+    receipts: bool,
+    as_json: bool,
+) -> None:
+    """Remove sessions, or some messages of one, for good, and print a receipt.
+
+    Unlike delete, nothing goes to the trash: the session (or the messages)
+    and every copy foliko keeps of it (its trash entries, a server's
+    journals of its responses, its entries in the search index) go in one
+    step that cannot half-happen, and a receipt (when, which sessions, how
+    many messages, which copies and indexes; never the content) is stored
+    and printed. Asks first, on a terminal; --yes does not. Unknown ids and
+    bad ranges are exit 2, and nothing is forgotten.
+
+    \b
+    Examples:
+      foliko sessions forget scratch old-1 --yes
+      foliko sessions forget work --message 4 --dry-run
+      foliko sessions forget work --messages 4..7 --json
+      foliko sessions forget --receipts
+    """
+    facade = open_facade(ctx)
+    if receipts:
+        if session_ids or messages:
+            raise UsageError("--receipts lists the receipts; give it no ID or --message")
+        _list_receipts(facade.forget_receipts(), as_json)
+        return
+    preview = facade.forget(session_ids, messages=messages, dry_run=True)
+    if not (dry_run or yes):
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            raise UsageError(
+                "forget removes for good and asks first, but stdin is not a terminal",
+                fix="pass --yes to forget without asking",
+            )
+        for entry in preview.sessions:
+            note(f"will forget {_forgotten(entry)}")
+        if not click.confirm("Forget for good? It cannot be undone", err=True):
+            note("nothing was forgotten")
+            raise click.exceptions.Exit(ExitCode.MODEL)
+    receipt = preview if dry_run else facade.forget(session_ids, messages=messages)
+    if as_json:
+        emit_json(receipt.to_dict())
+        return
+    rows = [{**entry, "what": _forgotten(entry, named=False)} for entry in receipt.sessions]
+    columns = {
+        "session_id": "session",
+        "what": "forgotten",
+        "trash_copies": "trash copies",
+        "server_records": "server records",
+    }
+    emit_rows(rows, columns, "table" if sys.stdout.isatty() else "tsv")
+    indexes = ", ".join(receipt.indexes) or "none (a search reads the sessions)"
+    if dry_run:
+        note("dry run: nothing was forgotten")
+    else:
+        note(f"receipt {receipt.id}, {format_ms(receipt.forgotten_at)}, in {receipt.location}")
+    note(f"search indexes {'to purge' if dry_run else 'purged'}: {indexes}")
+
+
+def _list_receipts(receipts: list, as_json: bool) -> None:
+    if as_json:
+        emit_json([receipt.to_dict() | {"dry_run": False} for receipt in receipts])
+        return
+    rows = [
+        {
+            "id": receipt.id,
+            "forgotten_at": receipt.forgotten_at,
+            "what": "; ".join(_forgotten(entry) for entry in receipt.sessions),
+        }
+        for receipt in receipts
+    ]
+    emit_rows(
+        rows,
+        {"id": "receipt", "forgotten_at": "forgotten", "what": "what"},
+        "table" if sys.stdout.isatty() else "tsv",
+        human={"forgotten_at": format_ms},
+    )
+
+
+def _forgotten(entry: dict, *, named: bool = True) -> str:
+    """What a receipt's entry says went: a session, or some of its messages."""
+    what = f"{entry['messages']} message(s)"
+    if not entry["whole"]:
+        spans = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in entry["positions"])
+        what += f" ({spans})"
+    else:
+        what = f"the whole session, {what}"
+    return f"{entry['session_id']!r}: {what}" if named else what
 
 
 @sessions.command()

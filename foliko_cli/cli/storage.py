@@ -91,6 +91,9 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
     missing from the middle, a count that is not its messages', metadata
     gone while messages remain. --repair moves each aside (recoverable),
     goes on to the end even when one fails, and reports everything it did.
+    Also reported: a copy of a session that a forget removed (a trash
+    entry, a server's journal, made before it), which --repair removes, and
+    a search index holding messages that are gone, which --repair rebuilds.
 
     \b
     Example:
@@ -127,6 +130,8 @@ def check(ctx: click.Context, repair: bool, fmt: str) -> None:
             )
         elif problem.stray:
             note(f"stray file {(moved or '').removeprefix('nowhere: ')}")
+        elif problem.kind in (ProblemKind.FORGOTTEN, ProblemKind.INDEX) and moved:
+            note(f"{moved.removeprefix('nowhere: ')} ({problem.reason})")
         elif moved is None:
             note(f"left {problem.session_id!r} as it is: it reads fine now")
         else:

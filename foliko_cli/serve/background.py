@@ -40,7 +40,9 @@ stopped being the latest before it ran) is in another session: its journal
 is kept, without its events, as the pointer.
 
 Journals are foliko's own sessions (``service.common.is_internal``):
-``sessions list`` and ``chat --continue`` leave them out.
+``sessions list`` and ``chat --continue`` leave them out. A journal's
+metadata names its session (``session``), so forgetting that session
+removes the journal too (service/forgetting.py).
 
 ``FOLIKO_SERVE_BACKGROUND_LEASE`` (seconds, default 15) and
 ``FOLIKO_SERVE_BACKGROUND_RETENTION`` (seconds, default 600) change the
@@ -365,7 +367,8 @@ async def create(request: Request, body: ResponseCreate, hooks: Hooks) -> Any:
         created_at=turn.created_at,
     )
     run = Run(svc, response_id, request_id, streamed, _named(queued, response_id))
-    state = SessionState(run.initial_journal(), new_metadata(), {})
+    # "session": the session whose content it holds (a forget of it removes it too)
+    state = SessionState(run.initial_journal(), {**new_metadata(), "session": turn.session_id}, {})
     await svc.storage.append(run.journal, [], state, expected_revision=0)
     _RUNS[response_id] = run
     release = keep_service(request)

@@ -417,6 +417,8 @@ class Foliko:
     list_trash = _blocking(AsyncFoliko.list_trash)
     restore_session = _blocking(AsyncFoliko.restore_session)
     empty_trash = _blocking(AsyncFoliko.empty_trash)
+    forget = _blocking(AsyncFoliko.forget)
+    forget_receipts = _blocking(AsyncFoliko.forget_receipts)
     get_state = _blocking(AsyncFoliko.get_state)
     transcript = _blocking(AsyncFoliko.transcript)
     export_document = _blocking(AsyncFoliko.export_document)

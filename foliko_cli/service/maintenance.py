@@ -131,7 +131,14 @@ class MaintenanceMixin(ServiceBase):
         files are removed, a store that fails its own check is left as it is.
         A repair that fails is reported (``failure``) and the others still run.
         """
+        from foliko_cli.service.forgetting import remaining_copies
+        from foliko_cli.storage.base import ProblemKind
+
         problems = await capabilities.check(self.storage)
+        problems += [
+            StoredProblem(stored, stored, why, ProblemKind.FORGOTTEN)
+            for stored, why in await remaining_copies(self.storage)
+        ]
         if not repair:
             return [Repair(problem) for problem in problems]
         repairs = []
@@ -150,6 +157,13 @@ class MaintenanceMixin(ServiceBase):
                 return await capabilities.quarantine(self.storage, problem)
             return None
 
+        if problem.kind == "forgotten":  # what the forget should have removed: removed
+
+            async def remove() -> str | None:
+                gone = await self.storage.delete(problem.session_id)
+                return f"nowhere: {problem.session_id} removed" if gone else None
+
+            return await self._held(problem.session_id, remove)
         if not problem.holds_session:
             return await capabilities.quarantine(self.storage, problem)
         try:

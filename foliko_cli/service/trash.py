@@ -27,6 +27,7 @@ from foliko_cli.service.base import ServiceBase
 from foliko_cli.storage import capabilities
 
 if TYPE_CHECKING:
+    from foliko_cli.service.forgetting import ForgetReceipt
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
@@ -117,6 +118,52 @@ class TrashMixin(ServiceBase):
         self.framework.destroy_session_context(target)
         return entry
 
+    async def forget(
+        self,
+        session_ids: list[str],
+        *,
+        messages: list[str] | tuple[str, ...] = (),
+        dry_run: bool = False,
+    ) -> ForgetReceipt:
+        """Remove the sessions (or, with ``messages``, those of one session: each
+        ``N`` or ``N..M``, positions from 0 as a search's ``seq``) for good, with
+        every copy foliko keeps (forgetting.py), in one step of the storage that
+        also writes the receipt; ``dry_run`` only says what would go. An
+        unknown session (neither stored nor in the trash) is SessionNotFoundError."""
+        import contextlib
+
+        from foliko_cli.service import forgetting
+
+        spans = forgetting.parse_spans(messages)
+        forgetting.check_request(session_ids, spans)
+        wanted = list(dict.fromkeys(session_ids))
+        while True:
+            copies = await forgetting.copies_of(self.storage, set(wanted))
+            held = _ids_of(wanted, copies)
+            async with contextlib.AsyncExitStack() as stack:
+                for stored in held:
+                    await stack.enter_async_context(
+                        self.framework.hold_session(stored, self.timeout)
+                    )
+                copies = await forgetting.copies_of(self.storage, set(wanted))
+                if not set(_ids_of(wanted, copies)) <= set(held):
+                    continue  # a copy appeared meanwhile: hold it too
+                receipt, records, expected, deletions = await forgetting.plan(
+                    self.storage, wanted, spans, copies
+                )
+                if not dry_run:
+                    await self.storage.forget(records, deletions, expected_revisions=expected)
+            break
+        for session_id in wanted:
+            self.framework.destroy_session_context(session_id)
+        return receipt._replace(dry_run=dry_run)
+
+    async def forget_receipts(self) -> list[ForgetReceipt]:
+        """The receipts of every forget in this store, oldest first."""
+        from foliko_cli.service import forgetting
+
+        return await forgetting.receipts(self.storage)
+
     async def _mark_used(self, session_id: str) -> None:
         """Stamp the session's ``saved_at`` (what prune goes by) without changing it."""
         state = await capabilities.load_state(self.storage, session_id)
@@ -158,6 +205,17 @@ class TrashMixin(ServiceBase):
             ):
                 gone.append(entry)
         return gone
+
+
+def _ids_of(
+    session_ids: list[str], copies: dict[str, tuple[list[TrashEntry], list[str]]]
+) -> list[str]:
+    """Every stored id a forget of ``session_ids`` holds, in the one global order."""
+    found = set(session_ids)
+    for entries, kept_by_server in copies.values():
+        found.update(entry.stored_id for entry in entries)
+        found.update(kept_by_server)
+    return sorted(found)
 
 
 def _find(entries: list[TrashEntry], name: str) -> TrashEntry:

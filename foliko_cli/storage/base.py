@@ -3,7 +3,8 @@
 A backend is a subclass of ``SessionStorageAdapter`` that implements five
 methods (``load``, ``save``, ``delete``, ``session_ids``, ``lock``); every
 other method has a generic version over those five, which a backend
-replaces only to be faster (``append``, ``list_summaries``, ``revision``),
+replaces only to be faster (``append``, ``list_summaries``, ``revision``)
+or to make one step (``forget``),
 and ``storage/capabilities.py`` adds optional abilities, each a protocol of
 one method detected at run time (batches, ranged reads, copy, rename,
 check, quarantine; ``storage/search.py``: search). A backend that lacks one
@@ -61,6 +62,12 @@ The rules, each next to the method it constrains:
     that keeps no texts returns False from ``put_fragments``: the caller then
     keeps each text inline in its reference, so the session is complete
     either way.
+11. **Forgetting is one step** (``forget``): the records it replaces and the
+   sessions it deletes change together or not at all, every search index
+   (``indexes``) in the same step, and no copy of what went is kept (no
+   trash, no quarantine). A crash part way leaves the store as it was
+   before or, once the step is committed, as it is after: the next use of
+   the store completes it (a transaction, one MULTI, a committed intent).
 
 All methods are coroutines. Backends whose driver is synchronous and local
 (SQLite, files) run their short I/O inline; none holds a write transaction
@@ -141,6 +148,11 @@ class ProblemKind:
     STRAY = "stray"
     """Litter that holds no session (an orphan lock file, a killed write's
     temporary file): removed; nothing is lost or unreadable."""
+    FORGOTTEN = "forgotten"
+    """A copy of what a forget removed (a trash entry, a server's journal)
+    made before it: removed, as the forget would have."""
+    INDEX = "index"
+    """A search index holding what the sessions no longer do: rebuilt."""
     STORE = "store"
     """The store itself fails its integrity check: nothing to move, left as it is."""
 
@@ -196,6 +208,9 @@ class SessionStorageAdapter(ABC):
     named: bool = False
     """Set by ``open_storage`` for a SQLite or JSON store at a place the user named
     (a URL, a path), not the default in the home: its directory must exist."""
+    indexes: ClassVar[tuple[str, ...]] = ()
+    """The search indexes the backend keeps beside the sessions (for people:
+    ``forget``'s receipt names them); none: a search reads the sessions."""
     strict_reads: bool = False
     """Set by the command line: listing a ``named`` store that does not exist is a
     StoreNotFoundError (a mistyped path must not look like a store without
@@ -263,6 +278,31 @@ class SessionStorageAdapter(ABC):
         ``expected_revision`` None). ``expected_revision`` N > 0 must match the
         stored revision, else ConflictError (also when absent); 0 is refused
         unless absent."""
+
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        """Replace ``records`` (each by the rule of ``save``) and delete the sessions
+        ``deletions`` names (each by the rule of ``delete`` with the expected
+        revision given, None: whatever is there, if anything), as one step
+        (rule 10): a stale revision, a damaged record or a failure writes
+        nothing. What the deleted sessions and the replaced messages held is
+        gone from every index in that step. Generic: every expected revision
+        is checked first, then each record is written and each session deleted
+        in turn (not one step: every backend here makes it one)."""
+        expected = expected_list(records, expected_revisions)
+        pairs = [(r.session_id, e) for r, e in zip(records, expected, strict=True)]
+        for session_id, revision in [*pairs, *deletions.items()]:
+            if revision is not None:
+                check_expected(session_id, revision, await self.revision(session_id) or 0)
+        for record, revision in zip(records, expected, strict=True):
+            await self.save(record, expected_revision=revision)
+        for session_id, revision in deletions.items():
+            await self.delete(session_id, expected_revision=revision)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """An adapter written for the first contract, whose ``list`` is now

@@ -11,6 +11,7 @@ A storage directory looks like this::
                                 removed with their session
       .quarantine/              unreadable files moved aside by `storage check --repair`
       .fragments/               the fragments' texts, one file each, named by SHA-256
+      .forget                   a forget's committed intent, while it is applied
 
 File names. ``a``-``z``, ``0``-``9``, ``_`` and ``-`` are kept, so plain ids
 stay readable; an upper-case letter becomes ``^`` and the letter in lower case,
@@ -32,6 +33,14 @@ does not hold the turn lock. A file that cannot be parsed is reported
 so is a file written by foliko whose ``messageCount`` is not the number of
 its messages (storage/integrity.py). A session path that is a symbolic link
 is never followed: the session is damaged.
+
+A forget (``forget``) changes several files as one step: under the write
+locks of every session it touches, the new files are written (temporary,
+fsynced), then the intent naming each move and removal is written and
+renamed to ``.forget`` (the commit), then applied and removed. A crash
+before the rename changes nothing (its temporary files are litter); after
+it, the next read or write of the store applies the intent first, under
+the same locks, so the forget completes.
 
 ``save`` and ``delete`` compare the stored revision under that write lock.
 ``check`` also reports stray files (orphan lock files, temporary files of
@@ -97,6 +106,8 @@ WRITE_LOCK_TIMEOUT = 30.0
 READ_CHUNK = 1 << 16
 STALE_TEMP_S = 300
 _WRITE_KEY = "\0write\0"
+_FORGET_KEY = "\0forget\0"
+INTENT = ".forget"
 _HEX = frozenset("0123456789abcdef")
 _DUMP_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_APPEND_NEWLINE
 
@@ -306,23 +317,32 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         finally:
             os.close(fd)
 
-    def _write(self, path: Path, record: SessionRecord, *, create: bool = False) -> None:
-        """Write ``record`` to ``path`` atomically; with ``create``, never replace a file."""
-        data = orjson.dumps(record_to_seed(record), option=_DUMP_OPTIONS)
-        self._make_directory()
+    def _temp_file(self, path: Path, data: bytes) -> Path:
+        """``data`` in a new temporary file beside ``path``, fsynced."""
         temp = self.directory / f".{path.stem[:100]}.{os.urandom(6).hex()}{TEMP_SUFFIX}"
         try:
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except OSError as exc:
             raise self._storage_error("write", path, exc) from None
         try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise self._storage_error("write", path, exc) from None
+        finally:
+            os.close(fd)
+        return temp
+
+    def _write(self, path: Path, record: SessionRecord, *, create: bool = False) -> None:
+        """Write ``record`` to ``path`` atomically; with ``create``, never replace a file."""
+        data = orjson.dumps(record_to_seed(record), option=_DUMP_OPTIONS)
+        self._make_directory()
+        temp = self._temp_file(path, data)
+        try:
             if create:
                 self._link_new(temp, path, record.session_id)
             else:
@@ -430,10 +450,12 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         return [entry for entry in entries if entry is not None]
 
     @contextlib.asynccontextmanager
-    async def _writing(self, *session_ids: str) -> AsyncIterator[None]:
+    async def _writing(self, *session_ids: str, settle: bool = True) -> AsyncIterator[None]:
         """Short write locks (in a fixed order) around one read-check-write; the
         lock file of a session that is gone afterwards is removed."""
         self._make_directory()
+        if settle:
+            await self._settle()
         async with contextlib.AsyncExitStack() as stack:
             for session_id in sorted(set(session_ids)):
                 await stack.enter_async_context(
@@ -451,6 +473,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
+        await self._settle()
         located = self._locate(session_id)
         if located is None:
             return None
@@ -458,6 +481,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         return self._record(session_id, path, self._document(session_id, path, data))
 
     async def revision(self, session_id: str) -> int | None:
+        await self._settle()
         located = self._locate(session_id)
         if located is None:
             return None
@@ -500,8 +524,15 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
     def _replace(
         self, path: Path, previous: SessionRecord | None, record: SessionRecord
     ) -> SessionRecord:
+        stored = self._stored_copy(previous, record)
+        self._write(path, stored)
+        return stored
+
+    @staticmethod
+    def _stored_copy(previous: SessionRecord | None, record: SessionRecord) -> SessionRecord:
+        """``record`` as a write over ``previous`` stores it."""
         now = now_ms()
-        stored = SessionRecord(
+        return SessionRecord(
             session_id=record.session_id,
             messages=record.messages,
             variables=record.variables,
@@ -510,8 +541,6 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
             saved_at=record.saved_at or now,
             revision=next_revision(previous.revision if previous else None),
         )
-        self._write(path, stored)
-        return stored
 
     async def append(
         self,
@@ -565,12 +594,114 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
                 raise self._storage_error("delete", path, exc) from None
         return True
 
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        """Checked under the write locks of all of them, the new files written aside,
+        then committed by renaming the intent into place and applied (see the
+        module's docstring)."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_for_write(record)
+        ids = [*deletions, *(record.session_id for record in records)]
+        self._make_directory()
+        await self._settle()
+        async with (
+            self._locks.hold(_FORGET_KEY, WRITE_LOCK_TIMEOUT, remove_if=lambda: True),
+            self._writing(*ids, settle=False),
+        ):
+            moves, removals = [], []
+            for session_id, want in deletions.items():
+                path = self._stored_path(session_id)
+                if want is not None:
+                    found = 0 if path is None else (await self._stored_revision(session_id))
+                    check_expected(session_id, want, found)
+                if path is not None:
+                    removals.append(path.name)
+            replaced = []
+            for record, want in zip(records, expected, strict=True):
+                path, previous = self._current(record.session_id)
+                check_expected(record.session_id, want, previous.revision if previous else 0)
+                replaced.append((path, previous, record))
+            try:
+                for path, previous, record in replaced:
+                    stored = self._stored_copy(previous, record)
+                    data = orjson.dumps(record_to_seed(stored), option=_DUMP_OPTIONS)
+                    moves.append((self._temp_file(path, data).name, path.name))
+                intent = orjson.dumps({"move": moves, "remove": removals})
+                temp = self._temp_file(self.directory / INTENT, intent)
+                os.replace(temp, self.directory / INTENT)
+            except BaseException:
+                for name, _ in moves:
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.directory / name)
+                raise
+            self._sync_directory()
+            self._apply_intent()
+
+    async def _stored_revision(self, session_id: str) -> int:
+        located = self._locate(session_id)
+        if located is None:
+            return 0
+        path, data = located
+        revision = self._document(session_id, path, data).get("revision", 0) or 0
+        return max(revision, 1) if isinstance(revision, int) else 0
+
+    def _apply_intent(self) -> None:
+        """Do what the committed intent says (each step may have been done already:
+        a crash part way), then remove it."""
+        path = self.directory / INTENT
+        try:
+            intent = orjson.loads(path.read_bytes())
+            for temp, target in intent["move"]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.replace(self.directory / temp, self.directory / target)
+            for name in intent["remove"]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.directory / name)
+            self._sync_directory()
+            os.unlink(path)
+            self._sync_directory()
+        except OSError as exc:
+            raise self._storage_error("complete the forget in", self.directory, exc) from None
+
+    async def _settle(self) -> None:
+        """Complete a forget that a crash left committed but not applied: under the
+        forget lock (so never one still running) and the write locks of the
+        sessions it names (so never under a writer)."""
+        if not os.path.lexists(self.directory / INTENT):
+            return
+        async with self._locks.hold(_FORGET_KEY, WRITE_LOCK_TIMEOUT, remove_if=lambda: True):
+            try:
+                intent = orjson.loads((self.directory / INTENT).read_bytes())
+            except FileNotFoundError:
+                return  # completed meanwhile
+            except (OSError, orjson.JSONDecodeError) as exc:
+                raise StorageError(
+                    f"cannot read the forget intent {self.directory / INTENT}: {exc}",
+                    fix="remove that file only after checking the sessions it names",
+                ) from None
+            names = [target for _, target in intent["move"]] + intent["remove"]
+            ids = [self._id_from_name(name) or name for name in names]
+            async with contextlib.AsyncExitStack() as stack:
+                for session_id in sorted(set(ids)):
+                    await stack.enter_async_context(
+                        self._locks.hold(_WRITE_KEY + session_id, WRITE_LOCK_TIMEOUT)
+                    )
+                if os.path.lexists(self.directory / INTENT):
+                    self._apply_intent()
+
     async def session_ids(self) -> list[str]:
         """Every id that ``load`` answers for, unreadable ones included (so they get reported).
 
         A file named in our scheme stands for the id its name encodes (``load``
         checks the content); only other names are opened to read their ``sessionId``.
         """
+        await self._settle()
         if not self.directory.is_dir():
             self.nothing_to_list("JSON session directory")
         ids = []
@@ -585,6 +716,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         return ids
 
     async def list_summaries(self) -> list[SessionSummary]:
+        await self._settle()
         if not self.directory.is_dir():
             self.nothing_to_list("JSON session directory")
         summaries = [entry.summary for entry in self._inspect_all(summarise=True)]
@@ -687,6 +819,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
     # storage check
 
     async def check(self) -> list[StoredProblem]:
+        await self._settle()
         problems = [
             StoredProblem(entry.summary.session_id, str(self.directory / entry.name), entry.reason)
             for entry in self._inspect_all(summarise=True)

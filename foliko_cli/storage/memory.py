@@ -128,6 +128,31 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         stored.revision = next_revision(stored.revision)
         return stored.revision
 
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        """Everything checked, then everything written, under the one lock."""
+        expected = expected_list(records, expected_revisions)
+        for record in records:
+            checked_for_write(record)
+        with self._mutex:
+            for record, want in zip(records, expected, strict=True):
+                previous = self._records.get(record.session_id)
+                if previous is not None:
+                    self._check(previous)
+                check_expected(record.session_id, want, previous.revision if previous else 0)
+            for session_id, want in deletions.items():
+                stored = self._records.get(session_id)
+                check_expected(session_id, want, stored.revision if stored else 0)
+            for session_id in deletions:
+                self._records.pop(session_id, None)
+            for record in records:
+                self._put(record)
+
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         with self._mutex:
             stored = self._records.get(session_id)

@@ -202,6 +202,7 @@ def _import_psycopg() -> Any:
 
 class PostgresStorage(SavesInBatches, SessionStorageAdapter):
     name = "postgresql"
+    indexes = ("PostgreSQL GIN index messages_text_search (messages.search_vector)",)
 
     def __init__(
         self,
@@ -519,6 +520,28 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             return await turn.append(db, self._dialect, session_id, params, self.location)
 
         return await self._write(write, session_id, single=True)
+
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        """One transaction; the search vectors are columns of the message rows,
+        so they go with them."""
+        expected = expected_list(records, expected_revisions)
+        for session_id in [*deletions, *(record.session_id for record in records)]:
+            self._check_id(session_id)
+        for record in records:
+            checked_for_write(record)
+
+        async def write(db: PostgresExecutor) -> None:
+            await writes.forget_records(
+                db, self._dialect, records, expected, deletions, where=self.location
+            )
+
+        await self._write(write)
 
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         self._check_id(session_id)

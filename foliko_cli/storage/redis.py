@@ -660,6 +660,58 @@ class RedisStorage(SessionStorageAdapter):
             )
         return self._saved(session_id, expected_revision, result)
 
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        """One MULTI of save and delete scripts: the records checked for damage
+        first, then every expected revision read under WATCH, so one stale
+        revision (or a write meanwhile, again) writes none of them."""
+        expected = expected_list(records, expected_revisions)
+        saves = [
+            (r.session_id, self._session_keys(r.session_id), self._save_args(r, None))
+            for r in records
+        ]
+        with self._guard():
+            async with self._client().pipeline(transaction=False) as pipe:
+                for _, keys, _ in saves:
+                    await self._damage_script(keys[:2], [], client=pipe)
+                found = await pipe.execute()
+        for (session_id, _, _), result in zip(saves, found, strict=True):
+            if int(result[0]) == -2:
+                raise self._damaged(session_id, int(result[1]), int(result[2]))
+        wanted = [*zip((s for s, _, _ in saves), expected, strict=True), *deletions.items()]
+        metas = sorted({self.key(session_id, "meta") for session_id, _ in wanted})
+        errors = self._redis.exceptions
+        while True:
+            with self._guard():
+                async with self._client().pipeline(transaction=True) as pipe:
+                    try:
+                        if metas:
+                            await pipe.watch(*metas)
+                        for session_id, want in wanted:
+                            if want is not None:
+                                meta = self.key(session_id, "meta")
+                                check_expected(
+                                    session_id, want, int(await pipe.hget(meta, "revision") or 0)
+                                )
+                        pipe.multi()
+                        for session_id in deletions:
+                            await self._delete_script(
+                                self._session_keys(session_id), [session_id, ""], client=pipe
+                            )
+                        for _, keys, args in saves:
+                            await self._save_script(keys, args, client=pipe)
+                        results = await pipe.execute()
+                    except errors.WatchError:
+                        continue
+            for (session_id, _, _), result in zip(saves, results[len(deletions) :], strict=True):
+                self._saved(session_id, None, result)
+            return
+
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         mode = "" if expected_revision is None else str(expected_revision)
         with self._guard():

@@ -45,6 +45,7 @@ class UserScopedStorage(SessionStorageAdapter):
         self.owns_inner = owns_inner
         # the contract names a backend per class; this wrapper goes by its inner one
         self.name = inner.name  # type: ignore[misc]
+        self.indexes = inner.indexes  # type: ignore[misc]
 
     @property
     def named(self) -> bool:  # type: ignore[override]
@@ -183,6 +184,20 @@ class UserScopedStorage(SessionStorageAdapter):
         with self._own_names(session_id, session_id):
             return await self.inner.delete(
                 self._stored(session_id), expected_revision=expected_revision
+            )
+
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        with self._own_name():
+            await self.inner.forget(
+                [self._stored_record(r) for r in records],
+                {self._stored(s): want for s, want in deletions.items()},
+                expected_revisions=expected_revisions,
             )
 
     async def session_ids(self) -> list[str]:

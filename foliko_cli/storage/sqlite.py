@@ -68,7 +68,14 @@ from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
 from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
-from foliko_cli.storage.sqlite_search import bound_indexed_text, create_index, keep_text
+from foliko_cli.storage.sqlite_search import (
+    bound_indexed_text,
+    create_index,
+    index_problems,
+    keep_text,
+    optimize_index,
+    rebuild_index,
+)
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 if TYPE_CHECKING:
@@ -172,6 +179,7 @@ def _text_row(row: sqlite3.Row) -> dict[str, Any]:
 class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     name = "sqlite"
     answers_at_once = True
+    indexes = ("SQLite FTS5 index messages_fts",)
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = str(path)
@@ -489,6 +497,39 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         self._remove_lock_file(session_id)
         return existed
 
+    async def forget(
+        self,
+        records: list[SessionRecord],
+        deletions: dict[str, int | None],
+        *,
+        expected_revisions: list[int | None] | None = None,
+    ) -> None:
+        """One transaction, with ``secure_delete`` on (freed pages are zeroed) and
+        the FTS5 index merged into one segment (``optimize``), so the words are
+        gone from the file, not only from the answers; then the WAL is
+        checkpointed and truncated, as far as no reader holds it."""
+        for record in records:
+            checked_for_write(record)
+        expected = expected_list(records, expected_revisions)
+        with self._guard():
+            db = self.db
+            (before,) = db.execute("PRAGMA secure_delete").fetchone()
+            db.execute("PRAGMA secure_delete = ON")
+            try:
+                with self._write():
+                    await writes.forget_records(
+                        SQLiteExecutor(db), SQLITE, records, expected, deletions, where=self.path
+                    )
+                    for session_id in deletions:
+                        self._drop_seed_row(db, session_id)
+                    optimize_index(db)
+            finally:
+                db.execute(f"PRAGMA secure_delete = {int(before)}")
+            if not self.in_memory:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for session_id in deletions:
+            self._remove_lock_file(session_id)
+
     def _drop_seed_row(self, db: sqlite3.Connection, session_id: str) -> bool:
         """Forget the seed's row of a session that leaves ``sessions``: left behind, it
         would read as an unreadable session."""
@@ -645,6 +686,10 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                     for sid, _, _ in self._unreadable_seed_rows()
                 )
                 problems.extend(self._orphans())
+                problems.extend(
+                    StoredProblem("", self.path, reason, ProblemKind.INDEX)
+                    for reason in index_problems(self.db, whole=not problems)
+                )
             failures = self._quick_check()
             if failures:
                 reason = f"PRAGMA quick_check: {'; '.join(failures[:5])}"
@@ -688,6 +733,10 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             return f"nowhere: {path} removed" if removed else f"nowhere: {path} kept (in use)"
         if problem.kind == ProblemKind.SEED_ROW:
             return self._quarantine_seed_row(problem)
+        if problem.kind == ProblemKind.INDEX:
+            with self._guard(), self._write() as db:
+                rebuild_index(db)
+            return f"nowhere: the search index of {self.path} rebuilt"
         with self._guard(), self._write() as db:
             db.row_factory = sqlite3.Row
             try:

@@ -150,12 +150,53 @@ def unindex(db: sqlite3.Connection, session_ids: list[str]) -> None:
     if not session_ids or not _indexed(db):
         return
     rows = [(session_id,) for session_id in session_ids]
-    db.executemany(
+    db.executemany(  # from the kept text: a message lost behind foliko's back goes too
         """INSERT INTO messages_fts (messages_fts, rowid, text)
-           SELECT 'delete', id, text FROM message_texts WHERE session_id = ?""",
+           SELECT 'delete', id, text FROM message_search WHERE session_id = ?""",
         rows,
     )
     db.executemany("DELETE FROM message_search WHERE session_id = ?", rows)
+
+
+def optimize_index(db: sqlite3.Connection) -> None:
+    """Merge the index into one segment: what was deleted from it is then gone
+    from its pages too (FTS5 otherwise keeps a deleted entry's words, marked
+    deleted, until its segments merge)."""
+    if _indexed(db):
+        db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+
+
+def index_problems(db: sqlite3.Connection, *, whole: bool = True) -> list[str]:
+    """Why the index does not hold exactly what the messages do: rows of sessions
+    that are gone, or (``whole``: no session is damaged, which would explain
+    it) an index that differs from its messages (FTS5's own integrity check)."""
+    if not _indexed(db):
+        return []
+    problems = []
+    (stale,) = db.execute(
+        """SELECT COUNT(*) FROM message_search s WHERE NOT EXISTS (SELECT 1 FROM messages m
+           WHERE m.session_id = s.session_id AND m.seq = s.seq) AND NOT EXISTS
+           (SELECT 1 FROM sessions WHERE sessions.session_id = s.session_id)"""
+    ).fetchone()
+    if stale:
+        problems.append(f"the search index holds {stale} message(s) that are gone")
+    if not whole:
+        return problems
+    try:
+        db.execute("INSERT INTO messages_fts (messages_fts, rank) VALUES ('integrity-check', 1)")
+    except sqlite3.DatabaseError as exc:
+        problems.append(f"the search index differs from its messages ({exc})")
+    return problems
+
+
+def rebuild_index(db: sqlite3.Connection) -> None:
+    """Drop the rows of messages that are gone, and build the index again from the rest."""
+    if _indexed(db):
+        db.execute(
+            """DELETE FROM message_search WHERE NOT EXISTS (SELECT 1 FROM messages m
+               WHERE m.session_id = message_search.session_id AND m.seq = message_search.seq)"""
+        )
+        db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
 
 
 def rename_indexed(db: sqlite3.Connection, old_id: str, new_id: str) -> None:

@@ -81,6 +81,19 @@ def test_a_background_response_is_queued_then_polled_to_its_end(server, client):
     assert not any(name.startswith(".foliko/") for name in listed(server.home))
 
 
+def test_forgetting_its_conversation_removes_the_journal_too(server, client):
+    created = client.responses.create(model="echo", input="zebracorn", background=True)
+    done = finished(client, created.id)
+    assert journal_exists(server.home, created.id)
+    forgot = run_cli(server.home, "sessions", "forget", done.conversation.id, "--yes", "--json")
+    assert forgot.returncode == 0, forgot.stderr
+    (entry,) = json.loads(forgot.stdout)["sessions"]
+    assert (entry["session_id"], entry["server_records"]) == (done.conversation.id, 1)
+    assert not journal_exists(server.home, created.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(created.id)
+
+
 def test_a_background_response_must_be_stored(client):
     with pytest.raises(openai.BadRequestError, match="store"):
         client.responses.create(model="echo", input="x", background=True, store=False)

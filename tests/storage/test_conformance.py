@@ -602,6 +602,99 @@ def test_the_same_session_trashed_twice_is_two_entries(storage, run):
     assert [(e.reason, e.removed_at) for e in entries] == [("delete", T0 + 1), ("rewind", T0)]
 
 
+# forget: one step, and nothing of what went can be found (base.py, rule 10)
+
+
+def _found(run, storage, word: str) -> list[tuple[str, int]]:
+    from foliko_cli.storage.search import SearchQuery, parse_query, search
+
+    hits = run(search(storage, SearchQuery(word, parse_query(word))))
+    return [(hit.session_id, hit.seq) for hit in hits]
+
+
+def test_forget_deletes_and_replaces_in_one_step_and_no_search_finds_what_went(storage, run):
+    run(storage.save(make_record("gone", turn("zebracorn secret"))))
+    run(storage.save(make_record("kept", [*turn("quokkaword private"), *turn("plain talk")])))
+    copy_id = trash.stored_id("delete", trash.new_token(now_ms() * 1000), "gone")
+    run(storage.save(make_record(copy_id, turn("zebracorn again"))))
+    assert _found(run, storage, "zebracorn") and _found(run, storage, "quokkaword")
+    kept = run(storage.load("kept"))
+    rewritten = make_record("kept", kept.messages[2:])
+    receipt = make_record(".foliko/forgotten/r1", [], variables={"receipt": {"sessions": 2}})
+    gone_revision = run(storage.revision("gone"))
+    run(
+        storage.forget(
+            [rewritten, receipt],
+            {"gone": gone_revision, copy_id: None, "never-was": None},
+            expected_revisions=[kept.revision, 0],
+        )
+    )
+    assert run(storage.load("gone")) is None and run(storage.load(copy_id)) is None
+    assert run(storage.load("kept")).messages == turn("plain talk")
+    assert run(storage.load(".foliko/forgotten/r1")).variables == {"receipt": {"sessions": 2}}
+    for word in ("zebracorn", "quokkaword", "secret", "private", "again"):
+        assert _found(run, storage, word) == []
+    assert sorted(_found(run, storage, "plain")) == [("kept", 0), ("kept", 1)]
+    assert [s.session_id for s in run(storage.list_summaries()) if s.session_id == "gone"] == []
+    assert not [p for p in run(capabilities.check(storage)) if p.kind != "stray"]
+
+
+def test_a_forget_is_seen_by_another_adapter_on_the_store(storage, another, run):
+    run(storage.save(make_record("gone", [message("user", "zebracorn secret")])))
+    assert _found(run, another, "zebracorn") == [("gone", 0)]
+    run(storage.forget([], {"gone": None}))
+    assert _found(run, another, "zebracorn") == [] and run(another.load("gone")) is None
+
+
+def test_a_service_forget_leaves_no_copy_a_search_can_find(storage, run, tmp_path):
+    from foliko_cli.service import AsyncFoliko
+
+    service = AsyncFoliko(storage=storage, model="echo", home=tmp_path)
+    run(service.create_session("s1", messages=[message("user", "zebracorn one")]))
+    run(service.clear_session("s1"))  # its copy in the trash
+    extra = [message("user", "quokkaword two"), message("user", "plain three")]
+    run(service.append_messages("s1", extra))
+    run(service.create_session("s2", messages=[message("user", "walrusish")]))
+    run(service.delete_sessions(["s2"]))  # only in the trash now
+    first = run(service.forget(["s1"], messages=["0"]))
+    second = run(service.forget(["s2"]))
+    assert first.sessions[0]["trash_copies"] == 1 and second.sessions[0]["messages"] == 1
+    for word in ("zebracorn", "quokkaword", "walrusish"):  # the trash's records too
+        assert _found(run, storage, word) == []
+    assert _found(run, storage, "plain") == [("s1", 0)]
+    assert run(service.list_trash()) == []
+    assert {r.id for r in run(service.forget_receipts())} == {first.id, second.id}
+    assert not [r for r in run(service.check()) if not r.problem.stray]
+
+
+@pytest.mark.parametrize("stale", ["deletion", "record"])
+def test_forget_with_one_stale_revision_changes_nothing(storage, run, stale):
+    run(storage.save(make_record("a", turn("alpha"))))
+    run(storage.save(make_record("b", turn("bravo"))))
+    a, b = run(storage.revision("a")), run(storage.revision("b"))
+    deletions = {"a": a + 1 if stale == "deletion" else a}
+    expected = [b + 1 if stale == "record" else b, 0]
+    receipt = make_record(".foliko/forgotten/r2", [])
+    with pytest.raises(ConflictError):
+        run(storage.forget([make_record("b", []), receipt], deletions, expected_revisions=expected))
+    assert run(storage.revision("a")) == a and run(storage.load("a")).messages == turn("alpha")
+    assert run(storage.revision("b")) == b and run(storage.load("b")).messages == turn("bravo")
+    assert run(storage.load(".foliko/forgotten/r2")) is None
+    assert sorted(_found(run, storage, "alpha")) == [("a", 0), ("a", 1)]
+
+
+def test_forget_refuses_a_receipt_that_exists_and_writes_nothing(storage, run):
+    run(storage.save(make_record("a", turn("alpha"))))
+    run(storage.save(make_record(".foliko/forgotten/r3", [])))
+    with pytest.raises(SessionExistsError):
+        run(
+            storage.forget(
+                [make_record(".foliko/forgotten/r3", [])], {"a": None}, expected_revisions=[0]
+            )
+        )
+    assert run(storage.load("a")).messages == turn("alpha")
+
+
 # health, check, info
 
 

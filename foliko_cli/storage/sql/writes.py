@@ -365,6 +365,24 @@ async def delete_session(
     return found is not None or orphans > 0
 
 
+async def forget_records(
+    db: Executor,
+    dialect: Dialect,
+    records: list[SessionRecord],
+    expected: list[int | None],
+    deletions: dict[str, int | None],
+    *,
+    where: str,
+) -> None:
+    """``forget`` inside the caller's transaction: the deletions (each checked as
+    ``delete_session`` checks it, their index entries dropped with their
+    messages), then ``records`` replaced (``replace_records``)."""
+    for session_id in sorted(deletions):
+        await delete_session(db, dialect, session_id, deletions[session_id])
+    if records:
+        await replace_records(db, dialect, records, expected, where=where)
+
+
 async def rename_session(
     db: Executor, dialect: Dialect, old_id: str, new_id: str, *, where: str
 ) -> None:
