@@ -57,6 +57,7 @@ FLAGS = {
     Hint.NO_TRASH: "foliko sessions delete --no-trash ID...",
     Hint.INIT: "foliko storage init URL",
     Hint.KEYS: "foliko keys set NAME",
+    Hint.IF_BUSY: "--if-busy wait, --if-busy interrupt",
 }
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from foliko_cli.context.request import RequestContext
 from foliko_cli.context.session import SessionContext
 from foliko_cli.engine.tools import Tool
-from foliko_cli.errors import ConflictError, SessionExistsError
+from foliko_cli.errors import ConflictError, SessionExistsError, UsageError
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.models.base import ModelProvider
 
@@ -94,7 +94,11 @@ class TurnRequest(NamedTuple):
     message the turn adds and its position, ``on_finish`` the messages it
     wrote (before they are saved); ``on_done`` is awaited with the result once
     the turn is saved, in the turn's own task (a streamed turn runs it even
-    when nobody reads its events).
+    when nobody reads its events). ``if_busy`` is what the turn does when
+    another turn holds its session (here, in another process or on another
+    machine): ``wait`` for it (the default), ``reject`` it at once
+    (BusyRejectedError, nothing sent), or ``interrupt`` it (that turn stops
+    unsaved with TurnInterruptedError, and this one runs).
     """
 
     session_id: str
@@ -127,6 +131,7 @@ class TurnRequest(NamedTuple):
     on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
     on_done: "Callable[[TurnResult], Awaitable[None]] | None" = None
+    if_busy: str = "wait"
 
     def check_start(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -147,6 +152,19 @@ class TurnRequest(NamedTuple):
         if self.system is not None:
             session.metadata["system_prompt"] = self.system
         return self.start_from is not None
+
+
+IF_BUSY = ("wait", "reject", "interrupt")
+"""The values of ``TurnRequest.if_busy``."""
+
+
+def check_if_busy(value: str) -> str:
+    """``value`` when it is one of IF_BUSY, else a UsageError naming them."""
+    if value not in IF_BUSY:
+        raise UsageError(
+            f"if_busy must be wait, reject or interrupt, not {value!r}", fix="pick one of them"
+        )
+    return value
 
 
 def turn_request(
@@ -196,3 +214,4 @@ if TYPE_CHECKING:
         on_message: Callable[[int, dict[str, Any]], None] | None
         on_finish: Callable[[list[dict[str, Any]]], None] | None
         on_done: Callable[[TurnResult], Awaitable[None]] | None
+        if_busy: str

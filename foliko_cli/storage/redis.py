@@ -6,6 +6,8 @@ Key layout, all under a prefix (``foliko`` unless told otherwise)::
                              preview, variables, metadata, compression_state
     {prefix}:s:{<id>}:msgs   list: one encoded message per element, in order
     {prefix}:s:{<id>}:lock   string: the turn lease, "<token> pid N on HOST"
+    {prefix}:s:{<id>}:interrupt  string: a request that the lease's holder stop,
+                             expiring when the request does (base.py rule 10)
     {prefix}:index           sorted set: session id scored by updated_at
     {prefix}:quarantine      hash: where ``storage check --repair`` moved what
 
@@ -416,7 +418,7 @@ class RedisStorage(SessionStorageAdapter):
         return client
 
     def key(self, session_id: str, kind: str) -> str:
-        """``kind`` is meta, msgs or lock."""
+        """``kind`` is meta, msgs, lock or interrupt."""
         return f"{self.prefix}:s:{hash_tag(session_id)}:{kind}"
 
     def _session_keys(self, session_id: str) -> list[str]:
@@ -904,6 +906,16 @@ class RedisStorage(SessionStorageAdapter):
             with contextlib.suppress(errors.RedisError, TimeoutError):
                 async with asyncio.timeout(RELEASE_S):
                     await self._release_script([key], [owner], client=self._client())
+
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        key, client = self.key(session_id, "interrupt"), self._client()
+        left = until_ms - now_ms()
+        call = client.set(key, b"1", px=left) if until_ms and left > 0 else client.delete(key)
+        await self._within(time.monotonic(), call)
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        call = self._client().exists(self.key(session_id, "interrupt"))
+        return bool(await self._within(time.monotonic(), call))
 
     async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:
         client = self._client()
