@@ -67,6 +67,7 @@ async def plan_turn(
     ``remembered`` is the history ``previous_response_id`` names when only the
     caller holds it (the store: false response a WebSocket connection keeps)."""
     svc = service(request)
+    policy = if_busy(request)
     previous = body.previous_response_id
     conversation = body.conversation
     if isinstance(conversation, ConversationRef):
@@ -98,7 +99,7 @@ async def plan_turn(
         "model": body.model,
         "instructions": body.instructions,
         "request": request_context(request, svc),
-        "if_busy": if_busy(request),
+        "if_busy": policy,
         "messages": tuple(extra),
         "client_tools": client_tools,
         "server_tools": request.app.state.services.serve_tools,
