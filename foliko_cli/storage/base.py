@@ -334,7 +334,8 @@ class SessionStorageAdapter(ABC):
         """Whether a ``set_interrupt`` request on ``session_id`` stands now."""
         from foliko_cli.common.clock import now_ms
 
-        return self.__dict__.get("_interrupts", {}).get(session_id, 0) > now_ms()
+        until: int = self.__dict__.get("_interrupts", {}).get(session_id, 0)
+        return until > now_ms()
 
     async def exists(self) -> bool:
         """Whether the store itself is there (a file, a directory, a schema); it

@@ -156,7 +156,9 @@ def test_a_streamed_and_a_background_turn_of_a_server_are_interrupted_visibly(
     env = upstream_env(model_server)
     server = start_server(env=env)
     release = threading.Event()
-    stalled = Reply(events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3)
+    stalled = Reply(
+        events=openai_stream_events(["partial ", "never"]), stall=release, stall_after=3
+    )
     model_server.queue(stalled, stalled)
     client = httpx.Client(base_url=server.url, timeout=30)
     try:
