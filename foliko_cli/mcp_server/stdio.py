@@ -34,8 +34,10 @@ class LocalBackend:
     def service(self, request: Any) -> contextlib.AbstractAsyncContextManager[AsyncFoliko]:
         return contextlib.nullcontext(self._service)
 
-    async def turn(self, request: Any, service: AsyncFoliko, session_id: str, message: str):
-        return await service.chat(session_id, message)
+    async def turn(
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str, if_busy: str
+    ):
+        return await service.chat(session_id, message, if_busy=if_busy)
 
 
 class _Lines:
