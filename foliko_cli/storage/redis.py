@@ -315,6 +315,21 @@ def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else (value or "")
 
 
+def persistence(config: dict[str, str], where: str) -> tuple[str, str | None]:
+    """The persistence ``CONFIG GET appendonly`` and ``save`` describe (aof, rdb,
+    both or none), and a warning when it is none (docs/durability.md)."""
+    kept = ["aof"] if config.get("appendonly") == "yes" else []
+    if config.get("save", "").strip():
+        kept.append(f"rdb (save {config['save'].strip()})")
+    if kept:
+        return " + ".join(kept), None
+    return "none", (
+        f'Redis at {where} keeps nothing on disk (appendonly no, save ""): a restart of '
+        "the server loses every session; turn on AOF or RDB snapshots, or keep sessions in "
+        "PostgreSQL"
+    )
+
+
 class RedisStorage(SessionStorageAdapter):
     name = "redis"
 
@@ -865,6 +880,7 @@ class RedisStorage(SessionStorageAdapter):
                         messages += int(count)
             server = await client.info("server")
             memory = await client.info("memory")
+        kept, warning = await self._persistence(client)
         return {
             "backend": self.name,
             "location": self.location,
@@ -875,7 +891,26 @@ class RedisStorage(SessionStorageAdapter):
             "server_version": server.get("redis_version"),
             "used_memory": memory.get("used_memory_human"),
             "maxmemory_policy": memory.get("maxmemory_policy"),
+            "persistence": kept,
+            **({"warnings": [warning]} if warning else {}),
         }
+
+    async def _persistence(self, client: Any) -> tuple[str, str | None]:
+        """What the server keeps on disk (``CONFIG GET appendonly`` and ``save``),
+        and the warning ``storage info`` gives when that is nothing or unknown."""
+        with self._guard():
+            try:
+                config = {
+                    **await client.config_get("appendonly"),
+                    **await client.config_get("save"),
+                }
+            except self._redis.exceptions.ResponseError as exc:  # an ACL, a managed server
+                return "unknown", (
+                    f"could not check whether Redis at {self._where} keeps sessions on disk "
+                    f"(CONFIG GET refused: {self._reason(exc)}); without AOF or RDB snapshots "
+                    "a restart of the server loses every session"
+                )
+        return persistence({_text(key): _text(value) for key, value in config.items()}, self._where)
 
     # the per-turn session lock
 
