@@ -881,6 +881,13 @@ class RedisStorage(SessionStorageAdapter):
             server = await client.info("server")
             memory = await client.info("memory")
         kept, warning = await self._persistence(client)
+        policy = _text(memory.get("maxmemory_policy"))
+        warnings = [warning] if warning else []
+        if policy.startswith("allkeys"):
+            warnings.append(
+                f"Redis at {self._where} evicts any key when its memory is full "
+                f"(maxmemory-policy {policy}): sessions may vanish; set it to noeviction"
+            )
         return {
             "backend": self.name,
             "location": self.location,
@@ -892,7 +899,7 @@ class RedisStorage(SessionStorageAdapter):
             "used_memory": memory.get("used_memory_human"),
             "maxmemory_policy": memory.get("maxmemory_policy"),
             "persistence": kept,
-            **({"warnings": [warning]} if warning else {}),
+            **({"warnings": warnings} if warnings else {}),
         }
 
     async def _persistence(self, client: Any) -> tuple[str, str | None]:

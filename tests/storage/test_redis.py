@@ -271,6 +271,24 @@ def test_storage_info_warns_when_the_server_keeps_nothing_on_disk(url, rs, clien
         assert shown.stderr == "" and "warnings" not in details
 
 
+def test_storage_info_warns_when_the_server_may_evict_sessions(rs, run, monkeypatch):
+    real = rs._client
+
+    def evicting():
+        client = real()
+
+        async def info(section: str) -> dict:
+            found = await type(client).info(client, section)
+            return {**found, "maxmemory_policy": "allkeys-lru"} if section == "memory" else found
+
+        monkeypatch.setattr(client, "info", info)
+        return client
+
+    monkeypatch.setattr(rs, "_client", evicting)
+    warnings = run(rs.info())["warnings"]
+    assert any("maxmemory-policy allkeys-lru" in w and "noeviction" in w for w in warnings)
+
+
 def test_storage_info_says_when_it_could_not_check_persistence(url, run, client):
     """A user whose ACL refuses CONFIG (as managed servers do): the warning says
     the check could not be made."""
