@@ -180,36 +180,42 @@ class Framework(EventEmitter):
         swallows the cancellation, as a turn's write does, ends as it ends).
         """
         wait = timeout if wait is None else wait
-        async with contextlib.AsyncExitStack() as stack:
-            if if_busy == "wait":
-                await self._enter(stack, session_id, wait, timeout)
-            else:
-                try:
-                    await self._enter(stack, session_id, 0.0, timeout)
-                except SessionBusyError as exc:
-                    if if_busy == "reject":
-                        raise BusyRejectedError(session_id, exc.holder) from None
-                    await self._interrupt(stack, session_id, wait, timeout)
-            async with self._watching(session_id):
+        if if_busy == "wait":
+            queue, lock = await self._enter(session_id, wait, timeout)
+        else:
+            try:
+                queue, lock = await self._enter(session_id, 0.0, timeout)
+            except SessionBusyError as exc:
+                if if_busy == "reject":
+                    raise BusyRejectedError(session_id, exc.holder) from None
+                queue, lock = await self._interrupt(session_id, wait, timeout)
+        try:
+            if running_loop() is None:  # nothing else runs meanwhile (common/loop.py)
                 yield
+            else:
+                async with self._watching(session_id):
+                    yield
+        finally:
+            try:
+                await _release(lock)
+            finally:
+                await queue.__aexit__(None, None, None)
 
-    async def _enter(
-        self, stack: contextlib.AsyncExitStack, session_id: str, wait: float, timeout: float
-    ) -> None:
-        """Take the session's place in this process's queue, then its storage lock;
-        both left when ``stack`` is."""
+    async def _enter(self, session_id: str, wait: float, timeout: float) -> tuple[Any, Any]:
+        """The session's place in this process's queue, then its storage lock:
+        both entered, for the caller to leave (the lock first)."""
         deadline = time.monotonic() + wait
         if wait and self.session_queues.busy(session_id):
             _tell_waiting(session_id, IN_THIS_PROCESS)
-        async with contextlib.AsyncExitStack() as attempt:
-            await attempt.enter_async_context(self.session_queues.hold(session_id, wait))
-            lock = await self._storage_lock(session_id, deadline, timeout)
-            attempt.push_async_callback(_release, lock)
-            stack.push_async_exit(attempt.pop_all())
+        queue = self.session_queues.hold(session_id, wait)
+        await queue.__aenter__()
+        try:
+            return queue, await self._storage_lock(session_id, deadline, timeout)
+        except BaseException:
+            await queue.__aexit__(None, None, None)
+            raise
 
-    async def _interrupt(
-        self, stack: contextlib.AsyncExitStack, session_id: str, wait: float, timeout: float
-    ) -> None:
+    async def _interrupt(self, session_id: str, wait: float, timeout: float) -> tuple[Any, Any]:
         """Ask the session's holder to stop (until ``wait`` has passed), wait for
         it, and withdraw the request once held (or given up)."""
         from foliko_cli.common.clock import now_ms
@@ -217,7 +223,7 @@ class Framework(EventEmitter):
         storage = self.session_storage
         await storage.set_interrupt(session_id, now_ms() + int(wait * 1000) + 1)
         try:
-            await self._enter(stack, session_id, wait, timeout)
+            return await self._enter(session_id, wait, timeout)
         finally:
             await run_to_completion(storage.set_interrupt(session_id, 0))
 
@@ -225,12 +231,9 @@ class Framework(EventEmitter):
     async def _watching(self, session_id: str) -> AsyncIterator[None]:
         """Cancel the block when a request to stop comes (see ``hold_session``);
         the first look is ``INTERRUPT_POLL_S`` in: a shorter block costs a timer."""
-        loop = running_loop()
-        if loop is None:  # nothing else runs meanwhile (common/loop.py)
-            yield
-            return
         import asyncio
 
+        loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
         storage = self.session_storage
