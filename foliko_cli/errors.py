@@ -18,6 +18,7 @@ class ExitCode:
     USAGE = 2
     STORAGE = 3
     BUSY = 4
+    SUPERSEDED = 5
     INTERRUPTED = 130
     TERMINATED = 143
 
@@ -44,6 +45,7 @@ class Hint:
     INIT = "init"
     KEYS = "keys"
     FRAGMENTS = "fragments"
+    IF_BUSY = "if_busy"
 
 
 class FolikoError(Exception):
@@ -283,6 +285,40 @@ class SessionBusyError(FolikoError):
             f"session {session_id!r} is busy: held{who} for more than {waited:g}s",
             fix="retry later or allow a longer timeout",
             hint=Hint.TIMEOUT,
+        )
+
+
+class BusyRejectedError(SessionBusyError):
+    """A turn sent with ``if_busy="reject"`` found its session held by another
+    turn (in this process or another, on this machine or another): nothing
+    was sent or saved."""
+
+    def __init__(self, session_id: str, holder: str | None):
+        self.session_id = session_id
+        self.holder = holder
+        who = f" ({holder})" if holder else ""
+        FolikoError.__init__(
+            self,
+            f"session {session_id!r} is busy with another turn{who}; this message was not sent",
+            fix="send it again to wait for that turn, or to interrupt it",
+            hint=Hint.IF_BUSY,
+        )
+
+
+class TurnInterruptedError(FolikoError):
+    """A newer message to the session (``if_busy="interrupt"``) stopped this
+    turn before it was saved: nothing of it was kept."""
+
+    exit_code = ExitCode.SUPERSEDED
+    http_status = 409
+    code = "turn_interrupted"
+
+    def __init__(self, session_id: str):
+        self.session_id = session_id
+        super().__init__(
+            f"the turn in session {session_id!r} was interrupted by a newer message; "
+            "nothing of it was saved",
+            fix="read the session for the newer turn, or send this message again",
         )
 
 

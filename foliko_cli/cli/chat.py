@@ -267,6 +267,14 @@ def emit_json_quietly(value: dict[str, Any]) -> None:
 @var_options("Set a session variable before the turn")
 @timeout_option("Give up on the turn after this many seconds (default 120).")
 @click.option(
+    "--if-busy",
+    type=click.Choice(["wait", "reject", "interrupt"]),
+    default="wait",
+    show_default=True,
+    help="When another turn (here or elsewhere) holds the session: wait for it, reject "
+    "this one at once (exit 4), or interrupt it (it stops unsaved, its command exits 5).",
+)
+@click.option(
     "--json",
     "as_json",
     is_flag=True,
@@ -383,6 +391,7 @@ def chat(
     system: str | None,
     variables: tuple[tuple[str, object], ...],
     timeout: float | None,
+    if_busy: str,
     as_json: bool,
     stream: bool | None,
     extract: str | None,
@@ -481,6 +490,7 @@ def chat(
             options=dict(model_options),
             schema=reply_schema(chosen, schema),
             tools=offered_tools(tools, functions, chosen, dry_run=dry_run),
+            if_busy=if_busy,
         )
         turn = expanded(facade, turn)
     except FolikoError as exc:

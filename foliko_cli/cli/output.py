@@ -60,6 +60,7 @@ FLAGS = {
     Hint.INIT: "foliko storage init URL",
     Hint.KEYS: "foliko keys set NAME",
     Hint.FRAGMENTS: "foliko fragments list",
+    Hint.IF_BUSY: "--if-busy wait, --if-busy interrupt",
 }
 
 

@@ -188,4 +188,7 @@ def _show(details: dict[str, Any], fmt: str) -> None:
         emit_json(details)
     else:
         for key, value in details.items():
-            click.echo(f"{key:<15} {value}")
+            if key != "warnings":
+                click.echo(f"{key:<15} {value}")
+    for warning in details.get("warnings", ()) if fmt != "json" else ():
+        note(f"warning: {warning}")

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from foliko_cli.common.loop import run_to_completion
+from foliko_cli.common.loop import run_to_completion, running_loop
 from foliko_cli.context import AgentContext, ContextManager, RequestContext, SessionContext
 from foliko_cli.context.manager import DEFAULT_MAX_IDLE_SESSIONS, DEFAULT_SESSION_TTL
 from foliko_cli.engine.tools import (
@@ -29,7 +29,12 @@ from foliko_cli.engine.tools import (
     ToolResult,
     run_tool,
 )
-from foliko_cli.errors import AgentNotFoundError, SessionBusyError
+from foliko_cli.errors import (
+    AgentNotFoundError,
+    BusyRejectedError,
+    SessionBusyError,
+    TurnInterruptedError,
+)
 from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.storage.queues import IN_THIS_PROCESS, SessionQueues
 
@@ -37,6 +42,8 @@ T = TypeVar("T")
 V = TypeVar("V")
 
 WAIT_NOTICE_AFTER = 1.0
+INTERRUPT_POLL_S = 0.25
+"""How often a turn looks for a request that it stop (``if_busy="interrupt"``)."""
 SESSION_CREATED = "session:context-created"
 SESSION_DESTROYED = "session:context-destroyed"
 _wait_listener: contextvars.ContextVar[Callable[[str, str | None], None] | None] = (
@@ -55,6 +62,16 @@ def listening_for_waits(listener: Callable[[str, str | None], None]) -> Iterator
         yield
     finally:
         _wait_listener.reset(token)
+
+
+async def _release(lock: contextlib.AbstractAsyncContextManager[None]) -> None:
+    """Leave a storage lock to its end, even when a cancellation arrives meanwhile
+    (then raised after)."""
+    _, cancelled = await run_to_completion(lock.__aexit__(None, None, None))
+    if cancelled:
+        import asyncio
+
+        raise asyncio.CancelledError
 
 
 def _tell_waiting(session_id: str, holder: str | None) -> None:
@@ -143,28 +160,115 @@ class Framework(EventEmitter):
 
     @contextlib.asynccontextmanager
     async def hold_session(
-        self, session_id: str, timeout: float, *, wait: float | None = None
+        self,
+        session_id: str,
+        timeout: float,
+        *,
+        wait: float | None = None,
+        if_busy: str = "wait",
     ) -> AsyncIterator[None]:
         """Exclusive use of a session: first in this process (FIFO), then in storage.
 
         Waits at most ``wait`` seconds (default ``timeout``); a busy error names
         ``timeout``, the limit the user set. The storage lock is released even
-        when a cancellation arrives during the release.
+        when a cancellation arrives during the release. ``if_busy`` is what to
+        do when something else holds the session: ``wait`` for it;
+        ``reject`` (BusyRejectedError at once); ``interrupt``: ask its holder,
+        through the store, to stop (storage/base.py rule 10), then wait. While
+        held, a request to stop is looked for every ``INTERRUPT_POLL_S``: the
+        block is cancelled and TurnInterruptedError raised (a block that
+        swallows the cancellation, as a turn's write does, ends as it ends).
         """
         wait = timeout if wait is None else wait
-        deadline = time.monotonic() + wait
-        if self.session_queues.busy(session_id):
-            _tell_waiting(session_id, IN_THIS_PROCESS)
-        async with self.session_queues.hold(session_id, wait):
-            lock = await self._storage_lock(session_id, deadline, timeout)
+        if if_busy == "wait":
+            queue, lock = await self._enter(session_id, wait, timeout)
+        else:
             try:
+                queue, lock = await self._enter(session_id, 0.0, timeout)
+            except SessionBusyError as exc:
+                if if_busy == "reject":
+                    raise BusyRejectedError(session_id, exc.holder) from None
+                queue, lock = await self._interrupt(session_id, wait, timeout)
+        try:
+            if running_loop() is None:  # nothing else runs meanwhile (common/loop.py)
                 yield
+            else:
+                async with self._watching(session_id):
+                    yield
+        finally:
+            try:
+                await _release(lock)
             finally:
-                _, cancelled = await run_to_completion(lock.__aexit__(None, None, None))
-                if cancelled:
-                    import asyncio
+                await queue.__aexit__(None, None, None)
 
-                    raise asyncio.CancelledError
+    async def _enter(self, session_id: str, wait: float, timeout: float) -> tuple[Any, Any]:
+        """The session's place in this process's queue, then its storage lock:
+        both entered, for the caller to leave (the lock first)."""
+        deadline = time.monotonic() + wait
+        if wait and self.session_queues.busy(session_id):
+            _tell_waiting(session_id, IN_THIS_PROCESS)
+        queue = self.session_queues.hold(session_id, wait)
+        await queue.__aenter__()
+        try:
+            return queue, await self._storage_lock(session_id, deadline, timeout)
+        except BaseException:
+            await queue.__aexit__(None, None, None)
+            raise
+
+    async def _interrupt(self, session_id: str, wait: float, timeout: float) -> tuple[Any, Any]:
+        """Ask the session's holder to stop (until ``wait`` has passed), wait for
+        it, and withdraw the request once held (or given up)."""
+        from foliko_cli.common.clock import now_ms
+
+        storage = self.session_storage
+        await storage.set_interrupt(session_id, now_ms() + int(wait * 1000) + 1)
+        try:
+            return await self._enter(session_id, wait, timeout)
+        finally:
+            await run_to_completion(storage.set_interrupt(session_id, 0))
+
+    @contextlib.asynccontextmanager
+    async def _watching(self, session_id: str) -> AsyncIterator[None]:
+        """Cancel the block when a request to stop comes (see ``hold_session``);
+        the first look is ``INTERRUPT_POLL_S`` in: a shorter block costs a timer."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        storage = self.session_storage
+        fired = False
+        checker: asyncio.Future[None] | None = None
+
+        async def check() -> None:
+            nonlocal fired
+            while True:
+                try:
+                    if await storage.interrupt_requested(session_id):
+                        break
+                except Exception:  # a blip: looked at again on the next tick
+                    pass
+                await asyncio.sleep(INTERRUPT_POLL_S)
+            fired = True
+            task.cancel()
+
+        def start() -> None:
+            nonlocal checker
+            checker = asyncio.ensure_future(check())
+
+        timer = loop.call_later(INTERRUPT_POLL_S, start)
+        try:
+            yield
+        except asyncio.CancelledError:
+            if fired:
+                raise TurnInterruptedError(session_id) from None
+            raise
+        finally:
+            timer.cancel()
+            if checker is not None:
+                checker.cancel()
+            if fired:
+                task.uncancel()
 
     async def _storage_lock(
         self, session_id: str, deadline: float, timeout: float

@@ -194,7 +194,12 @@ class AgentChatHandler:
             return await self._run_steps(turn, session, request, events), replace
 
         result = await self._in_session(
-            turn.session_id, request, work, trash=trash, replacing=turn.start_from is not None
+            turn.session_id,
+            request,
+            work,
+            trash=trash,
+            replacing=turn.start_from is not None,
+            if_busy=turn.if_busy,
         )
         if turn.on_done is not None:  # the turn is saved: a cancellation waits for it
             await run_to_completion(turn.on_done(result))
@@ -282,18 +287,20 @@ class AgentChatHandler:
         *,
         trash: str | None = None,
         replacing: bool = False,
+        if_busy: str = "wait",
     ) -> T:
         """Hold the session, run ``work`` on its fresh state, save whole or not at all.
 
         ``work`` returns its result and whether the session must be replaced
         (rather than appended to); with ``trash``, the reason the stored session
         is first kept in the trash when it is. ``replacing``: ``work`` replaces
-        the session whole, so its history is not loaded.
+        the session whole, so its history is not loaded. ``if_busy``: what to do
+        when another turn holds the session (``Framework.hold_session``).
         """
         committed: list[T] = []
         try:
             async with self.framework.hold_session(
-                session_id, request.timeout, wait=request.remaining()
+                session_id, request.timeout, wait=request.remaining(), if_busy=if_busy
             ):
                 session = self.framework.get_or_create_session_context(session_id)
                 try:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from foliko_cli.context.request import RequestContext
 from foliko_cli.context.session import SessionContext
 from foliko_cli.engine.tools import Tool
-from foliko_cli.errors import ConflictError, SessionExistsError
+from foliko_cli.errors import ConflictError, SessionExistsError, UsageError
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.models.base import ModelProvider
 
@@ -100,7 +100,11 @@ class TurnRequest(NamedTuple):
     message the turn adds and its position, ``on_finish`` the messages it
     wrote (before they are saved); ``on_done`` is awaited with the result once
     the turn is saved, in the turn's own task (a streamed turn runs it even
-    when nobody reads its events).
+    when nobody reads its events). ``if_busy`` is what the turn does when
+    another turn holds its session (here, in another process or on another
+    machine): ``wait`` for it (the default), ``reject`` it at once
+    (BusyRejectedError, nothing sent), or ``interrupt`` it (that turn stops
+    unsaved with TurnInterruptedError, and this one runs).
     """
 
     session_id: str
@@ -135,6 +139,7 @@ class TurnRequest(NamedTuple):
     on_message: Callable[[int, dict[str, Any]], None] | None = None
     on_finish: Callable[[list[dict[str, Any]]], None] | None = None
     on_done: "Callable[[TurnResult], Awaitable[None]] | None" = None
+    if_busy: str = "wait"
 
     def check_start(self, session: SessionContext) -> None:
         """Refuse to replace a session that moved since ``start_from`` was made."""
@@ -160,6 +165,19 @@ class TurnRequest(NamedTuple):
                 else:
                     session.metadata[key] = value
         return self.start_from is not None
+
+
+IF_BUSY = ("wait", "reject", "interrupt")
+"""The values of ``TurnRequest.if_busy``."""
+
+
+def check_if_busy(value: str) -> str:
+    """``value`` when it is one of IF_BUSY, else a UsageError naming them."""
+    if value not in IF_BUSY:
+        raise UsageError(
+            f"if_busy must be wait, reject or interrupt, not {value!r}", fix="pick one of them"
+        )
+    return value
 
 
 def turn_request(
@@ -211,3 +229,4 @@ if TYPE_CHECKING:
         on_message: Callable[[int, dict[str, Any]], None] | None
         on_finish: Callable[[list[dict[str, Any]]], None] | None
         on_done: Callable[[TurnResult], Awaitable[None]] | None
+        if_busy: str

@@ -58,9 +58,9 @@ class Backend(Protocol):
         ...
 
     async def turn(
-        self, request: Any, service: AsyncFoliko, session_id: str, message: str
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str, if_busy: str
     ) -> TurnResult:
-        """One turn of the ``chat`` tool."""
+        """One turn of the ``chat`` tool (``if_busy``: TurnRequest's)."""
         ...
 
 
@@ -104,8 +104,8 @@ def build_server(backend: Backend) -> Server:
             arguments = Arguments(params.arguments, spec.properties)
             async with backend.service(ctx.request) as service:
 
-                def turn(session_id: str, message: str) -> Awaitable[TurnResult]:
-                    return backend.turn(ctx.request, service, session_id, message)
+                def turn(session_id: str, message: str, if_busy: str) -> Awaitable[TurnResult]:
+                    return backend.turn(ctx.request, service, session_id, message, if_busy)
 
                 reply = await spec.run(Call(service, arguments, turn))
         except (ToolFailure, FolikoError) as exc:

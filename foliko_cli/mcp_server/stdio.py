@@ -38,9 +38,9 @@ class LocalBackend:
         return contextlib.nullcontext(self._service)
 
     async def turn(
-        self, request: Any, service: AsyncFoliko, session_id: str, message: str
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str, if_busy: str
     ) -> TurnResult:
-        return await service.chat(session_id, message)
+        return await service.chat(session_id, message, if_busy=if_busy)
 
 
 class _Lines:

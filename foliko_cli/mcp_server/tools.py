@@ -17,6 +17,7 @@ from foliko_cli.mcp_server.arguments import SINCE_HELP, Arguments
 from foliko_cli.mcp_server.resources import iso, session_uri
 from foliko_cli.messages.record import ROLES, SessionSummary
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.values import IF_BUSY
 
 if TYPE_CHECKING:
     from foliko_cli.service.values import TurnResult
@@ -43,7 +44,7 @@ class Reply(NamedTuple):
 class Call(NamedTuple):
     service: AsyncFoliko
     arguments: Arguments
-    turn: Callable[[str, str], Awaitable[TurnResult]]
+    turn: Callable[[str, str, str], Awaitable[TurnResult]]
 
 
 class ToolSpec(NamedTuple):
@@ -164,7 +165,8 @@ async def read_session(call: Call) -> Reply:
 async def chat(call: Call) -> Reply:
     session_id = call.arguments.text("session_id")
     message = call.arguments.text("message")
-    result = await call.turn(session_id, message)
+    if_busy = call.arguments.choice("if_busy", IF_BUSY) or "wait"
+    result = await call.turn(session_id, message, if_busy)
     return Reply(result.message)
 
 
@@ -235,6 +237,13 @@ TOOLS = {
             {
                 "session_id": SESSION_ID,
                 "message": {"type": "string", "description": "The message."},
+                "if_busy": {
+                    "type": "string",
+                    "enum": list(IF_BUSY),
+                    "description": "When another turn holds the session: wait for it (the "
+                    "default), reject this message at once, or interrupt that turn (it ends "
+                    "unsaved).",
+                },
             },
             ("session_id", "message"),
             ADDS_A_TURN,

@@ -19,9 +19,10 @@ from starlette.requests import Request
 from foliko_cli.serve.errors import ApiError
 from foliko_cli.serve.user_services import SCOPE_KEY
 from foliko_cli.service import AsyncFoliko
-from foliko_cli.service.values import RequestContext
+from foliko_cli.service.values import IF_BUSY, RequestContext
 
 TIMEOUT_HEADER = "x-foliko-timeout"
+IF_BUSY_HEADER = "Foliko-If-Busy"
 
 
 class IdConvertor(Convertor[str]):
@@ -78,3 +79,19 @@ def request_context(request: Request, svc: AsyncFoliko) -> RequestContext:
 
 def seconds(ms: Any) -> int:
     return int(ms or 0) // 1000
+
+
+def if_busy(request: Request) -> str:
+    """What a turn naming a session does when another turn holds it: the
+    ``Foliko-If-Busy`` header (wait, reject or interrupt; wait when absent)."""
+    raw = request.headers.get(IF_BUSY_HEADER)
+    if raw is None:
+        return "wait"
+    value = raw.strip().lower()
+    if value not in IF_BUSY:
+        raise ApiError(
+            400,
+            f"{IF_BUSY_HEADER} must be wait, reject or interrupt, not {raw!r}",
+            param=IF_BUSY_HEADER,
+        )
+    return value

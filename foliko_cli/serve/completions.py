@@ -34,7 +34,7 @@ from foliko_cli.serve.chat_types import (
     ModelList,
     ToolCall,
 )
-from foliko_cli.serve.common import request_context, service
+from foliko_cli.serve.common import if_busy, request_context, service
 from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
 from foliko_cli.serve.formats import reply_schema
 from foliko_cli.serve.images import attached
@@ -106,6 +106,7 @@ def plan(request: Request, body: ChatCompletionCreate) -> Turn:
     options = {
         "model": body.model,
         "request": request_context(request, svc),
+        "if_busy": if_busy(request),
         "client_tools": function_tools(body.tools),
         "server_tools": request.app.state.services.serve_tools,
         "options": {key: value for key, value in sampling.items() if value is not None},

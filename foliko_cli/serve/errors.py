@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from foliko_cli.errors import (
     FolikoError,
+    Hint,
     Interrupted,
 )
 
@@ -106,9 +107,16 @@ def status_of(exc: FolikoError) -> Status:
     return Status(exc.http_status, exc.code, exc.retryable)
 
 
+def said(exc: FolikoError) -> str:
+    """The error's message, naming the header its fix is about."""
+    if exc.hint == Hint.IF_BUSY:
+        return f"{exc} (the Foliko-If-Busy header: wait or interrupt)"
+    return str(exc)
+
+
 def foliko_error_response(exc: FolikoError) -> Response:
     status = status_of(exc)
-    return error_response(status.status, str(exc), status.code, retry=status.retry)
+    return error_response(status.status, said(exc), status.code, retry=status.retry)
 
 
 def error_event(exc: BaseException) -> dict[str, Any]:
@@ -116,7 +124,7 @@ def error_event(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, FolikoError):
         status = status_of(exc)
         kind = _TYPES.get(status.status, "server_error")
-        return {"message": str(exc), "type": kind, "code": status.code}
+        return {"message": said(exc), "type": kind, "code": status.code}
     if isinstance(exc, ApiError):
         return {"message": exc.message, "type": _TYPES.get(exc.status), "code": exc.code}
     return {"message": "internal error", "type": "server_error", "code": "internal_error"}

@@ -47,7 +47,7 @@ from starlette.requests import Request
 
 from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve.access_log import LOG_SESSION
-from foliko_cli.serve.common import request_context, service
+from foliko_cli.serve.common import if_busy, request_context, service
 from foliko_cli.serve.errors import SHUTTING_DOWN, ApiError, error_event
 from foliko_cli.serve.native_types import Attachment, TurnCancelled, TurnCreate
 from foliko_cli.serve.schema import Api
@@ -113,6 +113,7 @@ def plan(request: Request, body: TurnCreate) -> Turn:
         api="sessions",
         model=body.model,
         request=request_context(request, svc),
+        if_busy=if_busy(request),
         regenerate=regenerate,
         attachments=attachments,
         system=body.system,

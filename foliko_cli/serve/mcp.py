@@ -47,11 +47,11 @@ class ServeBackend:
             lease.release()
 
     async def turn(
-        self, request: Any, service: AsyncFoliko, session_id: str, message: str
+        self, request: Any, service: AsyncFoliko, session_id: str, message: str, if_busy: str
     ) -> TurnResult:
         try:
             context = request_context(request, service)
-            turn = Turn(service, session_id, message, api="mcp", request=context)
+            turn = Turn(service, session_id, message, api="mcp", request=context, if_busy=if_busy)
             return await turn.run(request.app.state.services)
         except ApiError as exc:  # a quota, a bad x-foliko-timeout
             raise ToolFailure(exc.message) from None

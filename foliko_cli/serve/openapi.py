@@ -46,6 +46,18 @@ SESSION_HEADER = {
     "schema": {"type": "string"},
 }
 
+IF_BUSY_HEADER = {
+    "name": "Foliko-If-Busy",
+    "in": "header",
+    "required": False,
+    "description": "When another turn holds the session: wait for it (the default), reject "
+    "this one at once (409 session_busy), or interrupt it (it ends unsaved, with "
+    "turn_interrupted).",
+    "schema": {"type": "string", "enum": ["wait", "reject", "interrupt"]},
+}
+TURN_ROUTES = ("/v1/chat/completions", "/v1/responses", "/v1/sessions/{session_id}/turns")
+"""The POST operations that run a turn in a named session (Foliko-If-Busy)."""
+
 
 def document(routes: list[Any]) -> dict[str, Any]:
     declared = [(route, route.operation) for route in routes if hasattr(route, "operation")]
@@ -66,6 +78,9 @@ def document(routes: list[Any]) -> dict[str, Any]:
             paths.setdefault(path, {})[method.lower()] = _operation(op, params, schemas)
     if "/v1/chat/completions" in paths:
         paths["/v1/chat/completions"]["post"].setdefault("parameters", []).append(SESSION_HEADER)
+    for path in TURN_ROUTES:
+        if "post" in paths.get(path, {}):
+            paths[path]["post"].setdefault("parameters", []).append(IF_BUSY_HEADER)
     return {
         "openapi": "3.1.0",
         "info": {

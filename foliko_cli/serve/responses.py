@@ -22,7 +22,7 @@ from foliko_cli.messages.record import SessionRecord, new_metadata
 from foliko_cli.serve import background, ids
 from foliko_cli.serve import items as it
 from foliko_cli.serve.access_log import LOG_SESSION
-from foliko_cli.serve.common import request_context, service
+from foliko_cli.serve.common import if_busy, request_context, service
 from foliko_cli.serve.compaction import Carried, split_compaction
 from foliko_cli.serve.compaction_item import compact_threshold
 from foliko_cli.serve.conversations import stamped
@@ -67,6 +67,7 @@ async def plan_turn(
     ``remembered`` is the history ``previous_response_id`` names when only the
     caller holds it (the store: false response a WebSocket connection keeps)."""
     svc = service(request)
+    policy = if_busy(request)
     previous = body.previous_response_id
     conversation = body.conversation
     if isinstance(conversation, ConversationRef):
@@ -98,6 +99,7 @@ async def plan_turn(
         "model": body.model,
         "instructions": body.instructions,
         "request": request_context(request, svc),
+        "if_busy": policy,
         "messages": tuple(extra),
         "client_tools": client_tools,
         "server_tools": request.app.state.services.serve_tools,

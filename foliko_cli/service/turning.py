@@ -103,6 +103,10 @@ class TurnsMixin(ServiceBase):
         fork's copy or a new start as ``start_from``, its attachments read (text
         appended to the message, the parts in their place)."""
         check_session_id(turn.session_id)
+        if turn.if_busy != "wait":
+            from foliko_cli.engine.turn import check_if_busy
+
+            check_if_busy(turn.if_busy)
         turn = turn._replace(request=turn.request or self.request(turn.timeout))
         if turn.regenerate:
             if turn.attachments or turn.fragments:

@@ -7,7 +7,7 @@ use (PEP 562), so a door that imports this for a turn pays for nothing else.
 
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.engine.turn import TurnRequest, TurnResult
+from foliko_cli.engine.turn import IF_BUSY, TurnRequest, TurnResult
 
 if TYPE_CHECKING:
     from foliko_cli.context.request import RequestContext as RequestContext
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from foliko_cli.engine.turn import TurnParams as TurnParams
     from foliko_cli.models.base import TOOL_CHOICE_MODES as TOOL_CHOICE_MODES
 
-__all__ = ["TurnRequest", "TurnResult"]
+__all__ = ["IF_BUSY", "TurnRequest", "TurnResult"]
 
 _LAZY = {
     "RequestContext": "foliko_cli.context.request",

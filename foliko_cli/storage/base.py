@@ -68,6 +68,12 @@ The rules, each next to the method it constrains:
    trash, no quarantine). A crash part way leaves the store as it was
    before or, once the step is committed, as it is after: the next use of
    the store completes it (a transaction, one MULTI, a committed intent).
+12. **Interrupts** (``if_busy="interrupt"``): ``set_interrupt`` leaves a
+   request beside the session, where every process and machine that shares
+   the store sees it, that whoever holds the session's lock stop its turn;
+   ``interrupt_requested`` is true while one stands (until its time, or until
+   withdrawn). It is not the lock and never takes it: the holder checks it
+   while it holds the lock (``engine/framework.py``) and stops unsaved.
 
 All methods are coroutines. Backends whose driver is synchronous and local
 (SQLite, files) run their short I/O inline; none holds a write transaction
@@ -373,6 +379,24 @@ class SessionStorageAdapter(ABC):
         released when the block is left, a cancellation included; a dead
         holder's lock frees itself (a closed connection, an expired lease, a
         lock file whose process is gone). There is no default."""
+
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        """Ask the holder of ``session_id``'s lock to stop its turn (rule 10),
+        until the wall clock's ``until_ms`` (``common.clock.now_ms``); 0 withdraws
+        the request. Generic: kept in this adapter, so seen in this process
+        only: a backend shared by processes keeps it in the store."""
+        interrupts = self.__dict__.setdefault("_interrupts", {})
+        if until_ms:
+            interrupts[session_id] = until_ms
+        else:
+            interrupts.pop(session_id, None)
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        """Whether a ``set_interrupt`` request on ``session_id`` stands now."""
+        from foliko_cli.common.clock import now_ms
+
+        until: int = self.__dict__.get("_interrupts", {}).get(session_id, 0)
+        return until > now_ms()
 
     async def exists(self) -> bool:
         """Whether the store itself is there (a file, a directory, a schema); it

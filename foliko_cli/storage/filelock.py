@@ -27,12 +27,14 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+from foliko_cli.common.clock import now_ms
 from foliko_cli.common.poll import poll
 from foliko_cli.errors import SessionBusyError, StorageError
 from foliko_cli.storage.names import file_stem, session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
 
 LOCK_SUFFIX = ".lock"
+INTERRUPT_SUFFIX = ".interrupt"
 HOLDER_BYTES = 200
 _FIRST_DELAY = 0.001
 _MAX_DELAY = 0.05
@@ -170,6 +172,37 @@ class SessionFileLocks:
         ):
             holder = os.pread(fd, HOLDER_BYTES, 0).decode(errors="replace").strip()
             raise SessionBusyError(key, timeout, holder or None)
+
+    def set_interrupt(self, key: str, until_ms: int) -> None:
+        """A request that the holder of ``key`` stop (storage/base.py rule 10): a
+        file beside its lock file holding ``until_ms``; 0 removes it."""
+        path = self.directory / (file_stem(key) + INTERRUPT_SUFFIX)
+        try:
+            if not until_ms:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+                return
+            make_private_dirs(self.directory)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o600)
+            try:
+                os.write(fd, str(until_ms).encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise os_error("write the interrupt request", path, exc) from None
+
+    def interrupt_requested(self, key: str) -> bool:
+        path = self.directory / (file_stem(key) + INTERRUPT_SUFFIX)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            text = os.read(fd, 32)
+        finally:
+            os.close(fd)
+        return text.isdigit() and int(text) > now_ms()
 
     def remove_if_free(self, key: str, gone: Callable[[], bool]) -> bool:
         """Remove the lock file of ``key`` if no one holds it and ``gone()``; never waits."""

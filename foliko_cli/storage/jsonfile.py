@@ -778,6 +778,12 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         async with self._locks.hold(session_id, timeout, remove_if=lambda: self._gone(session_id)):
             yield
 
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        self._locks.set_interrupt(session_id, until_ms)
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        return self._locks.interrupt_requested(session_id)
+
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
         source = await self.load(source_id)
         if source is None:

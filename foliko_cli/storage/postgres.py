@@ -128,6 +128,14 @@ async def keep_indexed_text(db: PostgresExecutor, dialect: PostgresDialect) -> N
     await keep_indexed_text(db, dialect.quoted)
 
 
+async def create_interrupts(db: PostgresExecutor, dialect: PostgresDialect) -> None:
+    """Requests that a session's lock holder stop its turn (base.py rule 10)."""
+    await db.execute(
+        f"""CREATE TABLE IF NOT EXISTS {dialect.prefix}interrupts (
+            session_id TEXT PRIMARY KEY, until_ms BIGINT NOT NULL)"""
+    )
+
+
 MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     schema.create_sessions_and_messages,
     schema.create_quarantine,
@@ -135,6 +143,7 @@ MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     bound_search_text,
     keep_indexed_text,
     schema.create_fragments,
+    create_interrupts,
 ]
 
 
@@ -578,6 +587,26 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         self._check_id(session_id)
         async with self._connection(session_id) as db:
             return await writes.stored_revision(db, self._dialect, session_id)
+
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        self._check_id(session_id)
+        table = self._dialect.prefix + "interrupts"
+        async with self._connection() as db:
+            if until_ms:
+                await db.execute(
+                    f"""INSERT INTO {table} (session_id, until_ms) VALUES (%s, %s)
+                        ON CONFLICT (session_id) DO UPDATE SET until_ms = EXCLUDED.until_ms""",
+                    (session_id, until_ms),
+                )
+            else:
+                await db.execute(f"DELETE FROM {table} WHERE session_id = %s", (session_id,))
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        self._check_id(session_id)
+        statement = f"SELECT 1 FROM {self._dialect.prefix}interrupts WHERE session_id = %s"
+        async with self._connection(session_id) as db:
+            row = await db.fetchone(statement + " AND until_ms > %s", (session_id, now_ms()))
+        return row is not None
 
     async def exists(self) -> bool:
         """The schema is there; creates nothing."""

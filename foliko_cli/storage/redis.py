@@ -6,6 +6,8 @@ Key layout, all under a prefix (``foliko`` unless told otherwise)::
                              preview, variables, metadata, compression_state
     {prefix}:s:{<id>}:msgs   list: one encoded message per element, in order
     {prefix}:s:{<id>}:lock   string: the turn lease, "<token> pid N on HOST"
+    {prefix}:s:{<id>}:interrupt  string: a request that the lease's holder stop,
+                             expiring when the request does (base.py rule 10)
     {prefix}:index           sorted set: session id scored by updated_at
     {prefix}:quarantine      hash: where ``storage check --repair`` moved what
     {prefix}:f:<sha256>      string: a fragment's text (storage/base.py, rule 10)
@@ -314,6 +316,21 @@ def _text(value: bytes | str | None) -> str:
     return value.decode() if isinstance(value, bytes) else (value or "")
 
 
+def persistence(config: dict[str, str], where: str) -> tuple[str, str | None]:
+    """The persistence ``CONFIG GET appendonly`` and ``save`` describe (aof, rdb,
+    both or none), and a warning when it is none (docs/durability.md)."""
+    kept = ["aof"] if config.get("appendonly") == "yes" else []
+    if config.get("save", "").strip():
+        kept.append(f"rdb (save {config['save'].strip()})")
+    if kept:
+        return " + ".join(kept), None
+    return "none", (
+        f'Redis at {where} keeps nothing on disk (appendonly no, save ""): a restart of '
+        "the server loses every session; turn on AOF or RDB snapshots, or keep sessions in "
+        "PostgreSQL"
+    )
+
+
 class RedisStorage(SessionStorageAdapter):
     name = "redis"
 
@@ -417,7 +434,7 @@ class RedisStorage(SessionStorageAdapter):
         return client
 
     def key(self, session_id: str, kind: str) -> str:
-        """``kind`` is meta, msgs or lock."""
+        """``kind`` is meta, msgs, lock or interrupt."""
         return f"{self.prefix}:s:{hash_tag(session_id)}:{kind}"
 
     def _session_keys(self, session_id: str) -> list[str]:
@@ -943,6 +960,14 @@ class RedisStorage(SessionStorageAdapter):
                         messages += int(count)
             server = await client.info("server")
             memory = await client.info("memory")
+        kept, warning = await self._persistence(client)
+        policy = _text(memory.get("maxmemory_policy"))
+        warnings = [warning] if warning else []
+        if policy.startswith("allkeys"):
+            warnings.append(
+                f"Redis at {self._where} evicts any key when its memory is full "
+                f"(maxmemory-policy {policy}): sessions may vanish; set it to noeviction"
+            )
         return {
             "backend": self.name,
             "location": self.location,
@@ -953,7 +978,26 @@ class RedisStorage(SessionStorageAdapter):
             "server_version": server.get("redis_version"),
             "used_memory": memory.get("used_memory_human"),
             "maxmemory_policy": memory.get("maxmemory_policy"),
+            "persistence": kept,
+            **({"warnings": warnings} if warnings else {}),
         }
+
+    async def _persistence(self, client: Any) -> tuple[str, str | None]:
+        """What the server keeps on disk (``CONFIG GET appendonly`` and ``save``),
+        and the warning ``storage info`` gives when that is nothing or unknown."""
+        with self._guard():
+            try:
+                config = {
+                    **await client.config_get("appendonly"),
+                    **await client.config_get("save"),
+                }
+            except self._redis.exceptions.ResponseError as exc:  # an ACL, a managed server
+                return "unknown", (
+                    f"could not check whether Redis at {self._where} keeps sessions on disk "
+                    f"(CONFIG GET refused: {self._reason(exc)}); without AOF or RDB snapshots "
+                    "a restart of the server loses every session"
+                )
+        return persistence({_text(key): _text(value) for key, value in config.items()}, self._where)
 
     # the per-turn session lock
 
@@ -984,6 +1028,16 @@ class RedisStorage(SessionStorageAdapter):
             with contextlib.suppress(errors.RedisError, TimeoutError):
                 async with asyncio.timeout(RELEASE_S):
                     await self._release_script([key], [owner], client=self._client())
+
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        key, client = self.key(session_id, "interrupt"), self._client()
+        left = until_ms - now_ms()
+        call = client.set(key, b"1", px=left) if until_ms and left > 0 else client.delete(key)
+        await self._within(time.monotonic(), call)
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        call = self._client().exists(self.key(session_id, "interrupt"))
+        return bool(await self._within(time.monotonic(), call))
 
     async def _acquire(self, key: str, owner: bytes, session_id: str, timeout: float) -> None:
         client = self._client()

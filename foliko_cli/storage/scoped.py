@@ -229,6 +229,12 @@ class UserScopedStorage(SessionStorageAdapter):
         else:
             await held.__aexit__(None, None, None)
 
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        await self.inner.set_interrupt(self._stored(session_id), until_ms)
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        return await self.inner.interrupt_requested(self._stored(session_id))
+
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
         with self._own_names(source_id, target_id):
             record = await capabilities.copy(

@@ -667,6 +667,16 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         async with self._locks.hold(session_id, timeout, remove_if=gone):
             yield
 
+    async def set_interrupt(self, session_id: str, until_ms: int) -> None:
+        if self._locks is None:
+            return await super().set_interrupt(session_id, until_ms)
+        self._locks.set_interrupt(session_id, until_ms)
+
+    async def interrupt_requested(self, session_id: str) -> bool:
+        if self._locks is None:
+            return await super().interrupt_requested(session_id)
+        return self._locks.interrupt_requested(session_id)
+
     async def rename(self, old_id: str, new_id: str) -> None:
         with self._guard(), self._write() as db:
             await writes.rename_session(SQLiteExecutor(db), SQLITE, old_id, new_id, where=self.path)

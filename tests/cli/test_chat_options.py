@@ -557,3 +557,25 @@ def test_a_tool_choice_naming_no_offered_tool_is_exit_2_and_saves_nothing(invoke
     assert show("s") == before
     forced = invoke("chat", "-s", "s", "two", "-o", "tool_choice=get_session_info")
     assert forced.exit_code == 0, forced.stderr
+
+
+def test_if_busy_reject_fails_at_once_on_a_held_session_in_one_line(invoke, chat, foliko_home):
+    chat("s", "hi")
+    before = sqlite_rows(foliko_home, "s")
+    with held(foliko_home, "s"):
+        result = invoke("chat", "-s", "s", "--if-busy", "reject", "not now")
+    assert (result.exit_code, result.stdout) == (4, "")
+    line = result.stderr.strip().splitlines()[-1]  # after the note on the echo model
+    assert line == (
+        "foliko: error: session 's' is busy with another turn (pid 4242 on the-test); "
+        "this message was not sent; send it again to wait for that turn, or to interrupt "
+        "it (--if-busy wait, --if-busy interrupt)"
+    )
+    assert sqlite_rows(foliko_home, "s") == before
+
+
+def test_an_unknown_if_busy_is_a_usage_error(invoke):
+    result = invoke("chat", "-s", "s", "--if-busy", "later", "hi")
+    assert result.exit_code == 2
+    assert "--if-busy" in result.stderr and "'later' is not one of" in result.stderr
+    assert listed(invoke) == []

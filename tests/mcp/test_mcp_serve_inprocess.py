@@ -144,7 +144,7 @@ def test_an_unexpected_failure_is_an_error_result_and_a_log_line(
     foliko_home: Path, caplog: pytest.LogCaptureFixture
 ):
     class Broken(LocalBackend):
-        async def turn(self, request, service, session_id, message):
+        async def turn(self, request, service, session_id, message, if_busy):
             raise RuntimeError("the wiring is loose")
 
     service = AsyncFoliko("memory", "echo", home=foliko_home)
@@ -156,3 +156,21 @@ def test_an_unexpected_failure_is_an_error_result_and_a_log_line(
         text = asyncio.run(_with_client(service, work, backend=Broken(service)))
     assert text == "chat failed: internal error"
     assert "the wiring is loose" in caplog.text
+
+
+def test_chat_takes_a_busy_policy_and_refuses_an_unknown_one(foliko_home: Path):
+    service = AsyncFoliko("memory", "echo", home=foliko_home)
+
+    async def work(client):
+        bad = {"session_id": "s", "message": "hi", "if_busy": "later"}
+        unknown = await failure(client, "chat", bad)
+        async with service.storage.lock("s", 30):  # another turn holds it
+            busy = {"session_id": "s", "message": "hi", "if_busy": "reject"}
+            rejected = await failure(client, "chat", busy)
+        sent = await client.call_tool("chat", {**busy, "if_busy": "interrupt"})
+        return unknown, rejected, sent
+
+    unknown, rejected, sent = asyncio.run(_with_client(service, work))
+    assert "if_busy must be one of wait, reject, interrupt, not 'later'" in unknown
+    assert "session 's' is busy with another turn" in rejected
+    assert not sent.is_error and sent.content[0].text == "hi"

@@ -602,7 +602,7 @@ def test_the_same_session_trashed_twice_is_two_entries(storage, run):
     assert [(e.reason, e.removed_at) for e in entries] == [("delete", T0 + 1), ("rewind", T0)]
 
 
-# forget: one step, and nothing of what went can be found (base.py, rule 10)
+# forget: one step, and nothing of what went can be found (base.py, rule 11)
 
 
 def _found(run, storage, word: str) -> list[tuple[str, int]]:
@@ -787,6 +787,69 @@ def test_lock_is_released_when_the_body_raises(storage, run):
             return True
 
     assert run(scenario()) is True
+
+
+# interrupt requests (rule 12)
+
+
+def test_an_interrupt_request_is_seen_by_every_adapter_until_withdrawn_or_past(storage, run):
+    other = reopened(storage) or storage
+
+    async def scenario():
+        assert not await other.interrupt_requested("s1")
+        await storage.set_interrupt("s1", now_ms() + 60_000)
+        assert await other.interrupt_requested("s1")
+        assert not await other.interrupt_requested("s2")
+        await other.set_interrupt("s1", 0)
+        assert not await storage.interrupt_requested("s1")
+        await storage.set_interrupt("s1", now_ms() - 1)
+        assert not await other.interrupt_requested("s1")
+        await storage.set_interrupt("s1", 0)  # withdrawing none is no error
+
+    try:
+        run(scenario())
+    finally:
+        if other is not storage:
+            run(other.close())
+
+
+def test_a_turn_holding_a_session_stops_for_an_interrupt_from_another_adapter(storage, run):
+    """What ``if_busy`` does through the store: a second framework (another
+    process, another host) rejects at once or stops the holder and takes over."""
+    from foliko_cli.engine.framework import Framework
+    from foliko_cli.errors import BusyRejectedError, TurnInterruptedError
+
+    other = reopened(storage) or storage
+    first, second = Framework(storage), Framework(other)
+
+    async def holder(entered: asyncio.Event) -> None:
+        async with first.hold_session("s1", 30):
+            entered.set()
+            await asyncio.Event().wait()  # a model that never answers
+
+    async def scenario():
+        entered = asyncio.Event()
+        task = asyncio.ensure_future(holder(entered))
+        await entered.wait()
+        with pytest.raises(BusyRejectedError) as rejected:
+            async with second.hold_session("s1", 30, if_busy="reject"):
+                pass
+        assert rejected.value.code == "session_busy" and rejected.value.exit_code == 4
+        assert not task.done()
+        async with second.hold_session("s1", 30, if_busy="interrupt"):
+            assert task.done()
+            assert not await other.interrupt_requested("s1")  # withdrawn once held
+        with pytest.raises(TurnInterruptedError) as stopped:
+            await task
+        assert stopped.value.exit_code == 5
+        async with first.hold_session("s1", 0.5, if_busy="reject"):
+            pass  # free again
+
+    try:
+        run(scenario())
+    finally:
+        if other is not storage:
+            run(other.close())
 
 
 # compare-and-set: every whole-record write

@@ -1,6 +1,6 @@
 """A forget that fails part way (a fault injected between its writes) changes
 nothing, or, on JSON files once its intent is committed, is completed by the
-next use of the store (base.py, rule 10). And SQLite's check sees an index
+next use of the store (base.py, rule 11). And SQLite's check sees an index
 that holds messages that are gone."""
 
 from __future__ import annotations

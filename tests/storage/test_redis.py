@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +35,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.messages.record import SessionRecord
 from foliko_cli.messages.stored import content_hash
-from foliko_cli.storage.redis import RedisStorage, hash_tag
+from foliko_cli.storage.redis import RedisStorage, hash_tag, persistence
 
 from .services import concurrent_appends, redis_storage, require_redis, sample_records, state, turn
 
@@ -227,6 +228,95 @@ def test_info_reports_counts(rs, run):
     assert info["backend"] == "redis"
     assert (info["sessions"], info["messages"]) == (2, 2)
     assert info["prefix"] == rs.prefix
+
+
+@pytest.mark.parametrize(
+    ("config", "kept"),
+    [
+        ({"appendonly": "yes", "save": ""}, "aof"),
+        ({"appendonly": "no", "save": "3600 1 300 100"}, "rdb (save 3600 1 300 100)"),
+        ({"appendonly": "yes", "save": "60 1"}, "aof + rdb (save 60 1)"),
+        ({"appendonly": "no", "save": ""}, "none"),
+    ],
+)
+def test_persistence_is_read_from_appendonly_and_save(config, kept):
+    found, warning = persistence(config, "h:6379")
+    assert found == kept
+    assert (warning is not None) == (kept == "none")
+    if warning:
+        assert "Redis at h:6379 keeps nothing on disk" in warning
+        assert "a restart of the server loses every session" in warning
+
+
+def test_storage_info_warns_when_the_server_keeps_nothing_on_disk(url, rs, client, tmp_path):
+    """CI's server runs with --save "" --appendonly no: the warning is the case
+    tested there; a server that persists is reported without one."""
+    config = {**client.config_get("appendonly"), **client.config_get("save")}
+    kept, _ = persistence(config, "")
+    where = f"{url}?prefix={rs.prefix}"
+    env = {**os.environ, "FOLIKO_HOME": str(tmp_path)}
+    foliko = [str(Path(sys.executable).with_name("foliko")), "--storage", where, "storage", "info"]
+    shown = subprocess.run(foliko, capture_output=True, text=True, env=env, timeout=HANG)
+    assert shown.returncode == 0, shown.stderr
+    assert f"persistence     {kept}" in shown.stdout.splitlines()
+    as_json = subprocess.run([*foliko, "--json"], capture_output=True, text=True, env=env)
+    details = json.loads(as_json.stdout)
+    assert details["persistence"] == kept and as_json.stderr == ""
+    if kept == "none":
+        (line,) = shown.stderr.splitlines()
+        assert line.startswith("foliko: warning: Redis at ") and "keeps nothing on disk" in line
+        (warning,) = details["warnings"]
+        assert line.endswith(warning)
+    else:
+        assert shown.stderr == "" and "warnings" not in details
+
+
+def test_storage_info_warns_when_the_server_may_evict_sessions(rs, run, monkeypatch):
+    real = rs._client
+
+    def evicting():
+        client = real()
+
+        async def info(section: str) -> dict:
+            found = await type(client).info(client, section)
+            return {**found, "maxmemory_policy": "allkeys-lru"} if section == "memory" else found
+
+        monkeypatch.setattr(client, "info", info)
+        return client
+
+    monkeypatch.setattr(rs, "_client", evicting)
+    warnings = run(rs.info())["warnings"]
+    assert any("maxmemory-policy allkeys-lru" in w and "noeviction" in w for w in warnings)
+
+
+def test_storage_info_says_when_it_could_not_check_persistence(url, run, client):
+    """A user whose ACL refuses CONFIG (as managed servers do): the warning says
+    the check could not be made."""
+    user, password = f"foliko-test-{os.getpid()}-noconfig", "pw"
+    try:
+        client.acl_setuser(
+            user,
+            enabled=True,
+            passwords=[f"+{password}"],
+            keys=["*"],
+            channels=["*"],
+            commands=["+@all", "-config"],
+        )
+    except redis.ResponseError as exc:
+        pytest.skip(f"this Redis has no ACL users: {exc}")
+    try:
+        host = url.split("://", 1)[1]
+        with redis_storage(f"redis://{user}:{password}@{host}") as storage:
+            try:
+                info = run(storage.info())
+            finally:
+                run(storage.close())
+    finally:
+        client.acl_deluser(user)
+    assert info["persistence"] == "unknown"
+    (warning,) = info["warnings"]
+    assert "could not check whether Redis at" in warning and "CONFIG GET refused" in warning
+    assert password not in warning
 
 
 def test_prefixes_keep_storages_apart(url, rs, run):
