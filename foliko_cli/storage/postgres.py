@@ -73,12 +73,14 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.storage import postgres_turn as turn
 from foliko_cli.storage.base import (
+    AuditEntry,
     SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     expected_list,
 )
 from foliko_cli.storage.search import SearchHit, SearchQuery
+from foliko_cli.storage.sql import audit as sql_audit
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
 from foliko_cli.storage.sql.executor import PostgresExecutor, one_row
@@ -134,6 +136,7 @@ MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     create_search_index,
     bound_search_text,
     keep_indexed_text,
+    sql_audit.create_audit,
 ]
 
 
@@ -525,6 +528,18 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             lambda db: writes.delete_session(db, self._dialect, session_id, expected_revision),
             session_id,
         )
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        async with self._transaction() as db:
+            await sql_audit.append(db, self._dialect, entries)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        async with self._connection() as db:
+            return await sql_audit.read(db, self._dialect, since)
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        async with self._transaction() as db:
+            return await sql_audit.prune(db, self._dialect, before, keep)
 
     async def session_ids(self) -> list[str]:
         async with self._connection() as db:

@@ -45,6 +45,7 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.seed import record_from_seed
 from foliko_cli.storage.base import (
+    AuditEntry,
     ProblemKind,
     SavesInBatches,
     SessionStorageAdapter,
@@ -63,6 +64,7 @@ from foliko_cli.storage.integrity import (
 )
 from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
+from foliko_cli.storage.sql import audit as sql_audit
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
@@ -133,6 +135,7 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     create_search_index,
     bound_search_text,
     keep_indexed_text,
+    sql_audit.create_audit,
 ]
 
 
@@ -285,6 +288,24 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             raise self._error(sqlite3.DataError(str(exc))) from None
         except OSError as exc:
             raise os_error("use the database", self.path, exc) from None
+
+    # the audit log (base.py, rule 10)
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        with self._guard(), self._write() as db:
+            await sql_audit.append(SQLiteExecutor(db), SQLITE, entries)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        if self._absent():
+            return []
+        with self._guard():
+            return await sql_audit.read(SQLiteExecutor(self.db), SQLITE, since)
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        if self._absent():
+            return 0
+        with self._guard(), self._write() as db:
+            return await sql_audit.prune(SQLiteExecutor(db), SQLITE, before, keep)
 
     # contract
 
