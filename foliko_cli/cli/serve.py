@@ -179,6 +179,8 @@ def start(
     grace: float = DEFAULT_GRACE,
     limits: Any = None,
     mcp_only: bool = False,
+    allow_write: bool = False,
+    sessions: tuple[str, ...] = (),
 ) -> NoReturn:
     """Check the options, then serve until SIGTERM/SIGINT (exit 0). ``mcp_only``:
     only ``/mcp`` (and ``/healthz``), behind the same guard and keys."""
@@ -218,6 +220,8 @@ def start(
         allowed_hosts=(*listen.allowed_hosts, *(() if host in WILDCARD_HOSTS else (host,))),
         allow_origins=origins,
         mcp_only=mcp_only,
+        allow_write=allow_write,
+        sessions=sessions,
     )
     if listen.api_keys is not None:
         from pathlib import Path

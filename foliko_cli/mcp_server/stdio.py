@@ -21,6 +21,7 @@ from typing import Any
 from foliko_cli.errors import UsageError
 from foliko_cli.mcp_server.server import build_server
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.audit import AuditRecorder
 
 MAX_LINE = 16 * 1024 * 1024  # as foliko serve's largest request body
 
@@ -36,6 +37,9 @@ class LocalBackend:
 
     async def turn(self, request: Any, service: AsyncFoliko, session_id: str, message: str):
         return await service.chat(session_id, message)
+
+    def audit(self, request: Any) -> tuple[AuditRecorder, str | None]:
+        return self._service.audit, None
 
 
 class _Lines:

@@ -437,6 +437,8 @@ class Foliko:
     mcp_prompt = _blocking(AsyncFoliko.mcp_prompt)
     search = _blocking(AsyncFoliko.search)
     usage = _blocking(AsyncFoliko.usage)
+    audit_entries = _blocking(AsyncFoliko.audit_entries)
+    prune_audit = _blocking(AsyncFoliko.prune_audit)
 
     # the service's streams, read one item at a time
 

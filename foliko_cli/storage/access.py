@@ -163,7 +163,7 @@ class ScopedStorage(SessionStorageAdapter):
     def strict_reads(self, strict: bool) -> None:
         self.inner.strict_reads = strict
 
-    async def _sees(self, session_id: str) -> bool:
+    async def visible(self, session_id: str) -> bool:
         created_at = None
         if self.scope.dated and not is_internal(session_id):
             state = await capabilities.load_state(self.inner, session_id)
@@ -176,23 +176,23 @@ class ScopedStorage(SessionStorageAdapter):
     def _sees_summary(self, summary: SessionSummary) -> bool:
         return self.scope.sees(summary.session_id, summary.created_at)
 
-    async def _writable(self, *session_ids: str) -> None:
+    async def check_write(self, *session_ids: str) -> None:
         if not self.scope.write:
             raise ScopeError("write")
         for session_id in session_ids:
-            if not await self._sees(session_id):
+            if not await self.visible(session_id):
                 raise SessionNotFoundError(session_id)
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        return await self.inner.load(session_id) if await self._sees(session_id) else None
+        return await self.inner.load(session_id) if await self.visible(session_id) else None
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
-        if not await self._sees(session_id):
+        if not await self.visible(session_id):
             return None
         return await capabilities.load_recent(self.inner, session_id)
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
-        if not await self._sees(session_id):
+        if not await self.visible(session_id):
             return None
         return await capabilities.load_state(self.inner, session_id)
 
@@ -205,16 +205,16 @@ class ScopedStorage(SessionStorageAdapter):
         return await capabilities.content_digests(self.inner, await self._seen(session_ids))
 
     async def _seen(self, session_ids: list[str]) -> list[str]:
-        return [s for s in session_ids if await self._sees(s)]
+        return [s for s in session_ids if await self.visible(s)]
 
     async def revision(self, session_id: str) -> int | None:
-        return await self.inner.revision(session_id) if await self._sees(session_id) else None
+        return await self.inner.revision(session_id) if await self.visible(session_id) else None
 
     async def exists(self) -> bool:
         return await self.inner.exists()
 
     async def save(self, record: SessionRecord, *, expected_revision: int | None = None) -> int:
-        await self._writable(record.session_id)
+        await self.check_write(record.session_id)
         return await self.inner.save(record, expected_revision=expected_revision)
 
     async def save_many(
@@ -223,7 +223,7 @@ class ScopedStorage(SessionStorageAdapter):
         *,
         expected_revisions: list[int | None] | None = None,
     ) -> list[int]:
-        await self._writable(*(r.session_id for r in records))
+        await self.check_write(*(r.session_id for r in records))
         return await capabilities.save_many(
             self.inner, records, expected_revisions=expected_revisions
         )
@@ -234,7 +234,7 @@ class ScopedStorage(SessionStorageAdapter):
         *,
         expected_revisions: list[int | None] | None = None,
     ) -> dict[str, str]:
-        await self._writable(*(r.session_id for r in records))
+        await self.check_write(*(r.session_id for r in records))
         return await capabilities.copy_loaded(
             self.inner, records, expected_revisions=expected_revisions
         )
@@ -247,7 +247,7 @@ class ScopedStorage(SessionStorageAdapter):
         *,
         expected_revision: int,
     ) -> int:
-        await self._writable(session_id)
+        await self.check_write(session_id)
         return await self.inner.append(
             session_id, messages, state, expected_revision=expected_revision
         )
@@ -255,23 +255,23 @@ class ScopedStorage(SessionStorageAdapter):
     async def delete(self, session_id: str, *, expected_revision: int | None = None) -> bool:
         if not self.scope.write:
             raise ScopeError("write")
-        if not await self._sees(session_id):
+        if not await self.visible(session_id):
             if expected_revision:
                 raise SessionNotFoundError(session_id)
             return False
         return await self.inner.delete(session_id, expected_revision=expected_revision)
 
     async def copy(self, source_id: str, target_id: str) -> SessionRecord:
-        await self._writable(source_id, target_id)
+        await self.check_write(source_id, target_id)
         return await capabilities.copy(self.inner, source_id, target_id)
 
     async def rename(self, old_id: str, new_id: str) -> None:
-        await self._writable(old_id, new_id)
+        await self.check_write(old_id, new_id)
         await capabilities.rename(self.inner, old_id, new_id)
 
     @contextlib.asynccontextmanager
     async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
-        await self._writable(session_id)
+        await self.check_write(session_id)
         async with self.inner.lock(session_id, timeout):
             yield
 
@@ -294,11 +294,11 @@ class ScopedStorage(SessionStorageAdapter):
         from foliko_cli.storage.search import search
 
         if query.session_id is not None:
-            return await search(self.inner, query) if await self._sees(query.session_id) else []
+            return await search(self.inner, query) if await self.visible(query.session_id) else []
         asked = max(query.limit, 1) * 4
         while True:
             hits = await search(self.inner, query._replace(limit=asked))
-            kept = [hit for hit in hits if await self._sees(hit.session_id)]
+            kept = [hit for hit in hits if await self.visible(hit.session_id)]
             if len(kept) >= query.limit or len(hits) < asked:
                 return kept[: query.limit]
             asked *= 4
@@ -307,7 +307,7 @@ class ScopedStorage(SessionStorageAdapter):
         return [p for p in await capabilities.check(self.inner) if self.scope.sees(p.session_id)]
 
     async def quarantine(self, problem: StoredProblem) -> str:
-        await self._writable(problem.session_id)
+        await self.check_write(problem.session_id)
         return await capabilities.quarantine(self.inner, problem)
 
     async def health_check(self) -> bool:

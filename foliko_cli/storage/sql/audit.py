@@ -58,4 +58,3 @@ async def prune(db: Executor, dialect: Dialect, before: int | None, keep: int | 
         )
     (left,) = await one_row(db, dialect.sql("SELECT count(*) FROM {audit}"))
     return int(count) - int(left)
-
