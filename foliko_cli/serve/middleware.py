@@ -118,9 +118,9 @@ class RequestMiddleware:
                 return
             state["user"] = grant.user
             state["client"] = "key:" + grant.name
-            if grant.scope is not None:
-                limit = self.scope
-                state["scope"] = grant.scope if limit is None else limit.narrowed(grant.scope)
+            # a view even for a key that may do everything: it tells the audit the sessions
+            given = grant.scope or Scope()
+            state["scope"] = given if self.scope is None else self.scope.narrowed(given)
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return
