@@ -144,6 +144,7 @@ class LazyGroup(FolikoGroup):
         "serve": ("foliko_cli.cli.serve", "serve"),
         "templates": ("foliko_cli.cli.templates", "templates"),
         "keys": ("foliko_cli.cli.keys", "keys"),
+        "audit": ("foliko_cli.cli.audit", "audit"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

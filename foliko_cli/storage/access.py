@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import datetime
 import fnmatch
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from foliko_cli.common.clock import since_ms
 from foliko_cli.errors import ScopeError, SessionNotFoundError, UsageError
 from foliko_cli.messages.ids import is_internal
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
@@ -109,18 +109,16 @@ def _matches(group: tuple[str, ...], session_id: str, created_at: int | None) ->
 
 
 def since_of(pattern: str) -> int:
-    """The ms time of ``since:DATE`` (an ISO 8601 date or time, UTC unless it says)."""
+    """The ms time of ``since:WHEN``: an ISO 8601 date or time (UTC unless it
+    says), or a duration (``30d``: that long ago, a window that moves)."""
     text = pattern[len(SINCE) :].strip()
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
+    found = since_ms(text) if text else None
+    if found is None:
         raise UsageError(
             f"session pattern {pattern!r}: {text!r} is not a date",
-            fix="write since:2026-01-31 (or an ISO 8601 time)",
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
+            fix="write since:2026-01-31 (an ISO 8601 date or time) or since:30d",
+        )
+    return found
 
 
 @contextlib.contextmanager
