@@ -192,7 +192,6 @@ def test_api_key_requests_are_audited_by_key_name_without_content(app_client):
     client.get("/v1/sessions/secret-x", headers=VIEWER)
     client.get("/healthz")
     services = client.app.state.services
-    import asyncio
 
     async def entries():
         return await services.base.audit_entries()
@@ -209,7 +208,6 @@ def test_api_key_requests_are_audited_by_key_name_without_content(app_client):
     read = next(e for e in found if e.client == "key:viewer")
     assert read.result_sha256 == hashlib.sha256(shown.content).hexdigest()
     assert HIDDEN_WORD not in repr(found)
-    del asyncio
 
 
 @pytest.mark.parametrize(
