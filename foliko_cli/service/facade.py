@@ -437,6 +437,7 @@ class Foliko:
     mcp_prompt = _blocking(AsyncFoliko.mcp_prompt)
     search = _blocking(AsyncFoliko.search)
     usage = _blocking(AsyncFoliko.usage)
+    check_access = _blocking(AsyncFoliko.check_access)
     audit_entries = _blocking(AsyncFoliko.audit_entries)
     prune_audit = _blocking(AsyncFoliko.prune_audit)
 
