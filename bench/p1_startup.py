@@ -24,7 +24,6 @@ import subprocess
 from pathlib import Path
 
 import orjson
-
 from common import (
     PYTHON,
     Result,
