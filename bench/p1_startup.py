@@ -96,11 +96,24 @@ MCP_REQUESTS = b"".join(
 def mcp_serve(env: dict[str, str]) -> None:
     """``foliko mcp serve`` from start to the answer of its first tools/list, then
     the end of its input: what a host waits for before it can offer the tools."""
-    proc = subprocess.run(
-        foliko("mcp", "serve"), env=env, input=MCP_REQUESTS, capture_output=True, timeout=120
+    proc = subprocess.Popen(
+        foliko("mcp", "serve"),
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
     )
-    if proc.returncode != 0 or proc.stdout.count(b'"id":2') != 1:
-        raise RuntimeError(f"foliko mcp serve failed: {proc.stderr.decode()[-300:]}")
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(MCP_REQUESTS)
+    proc.stdin.flush()
+    answered = 0
+    for line in proc.stdout:
+        answered += 1
+        if b'"id":2' in line:
+            break
+    proc.stdin.close()
+    if proc.wait(120) != 0 or answered != 2:
+        raise RuntimeError(f"foliko mcp serve exited {proc.returncode} after {answered} answers")
 
 
 def run(ws: Workspace, quick: bool = False) -> list[Result]:

@@ -42,7 +42,8 @@ NAME = "foliko"
 INSTRUCTIONS = (
     "foliko keeps conversations with language models in named sessions. "
     "list_sessions and search_sessions find them, read_session gives one as Markdown "
-    "(also the resource foliko://sessions/{session_id}), chat continues one or starts it. "
+    "(also the resource foliko://sessions/{session_id}); chat, when this server may change "
+    "sessions, continues one or starts it. "
     "Each prompt is the instructions of one of foliko's agents."
 )
 

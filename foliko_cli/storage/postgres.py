@@ -80,7 +80,6 @@ from foliko_cli.storage.base import (
     expected_list,
 )
 from foliko_cli.storage.search import SearchHit, SearchQuery
-from foliko_cli.storage.sql import audit as sql_audit
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import PostgresDialect, advisory_key
 from foliko_cli.storage.sql.executor import PostgresExecutor, one_row
@@ -136,7 +135,7 @@ MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     create_search_index,
     bound_search_text,
     keep_indexed_text,
-    sql_audit.create_audit,
+    schema.create_audit,
 ]
 
 
@@ -530,14 +529,20 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         )
 
     async def audit_append(self, entries: list[AuditEntry]) -> None:
+        from foliko_cli.storage.sql import audit as sql_audit
+
         async with self._transaction() as db:
             await sql_audit.append(db, self._dialect, entries)
 
     async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        from foliko_cli.storage.sql import audit as sql_audit
+
         async with self._connection() as db:
             return await sql_audit.read(db, self._dialect, since)
 
     async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        from foliko_cli.storage.sql import audit as sql_audit
+
         async with self._transaction() as db:
             return await sql_audit.prune(db, self._dialect, before, keep)
 

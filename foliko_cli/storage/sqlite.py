@@ -64,7 +64,6 @@ from foliko_cli.storage.integrity import (
 )
 from foliko_cli.storage.names import session_id_from_stem
 from foliko_cli.storage.paths import make_private_dirs
-from foliko_cli.storage.sql import audit as sql_audit
 from foliko_cli.storage.sql import schema, writes
 from foliko_cli.storage.sql.dialect import SQLITE, Dialect
 from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
@@ -135,7 +134,7 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     create_search_index,
     bound_search_text,
     keep_indexed_text,
-    sql_audit.create_audit,
+    schema.create_audit,
 ]
 
 
@@ -292,16 +291,22 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     # the audit log (base.py, rule 10)
 
     async def audit_append(self, entries: list[AuditEntry]) -> None:
+        from foliko_cli.storage.sql import audit as sql_audit
+
         with self._guard(), self._write() as db:
             await sql_audit.append(SQLiteExecutor(db), SQLITE, entries)
 
     async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        from foliko_cli.storage.sql import audit as sql_audit
+
         if self._absent():
             return []
         with self._guard():
             return await sql_audit.read(SQLiteExecutor(self.db), SQLITE, since)
 
     async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        from foliko_cli.storage.sql import audit as sql_audit
+
         if self._absent():
             return 0
         with self._guard(), self._write() as db:

@@ -1,5 +1,6 @@
 """The audit log (storage/base.py, rule 10) in a table of its own, for both
-engines: one row per entry, in the order written (``id``)."""
+engines (``schema.create_audit``): one row per entry, in the order written
+(``id``). Imported on the first use of the log, never by a turn."""
 
 from __future__ import annotations
 
@@ -9,22 +10,9 @@ from foliko_cli.storage.base import AuditEntry
 from foliko_cli.storage.sql.dialect import Dialect
 from foliko_cli.storage.sql.executor import Executor, one_row
 
-AUDIT = """CREATE TABLE IF NOT EXISTS {audit} (
-            id {identity},
-            at {bigint} NOT NULL,
-            client TEXT NOT NULL,
-            call TEXT NOT NULL,
-            session_ids TEXT NOT NULL,
-            result_sha256 TEXT NOT NULL,
-            outcome TEXT NOT NULL
-        )"""
 _COLUMNS = "at, client, call, session_ids, result_sha256, outcome"
 _INSERT = f"INSERT INTO {{audit}} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"
 _READ = f"SELECT {_COLUMNS} FROM {{audit}} WHERE at >= ? ORDER BY id"
-
-
-async def create_audit(db: Executor, dialect: Dialect) -> None:
-    await db.execute(dialect.sql(AUDIT))
 
 
 async def append(db: Executor, dialect: Dialect, entries: list[AuditEntry]) -> None:

@@ -44,6 +44,15 @@ QUARANTINE = """CREATE TABLE IF NOT EXISTS {quarantine} (
             messages TEXT NOT NULL
         )"""
 
+AUDIT = """CREATE TABLE IF NOT EXISTS {audit} (
+            id {identity},
+            at {bigint} NOT NULL,
+            client TEXT NOT NULL,
+            call TEXT NOT NULL,
+            session_ids TEXT NOT NULL,
+            result_sha256 TEXT NOT NULL,
+            outcome TEXT NOT NULL
+        )"""
 SCHEMA_MIGRATIONS = """CREATE TABLE IF NOT EXISTS {schema_migrations} (
                     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {bigint} NOT NULL
                 )"""
@@ -62,3 +71,8 @@ async def create_quarantine(db: Executor, dialect: Dialect) -> None:
 async def create_migrations_table(db: Executor, dialect: Dialect) -> None:
     """Which step ran when; the runner's record, beside the dialect's version."""
     await db.execute(dialect.sql(SCHEMA_MIGRATIONS))
+
+
+async def create_audit(db: Executor, dialect: Dialect) -> None:
+    """The audit log (storage/base.py, rule 10; written by sql/audit.py)."""
+    await db.execute(dialect.sql(AUDIT))
