@@ -252,3 +252,82 @@ def test_a_plain_key_keeps_full_access_and_a_table_key_its_limits(tmp_path):
     )
     assert keys.grant_for("Bearer k-all") == ("bob", "ci", None)
     assert orjson.dumps(owner.name).decode().count("k-owner") == 0  # never the key itself
+
+
+MCP_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2025-06-18",
+}
+
+
+def _mcp(client, key: dict, method: str, params: dict | None = None) -> dict:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, **({"params": params} if params else {})}
+    answer = client.post("/mcp", json=body, headers={**MCP_HEADERS, **key})
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_mcp_of_serve_holds_each_key_to_its_scope_and_audits_it(app_client):
+    client = app_client
+    _seed(client)
+    listed = {
+        name: [tool["name"] for tool in _mcp(client, key, "tools/list")["result"]["tools"]]
+        for name, key in (("owner", OWNER), ("viewer", VIEWER))
+    }
+    assert listed == {
+        "owner": ["list_sessions", "search_sessions", "read_session", "chat"],
+        "viewer": ["list_sessions", "search_sessions", "read_session"],
+    }
+    answers = [
+        _mcp(client, VIEWER, "tools/call", {"name": "read_session", "arguments": {"session_id": s}})
+        for s in ("secret-x", "never-x")
+    ]
+    assert answers[0] == orjson.loads(orjson.dumps(answers[1]).replace(b"never-x", b"secret-x"))
+    assert answers[0]["result"]["isError"] is True
+    read = _mcp(
+        client,
+        VIEWER,
+        "tools/call",
+        {"name": "read_session", "arguments": {"session_id": "proj-a"}},
+    )
+    assert "the plan" in read["result"]["content"][0]["text"]
+    base = client.app.state.services.base
+    client.portal.call(base.audit.flush)
+    found = client.portal.call(base.audit_entries)
+    mcp_calls = [(e.client, e.call, e.session_ids) for e in found if e.call.startswith("tools/")]
+    assert ("key:viewer", "tools/list", ()) in mcp_calls
+    assert ("key:viewer", "tools/call read_session", ("proj-a",)) in mcp_calls
+    assert not [c for c in mcp_calls if "secret-x" in c[2]]
+
+
+def test_mcp_serve_over_http_reads_only_by_default_and_sees_only_its_sessions(
+    foliko_home, monkeypatch
+):
+    from starlette.testclient import TestClient
+
+    from foliko_cli.serve.app import ServeOptions, create_app
+
+    monkeypatch.setenv("FOLIKO_MODEL", "echo")
+    app = create_app(ServeOptions(access_log=None, mcp_only=True, sessions=("proj-*",)))
+    with TestClient(app, base_url="http://127.0.0.1:8000") as client:
+        services = client.app.state.services
+        for session_id in ("proj-a", "secret-x"):
+            client.portal.call(services.base.chat, session_id, HIDDEN_WORD)
+        tools = _mcp(client, {}, "tools/list")["result"]["tools"]
+        assert [tool["name"] for tool in tools] == [
+            "list_sessions",
+            "search_sessions",
+            "read_session",
+        ]
+        listed = _mcp(client, {}, "tools/call", {"name": "list_sessions", "arguments": {}})
+        assert [row["session_id"] for row in listed["result"]["structuredContent"]["sessions"]] == [
+            "proj-a"
+        ]
+        hits = _mcp(
+            client,
+            {},
+            "tools/call",
+            {"name": "search_sessions", "arguments": {"query": HIDDEN_WORD}},
+        )
+        found = {hit["session_id"] for hit in hits["result"]["structuredContent"]["hits"]}
+        assert found == {"proj-a"}
