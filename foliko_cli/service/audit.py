@@ -6,8 +6,10 @@ in ``touching()`` (the ids the scoped storage reads or writes meanwhile are
 collected) and then hands ``AuditRecorder.record`` the client, the call, the
 ids and the result's bytes: only their SHA-256 is kept. ``record`` never
 waits: the entry is queued, and one background task appends what is queued
-in a batch, so a turn or a read is never slowed by its record. What is
-queued is appended when the service closes. Every ``PRUNE_EVERY`` entries a
+in a batch, so a turn or a read is never slowed by its record; a local
+store's append (SQLite, JSON files: short, synchronous I/O) runs in a worker
+thread, off the event loop. What is queued is appended when the service
+closes. Every ``PRUNE_EVERY`` entries a
 process trims the log to the newest ``DEFAULT_KEEP``: the default bound.
 """
 
@@ -19,10 +21,11 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from foliko_cli.common.clock import now_ms
-from foliko_cli.errors import FolikoError
+from foliko_cli.common.loop import run_without_loop
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.access import Scope, touching
-from foliko_cli.storage.base import AuditEntry, AuditLog
+from foliko_cli.storage.access import Scope, ScopedStorage, touching
+from foliko_cli.storage.base import AuditEntry, AuditLog, answers_at_once
+from foliko_cli.storage.scoped import UserScopedStorage
 
 if TYPE_CHECKING:
     from foliko_cli.storage.base import SessionStorageAdapter
@@ -42,9 +45,12 @@ class AuditRecorder:
     """Queues entries and appends them to ``storage``'s audit log in the background."""
 
     def __init__(self, storage: SessionStorageAdapter, notify: Callable[[str], None]):
+        while isinstance(storage, ScopedStorage | UserScopedStorage):
+            storage = storage.inner  # where the log is: the views pass it through
         self.storage = storage
         self.notify = notify
         self.keeps = isinstance(storage, AuditLog)
+        self.local = answers_at_once(storage)
         self._queued: list[AuditEntry] = []
         self._task: asyncio.Task | None = None
         self._since_prune = 0
@@ -74,15 +80,21 @@ class AuditRecorder:
         while self._queued:
             batch, self._queued = self._queued, []
             try:
-                await capabilities.audit_append(self.storage, batch)
-                self._since_prune += len(batch)
-                if self._since_prune >= PRUNE_EVERY:
-                    self._since_prune = 0
-                    await capabilities.audit_prune(self.storage, keep=DEFAULT_KEEP)
-            except (FolikoError, OSError) as exc:
+                if self.local:
+                    await asyncio.to_thread(run_without_loop, self._append(batch))
+                else:
+                    await self._append(batch)
+            except Exception as exc:  # a full disk, a lost server: never the call's failure
                 if not self._failed:  # said once; the calls themselves go on
                     self._failed = True
                     self.notify(f"the audit log could not be written: {exc}")
+
+    async def _append(self, batch: list[AuditEntry]) -> None:
+        await capabilities.audit_append(self.storage, batch)
+        self._since_prune += len(batch)
+        if self._since_prune >= PRUNE_EVERY:
+            self._since_prune = 0
+            await capabilities.audit_prune(self.storage, keep=DEFAULT_KEEP)
 
     async def flush(self) -> None:
         """Wait until everything recorded so far is appended."""
