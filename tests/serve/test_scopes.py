@@ -55,6 +55,7 @@ def _seed(client) -> dict[str, dict[str, str]]:
     for name, session_id, completion in (
         ("secret", "secret-x", stored),
         ("missing", "never-x", "chatcmpl-0123456789abcdef01234567"),
+        ("in scope", "proj-a", "chatcmpl-0123456789abcdef01234567"),
     ):
         scope = scope_of(session_id)
         variants[name] = {
@@ -158,6 +159,8 @@ def test_a_read_only_key_of_some_sessions_through_every_route(app_client):
             answers[(method, operation[1], name)] = _shown(answer, ids)
     assert _snapshot(client) == before  # nothing any route did wrote anything
     for method, path, _ in operations:
+        if method == "GET":  # a read of a session in scope is never refused
+            assert answers[(method, path, "in scope")][0] != 403, (method, path)
         secret = answers[(method, path, "secret")]
         assert secret == answers[(method, path, "missing")], (method, path)
         assert HIDDEN_WORD not in secret[1] and "secret" not in secret[1], (method, path)
