@@ -42,7 +42,8 @@ def listen_options(default_port: int) -> Callable[[Callable[..., Any]], Callable
             type=click.Path(dir_okay=False),
             metavar="FILE",
             help='TOML file of [keys] "KEY" = "user" (mode 600); then every request needs '
-            "Authorization: Bearer KEY and each user sees only their own sessions.",
+            "Authorization: Bearer KEY and each user sees only their own sessions. A key "
+            'may be limited: "KEY" = {user = "ann", scope = "read", sessions = ["proj-*"]}.',
         ),
         click.option(
             "--allowed-host",
