@@ -5,8 +5,9 @@ A door (``foliko mcp serve``, ``foliko serve`` with API keys) wraps each call
 in ``touching()`` (the ids the scoped storage reads or writes meanwhile are
 collected) and then hands ``AuditRecorder.record`` the client, the call, the
 ids and the result's bytes: only their SHA-256 is kept. ``record`` never
-waits: the entry is queued, and one background task appends what is queued
-in a batch, so a turn or a read is never slowed by its record; a local
+waits: the entry is queued, and one background task appends what was queued
+within ``BATCH_S`` in one batch, so a turn or a read is never slowed by its
+record; a local
 store's append (SQLite, JSON files: short, synchronous I/O) runs in a worker
 thread, off the event loop. What is queued is appended when the service
 closes. Every ``PRUNE_EVERY`` entries a
@@ -35,6 +36,9 @@ __all__ = ["DEFAULT_KEEP", "AuditEntry", "AuditRecorder", "Scope", "touching"]
 DEFAULT_KEEP = 100_000
 """The entries the log keeps at most, the newest (``audit prune`` without a bound, too)."""
 PRUNE_EVERY = 1_000
+BATCH_S = 0.05
+"""How long a recorded entry waits for others to be appended with it: one write
+per batch, not per call (what a crash may lose of the log)."""
 
 
 def sha256(result: bytes | str) -> str:
@@ -77,6 +81,7 @@ class AuditRecorder:
             self._task = asyncio.get_running_loop().create_task(self._drain())
 
     async def _drain(self) -> None:
+        await asyncio.sleep(BATCH_S)
         while self._queued:
             batch, self._queued = self._queued, []
             try:
