@@ -5,7 +5,8 @@ sqlite3, orjson"`` (the venv's interpreter), one ``foliko chat -s S "hi"``
 turn (echo model, SQLite, a short session in a fresh FOLIKO_HOME), ``foliko
 sessions list``, and the same chat turn with one stdio MCP server configured
 (tests/mcp/stdio_server.py) that the turn does not call (its tool list is
-cached, so it is not started).
+cached, so it is not started); and, reported by time only, ``foliko mcp
+serve`` from its start to its answer to a host's first ``tools/list``.
 
 The judged figures count instructions (``valgrind --tool=callgrind``, one run
 each: the count is the same whatever else the machine does), as SPEC P1 says:
@@ -22,6 +23,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import orjson
 from common import (
     PYTHON,
     Result,
@@ -72,6 +74,48 @@ def instructions(argv: list[str], env: dict[str, str]) -> float:
     return int(found.group(1)) / 1e6
 
 
+MCP_REQUESTS = b"".join(
+    orjson.dumps(message) + b"\n"
+    for message in (
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    )
+)
+
+
+def mcp_serve(env: dict[str, str]) -> None:
+    """``foliko mcp serve`` from start to the answer of its first tools/list, then
+    the end of its input: what a host waits for before it can offer the tools."""
+    proc = subprocess.Popen(
+        foliko("mcp", "serve"),
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(MCP_REQUESTS)
+    proc.stdin.flush()
+    answered = 0
+    for line in proc.stdout:
+        answered += 1
+        if b'"id":2' in line:
+            break
+    proc.stdin.close()
+    if proc.wait(120) != 0 or answered != 2:
+        raise RuntimeError(f"foliko mcp serve exited {proc.returncode} after {answered} answers")
+
+
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
     runs = 3 if quick else 21
     home = ws.fresh("p1-home")
@@ -90,18 +134,18 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
         "chat": 'foliko chat -s S "hi" (echo, sqlite)',
         "list": "foliko sessions list",
         "mcp": 'foliko chat -s S "hi" with one stdio MCP server, no call',
+        "serve": "foliko mcp serve: started, initialize and tools/list answered, ended",
     }
     try:
         for _ in range(2):  # create the database and the sessions; warm the page cache
             for argv, environment in commands.values():
                 run_process(argv, environment)  # the first MCP turn lists its tools
         log(f"P1: {runs} runs each of the floor, chat, sessions list and chat with MCP")
-        times = interleaved(
-            {key: (lambda c=command: run_process(*c)) for key, command in commands.items()}, runs
-        )
+        timed = {key: (lambda c=command: run_process(*c)) for key, command in commands.items()}
+        times = interleaved({**timed, "serve": lambda: mcp_serve(env)}, runs)
     except Exception as exc:
         return [failed("P1", "foliko chat / sessions list", "s", "reported", exc)]
-    results = [Result("P1", figures[key] + ", time", "s", times[key]) for key in commands]
+    results = [Result("P1", figures[key] + ", time", "s", times[key]) for key in figures]
     if shutil.which("valgrind") is None:
         log("P1: valgrind is not installed: the instruction counts (the targets) are left out")
     else:

@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+import audit_cost
 import p1_startup
 import p2_history
 import p3_list
@@ -46,6 +47,7 @@ BENCHMARKS = {
     "SEARCH": search.run,
     "STALL": stall.run,
     "VS": vs_llm.run,
+    "AUDIT": audit_cost.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 

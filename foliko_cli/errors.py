@@ -108,6 +108,20 @@ class NotInTrashError(UsageError):
         super().__init__(f"{name!r} {what}", fix="list what the trash holds", hint=Hint.TRASH)
 
 
+class ScopeError(UsageError):
+    """A change asked of a client whose scope only lets it read (HTTP 403)."""
+
+    http_status = 403
+    code = "insufficient_scope"
+
+    def __init__(self, needed: str = "write"):
+        self.needed = needed
+        super().__init__(
+            f"this client's scope is 'read': it may not change sessions (this needs '{needed}')",
+            fix="use an API key (or a server) whose scope is 'write'",
+        )
+
+
 class ImagesRefusedError(UsageError):
     """A model server that says it cannot take the images attached to a turn."""
 

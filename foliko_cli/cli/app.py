@@ -60,10 +60,13 @@ def settings_for(ctx: click.Context, **flags: Any) -> Settings:
     return settings
 
 
-def open_facade(ctx: click.Context, *, yes: bool = False, ask: bool = True, **flags: Any) -> Foliko:
+def open_facade(
+    ctx: click.Context, *, yes: bool = False, ask: bool = True, scope: object = None, **flags: Any
+) -> Foliko:
     """A facade for this invocation, closed when the command ends; ``yes``
     approves every MCP tool call of the run (--yes); ``ask`` False: the MCP
-    servers' questions are never put to the user (stdin is not theirs)."""
+    servers' questions are never put to the user (stdin is not theirs);
+    ``scope`` holds the service to what a client may see and do."""
     settings = settings_for(ctx, **flags)
     check_home(settings)
     user = (ctx.find_root().obj or {}).get("user")
@@ -74,6 +77,8 @@ def open_facade(ctx: click.Context, *, yes: bool = False, ask: bool = True, **fl
         from foliko_cli.cli.asking import asker
 
         interaction["asker"] = asker()
+    if scope is not None:
+        interaction["scope"] = scope
     facade = Foliko.from_settings(settings, notify=note, user=user, **interaction)
     facade.service.storage.strict_reads = True  # a mistyped --storage path is no empty store
     ctx.call_on_close(facade.close)

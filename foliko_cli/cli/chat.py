@@ -148,7 +148,7 @@ def attachment_sources(
 
 def fragment_sources(
     fragments: tuple[str, ...], system_fragments: tuple[str, ...], piped: bool
-) -> tuple[tuple, tuple | None, bool]:
+) -> tuple[tuple[Any, ...], tuple[Any, ...] | None, bool]:
     """-f and --sf as the service takes them (None: no --sf, the system prompt is
     left alone), and whether stdin was one of them (``-``, read here, once)."""
     if not (fragments or system_fragments):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -28,7 +29,7 @@ def fragments() -> None:
     """
 
 
-def stdin_fragment(value: str):
+def stdin_fragment(value: str) -> Any:
     """``-``: all of stdin as a fragment; any other value as it is."""
     if value != "-":
         return value

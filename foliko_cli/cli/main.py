@@ -151,6 +151,7 @@ class LazyGroup(FolikoGroup):
         "templates": ("foliko_cli.cli.templates", "templates"),
         "keys": ("foliko_cli.cli.keys", "keys"),
         "fragments": ("foliko_cli.cli.fragments", "fragments"),
+        "audit": ("foliko_cli.cli.audit", "audit"),
     },
     context_settings={"help_option_names": ["-h", "--help"]},
 )

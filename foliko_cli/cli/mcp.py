@@ -203,11 +203,26 @@ def list_prompts(ctx: click.Context, server: str | None, fmt: str) -> None:
     help="Serve over Streamable HTTP at /mcp (with foliko serve's Host/Origin checks "
     "and --api-keys) instead of stdio.",
 )
+@click.option(
+    "--allow-write",
+    is_flag=True,
+    help="Also offer the tools that change sessions (chat). Without it the server only reads.",
+)
+@click.option(
+    "--sessions",
+    "patterns",
+    multiple=True,
+    metavar="PATTERN",
+    help="Only the sessions whose id matches PATTERN (a glob: 'proj-*'; or since:DATE, "
+    "those created since); repeat for more. Any other session is not found.",
+)
 @listen_options(8000)
 @click.pass_context
 def serve_sessions(
     ctx: click.Context,
     http: bool,
+    allow_write: bool,
+    patterns: tuple[str, ...],
     host: str,
     port: int,
     api_keys: str | None,
@@ -216,10 +231,13 @@ def serve_sessions(
 ) -> None:
     """Offer the sessions to other MCP hosts, over stdin and stdout (or HTTP).
 
-    Tools list_sessions, search_sessions and read_session (read only) and
-    chat (one turn); each session as the resource foliko://sessions/ID;
-    each agent of the config as a prompt. It serves until stdin ends (exit
-    0; requests still running are cancelled, a chat turn then not saved) or
+    Tools list_sessions, search_sessions and read_session (read only), and
+    with --allow-write chat (one turn); each session as the resource
+    foliko://sessions/ID; each agent of the config as a prompt. --sessions
+    limits what the host sees; a session outside is "not found" everywhere.
+    Every call is recorded in the audit log (foliko audit), never its content.
+    It serves until stdin ends (exit 0; requests still running are cancelled,
+    a chat turn then not saved) or
     SIGINT/SIGTERM (exit 130/143); diagnostics go to stderr, stdout carries
     protocol messages only. With --user NAME, NAME's sessions (as foliko serve
     --api-keys keeps them). foliko serve offers the same at /mcp.
@@ -231,7 +249,8 @@ def serve_sessions(
     \b
     Examples (an MCP host's config, e.g. Claude Desktop's; then over HTTP):
       {"mcpServers": {"foliko": {"command": "foliko", "args": ["mcp", "serve"]}}}
-      foliko mcp serve --http --port 8000
+      foliko mcp serve --sessions 'shop-*'
+      foliko mcp serve --http --port 8000 --allow-write
     """
     try:
         import mcp.server  # noqa: F401
@@ -239,9 +258,19 @@ def serve_sessions(
         from foliko_cli.common.extras import extra_hint
 
         raise UsageError(extra_hint("foliko mcp serve", "mcp")) from None
+    from foliko_cli.service.audit import Scope
+
+    scope = Scope.of(allow_write, patterns)  # a bad pattern exits 2 here
     listen = Listen(host, port, api_keys, allowed_hosts, allow_origins)
     if http:
-        start(ctx, listen, "foliko mcp serve --http", mcp_only=True)
+        start(
+            ctx,
+            listen,
+            "foliko mcp serve --http",
+            mcp_only=True,
+            allow_write=allow_write,
+            sessions=patterns,
+        )
     given = [
         param.opts[0]
         for param in ctx.command.params
@@ -252,7 +281,7 @@ def serve_sessions(
         raise UsageError(f"{given[0]} is for serving over HTTP", fix="add --http")
     from foliko_cli.mcp_server.stdio import serve_stdio
 
-    facade = open_facade(ctx, ask=False)  # stdin carries the protocol
+    facade = open_facade(ctx, ask=False, scope=scope)  # stdin carries the protocol
     facade.run(serve_stdio(facade.service))
 
 

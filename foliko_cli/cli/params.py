@@ -97,6 +97,28 @@ class Duration(ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class Moment(ParamType):
+    """A time in ms: that long ago (``7d``) or an ISO 8601 date or time (UTC unless
+    it says otherwise)."""
+
+    name = "when"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int):
+            return value
+        from foliko_cli.common.clock import since_ms
+
+        found = since_ms(str(value))
+        if found is None:
+            self.fail(
+                f"{value!r} is neither a duration nor a date; write e.g. 7d, 2026-01-31 "
+                "or 2026-01-31T12:00:00Z",
+                param,
+                ctx,
+            )
+        return found
+
+
 class KeyValue(ParamType):
     """``KEY=VALUE``: VALUE is stored as the text given, or (``typed``) as JSON."""
 

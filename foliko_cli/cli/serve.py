@@ -42,7 +42,8 @@ def listen_options(default_port: int) -> Callable[[Callable[..., Any]], Callable
             type=click.Path(dir_okay=False),
             metavar="FILE",
             help='TOML file of [keys] "KEY" = "user" (mode 600); then every request needs '
-            "Authorization: Bearer KEY and each user sees only their own sessions.",
+            "Authorization: Bearer KEY and each user sees only their own sessions. A key "
+            'may be limited: "KEY" = {user = "ann", scope = "read", sessions = ["proj-*"]}.',
         ),
         click.option(
             "--allowed-host",
@@ -179,6 +180,8 @@ def start(
     grace: float = DEFAULT_GRACE,
     limits: Any = None,
     mcp_only: bool = False,
+    allow_write: bool = False,
+    sessions: tuple[str, ...] = (),
 ) -> NoReturn:
     """Check the options, then serve until SIGTERM/SIGINT (exit 0). ``mcp_only``:
     only ``/mcp`` (and ``/healthz``), behind the same guard and keys."""
@@ -218,6 +221,8 @@ def start(
         allowed_hosts=(*listen.allowed_hosts, *(() if host in WILDCARD_HOSTS else (host,))),
         allow_origins=origins,
         mcp_only=mcp_only,
+        allow_write=allow_write,
+        sessions=sessions,
     )
     if listen.api_keys is not None:
         from pathlib import Path

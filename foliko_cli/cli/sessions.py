@@ -434,7 +434,7 @@ def forget(
     note(f"search indexes {'to purge' if dry_run else 'purged'}: {indexes}")
 
 
-def _list_receipts(receipts: list, as_json: bool) -> None:
+def _list_receipts(receipts: list[Any], as_json: bool) -> None:
     if as_json:
         emit_json([receipt.to_dict() | {"dry_run": False} for receipt in receipts])
         return
@@ -454,7 +454,7 @@ def _list_receipts(receipts: list, as_json: bool) -> None:
     )
 
 
-def _forgotten(entry: dict, *, named: bool = True) -> str:
+def _forgotten(entry: dict[str, Any], *, named: bool = True) -> str:
     """What a receipt's entry says went: a session, or some of its messages."""
     what = f"{entry['messages']} message(s)"
     if not entry["whole"]:

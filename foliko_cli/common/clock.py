@@ -46,3 +46,21 @@ def new_trace_id() -> str:
 
 def new_tool_call_id() -> str:
     return "call_" + os.urandom(6).hex()
+
+
+def since_ms(text: str, *, now: int | None = None) -> int | None:
+    """The ms time ``text`` names: that long ago, or that time (UTC unless it
+    says otherwise); None when it is neither."""
+    try:
+        return (now_ms() if now is None else now) - parse_duration(text)
+    except ValueError:
+        pass
+    import datetime
+
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return int(moment.timestamp() * 1000)

@@ -7,11 +7,12 @@ the model can act on, never as a protocol error.
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Iterable
 from typing import Any, TypeVar, cast
 
-from foliko_cli.common.clock import now_ms, parse_duration
+from foliko_cli.common.clock import since_ms
+
+__all__ = ["SINCE_HELP", "Arguments", "BadArgument", "ToolFailure", "since_ms"]
 
 _D = TypeVar("_D", int, None)
 
@@ -25,22 +26,6 @@ class BadArgument(ToolFailure):
 
 
 SINCE_HELP = "a duration (7d, 12h, 30m) or an ISO 8601 time (2025-06-01T12:00:00Z)"
-
-
-def since_ms(text: str, *, now: int | None = None) -> int | None:
-    """The ms time ``text`` names: that long ago, or that time (UTC unless it
-    says otherwise); None when it is neither."""
-    try:
-        return (now_ms() if now is None else now) - parse_duration(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return int(moment.timestamp() * 1000)
 
 
 class Arguments:

@@ -11,6 +11,7 @@ specification has it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +31,7 @@ from foliko_cli.mcp_server.resources import (
     session_id_of,
 )
 from foliko_cli.mcp_server.tools import TOOLS, Call, ToolSpec
+from foliko_cli.service.audit import touching
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
 
     from foliko_cli.service import AsyncFoliko
+    from foliko_cli.service.audit import AuditRecorder
     from foliko_cli.service.values import TurnResult
 
     Context = ServerRequestContext[Any]
@@ -45,7 +48,8 @@ NAME = "foliko"
 INSTRUCTIONS = (
     "foliko keeps conversations with language models in named sessions. "
     "list_sessions and search_sessions find them, read_session gives one as Markdown "
-    "(also the resource foliko://sessions/{session_id}), chat continues one or starts it. "
+    "(also the resource foliko://sessions/{session_id}); chat, when this server may change "
+    "sessions, continues one or starts it. "
     "Each prompt is the instructions of one of foliko's agents."
 )
 
@@ -54,7 +58,8 @@ _log = logging.getLogger("foliko.mcp_server")
 
 class Backend(Protocol):
     def service(self, request: Any) -> AbstractAsyncContextManager[AsyncFoliko]:
-        """The service that answers ``request`` (the HTTP request, or None on stdio)."""
+        """The service that answers ``request`` (the HTTP request, or None on stdio),
+        held to the client's scope (``AsyncFoliko(scope=...)``)."""
         ...
 
     async def turn(
@@ -62,6 +67,21 @@ class Backend(Protocol):
     ) -> TurnResult:
         """One turn of the ``chat`` tool (``if_busy``: TurnRequest's)."""
         ...
+
+    def audit(self, request: Any) -> tuple[AuditRecorder, str | None]:
+        """Where calls are recorded, and the client as the transport knows it (an
+        API key's name); None: the host's own name (its ``clientInfo``) is used."""
+        ...
+
+
+def _writes(service: AsyncFoliko) -> bool:
+    return service.scope is None or service.scope.write
+
+
+def _offered(service: AsyncFoliko) -> dict[str, ToolSpec]:
+    """The tools for this service's scope: those that write only when it may write."""
+    writes = _writes(service)
+    return {name: spec for name, spec in TOOLS.items() if writes or not spec.writes}
 
 
 def failure_text(exc: BaseException) -> str:
@@ -89,16 +109,46 @@ def _tool(spec: ToolSpec) -> types.Tool:
 
 
 def build_server(backend: Backend) -> Server:
+    def audited(handler: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+        """The handler, each call recorded in the audit log: the client, the
+        method (and tool), the sessions it read or wrote, the result's SHA-256."""
+
+        async def recorded(ctx: Any, params: Any) -> Any:
+            recorder, client = backend.audit(ctx.request)
+            if client is None:
+                given = ctx.session.client_params
+                client = "mcp:" + (given.client_info.name if given is not None else "unknown")
+            call = ctx.method
+            if isinstance(params, types.CallToolRequestParams | types.GetPromptRequestParams):
+                call = f"{call} {params.name}"
+            elif isinstance(params, types.ReadResourceRequestParams):
+                call = f"{call} {params.uri}"
+            with touching() as session_ids:
+                try:
+                    result = await handler(ctx, params)
+                except MCPError as exc:
+                    recorder.record(client, call, session_ids, str(exc), "error")
+                    raise
+            outcome = "error" if getattr(result, "is_error", False) else "ok"
+            recorder.record(client, call, session_ids, result.model_dump_json(), outcome)
+            return result
+
+        return recorded
+
     async def list_tools(
         ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=[_tool(spec) for spec in TOOLS.values()])
+        async with backend.service(ctx.request) as service:
+            offered = _offered(service)
+        return types.ListToolsResult(tools=[_tool(spec) for spec in offered.values()])
 
     async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
-        spec = TOOLS.get(params.name)
+        async with backend.service(ctx.request) as service:
+            offered = _offered(service)
+        spec = offered.get(params.name)
         if spec is None:
             raise MCPError(
-                INVALID_PARAMS, f"unknown tool {params.name!r}; the tools are {', '.join(TOOLS)}"
+                INVALID_PARAMS, f"unknown tool {params.name!r}; the tools are {', '.join(offered)}"
             )
         try:
             arguments = Arguments(params.arguments, spec.properties)
@@ -190,11 +240,11 @@ def build_server(backend: Backend) -> Server:
         version=__version__,
         title="foliko sessions",
         instructions=INSTRUCTIONS,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read_resource,
-        on_list_prompts=list_prompts,
-        on_get_prompt=get_prompt,
+        on_list_tools=audited(list_tools),
+        on_call_tool=audited(call_tool),
+        on_list_resources=audited(list_resources),
+        on_list_resource_templates=audited(list_templates),
+        on_read_resource=audited(read_resource),
+        on_list_prompts=audited(list_prompts),
+        on_get_prompt=audited(get_prompt),
     )

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from foliko_cli.errors import UsageError
 from foliko_cli.mcp_server.server import build_server
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.audit import AuditRecorder
 
 if TYPE_CHECKING:
     from foliko_cli.service.values import TurnResult
@@ -41,6 +42,9 @@ class LocalBackend:
         self, request: Any, service: AsyncFoliko, session_id: str, message: str, if_busy: str
     ) -> TurnResult:
         return await service.chat(session_id, message, if_busy=if_busy)
+
+    def audit(self, request: Any) -> tuple[AuditRecorder, str | None]:
+        return self._service.audit, None
 
 
 class _Lines:

@@ -22,7 +22,12 @@ from foliko_cli.service.values import IF_BUSY
 if TYPE_CHECKING:
     from foliko_cli.service.values import TurnResult
 
-READ_ONLY = {"read_only_hint": True, "open_world_hint": False}
+READ_ONLY = {
+    "read_only_hint": True,
+    "destructive_hint": False,
+    "idempotent_hint": True,
+    "open_world_hint": False,
+}
 ADDS_A_TURN = {
     "read_only_hint": False,
     "destructive_hint": False,
@@ -56,6 +61,11 @@ class ToolSpec(NamedTuple):
     hints: dict[str, bool]
     run: Callable[[Call], Awaitable[Reply]]
     output: dict[str, Any] | None = None
+
+    @property
+    def writes(self) -> bool:
+        """Whether it changes sessions: offered only to a client that may write."""
+        return not self.hints["read_only_hint"]
 
     @property
     def input_schema(self) -> dict[str, Any]:

@@ -38,6 +38,7 @@ from foliko_cli.serve import (
     websocket,
 )
 from foliko_cli.serve.access_log import AccessLogMiddleware
+from foliko_cli.serve.audit import AuditMiddleware
 from foliko_cli.serve.errors import ApiError, error_response, foliko_error_response
 from foliko_cli.serve.guard import GuardMiddleware
 from foliko_cli.serve.mcp import MCPEndpoint
@@ -47,6 +48,7 @@ from foliko_cli.serve.native_types import Health
 from foliko_cli.serve.quotas import QuotaExceeded, Quotas, quota_response
 from foliko_cli.serve.schema import JSON, Api
 from foliko_cli.serve.user_services import LeaseMiddleware
+from foliko_cli.service.audit import Scope
 
 if TYPE_CHECKING:
     from foliko_cli.serve.state import Services
@@ -68,6 +70,8 @@ class ServeOptions(NamedTuple):
     allowed_hosts: tuple[str, ...] = ()  # besides loopback and the connection's own address
     allow_origins: tuple[str, ...] = ()  # other sites whose pages may call the server
     mcp_only: bool = False  # foliko mcp serve --http: /mcp, /healthz and /metrics only
+    allow_write: bool = False  # with mcp_only: tools that change sessions are offered
+    sessions: tuple[str, ...] = ()  # with mcp_only: the only sessions seen (id patterns)
 
     def to_env(self) -> str:
         return orjson.dumps(self._asdict()).decode()
@@ -155,6 +159,14 @@ def _routes(mcp_route: Route) -> list[Any]:
     ]
 
 
+def server_scope(options: ServeOptions) -> Scope | None:
+    """What every request may do at most: ``foliko mcp serve --http``'s flags
+    (read only unless allowed); None for ``foliko serve`` (each key's own)."""
+    if not options.mcp_only:
+        return None
+    return Scope.of(options.allow_write, options.sessions)
+
+
 def create_app(options: ServeOptions | None = None) -> Starlette:
     options = options or ServeOptions()
     keys = None
@@ -189,7 +201,10 @@ def create_app(options: ServeOptions | None = None) -> Starlette:
         },
         lifespan=lifespan,
     )
-    app.add_middleware(RequestMiddleware, keys=keys, max_body=options.max_body)
+    app.add_middleware(AuditMiddleware)  # what each API key read or wrote
+    app.add_middleware(
+        RequestMiddleware, keys=keys, max_body=options.max_body, scope=server_scope(options)
+    )
     app.add_middleware(LeaseMiddleware)  # per-user services, released after the response
     app.add_middleware(
         GuardMiddleware, allowed_hosts=options.allowed_hosts, allow_origins=options.allow_origins

@@ -17,6 +17,7 @@ from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.serve.state import principal
 from foliko_cli.serve.user_services import SCOPE_KEY
 from foliko_cli.service import AsyncFoliko
 from foliko_cli.service.values import IF_BUSY, RequestContext
@@ -39,14 +40,19 @@ register_url_convertor("id", IdConvertor())
 
 
 def service(request: Request) -> AsyncFoliko:
+    """The service of the request's user, held to its key's scope."""
     leases = request.scope.get(SCOPE_KEY)
-    return cast(AsyncFoliko, request.app.state.services.for_user(request.state.user, leases))
+    state = request.state
+    return cast(AsyncFoliko, request.app.state.services.for_user(state.user, leases, state.scope))
 
 
 def keep_service(request: Request) -> Callable[[], None]:
     """One more lease on the service this request uses, for work that outlives
     the request; call the result when that work is done."""
-    lease = request.scope.get(SCOPE_KEY, {}).get(request.state.user)
+    state = request.state
+    if state.user is None and state.scope is None:
+        return lambda: None
+    lease = request.scope.get(SCOPE_KEY, {}).get(principal(state.user, state.scope))
     if lease is None:
         return lambda: None
     lease.uses += 1

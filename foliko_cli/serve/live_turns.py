@@ -251,6 +251,7 @@ async def create_turn(request: Request, body: TurnCreate) -> Any:
 async def cancel_turn(request: Request) -> Any:
     """Stop a running turn: nothing of it is saved (``cancelled`` false: it was)."""
     turn_id = request.path_params["turn_id"]
+    await service(request).check_access(request.path_params["session_id"], write=True)
     live = _running.get((request.state.user, turn_id))
     if live is None or live.turn.session_id != request.path_params["session_id"]:
         raise ApiError(

@@ -25,26 +25,29 @@ from foliko_cli.serve.common import request_context
 from foliko_cli.serve.errors import ApiError, error_response
 from foliko_cli.serve.turns import Turn
 from foliko_cli.service import AsyncFoliko
+from foliko_cli.service.audit import AuditRecorder, Scope
 
 if TYPE_CHECKING:
     from foliko_cli.service.values import TurnResult
 
 
 class ServeBackend:
-    """The request's user's service; turns run as the other routes run them."""
+    """The request's user's service, held to its key's scope; turns run as the
+    other routes run them; calls are recorded under the key's name."""
 
     @contextlib.asynccontextmanager
     async def service(self, request: Any) -> AsyncIterator[AsyncFoliko]:
         services = request.app.state.services
-        user = request.state.user
-        if user is None:
-            yield services.base
-            return
-        lease = services.lease(user)
+        user, scope = request.state.user, request.state.scope
+        # a view even where everything is allowed: it tells the audit the sessions
+        lease = services.lease(user, Scope() if scope is None else scope)
         try:
             yield lease.service
         finally:
             lease.release()
+
+    def audit(self, request: Any) -> tuple[AuditRecorder, str | None]:
+        return request.app.state.services.base.audit, request.state.client
 
     async def turn(
         self, request: Any, service: AsyncFoliko, session_id: str, message: str, if_busy: str

@@ -25,6 +25,7 @@ from starlette.datastructures import Headers
 from foliko_cli.common.clock import new_request_id, new_trace_id
 from foliko_cli.serve.auth import KeyRing
 from foliko_cli.serve.errors import BodyTooLarge, error_body
+from foliko_cli.service.audit import Scope
 
 PUBLIC_PATHS = frozenset({"/", "/healthz", "/openapi.json", "/favicon.ico"})
 PUBLIC_PREFIX = "/app/"  # the web app's scripts and style sheet
@@ -72,10 +73,14 @@ class TraceIds:
 
 
 class RequestMiddleware:
-    def __init__(self, app: Any, *, keys: KeyRing | None, max_body: int):
+    def __init__(
+        self, app: Any, *, keys: KeyRing | None, max_body: int, scope: Scope | None = None
+    ):
         self.app = app
         self.keys = keys
         self.max_body = max_body
+        self.scope = scope
+        """What every request may do at most (``foliko mcp serve --http``'s flags)."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -89,6 +94,8 @@ class RequestMiddleware:
         state = scope.setdefault("state", {})
         state["ids"] = ids
         state["user"] = None
+        state["scope"] = self.scope  # None: every session, and changes too
+        state["client"] = None  # an API key's name, for the audit log
         extra = ids.headers()
 
         async def send_with_ids(message: dict[str, Any]) -> None:
@@ -100,8 +107,8 @@ class RequestMiddleware:
             await send(message)
 
         if self.keys is not None and not _public(scope["path"]):
-            user = self.keys.user_for(headers.get("authorization"))
-            if user is None:
+            grant = self.keys.grant_for(headers.get("authorization"))
+            if grant is None:
                 message = (
                     "the API key is wrong"
                     if headers.get("authorization")
@@ -109,7 +116,11 @@ class RequestMiddleware:
                 )
                 await _reject(send_with_ids, 401, message, "invalid_api_key", scope["type"])
                 return
-            state["user"] = user
+            state["user"] = grant.user
+            state["client"] = "key:" + grant.name
+            # a view even for a key that may do everything: it tells the audit the sessions
+            given = grant.scope or Scope()
+            state["scope"] = given if self.scope is None else self.scope.narrowed(given)
         if scope["type"] == "websocket":
             await self.app(scope, receive, send)
             return

@@ -14,6 +14,7 @@ from foliko_cli.service import AsyncFoliko
 if TYPE_CHECKING:
     from foliko_cli.common.settings import Settings
     from foliko_cli.serve.quotas import Quotas
+    from foliko_cli.service.audit import Scope
 
 
 UNATTENDED = {"elicitation": "decline"}
@@ -34,29 +35,39 @@ class Services:
         self.serve_tools = frozenset(settings.serve_tools)
         self.quotas: Quotas | None = None
 
-    def _build_user(self, user: str) -> AsyncFoliko:
+    def _build_user(self, principal: Principal) -> AsyncFoliko:
+        user, scope = principal if isinstance(principal, tuple) else (principal, None)
         return AsyncFoliko.from_settings(
             self.settings._replace(storage=self.base.storage),
             user=user,
             notify=self.notify,
             mcp_share=self.base,
+            scope=scope,
             **UNATTENDED,
         )
 
-    def lease(self, user: str) -> Lease:
-        """The user's service, kept open until the lease is released."""
-        return self.users.acquire(user)
+    def lease(self, user: str | None, scope: Scope | None = None) -> Lease:
+        """The service of ``user`` (None: the shared sessions) held to ``scope``,
+        kept open until the lease is released."""
+        return self.users.acquire(principal(user, scope))
 
-    def for_user(self, user: str | None, leases: dict[str, Lease] | None = None) -> AsyncFoliko:
-        """The service for ``user`` (the shared one for no user); a user's is
-        leased into ``leases`` (one per user), which the caller releases."""
-        if user is None:
+    def for_user(
+        self,
+        user: str | None,
+        leases: dict[Principal, Lease] | None = None,
+        scope: Scope | None = None,
+    ) -> AsyncFoliko:
+        """The service for ``user`` (the shared one for no user) held to ``scope``
+        (None: all); a user's (or a scoped one) is leased into ``leases`` (one
+        per user and scope), which the caller releases."""
+        if user is None and scope is None:
             return self.base
         if leases is None:
             raise ValueError("a user's service needs a place to keep its lease")
-        lease = leases.get(user)
+        key = principal(user, scope)
+        lease = leases.get(key)
         if lease is None:
-            lease = leases[user] = self.users.acquire(user)
+            lease = leases[key] = self.users.acquire(key)
         return lease.service
 
     def model_names(self) -> list[str]:
@@ -70,6 +81,17 @@ class Services:
         await self.users.aclose()
         for service in (self.ephemeral, self.base):
             await service.aclose()
+
+
+Principal = str | tuple[str | None, "Scope"]
+"""Whose service: a user's name, or a user (None: the shared sessions) and a scope."""
+
+
+def principal(user: str | None, scope: Scope | None) -> Principal:
+    if scope is None:
+        assert user is not None
+        return user
+    return (user, scope)
 
 
 def scratch_id() -> str:

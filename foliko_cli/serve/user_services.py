@@ -54,7 +54,8 @@ def limits_from_env() -> tuple[int, float]:
 @dataclass(eq=False)
 class Lease:
     cache: UserServices
-    user: str
+    user: Any
+    """The user's name (or a user and a scope: serve/state.py's ``Principal``)."""
     service: AsyncFoliko
     uses: int = 0
     last_used: float = field(default_factory=time.monotonic)
@@ -65,18 +66,18 @@ class Lease:
 
 
 class UserServices:
-    def __init__(self, build: Callable[[str], AsyncFoliko], capacity: int, idle: float):
+    def __init__(self, build: Callable[[Any], AsyncFoliko], capacity: int, idle: float):
         self.build = build
         self.capacity = capacity
         self.idle = idle
-        self._cached: OrderedDict[str, Lease] = OrderedDict()
+        self._cached: OrderedDict[Any, Lease] = OrderedDict()
         self._closing: set[asyncio.Task[Any]] = set()
         self._sweeper: asyncio.Task[Any] | None = None
 
     def __len__(self) -> int:
         return len(self._cached)
 
-    def acquire(self, user: str) -> Lease:
+    def acquire(self, user: Any) -> Lease:
         """The user's service (built on first use), leased until ``release``."""
         lease = self._cached.get(user)
         if lease is None:
@@ -156,7 +157,7 @@ class LeaseMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        leases: dict[str, Lease] = {}
+        leases: dict[Any, Lease] = {}
         scope[SCOPE_KEY] = leases
         try:
             await self.app(scope, receive, send)

@@ -106,7 +106,10 @@ class TurnRequest:
         self.app = websocket.app
         self.scope = websocket.scope
         self.headers = websocket.headers
-        self.state = SimpleNamespace(user=websocket.state.user, ids=TraceIds(websocket.headers))
+        state = websocket.state
+        self.state = SimpleNamespace(
+            user=state.user, scope=state.scope, client=state.client, ids=TraceIds(websocket.headers)
+        )
 
 
 class Memory:

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
     from foliko_cli.mcp.asking import Asker
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.models.base import ModelProvider
+    from foliko_cli.service.audit import AuditRecorder
+    from foliko_cli.storage.access import Scope
 
 
 __all__ = ["AsyncFoliko", "ImportReport", "PruneReport", "check_message_text", "default_home"]
@@ -82,6 +84,7 @@ class AsyncFoliko(
         asker: Asker | None = None,
         approve_all: bool = False,
         elicitation: str | None = None,
+        scope: Scope | None = None,
     ):
         self.home = Path(home).expanduser() if home is not None else default_home()
         if storage is None:
@@ -94,6 +97,13 @@ class AsyncFoliko(
 
             given = isinstance(storage, SessionStorageAdapter)
             self.storage = UserScopedStorage(self.storage, user, owns_inner=not given)
+        if scope is not None:  # a client's view: what it may see, whether it may write
+            from foliko_cli.storage.access import ScopedStorage
+
+            given = user is None and isinstance(storage, SessionStorageAdapter)
+            self.storage = ScopedStorage(self.storage, scope, owns_inner=not given)
+        self.scope = scope
+        self._audit: AuditRecorder | None = None
         self.user = user
         self._framework = None
         self.model = model
@@ -164,6 +174,8 @@ class AsyncFoliko(
         self._providers, self._handlers = [], {}
         manager, self._mcp = self._mcp, None
         try:
+            if self._audit is not None:
+                await self._audit.flush()
             if manager is not None:
                 await manager.aclose()
             for provider in providers.values():

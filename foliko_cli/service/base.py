@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from foliko_cli.mcp.manager import MCPManager
     from foliko_cli.messages.record import SessionRecord, SessionSummary
     from foliko_cli.models.base import ModelProvider
+    from foliko_cli.service.audit import AuditRecorder
+    from foliko_cli.storage.access import Scope
     from foliko_cli.storage.trash import TrashEntry
 
 T = TypeVar("T")
@@ -53,6 +55,17 @@ class ServiceBase:
     _mcp_generation: int
     trash_keep: int
     _trash_purged_at: int
+    scope: Scope | None
+    _audit: AuditRecorder | None
+
+    @property
+    def audit(self) -> AuditRecorder:
+        """Where the calls of clients are recorded (the store's audit log)."""
+        if self._audit is None:
+            from foliko_cli.service.audit import AuditRecorder
+
+            self._audit = AuditRecorder(self.storage, self.notify)
+        return self._audit
 
     @property
     def framework(self) -> Framework:

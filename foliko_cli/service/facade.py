@@ -447,6 +447,9 @@ class Foliko:
     fragment = _blocking(AsyncFoliko.fragment)
     remove_fragment = _blocking(AsyncFoliko.remove_fragment)
     usage = _blocking(AsyncFoliko.usage)
+    check_access = _blocking(AsyncFoliko.check_access)
+    audit_entries = _blocking(AsyncFoliko.audit_entries)
+    prune_audit = _blocking(AsyncFoliko.prune_audit)
 
     # the service's streams, read one item at a time
 

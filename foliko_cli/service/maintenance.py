@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from foliko_cli.errors import CorruptSessionError, FolikoError, UsageError
+from foliko_cli.errors import CorruptSessionError, FolikoError, SessionNotFoundError, UsageError
 from foliko_cli.messages.ids import check_session_id, is_internal
 from foliko_cli.messages.record import ROLES, SessionRecord
 from foliko_cli.storage import capabilities, open_storage
 from foliko_cli.storage.base import StoredProblem
 
 if TYPE_CHECKING:
+    from foliko_cli.storage.base import AuditEntry
     from foliko_cli.storage.migrate import MigrationReport
     from foliko_cli.storage.search import SearchHit, SearchQuery
 from foliko_cli.service.base import ServiceBase
@@ -23,6 +24,55 @@ from foliko_cli.service.common import (
 
 class MaintenanceMixin(ServiceBase):
     """Work across the whole store."""
+
+    async def check_access(self, session_id: str, *, write: bool = False) -> None:
+        """What the client's scope says of ``session_id``: ScopeError when it may
+        not change it, SessionNotFoundError when it may not see it (for work on a
+        session that does not go through the store: stopping a running turn)."""
+        from foliko_cli.storage.access import ScopedStorage
+
+        if isinstance(self.storage, ScopedStorage):
+            if write:
+                await self.storage.check_write(session_id)
+            elif not await self.storage.visible(session_id):
+                raise SessionNotFoundError(session_id)
+
+    # the audit log
+
+    async def audit_entries(
+        self,
+        *,
+        since: int | None = None,
+        session_id: str | None = None,
+        client: str | None = None,
+    ) -> list[AuditEntry]:
+        """The audit log, oldest first: the entries at or after ``since`` (ms),
+        naming ``session_id``, made by ``client`` (``service.audit.by_client``)."""
+        from foliko_cli.service.audit import by_client
+
+        await self.audit.flush()
+        entries = await capabilities.audit_read(self.storage, since)
+        if session_id is not None:
+            entries = [e for e in entries if session_id in e.session_ids]
+        if client is not None:
+            entries = [e for e in entries if by_client(e, client)]
+        return entries
+
+    async def prune_audit(self, *, before: int | None = None, keep: int | None = None) -> int:
+        """Remove the entries before ``before`` (ms), or all but the newest ``keep``
+        (neither: the default bound, ``service.audit.DEFAULT_KEEP``); how many went."""
+        from foliko_cli.service.audit import DEFAULT_KEEP
+
+        if before is not None and keep is not None:
+            raise UsageError("give a date or a count to keep, not both", fix="choose one")
+        if keep is not None and keep < 0:
+            raise UsageError(
+                f"the count to keep must be 0 or more, not {keep}", fix="give 0 or more"
+            )
+        if before is None and keep is None:
+            keep = DEFAULT_KEEP
+        await self.audit.flush()
+        return await capabilities.audit_prune(self.storage, before=before, keep=keep)
 
     # history
 

@@ -74,6 +74,18 @@ The rules, each next to the method it constrains:
    ``interrupt_requested`` is true while one stands (until its time, or until
    withdrawn). It is not the lock and never takes it: the holder checks it
    while it holds the lock (``engine/framework.py``) and stops unsaved.
+13. **The audit log** (optional: ``AuditLog``, three methods; every backend of
+    foliko has it): who read or wrote which sessions through ``foliko mcp
+    serve`` or an API key, one ``AuditEntry`` per call, kept beside the
+    sessions and never among them (no listing, search, check or migration
+    sees it). An entry holds no content (ids, names and a hash only) and is
+    never changed: ``audit_append`` adds a batch at once (all or none, in
+    the order given, from any number of processes at once, taking no
+    session's lock and waiting for none); ``audit_read`` gives the entries
+    at or after ``since`` (ms), oldest first; ``audit_prune`` removes the
+    entries before ``before`` and then all but the newest ``keep``, and says
+    how many went. A backend without it records nothing (``foliko audit``
+    says so).
 
 All methods are coroutines. Backends whose driver is synchronous and local
 (SQLite, files) run their short I/O inline; none holds a write transaction
@@ -85,7 +97,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 from foliko_cli.errors import (
     ConflictError,
@@ -181,6 +193,56 @@ class StoredProblem(NamedTuple):
     def holds_session(self) -> bool:
         """Whether a session's data is in it (what a repair must re-read under its lock)."""
         return self.kind in (ProblemKind.SESSION, ProblemKind.SEED_ROW)
+
+
+class AuditEntry(NamedTuple):
+    """One call of a client (rule 10): when (ms), which ``client`` (an API key's
+    name, an MCP host's name; never a secret), which ``call`` (a tool, a
+    route), the ``session_ids`` it read or wrote, the SHA-256 of its result
+    (hex) and its ``outcome`` (``ok``, or the error's code)."""
+
+    at: int
+    client: str
+    call: str
+    session_ids: tuple[str, ...]
+    result_sha256: str
+    outcome: str = "ok"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self._asdict(), "session_ids": list(self.session_ids)}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AuditEntry:
+        return cls(
+            int(data["at"]),
+            str(data["client"]),
+            str(data["call"]),
+            tuple(data["session_ids"]),
+            str(data["result_sha256"]),
+            str(data.get("outcome", "ok")),
+        )
+
+
+@runtime_checkable
+class AuditLog(Protocol):
+    """Rule 10: the audit log, kept by the backend beside its sessions."""
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None: ...
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]: ...
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int: ...
+
+
+def kept_entries(
+    entries: list[AuditEntry], before: int | None, keep: int | None
+) -> list[AuditEntry]:
+    """What ``audit_prune`` leaves of ``entries`` (oldest first)."""
+    if before is not None:
+        entries = [entry for entry in entries if entry.at >= before]
+    if keep is not None:
+        entries = entries[len(entries) - keep :] if keep else []
+    return entries
 
 
 class SessionStorageAdapter(ABC):

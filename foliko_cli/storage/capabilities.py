@@ -27,6 +27,8 @@ from foliko_cli.errors import (
 from foliko_cli.messages.record import SessionRecord, covered_messages, relabelled
 from foliko_cli.messages.stored import content_hash, stored_content_hash
 from foliko_cli.storage.base import (
+    AuditEntry,
+    AuditLog,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
@@ -292,3 +294,25 @@ async def quarantine(storage: SessionStorageAdapter, problem: StoredProblem) -> 
         f"the {storage.name} backend cannot move records aside; "
         f"remove session {problem.session_id!r} by hand"
     )
+
+
+def _audit_log(storage: SessionStorageAdapter) -> AuditLog:
+    if not isinstance(storage, AuditLog):
+        raise StorageError(f"the {storage.name} backend keeps no audit log")
+    return storage
+
+
+async def audit_append(storage: SessionStorageAdapter, entries: list[AuditEntry]) -> None:
+    """Add ``entries`` to the audit log (base.py, rule 13)."""
+    if entries:
+        await _audit_log(storage).audit_append(entries)
+
+
+async def audit_read(storage: SessionStorageAdapter, since: int | None = None) -> list[AuditEntry]:
+    return await _audit_log(storage).audit_read(since)
+
+
+async def audit_prune(
+    storage: SessionStorageAdapter, *, before: int | None = None, keep: int | None = None
+) -> int:
+    return await _audit_log(storage).audit_prune(before=before, keep=keep)

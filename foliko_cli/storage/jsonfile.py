@@ -56,7 +56,7 @@ import errno
 import functools
 import os
 import time
-from collections.abc import AsyncIterator, Collection, Mapping
+from collections.abc import AsyncIterator, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -85,12 +85,14 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.seed import record_from_seed, record_to_seed
 from foliko_cli.storage.base import (
+    AuditEntry,
     ProblemKind,
     SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
     expected_list,
+    kept_entries,
 )
 from foliko_cli.storage.filelock import SessionFileLocks, os_error
 from foliko_cli.storage.integrity import check_count
@@ -102,6 +104,9 @@ TEMP_SUFFIX = ".tmp"
 LOCK_DIRECTORY = ".locks"
 QUARANTINE_DIRECTORY = ".quarantine"
 FRAGMENT_DIRECTORY = ".fragments"
+AUDIT_FILE = ".audit.jsonl"
+"""The audit log (base.py, rule 13): one JSON line per entry, appended under
+``AUDIT_FILE + ".lock"`` (flock), which a prune holds while it replaces the file."""
 WRITE_LOCK_TIMEOUT = 30.0
 READ_CHUNK = 1 << 16
 STALE_TEMP_S = 300
@@ -282,6 +287,70 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
             return self.directory / file_name(session_id), None
         path, data = located
         return Path(path), self._record(session_id, path, self._document(session_id, path, data))
+
+    @contextlib.contextmanager
+    def _audit_held(self) -> Iterator[None]:
+        import fcntl
+
+        self._make_directory()
+        path = self.directory / (AUDIT_FILE + ".lock")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        except OSError as exc:
+            raise os_error("open", path, exc) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield self.directory / AUDIT_FILE
+        finally:
+            os.close(fd)
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        lines = b"".join(orjson.dumps(e.to_json()) + b"\n" for e in entries)
+        with self._audit_held() as path:
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.write(fd, lines)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise os_error("append to", path, exc) from None
+
+    def _audit_entries(self, path: Path) -> list[AuditEntry]:
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise os_error("read", path, exc) from None
+        entries = []
+        for line in text.splitlines():
+            try:
+                entries.append(AuditEntry.from_json(orjson.loads(line)))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line cut by a full disk: the others stand
+        return entries
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        path = self.directory / AUDIT_FILE
+        return [e for e in self._audit_entries(path) if since is None or e.at >= since]
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        with self._audit_held() as path:
+            entries = self._audit_entries(path)
+            kept = kept_entries(entries, before, keep)
+            if len(kept) < len(entries):
+                temp = path.with_name(f"{AUDIT_FILE}.{os.urandom(6).hex()}{TEMP_SUFFIX}")
+                try:
+                    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                    with os.fdopen(fd, "wb") as file:
+                        file.write(b"".join(orjson.dumps(e.to_json()) + b"\n" for e in kept))
+                    os.replace(temp, path)
+                except OSError as exc:
+                    with contextlib.suppress(OSError):
+                        os.unlink(temp)
+                    raise os_error("rewrite", path, exc) from None
+        return len(entries) - len(kept)
 
     def _make_directory(self) -> None:
         try:

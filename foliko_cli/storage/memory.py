@@ -19,11 +19,13 @@ from foliko_cli.messages.record import (
     next_revision,
 )
 from foliko_cli.storage.base import (
+    AuditEntry,
     SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
     expected_list,
+    kept_entries,
     summary_of,
 )
 from foliko_cli.storage.integrity import check_count
@@ -48,6 +50,21 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         self._queues = SessionQueues()
         self.fragments: dict[str, str] = {}
         """The fragments' texts by hash (rule 10)."""
+        self._audit: list[AuditEntry] = []
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        with self._mutex:
+            self._audit.extend(entries)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        with self._mutex:
+            return [e for e in self._audit if since is None or e.at >= since]
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        with self._mutex:
+            kept = kept_entries(self._audit, before, keep)
+            removed, self._audit = len(self._audit) - len(kept), kept
+        return removed
 
     def lock(self, session_id: str, timeout: float) -> AbstractAsyncContextManager[None]:
         """Frameworks sharing this store take turns on a session (FIFO)."""

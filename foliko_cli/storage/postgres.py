@@ -73,6 +73,7 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.storage import postgres_turn as turn
 from foliko_cli.storage.base import (
+    AuditEntry,
     SavesInBatches,
     SessionStorageAdapter,
     StoredProblem,
@@ -144,6 +145,7 @@ MIGRATIONS: list[Step[PostgresExecutor, PostgresDialect]] = [
     keep_indexed_text,
     schema.create_fragments,
     create_interrupts,
+    schema.create_audit,
 ]
 
 
@@ -558,6 +560,24 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             lambda db: writes.delete_session(db, self._dialect, session_id, expected_revision),
             session_id,
         )
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        from foliko_cli.storage.sql import audit as sql_audit
+
+        async with self._transaction() as db:
+            await sql_audit.append(db, self._dialect, entries)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        from foliko_cli.storage.sql import audit as sql_audit
+
+        async with self._connection() as db:
+            return await sql_audit.read(db, self._dialect, since)
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        from foliko_cli.storage.sql import audit as sql_audit
+
+        async with self._transaction() as db:
+            return await sql_audit.prune(db, self._dialect, before, keep)
 
     async def session_ids(self) -> list[str]:
         async with self._connection() as db:

@@ -81,10 +81,12 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.stored import encode_message, record_from_parts
 from foliko_cli.storage.base import (
+    AuditEntry,
     SessionStorageAdapter,
     StoredProblem,
     check_expected,
     expected_list,
+    kept_entries,
 )
 from foliko_cli.storage.integrity import damaged_summary, orphaned
 from foliko_cli.storage.urls import hide, parse_server_url
@@ -404,6 +406,8 @@ class RedisStorage(SessionStorageAdapter):
         self._release_script = register(_RELEASE)
         self.index_key = f"{self.prefix}:index"
         self.quarantine_key = f"{self.prefix}:quarantine"
+        self.audit_key = f"{self.prefix}:audit"
+        """The audit log (base.py, rule 13): a list of JSON entries, oldest first."""
 
     def __repr__(self) -> str:
         return f"RedisStorage({self._url!r}, prefix={self.prefix!r})"
@@ -738,6 +742,27 @@ class RedisStorage(SessionStorageAdapter):
         if not existed:
             check_expected(session_id, expected_revision, int(found))
         return bool(existed)
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        lines = [orjson.dumps(entry.to_json()) for entry in entries]
+        with self._guard():
+            await self._client().rpush(self.audit_key, *lines)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        with self._guard():
+            lines = await self._client().lrange(self.audit_key, 0, -1)
+        entries = [AuditEntry.from_json(orjson.loads(line)) for line in lines]
+        return [entry for entry in entries if since is None or entry.at >= since]
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        """The oldest entries trimmed off the head of the list in one LTRIM, so an
+        entry appended meanwhile (at the tail) is kept."""
+        entries = await self.audit_read()
+        drop = len(entries) - len(kept_entries(entries, before, keep))
+        if drop:
+            with self._guard():
+                await self._client().ltrim(self.audit_key, drop, -1)
+        return drop
 
     async def session_ids(self) -> list[str]:
         with self._guard():

@@ -25,7 +25,7 @@ from foliko_cli.errors import (
 from foliko_cli.messages.ids import check_user_name
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
+from foliko_cli.storage.base import AuditEntry, SessionStorageAdapter, StoredProblem
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery
@@ -306,6 +306,15 @@ class UserScopedStorage(SessionStorageAdapter):
     @property
     def location(self) -> str:
         return self.inner.location
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        await capabilities.audit_append(self.inner, entries)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        return await capabilities.audit_read(self.inner, since)
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        return await capabilities.audit_prune(self.inner, before=before, keep=keep)
 
     async def close(self) -> None:
         if self.owns_inner:

@@ -45,6 +45,7 @@ from foliko_cli.messages.record import (
 )
 from foliko_cli.messages.seed import record_from_seed
 from foliko_cli.storage.base import (
+    AuditEntry,
     ProblemKind,
     SavesInBatches,
     SessionStorageAdapter,
@@ -141,6 +142,7 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     bound_search_text,
     keep_indexed_text,
     schema.create_fragments,
+    schema.create_audit,
 ]
 
 
@@ -294,6 +296,30 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             raise self._error(sqlite3.DataError(str(exc))) from None
         except OSError as exc:
             raise os_error("use the database", self.path, exc) from None
+
+    # the audit log (base.py, rule 13)
+
+    async def audit_append(self, entries: list[AuditEntry]) -> None:
+        from foliko_cli.storage.sql import audit as sql_audit
+
+        with self._guard(), self._write() as db:
+            await sql_audit.append(SQLiteExecutor(db), SQLITE, entries)
+
+    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
+        from foliko_cli.storage.sql import audit as sql_audit
+
+        if self._absent():
+            return []
+        with self._guard():
+            return await sql_audit.read(SQLiteExecutor(self.db), SQLITE, since)
+
+    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
+        from foliko_cli.storage.sql import audit as sql_audit
+
+        if self._absent():
+            return 0
+        with self._guard(), self._write() as db:
+            return await sql_audit.prune(SQLiteExecutor(db), SQLITE, before, keep)
 
     # contract
 

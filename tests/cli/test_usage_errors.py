@@ -143,7 +143,8 @@ def test_serve_on_a_port_in_use_is_one_line_naming_it(run_foliko, workers):
 
 
 def groups(group: click.Group = cli, path: tuple[str, ...] = ()):
-    yield path
+    if not group.invoke_without_command:  # foliko audit lists, foliko audit prune prunes
+        yield path
     ctx = click.Context(group)
     for name in group.list_commands(ctx):
         command = group.get_command(ctx, name)

@@ -46,13 +46,15 @@ def server_env(**extra: str) -> dict[str, str]:
 
 
 @contextlib.asynccontextmanager
-async def stdio_client(mode: str, *global_args: str, env: dict | None = None):
-    """``foliko [global_args] mcp serve`` as a subprocess, and a client on it."""
+async def stdio_client(
+    mode: str, *global_args: str, env: dict | None = None, serve_args=("--allow-write",)
+):
+    """``foliko [global_args] mcp serve [serve_args]`` as a subprocess, and a client on it."""
     from mcp import Client, StdioServerParameters
 
     parameters = StdioServerParameters(
         command=str(FOLIKO_BIN),
-        args=[*global_args, "mcp", "serve"],
+        args=[*global_args, "mcp", "serve", *serve_args],
         env=env or server_env(),
         cwd=os.getcwd(),
     )

@@ -59,7 +59,10 @@ def get(url: str, **options) -> httpx2.Response:
     return httpx2.get(url, timeout=TIMEOUT, **options)
 
 
-COMMANDS = {"serve": ("serve",), "mcp-serve-http": ("mcp", "serve", "--http")}
+COMMANDS = {
+    "serve": ("serve",),
+    "mcp-serve-http": ("mcp", "serve", "--http", "--allow-write"),
+}
 
 
 @pytest.fixture(params=sorted(COMMANDS))

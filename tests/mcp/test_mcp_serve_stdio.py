@@ -81,7 +81,7 @@ def _rpc(number: int, method: str, params: dict) -> bytes:
 def _served(env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """``foliko mcp serve`` on pipes, killed at the end (or when it hangs)."""
     server = subprocess.Popen(
-        [str(FOLIKO_BIN), "mcp", "serve"],
+        [str(FOLIKO_BIN), "mcp", "serve", "--allow-write"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

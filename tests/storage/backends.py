@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from foliko_cli.storage.access import Scope, ScopedStorage
 from foliko_cli.storage.base import SessionStorageAdapter
 from foliko_cli.storage.jsonfile import JsonStorage
 from foliko_cli.storage.memory import MemoryStorage
@@ -106,6 +107,13 @@ BACKENDS = [
         "core-only",
         _local(lambda tmp: CoreOnlyStorage()),
         _is(CoreOnlyStorage),
+        lambda s: damage.Memory(s.inner),
+        _LISTS,
+    ),
+    Backend(
+        "access-view",  # a client's view whose scope holds every session
+        _local(lambda tmp: ScopedStorage(MemoryStorage(), Scope(True, ("*",)))),
+        _is(ScopedStorage),
         lambda s: damage.Memory(s.inner),
         _LISTS,
     ),

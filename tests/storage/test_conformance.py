@@ -1438,3 +1438,68 @@ def test_turns_that_use_one_fragment_store_its_text_once_and_send_it_each_time(
     assert [m["content"] for m in sent if m["role"] == "user"] == [
         f"{FRAGMENT}\nturn {n}" for n in range(3)
     ]
+
+
+# the audit log (base.py, rule 13)
+
+
+def _audit_log(storage):
+    from foliko_cli.storage.base import AuditLog
+
+    if not isinstance(storage, AuditLog):
+        pytest.skip(f"the {storage.name} backend keeps no audit log (an optional capability)")
+    return storage
+
+
+def _entry(at: int, client: str = "key:ann", *session_ids: str):
+    from foliko_cli.storage.base import AuditEntry
+
+    return AuditEntry(at, client, "read_session", tuple(session_ids), "ab" * 32)
+
+
+def test_the_audit_log_keeps_entries_in_order_and_reads_them_since_a_time(storage, run):
+    log = _audit_log(storage)
+    assert run(capabilities.audit_read(log)) == []
+    first = [_entry(T0, "mcp:Claude Code", "a", "ünï/名前"), _entry(T0 + 1)]
+    run(capabilities.audit_append(log, first))
+    run(capabilities.audit_append(log, [_entry(T0 + 2, "key:bob", "b")._replace(outcome="403")]))
+    found = run(capabilities.audit_read(log))
+    assert found == [*first, _entry(T0 + 2, "key:bob", "b")._replace(outcome="403")]
+    assert run(capabilities.audit_read(log, T0 + 1)) == found[1:]
+
+
+def test_the_audit_log_is_no_session(storage, run):
+    log = _audit_log(storage)
+    run(capabilities.audit_append(log, [_entry(T0, "key:ann", "a")]))
+    assert run(storage.session_ids()) == []
+    assert run(storage.list_summaries()) == []
+    assert run(capabilities.check(storage)) == []
+
+
+def test_audit_appends_from_two_adapters_are_all_kept(storage, another, run):
+    log = _audit_log(storage)
+    batches = [[_entry(T0 + n, f"key:{who}") for n in range(20)] for who in ("a", "b")]
+
+    async def both():
+        await asyncio.gather(log.audit_append(batches[0]), another.audit_append(batches[1]))
+
+    run(both())
+    found = run(capabilities.audit_read(another))
+    assert sorted(found) == sorted(batches[0] + batches[1])
+    for batch in batches:  # each batch in its own order
+        assert [e for e in found if e.client == batch[0].client] == batch
+
+
+def test_audit_prune_drops_the_oldest_before_a_time_or_beyond_a_count(storage, run):
+    log = _audit_log(storage)
+    entries = [_entry(T0 + n, f"key:{n}") for n in range(10)]
+    run(capabilities.audit_append(log, entries))
+    assert run(capabilities.audit_prune(log, before=T0 + 3)) == 3
+    assert run(capabilities.audit_read(log)) == entries[3:]
+    assert run(capabilities.audit_prune(log, keep=4)) == 3
+    assert run(capabilities.audit_read(log)) == entries[6:]
+    assert run(capabilities.audit_prune(log, keep=4)) == 0
+    run(capabilities.audit_append(log, [_entry(T0 + 20)]))
+    assert run(capabilities.audit_read(log))[-1] == _entry(T0 + 20)
+    assert run(capabilities.audit_prune(log, keep=0)) == 5
+    assert run(capabilities.audit_read(log)) == []

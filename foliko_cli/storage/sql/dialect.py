@@ -18,7 +18,7 @@ import contextlib
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, cast
 
-TABLES = ("sessions", "messages", "quarantine", "schema_migrations", "fragments")
+TABLES = ("sessions", "messages", "quarantine", "schema_migrations", "fragments", "audit")
 
 _INSERT_MESSAGES = (
     "INSERT INTO {messages} (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)"
@@ -31,6 +31,8 @@ class Dialect:
     mark = "?"
     bigint = "INTEGER"
     """The type of timestamps and revisions (SQLite's INTEGER is 64-bit already)."""
+    identity = "INTEGER PRIMARY KEY"
+    """A key each new row gets, greater than every key before it."""
     messages_link = ""
     """After ``messages.session_id``: how a message row belongs to its session."""
     messages_options = ""
@@ -52,6 +54,7 @@ class Dialect:
             text = template.format(
                 **{table: self.prefix + table for table in TABLES},
                 bigint=self.bigint,
+                identity=self.identity,
                 lock=self.row_lock,
                 messages_link=self.messages_link,
                 messages_options=self.messages_options,
@@ -168,6 +171,7 @@ class PostgresDialect(Dialect):
 
     mark = "%s"
     bigint = "BIGINT"
+    identity = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
     summary_index = "{sessions} (updated_at DESC, session_id)"
     row_lock = " FOR UPDATE"
 

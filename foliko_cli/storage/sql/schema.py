@@ -50,6 +50,16 @@ FRAGMENTS = """CREATE TABLE IF NOT EXISTS {fragments} (
             created_at {bigint} NOT NULL
         )"""
 
+
+AUDIT = """CREATE TABLE IF NOT EXISTS {audit} (
+            id {identity},
+            at {bigint} NOT NULL,
+            client TEXT NOT NULL,
+            call TEXT NOT NULL,
+            session_ids TEXT NOT NULL,
+            result_sha256 TEXT NOT NULL,
+            outcome TEXT NOT NULL
+        )"""
 SCHEMA_MIGRATIONS = """CREATE TABLE IF NOT EXISTS {schema_migrations} (
                     version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at {bigint} NOT NULL
                 )"""
@@ -66,10 +76,15 @@ async def create_quarantine(db: Executor, dialect: Dialect) -> None:
 
 
 async def create_fragments(db: Executor, dialect: Dialect) -> None:
-    """The fragments' texts, one row each by SHA-256 (storage/base.py, rule 10)."""
+    """The fragments' texts, one row each by SHA-256 (storage/base.py, rule 13)."""
     await db.execute(dialect.sql(FRAGMENTS))
 
 
 async def create_migrations_table(db: Executor, dialect: Dialect) -> None:
     """Which step ran when; the runner's record, beside the dialect's version."""
     await db.execute(dialect.sql(SCHEMA_MIGRATIONS))
+
+
+async def create_audit(db: Executor, dialect: Dialect) -> None:
+    """The audit log (storage/base.py, rule 13; written by sql/audit.py)."""
+    await db.execute(dialect.sql(AUDIT))
