@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import functools
 import json
-import signal
 import secrets
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -65,9 +66,10 @@ def problem(backend: str) -> str | None:
     return found
 
 
-def run(plan: Plan, log: Any = functools.partial(print, flush=True)) -> dict[str, Any]:
+def run(plan: Plan, log: Any = None) -> dict[str, Any]:
     """One run; its figures (``failed`` says whether the checker found a problem)."""
     seed = plan.seed or secrets.randbelow(2**31)
+    log = log or functools.partial(print, flush=True)
     with contextlib.ExitStack() as stack:
         network = net.Network(plan.hosts)
         stack.callback(network.close)
@@ -110,6 +112,11 @@ def run(plan: Plan, log: Any = functools.partial(print, flush=True)) -> dict[str
             faults={kind: injector.count(kind) for kind in FAULTS},
             fault_log=[asdict(f) for f in injector.done],
             lock_bound_s=bound,
+            reasons=collections.Counter(
+                f"{t.outcome} ({t.kind}): {t.detail[:90]}"
+                for t in clients.turns
+                if t.outcome != "acked"
+            ).most_common(12),
             failed=report.failed,
         )
         if report.failed:
@@ -233,12 +240,12 @@ def show(figures: dict[str, Any]) -> str:
 
 
 QUICK = {
-    "turns": 120,
-    "conversations": 12,
+    "turns": 80,
+    "conversations": 10,
     "rounds": 1,
     "lease_s": 3.0,
     "cut": (1.0, 4.0),
-    "pause": (0.3, 1.0),
+    "pause": (0.2, 0.6),
 }
 
 

@@ -15,6 +15,7 @@ failed link; ``lossy``: a share of them), and healed by deleting them.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import random
@@ -151,7 +152,5 @@ class Network:
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, 9)
-    except ProcessLookupError:
-        pass
