@@ -95,7 +95,7 @@ def _check_chain(
     maybe = {t.tag for t in chain if t.outcome in ("unknown", "stuck", "broken")}
     excluded = {t.tag for t in chain if t.outcome in ("failed", "cancelled")}
     # a restart of a store that keeps nothing, after the chain began, loses it
-    wiped = any(at > chain[0].started for at in restarts)
+    wiped = any(at > chain[0].chain_started for at in restarts)
     for turn in chain:
         if turn.outcome == "gone" and not wiped:
             report.bad("lost", f"{turn.tag}: its session was not found ({turn.detail[:120]})")

@@ -18,7 +18,7 @@ def chain(outcomes: list[str], mode: str = "conversation", session: str = "conv_
     for index, outcome in enumerate(outcomes):
         tag = f"{NONCE}:t{index}"
         turn = Turn(0, mode, NONCE, index, tag, "plain", 0, float(index), float(index) + 0.5)
-        turn.outcome, turn.session = outcome, session
+        turn.outcome, turn.session, turn.chain_started = outcome, session, 0.0
         if outcome == "acked":
             turn.reply = f"{tag} | {' '.join(history)}"
             history.append(tag)
@@ -81,7 +81,7 @@ def test_a_previous_response_chain_runs_on_exactly_its_acknowledged_turns():
 def test_a_missing_session_is_lost_unless_redis_restarted_after_the_chain_began():
     turns = chain(["acked", "acked", "gone"])
     assert problems(turns, {"conv_1": None}) == {"lost": 2}
-    wiped = [Fault("restart", None, started=1.0)]
+    wiped = [Fault("restart", None, started=0.5)]
     assert problems(turns, {"conv_1": None}, wiped, backend="redis") == {}
     report = check(turns, {"conv_1": None}, wiped, "redis", lock_bound_s=10)
     assert report.counts["lost_expected"] == 2

@@ -64,6 +64,8 @@ class Turn:
     detail: str = ""
     hosts: list[int] = field(default_factory=list)
     """Every host the turn's requests went to, in order."""
+    chain_started: float = 0.0
+    """When its chain began (before its conversation was made)."""
 
 
 class Gone(Exception):
@@ -115,6 +117,7 @@ class Clients:
         self.chains += 1
         mode = "conversation" if chain % 2 == 0 else "previous"
         nonce = secrets.token_hex(4)
+        began = time.time()
         conversation = None
         if mode == "conversation":
             conversation = await self._new_conversation()
@@ -127,7 +130,7 @@ class Clients:
             tag = f"{nonce}:t{index}"
             kind = self.random.choices(KINDS, WEIGHTS)[0]
             turn = Turn(chain, mode, nonce, index, tag, kind, -1, time.time())
-            turn.session = conversation
+            turn.session, turn.chain_started = conversation, began
             self.turns.append(turn)
             body: dict[str, Any] = {"model": MODEL, "input": tag, "store": True}
             if conversation is not None:
