@@ -71,3 +71,23 @@ def test_a_finished_stream_gets_nothing_more():
     done = {"type": "response.output_item.done", "sequence_number": 9, "item": {"id": ITEM}}
     events = [*opening(), delta(TEXT, 4), done]
     assert _unstreamed(events, response()) == []
+
+
+def test_a_client_that_saw_more_than_the_journal_kept_still_gets_the_end():
+    """Its server streamed events 0–4 to it and died having written 0–1; the
+    next server settled the journal (failed, as event 2): resuming after 4
+    ends with that event, renumbered 5, not with nothing."""
+    import asyncio
+
+    from foliko_cli.serve.background import _journal_events
+
+    failed = {"id": "resp_bgX_S", "status": "failed"}
+    ending = {"type": "response.failed", "sequence_number": 2, "response": failed}
+    variables = {"response": failed, "events": [*opening()[:2], ending], "revision": 3}
+
+    async def replay(after: int) -> list[dict]:
+        return [e async for e in _journal_events(None, "resp_bgX_S", variables, after, None)]
+
+    assert asyncio.run(replay(4)) == [{**ending, "sequence_number": 5}]
+    assert asyncio.run(replay(1)) == [ending]
+    assert asyncio.run(replay(2)) == []

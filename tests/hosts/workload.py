@@ -282,6 +282,7 @@ class Clients:
         """The background response once it has ended, asked of the other hosts."""
         deadline = time.monotonic() + stuck_after()
         delay = 0.05
+        last = ""
         while True:
             other = self.pick(avoid=host)
             try:
@@ -289,15 +290,14 @@ class Clients:
                 if response["status"] in TERMINAL:
                     turn.hosts.append(other)
                     return response
-            except Failure:
-                pass
+                last = f"status {response['status']}"
             except Gone:
                 raise
-            except Exception:
-                pass  # a host that is down: the next one
+            except Exception as exc:  # an error, a host that is down: the next one
+                last = f"{type(exc).__name__}: {exc}"[:200]
             if time.monotonic() > deadline:
                 turn.outcome = "stuck"
-                raise Stuck(f"{turn.response_id} not finished after {stuck_after():g}s")
+                raise Stuck(f"{turn.response_id} not finished after {stuck_after():g}s ({last})")
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
@@ -313,7 +313,10 @@ class Clients:
         request: dict[str, Any] | None = {**body, "background": True, "stream": True}
         method = "POST"
         deadline = time.monotonic() + stuck_after()
+        last = ""
+        delay = 0.05
         while final is None:
+            last = ""
             try:
                 async for event in self._events(turn, host, method, path, request):
                     number = event.get("sequence_number")
@@ -326,7 +329,7 @@ class Clients:
                         turn.response_id = str(event["response"]["id"])
                     elif kind == "response.output_text.delta":
                         text += event["delta"]
-                    elif kind in ("response.completed", "response.failed", "response.cancelled"):
+                    elif kind in ("response.completed", "response.failed", "response.incomplete"):
                         final = event["response"]
                     elif kind == "error":
                         raise Failure(f"error event: {event}")
@@ -334,16 +337,31 @@ class Clients:
                         break  # leave: follow it elsewhere
             except (Gone, Broken):
                 raise
-            except Exception:
+            except Exception as exc:
                 if turn.response_id is None:
                     raise  # nothing to follow: the turn's outcome is unknown
+                last = f"{type(exc).__name__}: {exc}"[:200]
             if final is not None:
                 break
             if turn.response_id is None:
                 raise Failure("the background stream gave no response id")
+            if method == "GET" and not last:
+                # a stream that ended quietly: it must not have been a finished response's
+                with contextlib.suppress(Failure, OSError, ValueError):
+                    now = await self._get(host, f"/v1/responses/{turn.response_id}")
+                    if now["status"] in TERMINAL and now["status"] != "cancelled":
+                        raise Broken(
+                            f"the stream of {now['status']} {turn.response_id} ended "
+                            f"after event {seen} without its final event"
+                        )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
             if time.monotonic() > deadline:
                 turn.outcome = "stuck"
-                raise Stuck(f"{turn.response_id} not finished after {stuck_after():g}s")
+                raise Stuck(
+                    f"{turn.response_id} not finished after {stuck_after():g}s "
+                    f"(events up to {seen}; last: {last})"
+                )
             host = self.pick(avoid=host)
             turn.hosts.append(host)
             method, request = "GET", None
