@@ -133,8 +133,12 @@ async def _drive(plan: Plan, clients: workload.Clients, injector: Injector, log:
     def enough() -> bool:
         if faults.done():  # it failed: stop the clients, and the run raises its error
             return True
-        return len(clients.turns) >= plan.turns and all(
-            injector.count(kind) >= plan.rounds for kind in FAULTS
+        # never right after a restart: on Redis, its store would hold nothing to check
+        after_restart = bool(injector.done) and injector.done[-1].kind == "restart"
+        return (
+            len(clients.turns) >= plan.turns
+            and all(injector.count(kind) >= plan.rounds for kind in FAULTS)
+            and not after_restart
         )
 
     async def progress() -> None:

@@ -31,5 +31,8 @@ def test_three_hosts_under_faults_lose_and_mix_no_acknowledged_turn(backend, cap
         print("\n" + shown)
     assert not figures["leftovers"], shown
     assert not figures["failed"], shown
-    assert figures["counts"].get("turns_acked", 0) >= QUICK["turns"] // 2, shown
+    counts = figures["counts"]
+    assert counts.get("turns_acked", 0) >= QUICK["turns"] // 2, shown
+    # some answered turns were checked in the store (not all lost in a Redis restart)
+    assert counts["turns_acked"] > counts.get("lost_expected", 0), shown
     assert all(figures["faults"][kind] >= 1 for kind in figures["faults"]), shown
