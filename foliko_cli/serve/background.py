@@ -532,9 +532,10 @@ async def _journal_events(
                 seen = event["sequence_number"]
                 yield event
         if variables["response"]["status"] not in RUNNING:
-            if events and events[-1]["sequence_number"] < after and "response" in events[-1]:
+            if events and events[-1]["sequence_number"] <= after and "response" in events[-1]:
                 # The client saw events live that the journal never kept (their
-                # server died before writing them): it still gets how it ended.
+                # server died before writing them; the ending's number may even be
+                # one it saw for another event): it still gets how it ended.
                 yield {**events[-1], "sequence_number": after + 1}
             return
         changed = await _changed(svc, response_id, variables["revision"], hooks)

@@ -76,7 +76,9 @@ def check(
             report.bad("stuck", f"{turn.tag} ({turn.kind}): {turn.detail}")
         if turn.outcome == "broken":
             report.bad("broken", f"{turn.tag} ({turn.kind}): {turn.detail}")
-    restarts = [f.started for f in faults if f.kind == "restart"] if backend == "redis" else []
+    restarts = (
+        [(f.started, f.ended) for f in faults if f.kind == "restart"] if backend == "redis" else []
+    )
     chains: dict[int, list[Turn]] = defaultdict(list)
     for turn in turns:
         chains[turn.chain].append(turn)
@@ -88,17 +90,25 @@ def check(
 
 
 def _check_chain(
-    chain: list[Turn], stored: dict[str, list[str] | None], restarts: list[float], report: Report
+    chain: list[Turn],
+    stored: dict[str, list[str] | None],
+    restarts: list[tuple[float, float]],
+    report: Report,
 ) -> None:
     nonce, mode = chain[0].nonce, chain[0].mode
-    acked = [t for t in chain if t.outcome == "acked"]
-    maybe = {t.tag for t in chain if t.outcome in ("unknown", "stuck", "broken")}
-    excluded = {t.tag for t in chain if t.outcome in ("failed", "cancelled")}
-    # a restart of a store that keeps nothing, after the chain began, loses it
-    wiped = any(at > chain[0].chain_started for at in restarts)
+    # a restart of a store that keeps nothing, after the chain began, loses it;
+    # a turn answered before a restart ended may be gone after it (a turn in
+    # flight then may even start the conversation again, without them)
+    wiped = any(at > chain[0].chain_started for at, _ in restarts)
+    erased = {
+        t.tag for t in chain if t.outcome == "acked" and any(t.ended <= end for _, end in restarts)
+    }
+    acked = [t for t in chain if t.outcome == "acked" and t.tag not in erased]
+    maybe = {t.tag for t in chain if t.outcome in ("unknown", "stuck", "broken")} | erased
     for turn in chain:
         if turn.outcome == "gone" and not wiped:
             report.bad("lost", f"{turn.tag}: its session was not found ({turn.detail[:120]})")
+    excluded = {t.tag for t in chain if t.outcome in ("failed", "cancelled")}
     for turn in acked:
         assert turn.reply is not None
         head, history = _tags(turn.reply)
@@ -114,15 +124,17 @@ def _check_chain(
                 f"{turn.tag} ran on {history}, its previous responses were {earlier}",
             )
     if not acked and mode == "previous":
+        report.counts["lost_expected"] += len(erased)
         return
     session = chain[0].session if mode == "conversation" else acked[-1].session
     if session is None:
         return  # a conversation that could not be created: no turn was sent
     messages = stored.get(session)
     expected = [t.tag for t in acked]
+    report.counts["lost_expected"] += len(erased - set(messages or ()))
     if messages is None:
         if wiped:
-            report.counts["lost_expected"] += len(expected)
+            report.counts["lost_expected"] += len(expected)  # (erased ones counted above)
         elif expected:
             report.bad("lost", f"session {session} of {expected[:3]}... is not in the store")
         return

@@ -100,3 +100,16 @@ def test_a_chain_that_waits_past_the_lease_after_a_kill_is_locked():
     assert problems(turns, {"conv_1": ["n1:t1"]}, [kill]) == {"locked": 1}
     turns[1].ended = 3.0
     assert problems(turns, {"conv_1": ["n1:t1"]}, [kill]) == {}
+
+
+def test_turns_answered_before_a_redis_restart_may_be_gone_after_it():
+    """t2 was in flight as Redis restarted: it started the conversation again,
+    without t0 and t1 (the documented loss); t3 then follows t2."""
+    turns = chain(["acked", "acked", "acked", "acked"])
+    turns[2].reply, turns[3].reply = "n1:t2 | ", "n1:t3 | n1:t2"
+    restart = Fault("restart", None, started=1.6, ended=1.7)
+    stored = {"conv_1": ["n1:t2", "n1:t3"]}
+    assert problems(turns, stored, [restart], backend="redis") == {}
+    report = check(turns, stored, [restart], "redis", lock_bound_s=10)
+    assert report.counts["lost_expected"] == 2
+    assert problems(turns, stored, [restart], backend="postgres") == {"lost": 6}
