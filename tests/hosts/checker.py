@@ -76,6 +76,10 @@ def check(
             report.bad("stuck", f"{turn.tag} ({turn.kind}): {turn.detail}")
         if turn.outcome == "broken":
             report.bad("broken", f"{turn.tag} ({turn.kind}): {turn.detail}")
+        if turn.detail.startswith("torn:"):
+            report.counts["torn_streams"] += 1
+            if len(report.examples["torn_streams"]) < 5:
+                report.examples["torn_streams"].append(f"{turn.tag}: {turn.detail}")
     restarts = (
         [(f.started, f.ended) for f in faults if f.kind == "restart"] if backend == "redis" else []
     )
