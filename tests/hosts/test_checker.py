@@ -113,3 +113,12 @@ def test_turns_answered_before_a_redis_restart_may_be_gone_after_it():
     report = check(turns, stored, [restart], "redis", lock_bound_s=10)
     assert report.counts["lost_expected"] == 2
     assert problems(turns, stored, [restart], backend="postgres") == {"lost": 6}
+
+
+def test_a_previous_response_turn_in_flight_through_a_redis_restart_may_keep_the_history():
+    """t2 read t0 and t1 before Redis restarted, then forked them into a new
+    conversation with itself: its reply shows them, and that is no phantom."""
+    turns = chain(["acked", "acked", "acked"], mode="previous")
+    restart = Fault("restart", None, started=1.6, ended=1.7)
+    stored = {"conv_1": ["n1:t0", "n1:t1", "n1:t2"]}
+    assert problems(turns, stored, [restart], backend="redis") == {}
