@@ -133,13 +133,19 @@ async def _drive(plan: Plan, clients: workload.Clients, injector: Injector, log:
     def enough() -> bool:
         if faults.done():  # it failed: stop the clients, and the run raises its error
             return True
-        # never right after a restart: on Redis, its store would hold nothing to check
+        # never during or right after a restart: on Redis, its store would hold
+        # nothing to check
+        running = injector.running is not None and injector.running.kind == "restart"
         after_restart = bool(injector.done) and injector.done[-1].kind == "restart"
-        return (
+        done = (
             len(clients.turns) >= plan.turns
             and all(injector.count(kind) >= plan.rounds for kind in FAULTS)
+            and not running
             and not after_restart
         )
+        if done:
+            stop.set()  # no fault starts while the last turns end
+        return done
 
     async def progress() -> None:
         while not stop.is_set():
