@@ -341,6 +341,9 @@ class Clients:
                 if turn.response_id is None:
                     raise  # nothing to follow: the turn's outcome is unknown
                 last = f"{type(exc).__name__}: {exc}"[:200]
+                if "no longer kept" in last:  # its journal is gone (Redis restarted): as asked
+                    self._done(turn, await self._get(host, f"/v1/responses/{turn.response_id}"))
+                    return
             if final is not None:
                 break
             if turn.response_id is None:
