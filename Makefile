@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test test-fast soak e2e lint format bench completions docs clean
+.PHONY: demo test test-fast soak test-hosts e2e lint format bench completions docs clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "foliko needs Python 3.11 or newer: set PYTHON=/path/to/python3.11")'
@@ -47,6 +47,13 @@ test-fast: $(VENV)/.installed-dev
 # Minutes of random writers killed at random on every persistent backend.
 soak: $(VENV)/.installed-dev
 	FOLIKO_SOAK_SECONDS=150 FOLIKO_REQUIRE_SERVICES=1 $(BIN)/pytest -q -s tests/storage/test_soak.py
+
+# Three foliko serve hosts in network namespaces on one PostgreSQL, then one
+# Redis, under kill -9, cut links and database restarts (as root; see
+# tests/hosts/harness.py). `make test` runs a small version of it.
+HOSTS_TURNS ?= 1000
+test-hosts: $(VENV)/.installed-dev
+	cd tests && ../$(BIN)/python -m hosts.harness --backend both --turns $(HOSTS_TURNS) --report ../.hosts-report.json
 
 # The real-server tier alone: the CLI against llama-server with a small model.
 e2e: $(VENV)/.installed-dev

@@ -28,7 +28,12 @@ from foliko_cli.engine.prompts import turn_system_prompt
 from foliko_cli.engine.tools import Tool, ToolResult
 from foliko_cli.engine.turn import TurnRequest, TurnResult
 from foliko_cli.errors import (
+    ConflictError,
     ContextOverflowError,
+    CorruptSessionError,
+    SessionBusyError,
+    StorageError,
+    TrashFullError,
     TurnTimeoutError,
     UsageError,
 )
@@ -50,6 +55,8 @@ T = TypeVar("T")
 
 DEFAULT_MAX_STEPS = 10
 MAX_REPLY_TOKENS = 4096
+RESOLVE_S = 30.0
+"""How long a turn whose write went unanswered keeps asking whether it was saved."""
 _MODEL_KEYS = (
     "role",
     "content",
@@ -298,6 +305,7 @@ class AgentChatHandler:
         when another turn holds the session (``Framework.hold_session``).
         """
         committed: list[T] = []
+        sent: list[T] = []  # the result whose write was sent
         try:
             async with self.framework.hold_session(
                 session_id, request.timeout, wait=request.remaining(), if_busy=if_busy
@@ -305,7 +313,7 @@ class AgentChatHandler:
                 session = self.framework.get_or_create_session_context(session_id)
                 try:
                     transaction = self._transaction(
-                        session, request, work, committed, trash, replacing
+                        session, request, work, committed, trash, replacing, sent
                     )
                     if running_loop() is None:  # nothing here waits (common/loop.py)
                         return await transaction
@@ -320,10 +328,36 @@ class AgentChatHandler:
                     raise TurnTimeoutError(request.timeout) from None
                 finally:
                     self.framework.release_session_context(session_id)
-        except BaseException:  # once saved, the turn stands: whatever comes after
+        except BaseException as exc:  # once saved, the turn stands: whatever comes after
             if committed:
                 return committed[0]
+            if sent and _unanswered(exc) and await self._saved(session_id, request):
+                return sent[0]
             raise
+
+    async def _saved(self, session_id: str, request: RequestContext) -> bool:
+        """Whether this request's turn is stored, after its write went unanswered
+        (the connection was lost, or the server did not answer in time: the write
+        may have landed). Asked under the session's lock, which a write still in
+        flight on a lost PostgreSQL connection holds until that write is over;
+        again while the storage fails, for up to RESOLVE_S. False when it is not
+        stored, or when that could not be found out."""
+        import asyncio
+
+        from foliko_cli.storage.capabilities import load_recent
+
+        deadline = time.monotonic() + RESOLVE_S
+        while True:
+            try:
+                async with self.storage.lock(session_id, max(deadline - time.monotonic(), 0.1)):
+                    record = await load_recent(self.storage, session_id)
+                return record is not None and any(
+                    m.get("request_id") == request.request_id for m in record.messages
+                )
+            except (StorageError, SessionBusyError):
+                if time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(0.5)
 
     async def _transaction(
         self,
@@ -333,8 +367,10 @@ class AgentChatHandler:
         committed: list[T],
         trash_reason: str | None = None,
         replacing: bool = False,
+        sent: list[T] | None = None,
     ) -> T:
-        """Run ``work`` and write its outcome; once written, ``committed`` holds the result."""
+        """Run ``work`` and write its outcome; once written, ``committed`` holds the
+        result, and ``sent`` holds it once an append was sent."""
         await self._sync_history(session, replacing)
         checkpoint = session.checkpoint()
         try:
@@ -348,6 +384,8 @@ class AgentChatHandler:
             else:
                 await self._keep_fragments(session, session.messages[checkpoint.message_count :])
                 write = self._appended(session, checkpoint)
+                if sent is not None and running_loop() is not None:
+                    sent.append(result)
             (session.revision, entry), _ = await run_to_completion(write)
         except BaseException:
             session.restore(checkpoint)
@@ -906,3 +944,10 @@ def _checked_tool_choice(options: Mapping[str, Any], specs: list[dict[str, Any]]
 async def _emit(events: TurnEvents | None, event: dict[str, Any]) -> None:
     if events is not None:
         await events.put(event)
+
+
+def _unanswered(exc: BaseException) -> bool:
+    """A storage error that leaves a write's outcome unknown (not one that says
+    it was refused)."""
+    refused = (ConflictError, CorruptSessionError, TrashFullError)
+    return isinstance(exc, StorageError) and not isinstance(exc, refused)

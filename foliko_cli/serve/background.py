@@ -433,12 +433,56 @@ async def _settle(
             return False
         if ending and current.get("stream"):
             events = current.get("events") or []
+            if number is not None:  # what its worker saved but did not stream
+                events.extend(_unstreamed(events, response))
             events.append({**ending, "sequence_number": len(events)})
             current["events"] = events
         current.update(response=response, turn=turn_at, finished_at=now_ms())
         return True
 
     return await _update(svc, journal, change) or variables
+
+
+def _unstreamed(events: list[dict[str, Any]], response: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events that finish streaming ``response``'s output after ``events``
+    (its worker died after saving the turn, before streaming all of it): for
+    each message, what was not yet added, the text not yet sent as deltas and
+    the ``done`` events; for each other item, its ``output_item.done``. So the
+    deltas of a stream always add up to the response's text."""
+    seen = len(events)
+    added = {e["item"]["id"] for e in events if e["type"] == "response.output_item.added"}
+    done = {e["item"]["id"] for e in events if e["type"] == "response.output_item.done"}
+    sent: dict[str, str] = {}
+    for event in events:
+        if event["type"] == "response.output_text.delta":
+            sent[event["item_id"]] = sent.get(event["item_id"], "") + event["delta"]
+    out: list[dict[str, Any]] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        out.append({"type": kind, "sequence_number": seen + len(out), **fields})
+
+    for index, item in enumerate(response.get("output") or ()):
+        if item["id"] in done:
+            continue
+        if item.get("type") != "message":
+            add("response.output_item.done", output_index=index, item=item)
+            continue
+        parts = item.get("content") or []
+        text = parts[0].get("text", "") if parts else ""
+        where = {"item_id": item["id"], "output_index": index, "content_index": 0}
+        if item["id"] not in added:
+            shell = {**item, "status": "in_progress", "content": []}
+            add("response.output_item.added", output_index=index, item=shell)
+            empty = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            add("response.content_part.added", **where, part=empty)
+        already = sent.get(item["id"], "")
+        if text.startswith(already) and len(text) > len(already):
+            add("response.output_text.delta", **where, delta=text[len(already) :], logprobs=[])
+        add("response.output_text.done", **where, text=text, logprobs=[])
+        if parts:
+            add("response.content_part.done", **where, part=parts[0])
+        add("response.output_item.done", output_index=index, item=item)
+    return out
 
 
 def _echoed(response: dict[str, Any]) -> dict[str, Any]:
@@ -509,11 +553,17 @@ async def _journal_events(
 ) -> AsyncIterator[dict[str, Any]]:
     seen = after
     while True:
-        for event in variables.get("events") or ():
+        events = variables.get("events") or ()
+        for event in events:
             if event["sequence_number"] > seen:
                 seen = event["sequence_number"]
                 yield event
         if variables["response"]["status"] not in RUNNING:
+            if events and events[-1]["sequence_number"] <= after and "response" in events[-1]:
+                # The client saw events live that the journal never kept (their
+                # server died before writing them; the ending's number may even be
+                # one it saw for another event): it still gets how it ended.
+                yield {**events[-1], "sequence_number": after + 1}
             return
         changed = await _changed(svc, response_id, variables["revision"], hooks)
         if changed is None:
