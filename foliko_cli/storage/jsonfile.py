@@ -289,7 +289,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         return Path(path), self._record(session_id, path, self._document(session_id, path, data))
 
     @contextlib.contextmanager
-    def _audit_held(self) -> Iterator[None]:
+    def _audit_held(self) -> Iterator[Path]:
         import fcntl
 
         self._make_directory()
