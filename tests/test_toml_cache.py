@@ -32,23 +32,23 @@ def test_the_second_read_of_the_same_bytes_is_not_parsed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "config.toml"
-    first = toml_cache.load_toml(path, TEXT)
+    first = toml_cache.load_toml(path, TEXT, cache_dir())
     assert first == tomllib.loads(TEXT.decode())
     assert len(entries()) == 1
     no_parser(monkeypatch)
-    assert toml_cache.load_toml(path, TEXT) == first
+    assert toml_cache.load_toml(path, TEXT, cache_dir()) == first
 
 
 def test_an_edit_is_parsed_afresh_and_replaces_the_entry(tmp_path: Path) -> None:
     path = tmp_path / "config.toml"
-    toml_cache.load_toml(path, TEXT)
+    toml_cache.load_toml(path, TEXT, cache_dir())
     edited = TEXT.replace(b'"echo"', b'"echo2"')
-    assert toml_cache.load_toml(path, edited)["model"] == "echo2"
+    assert toml_cache.load_toml(path, edited, cache_dir())["model"] == "echo2"
     assert len(entries()) == 1
 
 
 def test_dates_are_not_cached(tmp_path: Path) -> None:
-    table = toml_cache.load_toml(tmp_path / "c.toml", b"when = 2026-12-03\n")
+    table = toml_cache.load_toml(tmp_path / "c.toml", b"when = 2026-12-03\n", cache_dir())
     assert str(table["when"]) == "2026-12-03"
     assert entries() == []
 
@@ -57,24 +57,24 @@ def test_a_damaged_entry_is_a_miss_and_is_rewritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "config.toml"
-    toml_cache.load_toml(path, TEXT)
+    toml_cache.load_toml(path, TEXT, cache_dir())
     (entry,) = entries()
     entry.write_bytes(b"\x00not marshal")
-    assert toml_cache.load_toml(path, TEXT)["model"] == "echo"
+    assert toml_cache.load_toml(path, TEXT, cache_dir())["model"] == "echo"
     no_parser(monkeypatch)
-    assert toml_cache.load_toml(path, TEXT)["model"] == "echo"
+    assert toml_cache.load_toml(path, TEXT, cache_dir())["model"] == "echo"
 
 
 def test_an_unwritable_cache_is_no_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # a file: nothing can be made under it
-    assert toml_cache.load_toml(tmp_path / "c.toml", TEXT)["model"] == "echo"
+    assert toml_cache.load_toml(tmp_path / "c.toml", TEXT, cache_dir())["model"] == "echo"
 
 
 def test_invalid_toml_is_one_line_and_not_cached(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"is not valid TOML .*; fix the file"):
-        toml_cache.load_toml(tmp_path / "c.toml", b"model = \n")
+        toml_cache.load_toml(tmp_path / "c.toml", b"model = \n", cache_dir())
     assert entries() == []
 
 

@@ -34,6 +34,7 @@ NOT_SAVED = {
     "system_fragments": "--sf/--system-fragment",
     "agent": "--agent",
     "timeout": "--timeout",
+    "if_busy": "--if-busy",
     "as_json": "--json",
     "stream": "--stream",
     "show_usage": "-u/--usage",

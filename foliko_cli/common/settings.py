@@ -275,7 +275,7 @@ def parse_toml(path: Path, data: bytes | None) -> dict[str, Any]:
         return {}
     from foliko_cli.common.toml_cache import load_toml
 
-    table = load_toml(path, data)
+    table = load_toml(path, data, cache_dir())
     known = [*(k for k in FIELDS if k not in _IN_SECTIONS), *TABLES, *SECTIONS]
     unknown = sorted(set(table) - set(known))
     if unknown:

@@ -26,9 +26,10 @@ from foliko_cli.errors import UsageError
 FORMAT = 1
 
 
-def load_toml(path: Path, data: bytes) -> dict[str, Any]:
-    """The TOML table in ``data``, the bytes of the config file ``path``."""
-    entry = _entry_path(path)
+def load_toml(path: Path, data: bytes, cache: Path) -> dict[str, Any]:
+    """The TOML table in ``data``, the bytes of the config file ``path``; ``cache``
+    is foliko's cache directory."""
+    entry = _entry_path(path, cache)
     cached = _read(entry, data)
     if cached is not None:
         return cached
@@ -42,11 +43,9 @@ def load_toml(path: Path, data: bytes) -> dict[str, Any]:
     return table
 
 
-def _entry_path(path: Path) -> Path:
-    from foliko_cli.common.settings import cache_dir
-
+def _entry_path(path: Path, cache: Path) -> Path:
     name = os.path.abspath(path).encode("utf-8", "surrogateescape")
-    return cache_dir() / "toml" / f"{checksum_name(name)}.marshal"
+    return cache / "toml" / f"{checksum_name(name)}.marshal"
 
 
 def _read(entry: Path, data: bytes) -> dict[str, Any] | None:
