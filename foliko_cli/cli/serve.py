@@ -157,6 +157,7 @@ def serve(
       foliko serve
       foliko --storage postgresql://db/foliko serve --host 0.0.0.0 --api-keys keys.toml
     """
+    require_serve_extra("foliko serve")
     from foliko_cli.serve.connections import Limits
 
     start(
@@ -168,6 +169,18 @@ def serve(
         grace=grace,
         limits=Limits(header_timeout, keep_alive, max_connections, max_header_bytes),
     )
+
+
+def require_serve_extra(what: str) -> None:
+    """A usage error naming the 'serve' extra when its packages are not installed."""
+    try:
+        import httptools  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        from foliko_cli.common.extras import extra_hint
+
+        raise UsageError(extra_hint(what, "serve")) from None
 
 
 def start(
@@ -185,14 +198,7 @@ def start(
 ) -> NoReturn:
     """Check the options, then serve until SIGTERM/SIGINT (exit 0). ``mcp_only``:
     only ``/mcp`` (and ``/healthz``), behind the same guard and keys."""
-    try:
-        import httptools  # noqa: F401
-        import starlette  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError:
-        from foliko_cli.common.extras import extra_hint
-
-        raise UsageError(extra_hint(what, "serve")) from None
+    require_serve_extra(what)
     settings_for(ctx)  # an unknown key in the config's tables exits 2 here
     root = ctx.find_root().obj or {}
     if root.get("user") is not None:
