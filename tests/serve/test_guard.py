@@ -30,7 +30,8 @@ def error_of(response, status: int, code: str) -> str:
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     error = response.json()["error"]
-    assert error["code"] == code and error["type"] == "invalid_request_error"
+    kind = "permission_error" if status == 403 else "invalid_request_error"
+    assert error["code"] == code and error["type"] == kind
     return error["message"]
 
 
