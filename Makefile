@@ -30,19 +30,23 @@ demo: $(VENV)/.installed
 # stays on one worker. TEST_WORKERS=0 runs them in this process.
 TEST_WORKERS ?= 3
 
+# pytest keeps the test modules it rewrote for its asserts (about 20 s of CPU a
+# worker to redo) even where the environment sets PYTHONDONTWRITEBYTECODE.
+PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest
+
 # mypy reads its settings from pyproject.toml (strict on the whole package)
 # and keeps its cache in .mypy_cache, so a second run takes seconds.
 test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup
 
 # The edit loop: in-process tests only (no PostgreSQL/Redis, no foliko processes,
 # no real servers).
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
-	FOLIKO_TEST_SERVICES=0 $(BIN)/pytest -q -m "not slow" -n 2
+	FOLIKO_TEST_SERVICES=0 $(PYTEST) -q -m "not slow" -n 2
 
 # Minutes of random writers killed at random on every persistent backend.
 soak: $(VENV)/.installed-dev

@@ -9,6 +9,7 @@ import graph has no cycle at all.
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 from pathlib import Path
 
@@ -93,6 +94,40 @@ def rank(name: str) -> int:
 def test_module_imports_only_its_layer_or_below(name):
     wrong = sorted(dep for dep in GRAPH[name] if rank(dep) > rank(name))
     assert not wrong, f"{name} imports higher layers: {wrong}"
+
+
+DOORS = ("foliko_cli.cli", "foliko_cli.serve", "foliko_cli.mcp_server", "foliko_cli.__main__")
+SHARED = ("foliko_cli.messages", "foliko_cli.common", "foliko_cli.errors")
+
+
+def reaches_past_the_service(name: str, deps: set[str]) -> list[str]:
+    """What a door imports from under the service, other than the shared layers."""
+    if not name.startswith(DOORS):
+        return []
+    service = rank("foliko_cli.service")
+    return sorted(d for d in deps if rank(d) < service and not d.startswith(SHARED))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.startswith(DOORS)))
+def test_the_doors_speak_only_to_the_service(name):
+    """The CLI, foliko serve and the MCP server use the layers under the service
+    through it (``foliko_cli.service.library`` names what it offers of them)."""
+    assert reaches_past_the_service(name, GRAPH[name]) == []
+
+
+def test_the_door_check_finds_a_door_reaching_past_the_service():
+    deps = {"foliko_cli.engine.tools", "foliko_cli.service.library", "foliko_cli.errors"}
+    assert reaches_past_the_service("foliko_cli.cli.chat", deps) == ["foliko_cli.engine.tools"]
+    assert reaches_past_the_service("foliko_cli.service.turning", deps) == []
+
+
+def test_what_the_service_names_of_the_layers_below_is_what_they_hold():
+    from foliko_cli.service import library
+
+    for name, (module, there) in library._LAZY.items():
+        assert getattr(library, name) is getattr(importlib.import_module(module), there)
+    with pytest.raises(AttributeError, match="no attribute 'missing'"):
+        _ = library.missing
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -31,7 +31,7 @@ def list_agents(ctx: click.Context, fmt: str) -> None:
     Example:
       foliko agents list --json
     """
-    from foliko_cli.engine.agents import agent_config
+    from foliko_cli.service.library import agent_config
 
     table = settings_for(ctx).agents
     rows = []

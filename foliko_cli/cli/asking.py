@@ -19,13 +19,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.cli.output import note
-from foliko_cli.engine.tools import in_worker_thread
-from foliko_cli.mcp.asking import Answer
+from foliko_cli.common.threads import in_worker_thread
+from foliko_cli.service.library import Answer
 
 if TYPE_CHECKING:
     from foliko_cli.cli.progress import ProgressLine
-    from foliko_cli.mcp.asking import Decision, Elicitation, Progress, ToolCall
-    from foliko_cli.mcp.forms import Field
+    from foliko_cli.service.library import Decision, Elicitation, Field, Progress, ToolCall
 
 SHOWN_ARGUMENTS = 400
 READ_SIZE = 65536
@@ -98,7 +97,7 @@ class TerminalAsker(_ShowsProgress):
             note("answer y, n or a")
 
     async def elicit(self, request: Elicitation) -> Answer | None:
-        from foliko_cli.mcp.forms import fields
+        from foliko_cli.service.library import form_fields as fields
 
         try:
             form = fields(request.schema or {})

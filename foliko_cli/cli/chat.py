@@ -27,9 +27,8 @@ from foliko_cli.cli.stdout import StdoutWriteError, output_failure
 from foliko_cli.errors import ExitCode, FolikoError, Interrupted, TypedToolFailedError, UsageError
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.tools import Tool
-    from foliko_cli.formats.templates import Template
     from foliko_cli.service.facade import Foliko
+    from foliko_cli.service.library import Template, Tool
     from foliko_cli.service.values import TurnRequest, TurnResult
 
 STDIN_NOTICE_AFTER = 2.0
@@ -551,7 +550,7 @@ def chosen_template(template: str | None, params: tuple[tuple[str, str], ...]) -
                 "(or keep it as a default with --save NAME)"
             )
         return None
-    from foliko_cli.formats.templates import load_template
+    from foliko_cli.service.library import load_template
 
     return load_template(template)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from foliko_cli.formats.importers.base import LEFT_OUT_BRANCH, LEFT_OUT_FORK, Imported
-from foliko_cli.formats.importers.reading import read
+from foliko_cli.service.library import LEFT_OUT_BRANCH, LEFT_OUT_FORK, Imported
+from foliko_cli.service.library import read_import as read
 
 
 def read_source(source: str, fmt: str | None, main_only: bool, branches: str) -> Imported:

@@ -111,12 +111,7 @@ def next_message(
             attach(command.removeprefix("/attach").strip(), attached)
             continue
         if command.split(" ", 1)[0] in ("/fragment", "!fragment") and fragments is not None:
-            named = command.split()[1:]
-            fragments.extend(named)
-            if named:
-                note(f"{', '.join(named)} go before the next message")
-            else:
-                note("/fragment needs a file, a URL or a saved name: /fragment NAME ...")
+            add_fragments(command.split()[1:], fragments)
             continue
         if command in ("/edit", "!edit"):
             text = edited()
@@ -139,6 +134,15 @@ def next_message(
             continue
         if command:
             return line
+
+
+def add_fragments(named: list[str], fragments: list[str]) -> None:
+    """``/fragment NAME ...``: what goes before the next message."""
+    fragments.extend(named)
+    if named:
+        note(f"{', '.join(named)} go before the next message")
+    else:
+        note("/fragment needs a file, a URL or a saved name: /fragment NAME ...")
 
 
 def block_end(command: str) -> str | None:
@@ -177,9 +181,9 @@ def attach(source: str, attached: list[str]) -> None:
         return
     try:
         if is_resource(source):
-            from foliko_cli.mcp.resources import parse
+            from foliko_cli.service.library import parse_resource
 
-            parse(source)
+            parse_resource(source)
         elif not is_url(source):
             read_file(source)
     except AttachmentError as exc:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from foliko_cli.common.settings import Settings
-    from foliko_cli.mcp.server_config import ServerConfig
     from foliko_cli.service.facade import Foliko
+    from foliko_cli.service.library import ServerConfig
 
 _NONE_CONFIGURED = "no MCP servers configured; add [mcp_servers.NAME] to foliko.toml"
 
@@ -287,7 +287,7 @@ def serve_sessions(
 
 def _oauth_config(ctx: click.Context, server: str) -> tuple[Settings, ServerConfig]:
     from foliko_cli.cli.app import settings_for
-    from foliko_cli.mcp.server_config import server_config
+    from foliko_cli.service.library import server_config
 
     settings = settings_for(ctx)
     entry = settings.mcp_servers.get(server)
@@ -337,7 +337,7 @@ def login(ctx: click.Context, server: str) -> None:
     """
     import asyncio
 
-    from foliko_cli.mcp.oauth.login import login as authorize
+    from foliko_cli.service.library import mcp_login as authorize
 
     settings, config = _oauth_config(ctx, server)
     tools = asyncio.run(authorize(config, settings.home, _show_authorization))
@@ -354,7 +354,7 @@ def logout(ctx: click.Context, server: str) -> None:
     Example:
       foliko mcp logout github
     """
-    from foliko_cli.mcp.oauth.login import logout as forget
+    from foliko_cli.service.library import mcp_logout as forget
 
     settings, config = _oauth_config(ctx, server)
     if forget(config, settings.home):

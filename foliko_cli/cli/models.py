@@ -39,8 +39,7 @@ def list_models(ctx: click.Context, fmt: str) -> None:
     import os
 
     from foliko_cli.common.keys import KeyStore
-    from foliko_cli.models import model_spec
-    from foliko_cli.models.listing import model_rows, served_models
+    from foliko_cli.service.library import model_rows, model_spec, served_models
 
     settings = settings_for(ctx)
     names = ["echo", "openai:MODEL", "anthropic:MODEL", "ollama:MODEL", *settings.models]

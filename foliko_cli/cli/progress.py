@@ -10,7 +10,7 @@ import sys
 from typing import IO, TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from foliko_cli.mcp.asking import Progress
+    from foliko_cli.service.library import Progress
 
 CLEAR = "\r\x1b[K"
 

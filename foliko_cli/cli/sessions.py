@@ -38,11 +38,11 @@ from foliko_cli.cli.stdout import file_failure
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
-from foliko_cli.formats.exporters import FORMATS as EXPORT_FORMATS
-from foliko_cli.formats.importers import FORMATS
 from foliko_cli.messages.public import record_to_dict, summary_to_dict
 from foliko_cli.messages.record import covered_messages
 from foliko_cli.messages.usage import with_usage
+from foliko_cli.service.library import EXPORT_FORMATS
+from foliko_cli.service.library import IMPORT_FORMATS as FORMATS
 
 if TYPE_CHECKING:
     from foliko_cli.messages.record import SessionRecord
@@ -213,11 +213,11 @@ def show(
         emit_json(with_usage(data, record))
         return
     if fmt == "markdown":
-        from foliko_cli.formats import transcript
+        from foliko_cli.service.library import markdown_transcript
 
         first = len(record.messages) - len(data["messages"])
         record.messages = data["messages"]
-        rendered = transcript.markdown(record, first_seq=first, view_start=view_start)
+        rendered = markdown_transcript(record, first_seq=first, view_start=view_start)
         shown = (paint(line, "cyan") if line.startswith("#") else line for line in rendered)
         page("\n".join(shown) + "\n", enabled=pager)
         return
@@ -251,7 +251,7 @@ def text_view(data: dict[str, Any], first: int, view_start: int) -> list[str]:
         lines.append(f"var       {key} = {orjson.dumps(value).decode()}")
     for seq, message in enumerate(data["messages"], start=first):
         if seq == view_start and seq:
-            from foliko_cli.formats.transcript import view_begins
+            from foliko_cli.service.library import view_begins
 
             lines.append(f"\n── {view_begins(seq)} ──")
         lines += message_lines(message)
@@ -594,7 +594,7 @@ def export(
       foliko sessions export s1 --format openai | jq '.[0].input'
       foliko sessions export --all --format chatgpt -o conversations.json
     """
-    from foliko_cli.formats.exporters import writer
+    from foliko_cli.service.library import writer
 
     if everything == bool(session_ids):
         raise UsageError("name the sessions to export, or pass --all (not both)")

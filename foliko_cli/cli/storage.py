@@ -11,8 +11,7 @@ from foliko_cli.cli.app import open_facade, settings_for
 from foliko_cli.cli.output import data_format_option, deferred_progress, emit_json, error, note
 from foliko_cli.cli.params import storage_option
 from foliko_cli.errors import ExitCode
-from foliko_cli.storage import init_place
-from foliko_cli.storage.base import ProblemKind
+from foliko_cli.service.library import ProblemKind, init_place
 
 
 @click.group()

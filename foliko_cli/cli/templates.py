@@ -15,8 +15,7 @@ from foliko_cli.cli.output import data_format_option, emit_json, emit_rows, list
 from foliko_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from foliko_cli.engine.tools import Tool
-    from foliko_cli.formats.templates import Template
+    from foliko_cli.service.library import Template, Tool
 
 NEW_TEMPLATE = "prompt: \n"
 NOT_SAVED = {
@@ -59,7 +58,7 @@ def turn_tools(
     ``--functions`` files or code; a name given twice is refused. Without
     ``run_code`` (a dry run, a template being saved) no code is imported or run:
     the tools from code are stand-ins, by name."""
-    from foliko_cli.engine.tools import no_code
+    from foliko_cli.service.library import no_code
 
     if template is not None:
         template.check_trusted()
@@ -72,7 +71,7 @@ def turn_tools(
 def _turn_tools(
     references: Sequence[str], functions: Sequence[str], template: Template | None
 ) -> tuple[Tool, ...]:
-    from foliko_cli.engine.plugins import function_tools, is_code, load_tool
+    from foliko_cli.service.library import function_tools, is_code, load_tool
 
     found: dict[str, tuple[Tool, str]] = {}
 
@@ -146,10 +145,9 @@ def save_from_chat(
     """``chat --save NAME``: the command's message (``read_message``, called once the
     options are checked), system prompt, model, options, parameters (as defaults),
     -x/--xl, schema and tools as template NAME; no turn runs."""
-    from foliko_cli.engine.plugins import is_code
-    from foliko_cli.formats.templates import Template, check_name, save_template
     from foliko_cli.messages.schema import load_schema
-    from foliko_cli.models.base import check_options
+    from foliko_cli.service.library import Template, check_options, is_code, save_template
+    from foliko_cli.service.library import check_template_name as check_name
 
     check_name(name)
     source = click.core.ParameterSource
@@ -166,7 +164,7 @@ def save_from_chat(
         )
     if model is not None:
         from foliko_cli.cli.app import settings_for
-        from foliko_cli.models import model_spec
+        from foliko_cli.service.library import model_spec
 
         model_spec(model, settings_for(ctx).models)
     check_options(options)
@@ -218,7 +216,8 @@ def list_templates(fmt: str) -> None:
     Example:
       foliko templates list --json
     """
-    from foliko_cli.formats.templates import load_template, saved_names
+    from foliko_cli.service.library import load_template
+    from foliko_cli.service.library import saved_templates as saved_names
 
     rows = []
     for name in saved_names():
@@ -250,7 +249,7 @@ def show_template(name: str, fmt: str) -> None:
     Example:
       foliko templates show summarise
     """
-    from foliko_cli.formats.templates import load_template
+    from foliko_cli.service.library import load_template
 
     template = load_template(name)
     assert template.path is not None
@@ -271,7 +270,7 @@ def edit_template(name: str) -> None:
     Example:
       EDITOR=nano foliko templates edit summarise
     """
-    from foliko_cli.formats.templates import load_template, template_path
+    from foliko_cli.service.library import load_template, template_path
 
     path = template_path(name)
     created = not path.exists()
@@ -308,7 +307,7 @@ def delete_templates(names: tuple[str, ...]) -> None:
     Example:
       foliko templates delete summarise
     """
-    from foliko_cli.formats.templates import load_template, template_path
+    from foliko_cli.service.library import load_template, template_path
 
     paths = [template_path(name) for name in names]
     for name, path in zip(names, paths, strict=True):
@@ -327,6 +326,6 @@ def templates_path() -> None:
     Example:
       ls "$(foliko templates path)"
     """
-    from foliko_cli.formats.templates import templates_dir
+    from foliko_cli.service.library import templates_dir
 
     click.echo(str(templates_dir()))

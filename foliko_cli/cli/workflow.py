@@ -106,8 +106,7 @@ def run(
 def known_tools(ctx: click.Context, agent: str | None) -> set[str]:
     """The tools a workflow's tool steps may call: built-ins, the config's, the
     agent's, by name (no plugin is imported: validating runs no code)."""
-    from foliko_cli.engine.plugins import load_tool
-    from foliko_cli.engine.tools import BUILTIN_TOOLS, no_code
+    from foliko_cli.service.library import BUILTIN_TOOLS, load_tool, no_code
 
     settings = settings_for(ctx)
     names = {tool.name for tool in BUILTIN_TOOLS}
