@@ -68,18 +68,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(autouse=True)
-def foliko_home(
-    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> Path:
+def foliko_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in list(os.environ):
         if name.startswith("FOLIKO_") and not name.startswith(("FOLIKO_REQUIRE_", "FOLIKO_TEST_")):
             monkeypatch.delenv(name)
     home = tmp_path / "home"
     monkeypatch.setenv("FOLIKO_HOME", str(home))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
-    # an empty user config (FOLIKO_CONFIG must name a file that exists), outside
-    # tmp_path so that tests which list tmp_path see only what they made
-    user_config = tmp_path_factory.mktemp("user-config") / "config.toml"
+    # the cache and an empty user config (FOLIKO_CONFIG must name a file that
+    # exists) beside tmp_path, so that tests which list tmp_path see only what
+    # they made; made by hand, as each mktemp lists every test's directory
+    aside = tmp_path.with_name(tmp_path.name + "-aside")
+    (aside / "cache").mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(aside / "cache"))
+    user_config = aside / "config.toml"
     user_config.touch()
     monkeypatch.setenv("FOLIKO_CONFIG", str(user_config))
     monkeypatch.chdir(tmp_path)

@@ -30,7 +30,8 @@ from foliko_cli.errors import ScopeError, SessionNotFoundError, UsageError
 from foliko_cli.messages.ids import is_internal
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import AuditEntry, SessionStorageAdapter, StoredProblem
+from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
+from foliko_cli.storage.view import StorageView
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery
@@ -139,27 +140,13 @@ def _touch(*session_ids: str) -> None:
         found.update(s for s in session_ids if not is_internal(s))
 
 
-class ScopedStorage(SessionStorageAdapter):
+class ScopedStorage(StorageView):
     """``inner`` as ``scope`` lets a client see it; ``close`` closes ``inner``
     when ``owns_inner``."""
 
     def __init__(self, inner: SessionStorageAdapter, scope: Scope, *, owns_inner: bool = True):
-        self.inner = inner
+        super().__init__(inner, owns_inner=owns_inner)
         self.scope = scope
-        self.owns_inner = owns_inner
-        self.name = inner.name  # type: ignore[misc]
-
-    @property
-    def named(self) -> bool:  # type: ignore[override]
-        return self.inner.named
-
-    @property
-    def strict_reads(self) -> bool:
-        return self.inner.strict_reads
-
-    @strict_reads.setter
-    def strict_reads(self, strict: bool) -> None:
-        self.inner.strict_reads = strict
 
     async def visible(self, session_id: str) -> bool:
         created_at = None
@@ -307,29 +294,6 @@ class ScopedStorage(SessionStorageAdapter):
     async def quarantine(self, problem: StoredProblem) -> str:
         await self.check_write(problem.session_id)
         return await capabilities.quarantine(self.inner, problem)
-
-    async def health_check(self) -> bool:
-        return await self.inner.health_check()
-
-    async def info(self) -> dict[str, Any]:
-        return {**await self.inner.info(), "sessions": len(await self.session_ids())}
-
-    @property
-    def location(self) -> str:
-        return self.inner.location
-
-    async def audit_append(self, entries: list[AuditEntry]) -> None:
-        await capabilities.audit_append(self.inner, entries)
-
-    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
-        return await capabilities.audit_read(self.inner, since)
-
-    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
-        return await capabilities.audit_prune(self.inner, before=before, keep=keep)
-
-    async def close(self) -> None:
-        if self.owns_inner:
-            await self.inner.close()
 
 
 def _created(record: SessionRecord) -> int:

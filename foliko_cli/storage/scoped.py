@@ -25,7 +25,8 @@ from foliko_cli.errors import (
 from foliko_cli.messages.ids import check_user_name
 from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
-from foliko_cli.storage.base import AuditEntry, SessionStorageAdapter, StoredProblem
+from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
+from foliko_cli.storage.view import StorageView
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery
@@ -35,30 +36,14 @@ def user_prefix(user: str) -> str:
     return f"~{check_user_name(user)}~/"
 
 
-class UserScopedStorage(SessionStorageAdapter):
+class UserScopedStorage(StorageView):
     """``inner`` seen by one user; ``owns_inner`` says whether ``close`` closes it."""
 
     def __init__(self, inner: SessionStorageAdapter, user: str, *, owns_inner: bool = True):
-        self.inner = inner
+        super().__init__(inner, owns_inner=owns_inner)
         self.user = user
         self.prefix = user_prefix(user)
-        self.owns_inner = owns_inner
-        # the contract names a backend per class; this wrapper goes by its inner one
-        self.name = inner.name  # type: ignore[misc]
         self.indexes = inner.indexes  # type: ignore[misc]
-
-    @property
-    def named(self) -> bool:  # type: ignore[override]
-        return self.inner.named
-
-    @property
-    def strict_reads(self) -> bool:
-        """The wrapped store's: it is what is listed."""
-        return self.inner.strict_reads
-
-    @strict_reads.setter
-    def strict_reads(self, strict: bool) -> None:
-        self.inner.strict_reads = strict
 
     def _stored(self, session_id: str) -> str:
         return self.prefix + session_id
@@ -293,29 +278,9 @@ class UserScopedStorage(SessionStorageAdapter):
             self.inner, problem._replace(session_id=self._stored(problem.session_id))
         )
 
-    async def health_check(self) -> bool:
-        return await self.inner.health_check()
-
     async def info(self) -> dict[str, Any]:
         return {
             **await self.inner.info(),
             "user": self.user,
             "sessions": len(await self.session_ids()),
         }
-
-    @property
-    def location(self) -> str:
-        return self.inner.location
-
-    async def audit_append(self, entries: list[AuditEntry]) -> None:
-        await capabilities.audit_append(self.inner, entries)
-
-    async def audit_read(self, since: int | None = None) -> list[AuditEntry]:
-        return await capabilities.audit_read(self.inner, since)
-
-    async def audit_prune(self, *, before: int | None = None, keep: int | None = None) -> int:
-        return await capabilities.audit_prune(self.inner, before=before, keep=keep)
-
-    async def close(self) -> None:
-        if self.owns_inner:
-            await self.inner.close()
