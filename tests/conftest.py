@@ -25,9 +25,11 @@ SLOW = (
     "storage/test_roundtrip.py",
     "test_bench_smoke.py",
     "cli/test_pipes.py",
+    "cli/test_stdout_failures.py",
 )
-# Tests that run the installed foliko as a process (or on a pseudo-terminal) are slow too.
-PROCESS_FIXTURES = frozenset({"run_foliko", "spawn", "start_server"})
+# Tests that run the installed foliko (or llm) as a process, or on a pseudo-terminal,
+# are slow too.
+PROCESS_FIXTURES = frozenset({"run_foliko", "spawn", "start_server", "llm_env"})
 # ... but the fast tier covers every layer: these modules of foliko serve (its app
 # in this process, see serve/servers.py InProcessServe) and of the MCP client and
 # server run in it, unless a test of theirs starts a process.

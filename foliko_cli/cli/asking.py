@@ -19,12 +19,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from foliko_cli.cli.output import note
-from foliko_cli.common.threads import in_worker_thread
-from foliko_cli.service.library import Answer
+from foliko_cli.common.loop import in_worker_thread
 
 if TYPE_CHECKING:
     from foliko_cli.cli.progress import ProgressLine
-    from foliko_cli.service.library import Decision, Elicitation, Field, Progress, ToolCall
+    from foliko_cli.service.library import Answer, Decision, Elicitation, Field, Progress, ToolCall
 
 SHOWN_ARGUMENTS = 400
 READ_SIZE = 65536
@@ -97,6 +96,7 @@ class TerminalAsker(_ShowsProgress):
             note("answer y, n or a")
 
     async def elicit(self, request: Elicitation) -> Answer | None:
+        from foliko_cli.service.library import Answer
         from foliko_cli.service.library import form_fields as fields
 
         try:

@@ -11,7 +11,7 @@ import click
 
 from foliko_cli import __version__
 from foliko_cli.cli.output import error, render
-from foliko_cli.cli.params import GLOBAL_OPTIONS, CommandContext, adopt
+from foliko_cli.cli.params import GLOBAL_OPTIONS, CommandContext, LazyCommands
 from foliko_cli.cli.stdout import (
     ClosedPipe,
     flush_stdout,
@@ -110,25 +110,10 @@ class FolikoGroup(click.Group):
             raise click.exceptions.Exit(ExitCode.INTERRUPTED) from None
 
 
-class LazyGroup(FolikoGroup):
-    """Imports a subcommand's module only when that subcommand runs (start-up, P1)."""
+class LazyGroup(LazyCommands, FolikoGroup):
+    """The ``foliko`` group: its subcommands load when they run."""
 
     context_class = CommandContext
-
-    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = lazy
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.lazy:
-            import importlib
-
-            module, attribute = self.lazy[name]
-            return adopt(getattr(importlib.import_module(module), attribute))
-        return super().get_command(ctx, name)
 
 
 @click.group(

@@ -279,6 +279,26 @@ def adopt(command: click.Command) -> click.Command:
     return command
 
 
+class LazyCommands(click.Group):
+    """A group that imports a subcommand's module only when that subcommand runs
+    (start-up, P1); ``lazy`` maps its name to (module, attribute)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, tuple[str, str]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            import importlib
+
+            module, attribute = self.lazy[name]
+            return adopt(getattr(importlib.import_module(module), attribute))
+        return super().get_command(ctx, name)
+
+
 def storage_option(command: F) -> F:
     """``--storage`` among the command's own options (every command gets it
     anyway, after its own, from ``adopt``)."""

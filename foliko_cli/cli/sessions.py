@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -23,10 +21,10 @@ from foliko_cli.cli.output import (
     note,
     page,
     paint,
-    progress,
 )
 from foliko_cli.cli.params import (
     Duration,
+    LazyCommands,
     complete_session_ids,
     json_flag,
     one_session,
@@ -34,21 +32,28 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
-from foliko_cli.cli.stdout import file_failure
 from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
 from foliko_cli.messages.public import record_to_dict, summary_to_dict
 from foliko_cli.messages.record import covered_messages
 from foliko_cli.messages.usage import with_usage
-from foliko_cli.service.library import EXPORT_FORMATS
-from foliko_cli.service.library import IMPORT_FORMATS as FORMATS
 
 if TYPE_CHECKING:
-    from foliko_cli.messages.record import SessionRecord
+    pass
 
 
-@click.group()
+@click.group(
+    cls=LazyCommands,
+    lazy={
+        "export": ("foliko_cli.cli.imports", "export"),
+        "import": ("foliko_cli.cli.imports", "import_"),
+        "search": ("foliko_cli.cli.history", "search"),
+        "compact": ("foliko_cli.cli.compaction", "compact"),
+        "uncompact": ("foliko_cli.cli.compaction", "uncompact"),
+        "tree": ("foliko_cli.cli.tree", "tree"),
+    },
+)
 def sessions() -> None:
     """Manage stored sessions, non-interactively.
 
@@ -540,186 +545,6 @@ def rewind(ctx: click.Context, session_ids: list[str], turns: int, as_json: bool
     note_reset(facade, session_id, f"now has {len(record.messages)} message(s)")
 
 
-def _write_output(path: Path | None, lines: Iterable[str]) -> None:
-    if path is None:
-        for line in lines:
-            click.echo(line)
-        return
-    from foliko_cli.common.files import replaced
-
-    try:
-        with replaced(path) as handle:
-            for line in lines:
-                handle.write(line + "\n")
-    except OSError as exc:
-        raise file_failure(path, exc) from None
-
-
-@sessions.command()
-@sessions_argument(many=True)
-@click.option("--all", "everything", is_flag=True, help="Export every session.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(EXPORT_FORMATS),
-    default="foliko",
-    show_default=True,
-    help="foliko (json): a JSON array that imports back the same; ndjson: the same, "
-    "one session a line; markdown: transcripts (not importable); openai: Responses "
-    "input items; chatgpt: ChatGPT's conversations.json.",
-)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write to this file (atomically) instead of stdout.",
-)
-@storage_option
-@click.pass_context
-def export(
-    ctx: click.Context,
-    session_ids: list[str],
-    everything: bool,
-    fmt: str,
-    output: Path | None,
-) -> None:
-    """Export sessions: in foliko's own format, which imports back losslessly
-    (export, import into an empty store, export again: the same bytes), as
-    Markdown, as OpenAI Responses input items or as a ChatGPT export.
-
-    \b
-    Examples:
-      foliko sessions export s1 s2 > backup.json
-      foliko sessions export --all --format ndjson -o all.ndjson
-      foliko sessions export s1 --format openai | jq '.[0].input'
-      foliko sessions export --all --format chatgpt -o conversations.json
-    """
-    from foliko_cli.service.library import writer
-
-    if everything == bool(session_ids):
-        raise UsageError("name the sessions to export, or pass --all (not both)")
-    write = writer(fmt)
-    facade = open_facade(ctx)
-    ids = facade.session_ids() if everything else session_ids
-    with progress(len(ids) if everything else 0, "exporting") as advance:
-
-        def counted() -> Iterator[SessionRecord]:
-            for record in facade.export_sessions(ids, skip_missing=everything):
-                yield record
-                advance(1)
-
-        lines = list(write(counted()))
-    _write_output(output, lines)
-
-
-@sessions.command("import")
-@click.argument("source", metavar="FILE|DIR|-")
-@click.option(
-    "--on-conflict",
-    type=click.Choice(["skip", "replace", "fail"]),
-    default="skip",
-    show_default=True,
-    help="When a session exists with other content: keep it, replace it, or "
-    "import nothing and exit 2.",
-)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default=None,
-    help="The tool that wrote SOURCE; told from the data when left out.",
-)
-@click.option(
-    "--branches",
-    type=click.Choice(["current", "all"]),
-    default="current",
-    show_default=True,
-    help="current: only the branch each conversation showed (the others are counted); all: "
-    "each other branch too, as a session of its own messages forked from the line it leaves.",
-)
-@click.option(
-    "--main-only",
-    is_flag=True,
-    help="Only the branch each conversation showed, and no conversation a tool forked "
-    "from another one.",
-)
-@json_flag(
-    "Print {imported: [...], unchanged: [...], skipped: [...], unreadable: [...]} on stdout."
-)
-@storage_option
-@click.pass_context
-def import_(
-    ctx: click.Context,
-    source: str,
-    on_conflict: str,
-    fmt: str | None,
-    branches: str,
-    main_only: bool,
-    as_json: bool,
-) -> None:
-    """Import sessions from foliko's export or from another tool's history.
-
-    SOURCE is a file, a directory (every file of the format under it) or - for
-    stdin. Its format is told from the data unless --format names it: foliko
-    (sessions export), chatgpt (conversations.json of a ChatGPT data export),
-    claude (conversations.json of a Claude.ai data export), claude-code
-    (~/.claude/projects/), codex (~/.codex/sessions/), llm (its logs.db),
-    openwebui (a chat export) or librechat (a conversation's JSON export).
-    A conversation becomes a session named by its id; with --branches all,
-    each other branch of it becomes a session ID.branch-N of its own messages,
-    forked from the line it leaves. A message over 16 MiB is named and its
-    conversation left out (in foliko's own export: nothing is imported).
-
-    Idempotent: sessions already stored with the same content are left alone.
-    The summary goes to stderr (to stdout as JSON with --json). A conversation
-    that cannot be read is reported, the others are imported, and the exit
-    status is 3.
-
-    \b
-    Examples:
-      foliko sessions import backup.json --on-conflict replace
-      foliko sessions import conversations.json
-      foliko sessions import ~/.claude/projects/
-      foliko sessions import --format llm "$(llm logs path)"
-    """
-    from foliko_cli.cli.imports import left_out, read_source
-
-    if main_only and branches == "all":
-        raise UsageError("--main-only leaves out the branches --branches all asks for; drop one")
-    imported = read_source(source, fmt, main_only, branches)
-    records = imported.records
-    with progress(len(records), "importing") as advance:
-        report = open_facade(ctx).import_sessions(
-            records, on_conflict=on_conflict, progress=advance
-        )
-    if report.conflicts:
-        raise UsageError(
-            f"{len(report.conflicts)} session(s) exist with other content "
-            f"(first: {report.conflicts[0]!r}); nothing imported: "
-            "rerun with --on-conflict skip or replace"
-        )
-    for session_id in report.skipped:
-        note(f"skipped {session_id!r}: exists with other content")
-    for where, reason in imported.unreadable:
-        error(f"could not read {where}: {reason}")
-    if as_json:
-        emit_json(
-            {
-                "imported": list(report.imported),
-                "unchanged": list(report.unchanged),
-                "skipped": list(report.skipped),
-                "unreadable": [{"source": w, "reason": r} for w, r in imported.unreadable],
-            }
-        )
-    unreadable = f", could not read {len(imported.unreadable)}" if imported.unreadable else ""
-    note(
-        f"imported {len(report.imported)}, unchanged {len(report.unchanged)}, "
-        f"skipped {len(report.skipped)}{unreadable}{left_out(imported)}"
-    )
-    if imported.unreadable:
-        raise click.exceptions.Exit(ExitCode.STORAGE)
-
-
 @sessions.command()
 @click.option(
     "--older-than",
@@ -845,13 +670,5 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
         facade.update_variables(session_id, {}, unset=(rest[0],))
 
 
-from foliko_cli.cli.compaction import compact, uncompact  # noqa: E402
-from foliko_cli.cli.history import search  # noqa: E402
-from foliko_cli.cli.tree import tree  # noqa: E402
-
-sessions.add_command(search)
-sessions.add_command(compact)
-sessions.add_command(uncompact)
-sessions.add_command(tree)
 sessions.add_command(trash)
 sessions.add_command(restore)

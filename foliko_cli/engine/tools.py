@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
-from foliko_cli.common.threads import in_worker_thread
+from foliko_cli.common.loop import in_worker_thread
 from foliko_cli.errors import MCPLoginError, ToolError
 
 if TYPE_CHECKING:
