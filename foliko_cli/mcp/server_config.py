@@ -159,13 +159,69 @@ def _seconds(name: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
-    """Check one ``[mcp_servers.NAME]`` table; every problem exits 2 naming table and key."""
+def _url(name: str, key: str, value: Any) -> str:
+    url = _string(name, key, value)
+    if not url.startswith(("http://", "https://")):
+        raise _problem(name, key, "must start with http:// or https://")
+    return url
+
+
+def _flag(name: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _problem(name, key, "must be true or false")
+    return value
+
+
+def _approve(name: str, key: str, value: Any) -> str | tuple[str, ...]:
+    if isinstance(value, list):
+        return _strings(name, key, value)
+    if value not in APPROVE_CHOICES:
+        raise _problem(name, key, 'must be "ask", "always" or a list of tool names')
+    return str(value)
+
+
+def _elicitation(name: str, key: str, value: Any) -> str:
+    if value not in ELICITATION_CHOICES:
+        raise _problem(name, key, 'must be "ask", "defaults" or "decline"')
+    return str(value)
+
+
+_SERVER_CHECKS = (
+    ("command", _string),
+    ("cwd", _string),
+    ("url", _url),
+    ("args", _strings),
+    ("tools", _strings),
+    ("exclude", _strings),
+    ("env", _string_table),
+    ("headers", _string_table),
+    ("startup_timeout", _seconds),
+    ("call_timeout", _seconds),
+    ("enabled", _flag),
+    ("per_user", _flag),
+    ("approve", _approve),
+    ("elicitation", _elicitation),
+)
+"""Each key of a server's table with the function that checks its value (and
+gives what ``ServerConfig`` holds), in the order they are checked."""
+
+
+def _checked(name: str, entry: Mapping[str, Any], checks: tuple[Any, ...]) -> dict[str, Any]:
+    """The keys of ``checks`` that ``entry`` holds, each value checked in turn."""
+    return {key: check(name, key, entry[key]) for key, check in checks if key in entry}
+
+
+def _check_name(name: str) -> None:
     if not is_server_name(name):
         raise UsageError(
             f"[mcp_servers.{name}]: a server name may hold only letters, digits, '_' and '-' "
             "(and starts with a letter or digit); rename the table"
         )
+
+
+def _check_keys(name: str, entry: Mapping[str, Any]) -> None:
+    """Only keys the table knows, for one transport (``command`` or ``url``), and
+    not both an allow-list (``tools``) and ``exclude``."""
     problem = entry_problem("mcp_servers", name, entry)
     if problem:
         raise UsageError(problem)
@@ -181,41 +237,13 @@ def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
         raise _problem(name, misplaced[0], f"applies only to a server with '{other[0]}'")
     if "tools" in entry and "exclude" in entry:
         raise _problem(name, "exclude", "cannot be combined with 'tools' (an allow-list)")
-    options: dict[str, Any] = {}
-    for key in ("command", "cwd"):
-        if key in entry:
-            options[key] = _string(name, key, entry[key])
-    if "url" in entry:
-        url = _string(name, "url", entry["url"])
-        if not url.startswith(("http://", "https://")):
-            raise _problem(name, "url", "must start with http:// or https://")
-        options["url"] = url
-    for key in ("args", "tools", "exclude"):
-        if key in entry:
-            options[key] = _strings(name, key, entry[key])
-    for key in ("env", "headers"):
-        if key in entry:
-            options[key] = _string_table(name, key, entry[key])
-    for key in ("startup_timeout", "call_timeout"):
-        if key in entry:
-            options[key] = _seconds(name, key, entry[key])
-    for key in ("enabled", "per_user"):
-        if key in entry:
-            if not isinstance(entry[key], bool):
-                raise _problem(name, key, "must be true or false")
-            options[key] = entry[key]
-    if "approve" in entry:
-        approve = entry["approve"]
-        if isinstance(approve, list):
-            options["approve"] = _strings(name, "approve", approve)
-        elif approve in APPROVE_CHOICES:
-            options["approve"] = approve
-        else:
-            raise _problem(name, "approve", 'must be "ask", "always" or a list of tool names')
-    if "elicitation" in entry:
-        if entry["elicitation"] not in ELICITATION_CHOICES:
-            raise _problem(name, "elicitation", 'must be "ask", "defaults" or "decline"')
-        options["elicitation"] = entry["elicitation"]
+
+
+def server_config(name: str, entry: Mapping[str, Any]) -> ServerConfig:
+    """Check one ``[mcp_servers.NAME]`` table; every problem exits 2 naming table and key."""
+    _check_name(name)
+    _check_keys(name, entry)
+    options = _checked(name, entry, _SERVER_CHECKS)
     options.update(_oauth_options(name, entry))
     return ServerConfig(name=name, **options)
 
@@ -227,27 +255,59 @@ def _https_with_path(url: str) -> bool:
     return parts.scheme == "https" and bool(parts.netloc) and parts.path not in ("", "/")
 
 
-def _oauth_options(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
-    """The OAuth keys (``auth = "oauth"`` and what goes with it), checked together."""
+def _grant(name: str, key: str, value: Any) -> str:
+    if value not in GRANT_CHOICES:
+        raise _problem(name, key, 'must be "authorization_code" or "client_credentials"')
+    return str(value)
+
+
+def _scopes(name: str, key: str, value: Any) -> tuple[str, ...]:
+    scopes = _strings(name, key, value)
+    if any(not scope or " " in scope for scope in scopes):
+        raise _problem(name, key, "must be a list of scopes, each one word")
+    return scopes
+
+
+def _token_auth_method(name: str, key: str, value: Any) -> str:
+    if value not in TOKEN_AUTH_CHOICES:
+        raise _problem(name, key, 'must be "client_secret_basic", "client_secret_post" or "none"')
+    return str(value)
+
+
+def _port(name: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise _problem(name, key, "must be a port number from 1 to 65535")
+    return value
+
+
+_CLIENT_CHECKS = (
+    ("grant", _grant),
+    ("client_id", _string),
+    ("client_secret_env", _string),
+    ("client_metadata_url", _string),
+    ("issuer", _string),
+)
+"""The OAuth keys that say who the client is and how it gets a token, checked
+one by one before they are checked together (``_check_client``)."""
+
+_TOKEN_CHECKS = (("scopes", _scopes), ("token_endpoint_auth_method", _token_auth_method))
+"""What the client asks for and how it proves itself at the token endpoint."""
+
+
+def _refuse_oauth_keys(name: str, entry: Mapping[str, Any]) -> None:
+    """Without ``auth``, no key that goes with it."""
     from foliko_cli.common.settings import MCP_OAUTH_KEYS
 
-    if "auth" not in entry:
-        stray = [key for key in MCP_OAUTH_KEYS if key in entry]
-        if stray:
-            raise _problem(
-                name, stray[0], 'applies only with auth = "oauth"; add it or remove this key'
-            )
-        return {}
-    if entry["auth"] not in AUTH_CHOICES:
-        raise _problem(name, "auth", 'must be "oauth" (or leave it out: no authorization)')
-    options: dict[str, Any] = {"auth": entry["auth"]}
-    if "grant" in entry:
-        if entry["grant"] not in GRANT_CHOICES:
-            raise _problem(name, "grant", 'must be "authorization_code" or "client_credentials"')
-        options["grant"] = entry["grant"]
-    for key in ("client_id", "client_secret_env", "client_metadata_url", "issuer"):
-        if key in entry:
-            options[key] = _string(name, key, entry[key])
+    stray = [key for key in MCP_OAUTH_KEYS if key in entry]
+    if stray:
+        raise _problem(
+            name, stray[0], 'applies only with auth = "oauth"; add it or remove this key'
+        )
+
+
+def _check_client(name: str, options: Mapping[str, Any]) -> None:
+    """A secret's variable belongs to a ``client_id``; a Client ID Metadata Document
+    is an https:// URL used instead of one; an issuer is an http(s) URL."""
     if "client_secret_env" in options:
         if not is_variable_name(options["client_secret_env"]):
             raise _problem(
@@ -266,29 +326,19 @@ def _oauth_options(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
             )
     if "issuer" in options and not options["issuer"].startswith(("http://", "https://")):
         raise _problem(name, "issuer", "must be the authorization server's http(s) URL")
-    if "scopes" in entry:
-        options["scopes"] = _strings(name, "scopes", entry["scopes"])
-        if any(not scope or " " in scope for scope in options["scopes"]):
-            raise _problem(name, "scopes", "must be a list of scopes, each one word")
-    if "token_endpoint_auth_method" in entry:
-        method = entry["token_endpoint_auth_method"]
-        if method not in TOKEN_AUTH_CHOICES:
-            raise _problem(
-                name,
-                "token_endpoint_auth_method",
-                'must be "client_secret_basic", "client_secret_post" or "none"',
-            )
-        if (method == "none") == ("client_secret_env" in options):
-            need = "needs no" if method == "none" else "needs a"
-            raise _problem(
-                name, "token_endpoint_auth_method", f"{method!r} {need} 'client_secret_env'"
-            )
-        options["token_endpoint_auth_method"] = method
-    if "redirect_port" in entry:
-        port = entry["redirect_port"]
-        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-            raise _problem(name, "redirect_port", "must be a port number from 1 to 65535")
-        options["redirect_port"] = port
+
+
+def _check_secret_for_method(name: str, options: Mapping[str, Any]) -> None:
+    """``token_endpoint_auth_method = "none"`` exactly when there is no secret."""
+    method = options.get("token_endpoint_auth_method")
+    if method is not None and (method == "none") == ("client_secret_env" in options):
+        need = "needs no" if method == "none" else "needs a"
+        raise _problem(name, "token_endpoint_auth_method", f"{method!r} {need} 'client_secret_env'")
+
+
+def _check_grant(name: str, options: Mapping[str, Any]) -> None:
+    """``client_credentials`` has a secret and no browser (no metadata document, no
+    redirect port); only it has an ``issuer``."""
     if options.get("grant") == "client_credentials":
         if "client_secret_env" not in options:
             raise _problem(
@@ -299,6 +349,23 @@ def _oauth_options(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
             raise _problem(name, key, 'applies only to grant = "authorization_code"')
     elif "issuer" in options:
         raise _problem(name, "issuer", 'applies only to grant = "client_credentials"')
+
+
+def _oauth_options(name: str, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The OAuth keys (``auth = "oauth"`` and what goes with it), checked together."""
+    if "auth" not in entry:
+        _refuse_oauth_keys(name, entry)
+        return {}
+    if entry["auth"] not in AUTH_CHOICES:
+        raise _problem(name, "auth", 'must be "oauth" (or leave it out: no authorization)')
+    options: dict[str, Any] = {"auth": entry["auth"]}
+    options.update(_checked(name, entry, _CLIENT_CHECKS))
+    _check_client(name, options)
+    options.update(_checked(name, entry, _TOKEN_CHECKS))
+    _check_secret_for_method(name, options)
+    if "redirect_port" in entry:
+        options["redirect_port"] = _port(name, "redirect_port", entry["redirect_port"])
+    _check_grant(name, options)
     return options
 
 

@@ -108,42 +108,50 @@ def _tool(spec: ToolSpec) -> types.Tool:
     )
 
 
-def build_server(backend: Backend) -> Server:
-    def audited(handler: Callable[[Any, Any], Awaitable[Any]]) -> Any:
-        """The handler, each call recorded in the audit log: the client, the
-        method (and tool), the sessions it read or wrote, the result's SHA-256."""
+def _audited(backend: Backend, handler: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    """The handler, each call recorded in the audit log: the client, the
+    method (and tool), the sessions it read or wrote, the result's SHA-256."""
 
-        async def recorded(ctx: Any, params: Any) -> Any:
-            recorder, client = backend.audit(ctx.request)
-            if client is None:
-                given = ctx.session.client_params
-                client = "mcp:" + (given.client_info.name if given is not None else "unknown")
-            call = ctx.method
-            if isinstance(params, types.CallToolRequestParams | types.GetPromptRequestParams):
-                call = f"{call} {params.name}"
-            elif isinstance(params, types.ReadResourceRequestParams):
-                call = f"{call} {params.uri}"
-            with touching() as session_ids:
-                try:
-                    result = await handler(ctx, params)
-                except MCPError as exc:
-                    recorder.record(client, call, session_ids, str(exc), "error")
-                    raise
-            outcome = "error" if getattr(result, "is_error", False) else "ok"
-            recorder.record(client, call, session_ids, result.model_dump_json(), outcome)
-            return result
+    async def recorded(ctx: Any, params: Any) -> Any:
+        recorder, client = backend.audit(ctx.request)
+        if client is None:
+            given = ctx.session.client_params
+            client = "mcp:" + (given.client_info.name if given is not None else "unknown")
+        call = ctx.method
+        if isinstance(params, types.CallToolRequestParams | types.GetPromptRequestParams):
+            call = f"{call} {params.name}"
+        elif isinstance(params, types.ReadResourceRequestParams):
+            call = f"{call} {params.uri}"
+        with touching() as session_ids:
+            try:
+                result = await handler(ctx, params)
+            except MCPError as exc:
+                recorder.record(client, call, session_ids, str(exc), "error")
+                raise
+        outcome = "error" if getattr(result, "is_error", False) else "ok"
+        recorder.record(client, call, session_ids, result.model_dump_json(), outcome)
+        return result
 
-        return recorded
+    return recorded
+
+
+class _Handlers:
+    """The server's answer to each request, from the backend's service."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
 
     async def list_tools(
-        ctx: Context, params: types.PaginatedRequestParams | None
+        self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        async with backend.service(ctx.request) as service:
+        async with self.backend.service(ctx.request) as service:
             offered = _offered(service)
         return types.ListToolsResult(tools=[_tool(spec) for spec in offered.values()])
 
-    async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
-        async with backend.service(ctx.request) as service:
+    async def call_tool(
+        self, ctx: Context, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        async with self.backend.service(ctx.request) as service:
             offered = _offered(service)
         spec = offered.get(params.name)
         if spec is None:
@@ -152,10 +160,10 @@ def build_server(backend: Backend) -> Server:
             )
         try:
             arguments = Arguments(params.arguments, spec.properties)
-            async with backend.service(ctx.request) as service:
+            async with self.backend.service(ctx.request) as service:
 
                 def turn(session_id: str, message: str, if_busy: str) -> Awaitable[TurnResult]:
-                    return backend.turn(ctx.request, service, session_id, message, if_busy)
+                    return self.backend.turn(ctx.request, service, session_id, message, if_busy)
 
                 reply = await spec.run(Call(service, arguments, turn))
         except (ToolFailure, FolikoError) as exc:
@@ -167,10 +175,10 @@ def build_server(backend: Backend) -> Server:
         return types.CallToolResult(content=content, structured_content=reply.data)
 
     async def list_resources(
-        ctx: Context, params: types.PaginatedRequestParams | None
+        self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
         cursor = params.cursor if params is not None else None
-        async with backend.service(ctx.request) as service:
+        async with self.backend.service(ctx.request) as service:
             entries, next_cursor = await resource_page(service, cursor)
         return types.ListResourcesResult(
             resources=[types.Resource.model_validate(entry) for entry in entries],
@@ -178,7 +186,7 @@ def build_server(backend: Backend) -> Server:
         )
 
     async def list_templates(
-        ctx: Context, params: types.PaginatedRequestParams | None
+        self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListResourceTemplatesResult:
         template = types.ResourceTemplate(
             uri_template=TEMPLATE,
@@ -190,7 +198,7 @@ def build_server(backend: Backend) -> Server:
         return types.ListResourceTemplatesResult(resource_templates=[template])
 
     async def read_resource(
-        ctx: Context, params: types.ReadResourceRequestParams
+        self, ctx: Context, params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
         uri = str(params.uri)
         session_id = session_id_of(uri)
@@ -199,7 +207,7 @@ def build_server(backend: Backend) -> Server:
                 INVALID_PARAMS, f"unknown resource {uri!r}; write {TEMPLATE}", {"uri": uri}
             )
         try:
-            async with backend.service(ctx.request) as service:
+            async with self.backend.service(ctx.request) as service:
                 text = await service.transcript(session_id)
         except CorruptSessionError as exc:
             raise MCPError(INTERNAL_ERROR, failure_text(exc), {"uri": uri}) from None
@@ -211,9 +219,9 @@ def build_server(backend: Backend) -> Server:
         return types.ReadResourceResult(contents=contents)
 
     async def list_prompts(
-        ctx: Context, params: types.PaginatedRequestParams | None
+        self, ctx: Context, params: types.PaginatedRequestParams | None
     ) -> types.ListPromptsResult:
-        async with backend.service(ctx.request) as service:
+        async with self.backend.service(ctx.request) as service:
             try:
                 listed = agent_prompts(service)
             except FolikoError as exc:
@@ -222,9 +230,9 @@ def build_server(backend: Backend) -> Server:
         return types.ListPromptsResult(prompts=prompts)
 
     async def get_prompt(
-        ctx: Context, params: types.GetPromptRequestParams
+        self, ctx: Context, params: types.GetPromptRequestParams
     ) -> types.GetPromptResult:
-        async with backend.service(ctx.request) as service:
+        async with self.backend.service(ctx.request) as service:
             try:
                 description, texts = agent_prompt(service, params.name, params.arguments)
             except PromptError as exc:
@@ -235,16 +243,19 @@ def build_server(backend: Backend) -> Server:
         ]
         return types.GetPromptResult(description=description, messages=messages)
 
+
+def build_server(backend: Backend) -> Server:
+    handlers = _Handlers(backend)
     return Server(
         NAME,
         version=__version__,
         title="foliko sessions",
         instructions=INSTRUCTIONS,
-        on_list_tools=audited(list_tools),
-        on_call_tool=audited(call_tool),
-        on_list_resources=audited(list_resources),
-        on_list_resource_templates=audited(list_templates),
-        on_read_resource=audited(read_resource),
-        on_list_prompts=audited(list_prompts),
-        on_get_prompt=audited(get_prompt),
+        on_list_tools=_audited(backend, handlers.list_tools),
+        on_call_tool=_audited(backend, handlers.call_tool),
+        on_list_resources=_audited(backend, handlers.list_resources),
+        on_list_resource_templates=_audited(backend, handlers.list_templates),
+        on_read_resource=_audited(backend, handlers.read_resource),
+        on_list_prompts=_audited(backend, handlers.list_prompts),
+        on_get_prompt=_audited(backend, handlers.get_prompt),
     )

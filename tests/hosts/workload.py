@@ -301,7 +301,9 @@ class Clients:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _resume(self, turn: Turn, host: int, body: dict[str, Any]) -> None:
+    # C901 (20 > 15): left whole until it can be refactored under the harness it
+    # drives (root, ip, nft, initdb, redis-server: `make test-hosts`).
+    async def _resume(self, turn: Turn, host: int, body: dict[str, Any]) -> None:  # noqa: C901
         """Stream a background response from its host for a few events, then
         from the other hosts with ``starting_after``, checking that the
         events come in sequence, none twice and none missing."""

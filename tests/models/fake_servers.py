@@ -141,112 +141,119 @@ class FakeServer:
         return reply
 
 
-def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+class _Handler(BaseHTTPRequestHandler):
+    """Answers for ``fake`` (set by ``_handler_for``: ``self.server`` is the HTTP server)."""
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
+    protocol_version = "HTTP/1.1"
+    fake: FakeServer
 
-        def _record_other(self) -> None:
-            """Any other method (a proxy's CONNECT) is recorded and refused."""
-            headers = {name.lower(): value for name, value in self.headers.items()}
-            with server._lock:
-                server.requests.append(Recorded(self.command, self.path, headers, None, b""))
-                server.arrived.notify_all()
-            self._send(error_reply(405, f"fake server: {self.command} is not served"))
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
 
-        def do_GET(self) -> None:
-            """Metadata probes (``/v1/models``, ``/props``) go to ``probes``: answered
-            from ``server.metadata`` when the test set it, else 404."""
-            headers = {name.lower(): value for name, value in self.headers.items()}
-            with server._lock:
-                server.probes.append(Recorded("GET", self.path, headers, None, b""))
-            body = server.metadata.get(self.path)
-            if body is None:
+    def _record_other(self) -> None:
+        """Any other method (a proxy's CONNECT) is recorded and refused."""
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        with self.fake._lock:
+            self.fake.requests.append(Recorded(self.command, self.path, headers, None, b""))
+            self.fake.arrived.notify_all()
+        self._send(error_reply(405, f"fake server: {self.command} is not served"))
+
+    def do_GET(self) -> None:
+        """Metadata probes (``/v1/models``, ``/props``) go to ``probes``: answered
+        from ``self.fake.metadata`` when the test set it, else 404."""
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        with self.fake._lock:
+            self.fake.probes.append(Recorded("GET", self.path, headers, None, b""))
+        body = self.fake.metadata.get(self.path)
+        if body is None:
+            self._send(error_reply(404, f"fake server: no route {self.path}"))
+        else:
+            self._send(Reply(body=body))
+
+    do_CONNECT = do_PUT = do_DELETE = _record_other
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = orjson.loads(raw) if raw else None
+        except orjson.JSONDecodeError:
+            body = None
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        recorded = Recorded("POST", self.path, headers, body, raw)
+        if self.path not in KNOWN_PATHS:
+            with self.fake._lock:
+                self.fake.probes.append(recorded)
+            answer = self.fake.metadata.get(self.path)
+            if answer is None:
                 self._send(error_reply(404, f"fake server: no route {self.path}"))
             else:
-                self._send(Reply(body=body))
+                self._send(Reply(body=answer))
+            return
+        self._send(self.fake._next_reply(recorded))
 
-        do_CONNECT = do_PUT = do_DELETE = _record_other
+    def _send(self, reply: Reply) -> None:
+        try:
+            if reply.stall is not None and reply.stall_after is None:
+                reply.stall.wait(STALL_LIMIT)
+            if reply.drop:
+                self._abort()
+            elif reply.events is not None:
+                self._send_events(reply)
+            else:
+                self._send_json(reply)
+        except OSError:
+            self.close_connection = True  # the client went away
 
-        def do_POST(self) -> None:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = orjson.loads(raw) if raw else None
-            except orjson.JSONDecodeError:
-                body = None
-            headers = {name.lower(): value for name, value in self.headers.items()}
-            recorded = Recorded("POST", self.path, headers, body, raw)
-            if self.path not in KNOWN_PATHS:
-                with server._lock:
-                    server.probes.append(recorded)
-                answer = server.metadata.get(self.path)
-                if answer is None:
-                    self._send(error_reply(404, f"fake server: no route {self.path}"))
-                else:
-                    self._send(Reply(body=answer))
-                return
-            self._send(server._next_reply(recorded))
+    def _start(self, reply: Reply, content_type: str) -> None:
+        self.send_response(reply.status)
+        self.send_header("content-type", content_type)
+        for name, value in reply.headers.items():
+            self.send_header(name, value)
 
-        def _send(self, reply: Reply) -> None:
-            try:
-                if reply.stall is not None and reply.stall_after is None:
-                    reply.stall.wait(STALL_LIMIT)
-                if reply.drop:
-                    self._abort()
-                elif reply.events is not None:
-                    self._send_events(reply)
-                else:
-                    self._send_json(reply)
-            except OSError:
-                self.close_connection = True  # the client went away
+    def _send_json(self, reply: Reply) -> None:
+        payload = orjson.dumps(reply.body) if reply.body is not None else b""
+        self._start(reply, "application/json")
+        self.send_header("content-length", str(len(payload)))
+        self.end_headers()
+        if reply.cut_after is not None:
+            self.wfile.write(payload[: reply.cut_after])
+            self._abort()
+            return
+        self.wfile.write(payload)
+        self.wfile.flush()
 
-        def _start(self, reply: Reply, content_type: str) -> None:
-            self.send_response(reply.status)
-            self.send_header("content-type", content_type)
-            for name, value in reply.headers.items():
-                self.send_header(name, value)
-
-        def _send_json(self, reply: Reply) -> None:
-            payload = orjson.dumps(reply.body) if reply.body is not None else b""
-            self._start(reply, "application/json")
-            self.send_header("content-length", str(len(payload)))
-            self.end_headers()
-            if reply.cut_after is not None:
-                self.wfile.write(payload[: reply.cut_after])
+    def _send_events(self, reply: Reply) -> None:
+        self._start(reply, "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for index, event in enumerate(reply.events or []):
+            if index == reply.cut_after:
                 self._abort()
                 return
-            self.wfile.write(payload)
+            if index == reply.stall_after and reply.stall is not None:
+                reply.stall.wait(STALL_LIMIT)
+            data = event.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
+        if reply.cut_after is not None and reply.cut_after >= len(reply.events or []):
+            self._abort()
+            return
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
-        def _send_events(self, reply: Reply) -> None:
-            self._start(reply, "text/event-stream")
-            self.send_header("cache-control", "no-cache")
-            self.send_header("transfer-encoding", "chunked")
-            self.end_headers()
-            for index, event in enumerate(reply.events or []):
-                if index == reply.cut_after:
-                    self._abort()
-                    return
-                if index == reply.stall_after and reply.stall is not None:
-                    reply.stall.wait(STALL_LIMIT)
-                data = event.encode()
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-                self.wfile.flush()
-            if reply.cut_after is not None and reply.cut_after >= len(reply.events or []):
-                self._abort()
-                return
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+    def _abort(self) -> None:
+        """End the connection without finishing the body."""
+        self.wfile.flush()
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
 
-        def _abort(self) -> None:
-            """End the connection without finishing the body."""
-            self.wfile.flush()
-            self.close_connection = True
-            with contextlib.suppress(OSError):
-                self.connection.shutdown(socket.SHUT_RDWR)
+
+def _handler_for(server: FakeServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(_Handler):
+        fake = server
 
     return Handler
 
