@@ -1,5 +1,6 @@
 """``foliko sessions``: list, show, delete, forget, rename, clear, export, import, prune, vars
-(search, trash and restore have modules of their own)."""
+(export, import, search, compact, uncompact, tree, trash and restore have
+modules of their own, loaded when they run)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,6 @@ from foliko_cli.cli.params import (
     sessions_argument,
     storage_option,
 )
-from foliko_cli.cli.trash import note_reset, restore, trash, trash_kept
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ExitCode, UsageError, VariableNotSetError
 from foliko_cli.messages.public import record_to_dict, summary_to_dict
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
         "compact": ("foliko_cli.cli.compaction", "compact"),
         "uncompact": ("foliko_cli.cli.compaction", "uncompact"),
         "tree": ("foliko_cli.cli.tree", "tree"),
+        "trash": ("foliko_cli.cli.trash", "trash"),
+        "restore": ("foliko_cli.cli.trash", "restore"),
     },
 )
 def sessions() -> None:
@@ -510,6 +512,8 @@ def clear(ctx: click.Context, session_ids: list[str], everything: bool, as_json:
     facade.clear_session(session_id, variables=everything)
     if as_json:
         emit_json({"cleared": session_id, "variables_cleared": everything})
+    from foliko_cli.cli.trash import note_reset
+
     note_reset(facade, session_id, "was cleared")
 
 
@@ -542,6 +546,8 @@ def rewind(ctx: click.Context, session_ids: list[str], turns: int, as_json: bool
     record = facade.rewind_session(session_id, turns=turns)
     if as_json:
         emit_json({"rewound": session_id, "turns": turns, "messages": len(record.messages)})
+    from foliko_cli.cli.trash import note_reset
+
     note_reset(facade, session_id, f"now has {len(record.messages)} message(s)")
 
 
@@ -590,6 +596,8 @@ def prune(ctx: click.Context, older_than: int, dry_run: bool, as_json: bool) -> 
             f"session {session_id!r} is unreadable and was not deleted; see 'foliko storage check'"
         )
     verb = "would delete" if dry_run else "deleted"
+    from foliko_cli.cli.trash import trash_kept
+
     kept = trash_kept(facade)
     where = f"; the trash keeps them for {kept}" if kept and report.deleted and not dry_run else ""
     note(f"{verb} {len(report.deleted)} session(s){where}")
@@ -668,7 +676,3 @@ def vars(ctx: click.Context, words: tuple[str, ...], flagged: str | None, fmt: s
         facade.update_variables(session_id, {key: value})
     else:
         facade.update_variables(session_id, {}, unset=(rest[0],))
-
-
-sessions.add_command(trash)
-sessions.add_command(restore)
