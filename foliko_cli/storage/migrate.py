@@ -3,8 +3,9 @@
 Each session goes through the canonical record: read from the source, written
 to the target in batches, read back and compared (message count and content
 hash). The target's search index, where it keeps one itself, is built once
-after the copy (``capabilities.index_after``). A session already in the target with the same content is skipped, so
-an interrupted run finishes the job when run again. The source is only read.
+after the copy (``capabilities.index_after``). A session already in the
+target with the same content is skipped, so an interrupted run finishes the
+job when run again. The source is only read.
 The texts of the fragments a batch's sessions use are copied before them
 (a target that keeps no texts gets them inline in the references).
 
