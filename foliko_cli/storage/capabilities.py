@@ -14,6 +14,8 @@ functions on every backend.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Protocol, runtime_checkable
 
 from foliko_cli.common.clock import now_ms
@@ -77,6 +79,11 @@ class LoadedCopy(Protocol):
     async def copy_loaded(
         self, records: list[SessionRecord], *, expected_revisions: list[int | None] | None = None
     ) -> dict[str, str]: ...
+
+
+@runtime_checkable
+class DeferredIndex(Protocol):
+    def index_after(self) -> contextlib.AbstractAsyncContextManager[None]: ...
 
 
 @runtime_checkable
@@ -182,6 +189,19 @@ async def copy_loaded(
         if digests.get(record.session_id) != digest_of(record):
             differing[record.session_id] = DIFFERS
     return differing
+
+
+@contextlib.asynccontextmanager
+async def index_after(storage: SessionStorageAdapter) -> AsyncIterator[None]:
+    """Writes inside may leave a search index the backend keeps itself to be
+    completed once when the block ends (a bulk copy); a search never misses
+    what they wrote, even if the block ends by an error. Generic: nothing
+    changes (each write indexes what it writes)."""
+    if isinstance(storage, DeferredIndex):
+        async with storage.index_after():
+            yield
+    else:
+        yield
 
 
 async def content_digests(

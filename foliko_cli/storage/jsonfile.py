@@ -170,6 +170,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
     def __init__(self, directory: str | os.PathLike[str]):
         self.directory = Path(directory)
         self._locks = SessionFileLocks(self.directory / LOCK_DIRECTORY)
+        self._intent = os.path.join(self.directory, INTENT)
 
     def __repr__(self) -> str:
         return f"JsonStorage({str(self.directory)!r})"
@@ -742,7 +743,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         """Complete a forget that a crash left committed but not applied: under the
         forget lock (so never one still running) and the write locks of the
         sessions it names (so never under a writer)."""
-        if not os.path.lexists(self.directory / INTENT):
+        if not os.path.lexists(self._intent):  # a str path: each load of a migration checks
             return
         async with self._locks.hold(_FORGET_KEY, WRITE_LOCK_TIMEOUT, remove_if=lambda: True):
             try:

@@ -2,8 +2,10 @@
 
 Each session goes through the canonical record: read from the source, written
 to the target in batches, read back and compared (message count and content
-hash). A session already in the target with the same content is skipped, so
-an interrupted run finishes the job when run again. The source is only read.
+hash). The target's search index, where it keeps one itself, is built once
+after the copy (``capabilities.index_after``). A session already in the
+target with the same content is skipped, so an interrupted run finishes the
+job when run again. The source is only read.
 The texts of the fragments a batch's sessions use are copied before them
 (a target that keeps no texts gets them inline in the references).
 
@@ -87,16 +89,17 @@ async def migrate(
     report = MigrationReport(
         total=len(session_ids), dry_run=dry_run, source=source.location, target=target.location
     )
-    for start in range(0, len(session_ids), batch_size):
-        batch = session_ids[start : start + batch_size]
-        pending = await _collect(source, target, batch, already, report, overwrite)
-        if dry_run:
-            report.copied.extend(record.session_id for record, _ in pending)
-        elif pending:
-            pending = await _with_fragments(source, target, pending)
-            await _copy(target, pending, report)
-        if progress:
-            progress(len(batch))
+    async with capabilities.index_after(target):
+        for start in range(0, len(session_ids), batch_size):
+            batch = session_ids[start : start + batch_size]
+            pending = await _collect(source, target, batch, already, report, overwrite)
+            if dry_run:
+                report.copied.extend(record.session_id for record, _ in pending)
+            elif pending:
+                pending = await _with_fragments(source, target, pending)
+                await _copy(target, pending, report)
+            if progress:
+                progress(len(batch))
     return report
 
 

@@ -152,6 +152,11 @@ class UserScopedStorage(StorageView):
             )
         return {self._own(k) or k: v for k, v in differing.items()}
 
+    @contextlib.asynccontextmanager
+    async def index_after(self) -> AsyncIterator[None]:
+        async with capabilities.index_after(self.inner):
+            yield
+
     async def append(
         self,
         session_id: str,

@@ -71,10 +71,13 @@ from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.sqlite_search import (
     bound_indexed_text,
+    complete_pending,
     create_index,
+    create_pending,
     index_problems,
     keep_text,
     optimize_index,
+    pending,
     rebuild_index,
 )
 from foliko_cli.storage.sqlite_search import search as sqlite_search
@@ -134,6 +137,11 @@ async def keep_indexed_text(db: SQLiteExecutor, dialect: Dialect) -> None:
     keep_text(db.connection)
 
 
+async def mark_search_pending(db: SQLiteExecutor, dialect: Dialect) -> None:
+    """Where a bulk copy marks the index behind until it is completed (sqlite_search.py)."""
+    create_pending(db.connection)
+
+
 MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     create_sessions_and_messages,
     import_seed_sessions,
@@ -143,6 +151,7 @@ MIGRATIONS: list[Step[SQLiteExecutor, Dialect]] = [
     keep_indexed_text,
     schema.create_fragments,
     schema.create_audit,
+    mark_search_pending,
 ]
 
 
@@ -192,6 +201,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         self._opened: list[sqlite3.Connection] = []
         self._opened_lock = threading.Lock()
         self._has_seed_table: bool | None = None
+        self._defer_index = False
 
     def __repr__(self) -> str:
         return f"SQLiteStorage({self.path!r})"
@@ -215,6 +225,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
             run_now(migrate(SQLiteExecutor(db), SQLITE, MIGRATIONS, self.path))
+            self._complete_index(db)
         except sqlite3.DatabaseError as exc:
             db.close()
             raise self._error(exc) from None
@@ -224,6 +235,30 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         with self._opened_lock:
             self._opened.append(db)
         return db
+
+    @staticmethod
+    def _complete_index(db: sqlite3.Connection) -> None:
+        """Index what a bulk copy left out, if one was stopped before it did
+        (sqlite_search.py, ``complete_pending``)."""
+        if pending(db):
+            with SQLITE.transaction(db):
+                complete_pending(db)
+
+    @contextlib.asynccontextmanager
+    async def index_after(self) -> AsyncIterator[None]:
+        """The batches saved inside leave their messages out of the search index,
+        marked behind in the same transactions, and the index is completed once
+        at the end (a bulk copy builds the index in two statements instead of
+        two per batch). A block that ends by an error leaves the mark: the next
+        connection to open the database, or the next search, completes it."""
+        self._defer_index = True
+        try:
+            yield
+        finally:
+            self._defer_index = False
+        if not self._absent():
+            with self._guard():
+                self._complete_index(self.db)
 
     def _refuse_hard_links(self) -> None:
         try:
@@ -474,7 +509,11 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         with self._guard(), self._write() as db:
             written = run_now(
                 writes.replace_records(
-                    SQLiteExecutor(db), SQLITE, records, expected, where=self.path
+                    SQLiteExecutor(db, defer_index=self._defer_index),
+                    SQLITE,
+                    records,
+                    expected,
+                    where=self.path,
                 )
             )
             return written, _differing(db, written.texts) if read_back else []
@@ -840,6 +879,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         from foliko_cli.storage.search import scan_search
 
         with self._guard():
+            self._complete_index(self.db)
             hits = sqlite_search(self.db, query, self.path)
         return hits if hits is not None else await scan_search(self, query)
 

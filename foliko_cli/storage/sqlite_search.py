@@ -9,6 +9,14 @@ messages that still exist. The writers call
 ``index_records``/``unindex`` inside their own transaction: a message is
 searchable the moment its turn commits, from any connection.
 
+A bulk copy (``storage migrate``) defers that: each batch it writes records,
+in its own transaction, that the index is behind (``mark_pending``: one row
+of ``search_pending``), and the index is completed once after the copy
+(``complete_pending``: every message with no ``message_search`` row, in two
+statements), which also deletes the mark. A copy that stops in between
+leaves the mark, and the next connection to open the database, or the next
+search, completes the index, so a search never silently misses a message.
+
 Where this SQLite has no FTS5, the migration creates nothing, the helpers do
 nothing and searching falls back to a scan.
 """
@@ -24,6 +32,9 @@ from foliko_cli.errors import CorruptSessionError, UsageError
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery, Term
 
+_HASH = 1 << 20  # FTS5's default hashsize
+_BULK_HASH = 16 << 20
+_SET_HASH = "INSERT INTO messages_fts (messages_fts, rank) VALUES ('hashsize', ?)"
 _INDEXED_CHARS = 250_000  # search.INDEXED_CHARS, which this module must not import
 _TEXT = (
     "CASE WHEN json_valid(CAST(m.body AS TEXT)) "
@@ -79,6 +90,54 @@ def create_index(db: sqlite3.Connection) -> None:
            SELECT session_id, seq, role, created_at FROM messages ORDER BY session_id, seq"""
     )
     db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('rebuild')")
+
+
+def create_pending(db: sqlite3.Connection) -> None:
+    """The migration step that adds the mark of an index behind its messages
+    (``mark_pending``); an index that is not behind has no row in it."""
+    if _indexed(db):
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS search_pending (id INTEGER PRIMARY KEY CHECK (id = 1))"
+        )
+
+
+def mark_pending(db: sqlite3.Connection) -> None:
+    """Inside a write that left its messages out of the index: the index is behind."""
+    if _indexed(db):
+        db.execute("INSERT OR IGNORE INTO search_pending (id) VALUES (1)")
+
+
+def pending(db: sqlite3.Connection) -> bool:
+    """Whether messages were written without being indexed (``mark_pending``)."""
+    try:
+        return db.execute("SELECT 1 FROM search_pending").fetchone() is not None
+    except sqlite3.OperationalError:  # no index, so no mark (or not migrated yet)
+        return False
+
+
+def complete_pending(db: sqlite3.Connection) -> None:
+    """Inside a write transaction: index every message that has no
+    ``message_search`` row (written while indexing was deferred), in two
+    statements SQLite runs itself, and delete the mark."""
+    if not pending(db):
+        return
+    start = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM message_search").fetchone()[0]
+    db.execute(
+        f"""INSERT INTO message_search (session_id, seq, role, created_at, text)
+            SELECT m.session_id, m.seq, m.role, m.created_at, {_TEXT} FROM messages m
+            WHERE NOT EXISTS (SELECT 1 FROM message_search s
+                              WHERE s.session_id = m.session_id AND s.seq = m.seq)
+            ORDER BY m.session_id, m.seq"""
+    )
+    # FTS5 writes a segment each time its pending terms pass ``hashsize`` (1 MB),
+    # and merges them: 16 MB for the one large insert takes a third off it.
+    db.execute(_SET_HASH, (_BULK_HASH,))
+    db.execute(
+        "INSERT INTO messages_fts (rowid, text) SELECT id, text FROM message_search WHERE id >= ?",
+        (start,),
+    )
+    db.execute(_SET_HASH, (_HASH,))
+    db.execute("DELETE FROM search_pending")
 
 
 def bound_indexed_text(db: sqlite3.Connection) -> None:

@@ -136,8 +136,94 @@ def test_every_migrated_message_is_in_the_search_index(tmp_path, target, run):
     try:
         assert db.execute("SELECT COUNT(*) FROM message_search").fetchone() == (2400,)
         db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
+        assert db.execute("SELECT COUNT(*) FROM search_pending").fetchone() == (0,)
     finally:
         db.close()
+
+
+class Stop(Exception):
+    pass
+
+
+def stopped_after_two_batches(run, source, target) -> None:
+    """A migration of 1,200 sessions that stops after writing 1,000 of them,
+    before it builds the search index (a crash, or Ctrl-C)."""
+    copied = []
+
+    def progress(n: int) -> None:
+        copied.append(n)
+        if sum(copied) >= 1000:
+            raise Stop
+
+    with pytest.raises(Stop):
+        run(migrate(source, target, progress=progress))
+
+
+def indexed_and_pending(path: Path) -> tuple[int, int, int]:
+    db = sqlite3.connect(path)
+    try:
+        return (
+            db.execute("SELECT COUNT(*) FROM messages").fetchone()[0],
+            db.execute("SELECT COUNT(*) FROM message_search").fetchone()[0],
+            db.execute("SELECT COUNT(*) FROM search_pending").fetchone()[0],
+        )
+    finally:
+        db.close()
+
+
+@pytest.fixture
+def many(tmp_path, run) -> JsonStorage:
+    source = JsonStorage(tmp_path / "many")
+    run(source.save_many(originals(1200)))
+    return source
+
+
+def test_a_migration_stopped_before_its_index_leaves_it_to_the_next_open(
+    many, target, tmp_path, run
+):
+    stopped_after_two_batches(run, many, target)
+    run(target.close())
+    assert indexed_and_pending(target.path) == (2000, 0, 1)  # written, marked, not indexed
+    reopened = SQLiteStorage(target.path)
+    try:
+        (copied,) = reopened.db.execute("SELECT session_id FROM sessions LIMIT 1").fetchone()
+        assert indexed_and_pending(target.path) == (2000, 2000, 0)  # opening completed it
+        word = f"word{copied[1:]}"
+        assert sorted(where(find(run, reopened, word))) == [(copied, 0), (copied, 1)]
+        reopened.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
+        report = run(migrate(many, reopened))  # the rest, indexed at its end
+        assert report.ok and len(report.copied) == 200 and len(report.skipped) == 1000
+        assert indexed_and_pending(target.path) == (2400, 2400, 0)
+        (last,) = report.copied[-1:]
+        word = f"word{last[1:]}"
+        assert sorted(where(find(run, reopened, word))) == [(last, 0), (last, 1)]
+    finally:
+        run(reopened.close())
+
+
+def test_a_search_on_a_connection_opened_before_completes_an_index_left_behind(
+    many, target, tmp_path, run
+):
+    searching = SQLiteStorage(target.path)
+    try:
+        assert find(run, searching, "word5") == []  # opened before the migration
+        stopped_after_two_batches(run, many, target)
+        (copied,) = searching.db.execute("SELECT session_id FROM sessions LIMIT 1").fetchone()
+        word = f"word{copied[1:]}"
+        assert sorted(where(find(run, searching, word))) == [(copied, 0), (copied, 1)]
+        assert indexed_and_pending(target.path) == (2000, 2000, 0)
+    finally:
+        run(searching.close())
+
+
+def test_a_session_forgotten_before_the_index_is_completed_is_not_indexed(
+    many, target, tmp_path, run
+):
+    stopped_after_two_batches(run, many, target)
+    (copied,) = target.db.execute("SELECT session_id FROM sessions LIMIT 1").fetchone()
+    run(target.forget([], {copied: None}))
+    assert find(run, target, f"word{copied[1:]}") == []
+    assert indexed_and_pending(target.path) == (1998, 1998, 0)
 
 
 def test_a_session_damaged_in_the_target_is_reported_and_the_rest_is_copied(source, target, run):

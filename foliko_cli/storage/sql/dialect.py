@@ -129,9 +129,13 @@ class SQLiteDialect(Dialect):
             raise
 
     async def indexed(self, db: Any, batches: list[tuple[str, int, list[dict[str, Any]]]]) -> None:
-        from foliko_cli.storage.sqlite_search import index_records
+        from foliko_cli.storage.sqlite_search import index_records, mark_pending
 
-        index_records(db.connection, batches)
+        if getattr(db, "defer_index", False):
+            if any(messages for _, _, messages in batches):
+                mark_pending(db.connection)
+        else:
+            index_records(db.connection, batches)
 
     async def unindexed(self, db: Any, session_ids: list[str]) -> None:
         from foliko_cli.storage.sqlite_search import unindex

@@ -39,10 +39,13 @@ class Executor(Protocol):
 
 
 class SQLiteExecutor:
-    """A ``sqlite3`` connection; every call completes before it returns."""
+    """A ``sqlite3`` connection; every call completes before it returns. With
+    ``defer_index``, the messages its writes add are left out of the search
+    index, which is marked behind instead (sqlite_search.py, ``mark_pending``)."""
 
-    def __init__(self, connection: sqlite3.Connection):
+    def __init__(self, connection: sqlite3.Connection, *, defer_index: bool = False):
         self.connection = connection
+        self.defer_index = defer_index
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
         self.connection.execute(sql, params)
