@@ -225,7 +225,6 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                 db.execute("PRAGMA journal_mode = WAL")
                 db.execute("PRAGMA synchronous = NORMAL")
             run_now(migrate(SQLiteExecutor(db), SQLITE, MIGRATIONS, self.path))
-            self._complete_index(db)
         except sqlite3.DatabaseError as exc:
             db.close()
             raise self._error(exc) from None
@@ -239,7 +238,8 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     @staticmethod
     def _complete_index(db: sqlite3.Connection) -> None:
         """Index what a bulk copy left out, if one was stopped before it did
-        (sqlite_search.py, ``complete_pending``)."""
+        (sqlite_search.py, ``complete_pending``): before a search or a check
+        reads the index, never on open (a turn pays nothing for it)."""
         if pending(db):
             with SQLITE.transaction(db):
                 complete_pending(db)
@@ -250,7 +250,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         marked behind in the same transactions, and the index is completed once
         at the end (a bulk copy builds the index in two statements instead of
         two per batch). A block that ends by an error leaves the mark: the next
-        connection to open the database, or the next search, completes it."""
+        search, check or bulk copy completes it."""
         self._defer_index = True
         try:
             yield
@@ -761,6 +761,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
                     for sid, _, _ in self._unreadable_seed_rows()
                 )
                 problems.extend(self._orphans())
+                self._complete_index(self.db)
                 problems.extend(
                     StoredProblem("", self.path, reason, ProblemKind.INDEX)
                     for reason in index_problems(self.db, whole=not problems)

@@ -14,8 +14,8 @@ in its own transaction, that the index is behind (``mark_pending``: one row
 of ``search_pending``), and the index is completed once after the copy
 (``complete_pending``: every message with no ``message_search`` row, in two
 statements), which also deletes the mark. A copy that stops in between
-leaves the mark, and the next connection to open the database, or the next
-search, completes the index, so a search never silently misses a message.
+leaves the mark, and the next search, ``storage check`` or bulk copy
+completes the index first, so a search never silently misses a message.
 
 Where this SQLite has no FTS5, the migration creates nothing, the helpers do
 nothing and searching falls back to a scan.

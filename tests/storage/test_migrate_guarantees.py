@@ -178,7 +178,7 @@ def many(tmp_path, run) -> JsonStorage:
     return source
 
 
-def test_a_migration_stopped_before_its_index_leaves_it_to_the_next_open(
+def test_a_migration_stopped_before_its_index_leaves_it_to_the_next_search(
     many, target, tmp_path, run
 ):
     stopped_after_two_batches(run, many, target)
@@ -187,9 +187,10 @@ def test_a_migration_stopped_before_its_index_leaves_it_to_the_next_open(
     reopened = SQLiteStorage(target.path)
     try:
         (copied,) = reopened.db.execute("SELECT session_id FROM sessions LIMIT 1").fetchone()
-        assert indexed_and_pending(target.path) == (2000, 2000, 0)  # opening completed it
+        assert indexed_and_pending(target.path) == (2000, 0, 1)  # opening costs nothing
         word = f"word{copied[1:]}"
         assert sorted(where(find(run, reopened, word))) == [(copied, 0), (copied, 1)]
+        assert indexed_and_pending(target.path) == (2000, 2000, 0)  # the search completed it
         reopened.db.execute("INSERT INTO messages_fts (messages_fts) VALUES ('integrity-check')")
         report = run(migrate(many, reopened))  # the rest, indexed at its end
         assert report.ok and len(report.copied) == 200 and len(report.skipped) == 1000
@@ -214,6 +215,13 @@ def test_a_search_on_a_connection_opened_before_completes_an_index_left_behind(
         assert indexed_and_pending(target.path) == (2000, 2000, 0)
     finally:
         run(searching.close())
+
+
+def test_storage_check_completes_an_index_left_behind_instead_of_reporting_it(many, target, run):
+    stopped_after_two_batches(run, many, target)
+    assert indexed_and_pending(target.path) == (2000, 0, 1)
+    assert run(target.check()) == []
+    assert indexed_and_pending(target.path) == (2000, 2000, 0)
 
 
 def test_a_session_forgotten_before_the_index_is_completed_is_not_indexed(
