@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import copy
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError
+from foliko_cli.messages.exact_json import copied
 
 if TYPE_CHECKING:
     from foliko_cli.messages.record import SessionRecord
@@ -135,18 +135,18 @@ class SessionContext:
             message_count=len(self.messages),
             message_offset=self.message_offset,
             revision=self.revision,
-            variables=copy.deepcopy(self.variables),
+            variables=copied(self.variables),
             metadata=dict(self.metadata),
-            compression_state=copy.deepcopy(self.compression_state),
+            compression_state=copied(self.compression_state),
         )
 
     def restore(self, checkpoint: SessionCheckpoint) -> None:
         del checkpoint.messages[checkpoint.message_count :]
         self.messages = checkpoint.messages
         self.message_offset = checkpoint.message_offset
-        self.variables = copy.deepcopy(checkpoint.variables)
+        self.variables = copied(checkpoint.variables)
         self.metadata = dict(checkpoint.metadata)
-        self.compression_state = copy.deepcopy(checkpoint.compression_state)
+        self.compression_state = copied(checkpoint.compression_state)
         self.revision = checkpoint.revision
 
     # storage

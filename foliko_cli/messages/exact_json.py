@@ -3,7 +3,7 @@ numbers."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -11,6 +11,7 @@ MAX_DEPTH = 200
 MIN_INT, MAX_INT = -(2**63), 2**64 - 1  # what orjson writes and reads back exactly
 _DIGITS_AS_ZERO = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
 _NINETEEN_DIGITS = b"0" * 19
+T = TypeVar("T")
 
 
 def loads(data: bytes | str) -> Any:
@@ -70,5 +71,22 @@ def check_value(value: Any, depth: int = 0) -> None:
         raise ValueError(f"a {kind.__name__} is not a JSON value")
 
 
+def copied(value: T) -> T:
+    """A deep copy of a JSON value: its objects and arrays copied, the rest shared
+    (immutable). Anything else is left to ``copy.deepcopy``; for JSON this is
+    what it would return, about four times faster (a turn copies its state)."""
+    kind = type(value)
+    if kind is dict:
+        return cast(T, {key: copied(item) for key, item in cast(dict[Any, Any], value).items()})
+    if kind is list:
+        return cast(T, [copied(item) for item in cast(list[Any], value)])
+    if kind in _SCALARS:
+        return value
+    import copy
+
+    return copy.deepcopy(value)
+
+
 _PLAIN = frozenset({str, bool, type(None)})
+_SCALARS = _PLAIN | {int, float}
 _INF = float("inf")

@@ -15,7 +15,7 @@ functions on every backend.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 from foliko_cli.common.clock import now_ms
@@ -94,6 +94,11 @@ class RecentLoad(Protocol):
 @runtime_checkable
 class StateLoad(Protocol):
     async def load_state(self, session_id: str) -> SessionRecord | None: ...
+
+
+_Load = Callable[[str], Awaitable[SessionRecord | None]]
+"""``load_recent`` or ``load_state``: a turn asks for one, so it is looked up, not
+checked with ``isinstance`` (a protocol's check walks its members every time)."""
 
 
 @runtime_checkable
@@ -221,8 +226,9 @@ async def load_recent(storage: SessionStorageAdapter, session_id: str) -> Sessio
     """The session with only the messages a turn sends: those after the compression
     summary (``compression_state.covered``); ``first_seq`` says where they start.
     A range read keeps a turn on a long, compressed session bounded (P2)."""
-    if isinstance(storage, RecentLoad):
-        return await storage.load_recent(session_id)
+    native: _Load | None = getattr(storage, "load_recent", None)  # isinstance(RecentLoad), fast
+    if native is not None:
+        return await native(session_id)
     record = await storage.load(session_id)
     if record is not None:
         start = covered_messages(record, len(record.messages))
@@ -237,8 +243,9 @@ async def load_state(storage: SessionStorageAdapter, session_id: str) -> Session
     costs the same however long the history. A native one checks the positions
     of the messages ``load_recent`` would read (without reading them) or the
     count against what is stored."""
-    if isinstance(storage, StateLoad):
-        return await storage.load_state(session_id)
+    native: _Load | None = getattr(storage, "load_state", None)  # isinstance(StateLoad), fast
+    if native is not None:
+        return await native(session_id)
     record = await storage.load(session_id)
     if record is not None:
         record.first_seq = len(record.messages)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import threading
 from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, CorruptSessionError
+from foliko_cli.messages.exact_json import copied
 from foliko_cli.messages.record import (
     SessionRecord,
     SessionState,
@@ -75,7 +75,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         if record is None:
             return None
         self._check(record)
-        return copy.deepcopy(record)
+        return _copy(record)
 
     def _check(self, record: SessionRecord) -> None:
         """Its count must be its messages' (only a hand-made change breaks that)."""
@@ -102,7 +102,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
 
     def _put(self, record: SessionRecord) -> int:
         previous = self._records.get(record.session_id)
-        stored = copy.deepcopy(record)
+        stored = _copy(record)
         stored.revision = next_revision(previous.revision if previous else None)
         stored.saved_at = record.saved_at or now_ms()
         stored.metadata["message_count"] = len(stored.messages)
@@ -137,10 +137,10 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         if stored is None:
             stored = SessionRecord(session_id, metadata=new_metadata(), revision=0)
             self._records[session_id] = stored
-        stored.messages.extend(copy.deepcopy(messages))
-        stored.variables = copy.deepcopy(state.variables)
+        stored.messages.extend(copied(messages))
+        stored.variables = copied(state.variables)
         stored.metadata = {**state.metadata, "message_count": len(stored.messages)}
-        stored.compression_state = copy.deepcopy(state.compression_state)
+        stored.compression_state = copied(state.compression_state)
         stored.saved_at = now_ms()
         stored.revision = next_revision(stored.revision)
         return stored.revision
@@ -210,3 +210,16 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
     async def revision(self, session_id: str) -> int | None:
         record = self._records.get(session_id)
         return None if record is None else record.revision
+
+
+def _copy(record: SessionRecord) -> SessionRecord:
+    return SessionRecord(
+        record.session_id,
+        copied(record.messages),
+        copied(record.variables),
+        copied(record.metadata),
+        copied(record.compression_state),
+        record.saved_at,
+        record.revision,
+        record.first_seq,
+    )

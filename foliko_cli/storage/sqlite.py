@@ -70,6 +70,7 @@ from foliko_cli.storage.sql.executor import SQLiteExecutor, run_now
 from foliko_cli.storage.sql.migrations import Step, migrate, refuse_newer
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 from foliko_cli.storage.sqlite_search import (
+    Connection,
     bound_indexed_text,
     complete_pending,
     create_index,
@@ -214,7 +215,9 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             self._refuse_hard_links()
         try:
             # Each thread uses its own connection; close() may close them all from one.
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, factory=Connection
+            )
         except sqlite3.Error as exc:
             raise self._error(exc) from None
         try:

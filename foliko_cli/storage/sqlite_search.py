@@ -168,13 +168,25 @@ def keep_text(db: sqlite3.Connection) -> None:
     db.execute(_VIEW)
 
 
+class Connection(sqlite3.Connection):
+    """A connection that remembers its database has the index, which is never
+    dropped: a turn's append then asks ``sqlite_master`` nothing."""
+
+    indexed = False
+
+
 def _indexed(db: sqlite3.Connection) -> bool:
-    return (
+    if getattr(db, "indexed", False):
+        return True
+    found = (
         db.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'messages_fts'"
         ).fetchone()
         is not None
     )
+    if found and isinstance(db, Connection):
+        db.indexed = True
+    return found
 
 
 def successor(prefix: str) -> str:
@@ -186,21 +198,27 @@ def successor(prefix: str) -> str:
 def index_records(
     db: sqlite3.Connection, batches: list[tuple[str, int, list[dict[str, Any]]]]
 ) -> None:
-    """Index each ``(session_id, first_seq, messages)`` just written, in two
-    statements SQLite runs itself: the rows of ``message_search`` (their text
-    read out of the bodies as the view would), then the index of those rows."""
+    """Index each ``(session_id, first_seq, messages)`` just written, in statements
+    SQLite runs itself: the rows of ``message_search`` (their text read out of
+    the bodies as the view would), then the index of those rows."""
     if not batches or not _indexed(db):
         return
-    start = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM message_search").fetchone()[0]
+    added = []  # the ids each batch's rows got: consecutive, after every earlier one
+    for session_id, first_seq, messages in batches:
+        if messages:
+            cursor = db.execute(
+                f"""INSERT INTO message_search (session_id, seq, role, created_at, text)
+                    SELECT m.session_id, m.seq, m.role, m.created_at, {_TEXT} FROM messages m
+                    WHERE m.session_id = ? AND m.seq >= ? ORDER BY m.seq""",
+                (session_id, first_seq),
+            )
+            last = cursor.lastrowid or 0
+            if cursor.rowcount > 0:
+                added.append((last - cursor.rowcount + 1, last))
     db.executemany(
-        f"""INSERT INTO message_search (session_id, seq, role, created_at, text)
-            SELECT m.session_id, m.seq, m.role, m.created_at, {_TEXT} FROM messages m
-            WHERE m.session_id = ? AND m.seq >= ? ORDER BY m.seq""",
-        [(session_id, first_seq) for session_id, first_seq, messages in batches if messages],
-    )
-    db.execute(
-        "INSERT INTO messages_fts (rowid, text) SELECT id, text FROM message_search WHERE id >= ?",
-        (start,),
+        "INSERT INTO messages_fts (rowid, text) "
+        "SELECT id, text FROM message_search WHERE id BETWEEN ? AND ?",
+        added,
     )
 
 
