@@ -49,6 +49,8 @@ SUMMARY_SYSTEM = (
 
 def message_tokens(message: dict[str, Any], count: TokenCounter = estimate_tokens) -> int:
     tokens = count(message.get("content") or "") + MESSAGE_OVERHEAD
+    if "tool_calls" not in message and "attachments" not in message and "fragments" not in message:
+        return tokens  # most messages
     if message.get("tool_calls"):
         tokens += count(orjson.dumps(message["tool_calls"]).decode())
     if message.get("attachments"):

@@ -255,7 +255,9 @@ def compose(message: str, loaded: Sequence[Loaded]) -> tuple[str, list[dict[str,
 
 
 def images(message: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in message.get("attachments") or () if p.get("type") == "image"]
+    if "attachments" not in message:  # most messages: a turn asks for each one's
+        return []
+    return [p for p in message["attachments"] or () if p.get("type") == "image"]
 
 
 def image_data(part: dict[str, Any]) -> str | None:

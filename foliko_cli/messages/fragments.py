@@ -183,11 +183,6 @@ def system_prompt(
     return "\n\n".join(bit for bit in bits if bit) or None
 
 
-def fragment_bytes(message: Mapping[str, Any]) -> int:
-    """The bytes of the fragments a message refers to (for token estimates)."""
-    return sum(r.get("size", 0) for r in refs_of(message) if type(r.get("size")) is int)
-
-
 # export and import: inline texts, and taking them out again
 
 

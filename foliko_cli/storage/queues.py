@@ -51,11 +51,14 @@ class SessionQueues:
 
             if queue.lock is None:
                 queue.lock = asyncio.Lock()
-            try:
-                async with asyncio.timeout(wait):
-                    await queue.lock.acquire()
-            except TimeoutError:
-                raise SessionBusyError(session_id, wait, IN_THIS_PROCESS) from None
+            if queue.users == 1:  # no one else holds or waits: taken at once
+                await queue.lock.acquire()
+            else:
+                try:
+                    async with asyncio.timeout(wait):
+                        await queue.lock.acquire()
+                except TimeoutError:
+                    raise SessionBusyError(session_id, wait, IN_THIS_PROCESS) from None
             try:
                 yield
             finally:

@@ -25,8 +25,6 @@ characters (at 4 bytes a character at most, under PostgreSQL's 1 MB a tsvector).
 SNIPPET_SCAN_CHARS = 20_000
 """How much of a long text around its first match a snippet is cut from."""
 SNIPPET_WORDS = 16
-MARK_START = "\x02"
-MARK_END = "\x03"
 ELLIPSIS = "…"
 
 
@@ -267,30 +265,6 @@ def _one_line(
     stripped = len(line) - len(line.lstrip())
     line = line.strip()
     return line, tuple((s - stripped, e - stripped) for s, e in out_spans)
-
-
-def unmark(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
-    """A snippet an engine marked with MARK_START/MARK_END: the plain text and the spans."""
-    plain: list[str] = []
-    spans: list[tuple[int, int]] = []
-    length = 0
-    opened = None
-    for piece in re.split(f"([{MARK_START}{MARK_END}])", marked):
-        if piece == MARK_START:
-            opened = length
-        elif piece == MARK_END:
-            if opened is not None:
-                spans.append((opened, length))
-            opened = None
-        else:
-            piece = re.sub(r"\s+", " ", piece)
-            plain.append(piece)
-            length += len(piece)
-    line = "".join(plain)
-    lead = len(line) - len(line.lstrip())
-    spans = merge_spans(line, spans)
-    line = line.strip()
-    return line, tuple((max(0, s - lead), min(len(line), e - lead)) for s, e in spans)
 
 
 def wanted(message: dict[str, Any], query: SearchQuery) -> bool:

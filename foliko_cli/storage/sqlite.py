@@ -84,6 +84,8 @@ from foliko_cli.storage.sqlite_search import (
 from foliko_cli.storage.sqlite_search import search as sqlite_search
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
     from foliko_cli.storage.capabilities import ContentDigest
     from foliko_cli.storage.search import SearchHit, SearchQuery
 
@@ -722,18 +724,15 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
             return False
         return True
 
-    @contextlib.asynccontextmanager
-    async def lock(self, session_id: str, timeout: float) -> AsyncIterator[None]:
+    def lock(self, session_id: str, timeout: float) -> AbstractAsyncContextManager[None]:
         if self._locks is None:
-            yield
-            return
+            return contextlib.nullcontext()
 
         def gone() -> bool:
             with self._guard():
                 return not self._exists(session_id)
 
-        async with self._locks.hold(session_id, timeout, remove_if=gone):
-            yield
+        return self._locks.hold(session_id, timeout, remove_if=gone)
 
     async def set_interrupt(self, session_id: str, until_ms: int) -> None:
         if self._locks is None:
