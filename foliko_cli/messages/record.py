@@ -82,6 +82,10 @@ class SessionRecord:
         return f"SessionRecord({fields})"
 
 
+Messages = list[dict[str, Any]]
+"""A session's messages, each of the canonical shape ``check_record`` checks."""
+
+
 class SessionState(NamedTuple):
     """What a turn writes besides its new messages."""
 

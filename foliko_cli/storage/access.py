@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from foliko_cli.common.clock import since_ms
 from foliko_cli.errors import ScopeError, SessionNotFoundError, UsageError
 from foliko_cli.messages.ids import is_internal
-from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
+from foliko_cli.messages.record import Messages, SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.view import StorageView
@@ -225,12 +225,7 @@ class ScopedStorage(StorageView):
         )
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         await self.check_write(session_id)
         return await self.inner.append(

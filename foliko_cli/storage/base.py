@@ -108,6 +108,7 @@ from foliko_cli.errors import (
     StoreNotFoundError,
 )
 from foliko_cli.messages.record import (
+    Messages,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -305,12 +306,7 @@ class SessionStorageAdapter(ABC):
         """
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         """Add ``messages`` after the stored ones and write ``state`` (variables,
         metadata, compression state: replaced, not merged), atomically.

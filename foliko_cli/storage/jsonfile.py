@@ -73,6 +73,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.messages.exact_json import loads
 from foliko_cli.messages.record import (
+    Messages,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -613,12 +614,7 @@ class JsonStorage(SavesInBatches, SessionStorageAdapter):
         )
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         checked_append(session_id, messages, state)
         async with self._writing(session_id):

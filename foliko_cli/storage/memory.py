@@ -10,6 +10,7 @@ from foliko_cli.common.clock import now_ms
 from foliko_cli.errors import ConflictError, CorruptSessionError
 from foliko_cli.messages.exact_json import copied
 from foliko_cli.messages.record import (
+    Messages,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -110,12 +111,7 @@ class MemoryStorage(SavesInBatches, SessionStorageAdapter):
         return stored.revision
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         checked_append(session_id, messages, state)
         with self._mutex:

@@ -64,6 +64,7 @@ from foliko_cli.errors import (
 )
 from foliko_cli.messages.ids import check_session_id
 from foliko_cli.messages.record import (
+    Messages,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -507,12 +508,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         return await self._write(replace, records[0].session_id if len(records) == 1 else None)
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         """One statement (postgres_turn.py): the checks and the write in one round trip."""
         self._check_id(session_id)

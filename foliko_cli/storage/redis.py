@@ -68,6 +68,7 @@ from foliko_cli.errors import (
     StorageError,
 )
 from foliko_cli.messages.record import (
+    Messages,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -653,12 +654,7 @@ class RedisStorage(SessionStorageAdapter):
             ]
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         now = now_ms()
         created_at = state.metadata.get("created_at", now)

@@ -23,7 +23,7 @@ from foliko_cli.errors import (
     SessionNotFoundError,
 )
 from foliko_cli.messages.ids import check_user_name
-from foliko_cli.messages.record import SessionRecord, SessionState, SessionSummary
+from foliko_cli.messages.record import Messages, SessionRecord, SessionState, SessionSummary
 from foliko_cli.storage import capabilities
 from foliko_cli.storage.base import SessionStorageAdapter, StoredProblem
 from foliko_cli.storage.view import StorageView
@@ -158,12 +158,7 @@ class UserScopedStorage(StorageView):
             yield
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         with self._own_names(session_id, session_id):
             return await self.inner.append(

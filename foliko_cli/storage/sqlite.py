@@ -36,6 +36,7 @@ import orjson
 from foliko_cli.errors import CorruptSessionError, Hint, StorageError
 from foliko_cli.messages.exact_json import loads
 from foliko_cli.messages.record import (
+    Messages,
     SessionRecord,
     SessionState,
     SessionSummary,
@@ -535,12 +536,7 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         return DIFFERS
 
     async def append(
-        self,
-        session_id: str,
-        messages: list[dict[str, Any]],
-        state: SessionState,
-        *,
-        expected_revision: int,
+        self, session_id: str, messages: Messages, state: SessionState, *, expected_revision: int
     ) -> int:
         checked_append(session_id, messages, state)
         with self._guard(), self._write() as db:
