@@ -22,6 +22,11 @@ upstream counts what it served: one model call per foliko turn is checked.
 PYTHONPATH (``git archive COMMIT | tar -x -C DIR``: another commit), whose
 blocks take turns with the others: a before/after in one run, so that the
 machine's load hits both alike.
+
+Where valgrind is installed, the server's own cost is also counted in
+instructions, which neither the load nor the machine's speed changes: a
+``foliko serve`` under callgrind, instrumented only while INSTR_TURNS turns
+of each kind run one after another (after untimed ones), the baseline's too.
 """
 
 from __future__ import annotations
@@ -29,6 +34,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -50,6 +58,8 @@ from common import (
 UPSTREAM = Path(__file__).resolve().parent / "upstream.py"
 DELAY_S = 0.020
 TURNS_PER_SESSION = 20
+INSTR_TURNS = 100
+INSTR_WARMUP = 40
 TARGET_P50 = 0.002
 TARGET_P99 = 0.008
 FOLIKO_KINDS = ("stateless", "session")
@@ -95,10 +105,7 @@ async def measure(
     async def one(http: httpx.AsyncClient, kind: str, client: int) -> float:
         n = turns[kind][client]
         turns[kind][client] += 1
-        headers = {}
-        if kind.endswith(":session"):
-            headers["x-session-id"] = f"p7-{clients}-{client}-{n // TURNS_PER_SESSION}"
-        body = {"model": "openai:bench", "messages": [{"role": "user", "content": f"turn {n}"}]}
+        body, headers = request(f"{clients}-{client}-{kind}", n)
         began = time.perf_counter()
         response = await http.post("/v1/chat/completions", json=body, headers=headers)
         elapsed = time.perf_counter() - began
@@ -219,6 +226,78 @@ def start_targets(ws: Workspace, upstream_url: str, servers: list) -> dict[str, 
     return targets
 
 
+def request(kind: str, n: int) -> tuple[dict[str, object], dict[str, str]]:
+    """The body and headers of request ``n`` of a kind (a client's own sessions)."""
+    headers = {}
+    if kind.endswith("session"):
+        headers["x-session-id"] = f"p7-{kind}-{n // TURNS_PER_SESSION}"
+    body = {"model": "openai:bench", "messages": [{"role": "user", "content": f"turn {n}"}]}
+    return body, headers
+
+
+def instructions(
+    ws: Workspace, upstream_url: str, path: str | None, turns: int, warmup: int
+) -> dict[str, float]:
+    """Instructions a request of each kind costs ``foliko serve`` (callgrind, in
+    millions), with ``path`` first on its PYTHONPATH."""
+    import httpx2 as httpx
+
+    out = ws.fresh("p7-callgrind") / "callgrind.out"
+    extra = {"PYTHONPATH": path, "PYTHONHASHSEED": "0"} if path else {"PYTHONHASHSEED": "0"}
+    argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    proc, url = start_server(
+        [*argv, PYTHON, "-m", "foliko_cli", "serve", "--port", "0"],
+        foliko_env(ws, upstream_url, **extra),
+    )
+    counts = {}
+    try:
+        with httpx.Client(base_url=url, timeout=300) as http:
+            for kind in FOLIKO_KINDS:
+                for n in range(warmup + turns):
+                    if n == warmup:
+                        subprocess.run(["callgrind_control", "-i", "on", str(proc.pid)], check=True)
+                    body, headers = request(kind, n)
+                    http.post("/v1/chat/completions", json=body, headers=headers).raise_for_status()
+                subprocess.run(["callgrind_control", "-i", "off", str(proc.pid)], check=True)
+                subprocess.run(["callgrind_control", "-d", str(proc.pid)], check=True)
+                dumps = sorted(out.parent.glob("callgrind.out*"), key=os.path.getmtime)
+                total = re.search(rb"^totals: (\d+)", dumps[-1].read_bytes(), re.M)
+                if total is None:
+                    raise BenchError(f"callgrind wrote no total to {dumps[-1]}")
+                counts[kind] = int(total[1]) / turns / 1e6
+                dumps[-1].unlink()
+    finally:
+        stop_server(proc)
+    return counts
+
+
+def instruction_figures(ws: Workspace, upstream_url: str, quick: bool) -> list[Result]:
+    if shutil.which("valgrind") is None:
+        log("P7: valgrind is not installed: the instruction counts are left out")
+        return []
+    trees = {"foliko": None, "baseline": os.environ.get(BASELINE_ENV)}
+    results = []
+    for target, path in trees.items():
+        if target == "baseline" and not path:
+            continue
+        try:
+            sizes = (5, 5) if quick else (INSTR_TURNS, INSTR_WARMUP)
+            counts = instructions(ws, upstream_url, path, *sizes)
+        except Exception as exc:
+            results.append(
+                failed("P7", f"serve instructions a request [{target}]", "M instr", "", exc)
+            )
+            continue
+        which = "" if target == "foliko" else f" [{target}]"
+        for kind, millions in counts.items():
+            label = "session turn" if kind == "session" else kind
+            log(f"P7: {label}{which}: {millions:.3f} M instructions a request in the server")
+            results.append(
+                Result("P7", f"serve instructions a request: {label}{which}", "M instr", [millions])
+            )
+    return results
+
+
 def run(ws: Workspace, quick: bool = False) -> list[Result]:
     sizes = Sizes(quick)
     servers: list = []
@@ -248,6 +327,7 @@ def run(ws: Workspace, quick: bool = False) -> list[Result]:
                 figure = f"serve added p50: {clients} client(s)"
                 results.append(failed("P7", figure, "s", target, exc))
                 break
+        results += instruction_figures(ws, upstream_url, quick)
     finally:
         for proc in servers:
             stop_server(proc)

@@ -16,8 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import types
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
@@ -70,22 +69,11 @@ async def run_to_completion(awaitable: Awaitable[T]) -> tuple[T, bool]:
     cancellation arrived meanwhile (it is held back, not raised): a storage
     commit or a lock release a signal interrupts half-way would leave the
     caller unable to say what happened. Without an event loop nothing can
-    cancel it: it is simply awaited.
-
-    Its first step runs here: most (a SQLite commit, a lock file's release)
-    end there, and nothing can cancel a step that never suspends. Only one
-    that suspends goes on in a task of its own, which the caller's
-    cancellation cannot reach (any other awaitable goes there at once)."""
+    cancel it: it is simply awaited."""
     if running_loop() is None:
         return await awaitable, False
     import asyncio
 
-    if isinstance(awaitable, types.CoroutineType):
-        try:
-            waiting = awaitable.send(None)
-        except StopIteration as done:
-            return done.value, False
-        awaitable = _resumed(awaitable, waiting)
     task = asyncio.ensure_future(awaitable)
     cancelled = False
     while True:
@@ -97,21 +85,6 @@ async def run_to_completion(awaitable: Awaitable[T]) -> tuple[T, bool]:
                 if task.cancelled():
                     raise
                 return task.result(), True
-
-
-@types.coroutine
-def _resumed(coroutine: Coroutine[Any, Any, T], waiting: Any) -> Generator[Any, Any, T]:
-    """The rest of a coroutine that suspended on ``waiting`` (a future, as a task
-    hands it back), driven by the task that awaits this."""
-    try:
-        yield waiting
-    except BaseException as exc:
-        try:
-            waiting = coroutine.throw(exc)
-        except StopIteration as done:
-            return cast(T, done.value)
-        return (yield from _resumed(coroutine, waiting))
-    return cast(T, (yield from coroutine))
 
 
 async def in_worker_thread(function: Callable[..., Any], *args: Any) -> Any:
