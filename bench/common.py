@@ -419,7 +419,8 @@ def format_value(value: float | None, unit: str) -> str:
         if value < 0.01:
             return f"{value * 1000:.2f} ms"
         return f"{value * 1000:,.1f} ms" if value < 1 else f"{value:,.2f} s"
-    return f"{value:,.0f} {unit}"
+    places = 3 if unit == "M instr" and value < 100 else 0  # a serve request: ~2 M (P7)
+    return f"{value:,.{places}f} {unit}"
 
 
 def format_table(results: list[Result]) -> str:
