@@ -352,3 +352,41 @@ def test_a_compaction_in_effect_stays_listed_when_its_reply_goes(foliko):
     assert carrier["content"] == "turn 4 again"
     by_session = {row["session"]: row for row in foliko.usage()["rows"]}
     assert by_session["s"]["compression_input_tokens"] == 1000, "counted once"
+
+
+def test_a_turn_looks_up_no_fragment_of_a_message_summarised_earlier(tmp_path: Path):
+    """A long-lived facade holds a session's whole history; a turn reads the
+    fragments of what the model may still read, never scans the rest (P2): a
+    text lost long ago, behind the summary, is not asked for on every turn."""
+    import asyncio
+
+    from foliko_cli.storage.memory import MemoryStorage
+
+    class Asked(MemoryStorage):
+        def __init__(self) -> None:
+            super().__init__()
+            self.asked: list[set[str]] = []
+
+        async def get_fragments(self, hashes):
+            self.asked.append(set(hashes))
+            return await super().get_fragments(hashes)
+
+    lost = "0" * 64
+    storage = Asked()
+    now = now_ms()
+    old = {"role": "user", "content": "see", "created_at": now, "fragments": [{"sha256": lost}]}
+    record = SessionRecord(
+        "s",
+        messages=[old, {"role": "assistant", "content": "seen", "created_at": now}],
+        metadata={"created_at": now, "last_active": now},
+    )
+    asyncio.run(storage.save(record, expected_revision=0))
+    with Foliko(storage=storage, model="echo", home=tmp_path) as foliko:
+        foliko.chat("s", "first")
+        assert any(lost in hashes for hashes in storage.asked), "the text is missing"
+        foliko.compact("s", keep=1)
+        storage.asked.clear()
+        foliko.chat("s", "second")
+        foliko.chat("s", "third")
+        assert foliko.get_session("s").metadata["message_count"] == 8
+    assert not any(lost in hashes for hashes in storage.asked)

@@ -417,14 +417,18 @@ class AgentChatHandler:
                 message["fragments"] = kept["fragments"]
 
     async def load_fragments(self, session: SessionContext) -> None:
-        """Read the texts of the fragments the session refers to that are not loaded."""
+        """Read the texts of the fragments that are not loaded and that the system
+        prompt or a message the model may still read refers to: those after the
+        compression summary (``view``), never the whole history a long-lived
+        session holds (P2)."""
+        messages = self.compressor.view(session, None)[1]
         if "system_fragments" not in session.metadata and not any(
-            "fragments" in m for m in session.messages
+            "fragments" in m for m in messages
         ):
             return
         from foliko_cli.messages import fragments
 
-        wanted = fragments.hashes_in(session.messages, session.metadata)
+        wanted = fragments.hashes_in(messages, session.metadata)
         missing = wanted - session.fragment_texts.keys()
         if missing:
             found = await self.storage.get_fragments(missing)
