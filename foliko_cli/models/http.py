@@ -45,6 +45,8 @@ from foliko_cli.models.base import WIRE, RequestWired
 
 Answer = httpx2.Response | http1.Response
 READ_ERRORS = (httpx2.HTTPError, http1.TransportError)
+# every wait of a request is bounded by what is left of the turn: one running out is the turn's
+TIMEOUTS = (httpx2.TimeoutException, http1.ReadTimeout)
 NEVER_RETRIED = frozenset({501, 505})
 MAX_ATTEMPTS = 6
 _IMAGES_REFUSED = re.compile(r"image.{0,40}(support|mmproj)|(support|vision).{0,40}image", re.I)
@@ -282,13 +284,13 @@ class HttpModelClient:
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise ModelTimeoutError(
-                    f"{self.where} did not answer in time; raise the turn's timeout"
-                )
+                raise self.too_late()
             delay = None
             failure: ModelError | ImagesRefusedError
             try:
                 response = await self._post(path, endpoint, payload, remaining)
+            except TIMEOUTS:
+                raise self.too_late() from None
             except (httpx2.TransportError, http1.TransportError) as exc:
                 hopeless = self._hopeless(exc)
                 if hopeless is None:
@@ -370,8 +372,8 @@ class HttpModelClient:
         async with self._response(path, body, deadline) as response:
             try:
                 data = await response.aread()
-            except READ_ERRORS:
-                raise self.cut_off() from None
+            except READ_ERRORS as exc:
+                raise self.cut_off(exc) from None
         try:
             return orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -414,8 +416,8 @@ class HttpModelClient:
                 line = await anext(lines)
             except StopAsyncIteration:
                 return
-            except READ_ERRORS:
-                raise self.cut_off() from None
+            except READ_ERRORS as exc:
+                raise self.cut_off(exc) from None
             if line.startswith(":"):
                 continue
             if line:
@@ -442,7 +444,13 @@ class HttpModelClient:
                 f"{self.label} sent a stream event that is not JSON; check the base URL"
             ) from None
 
-    def cut_off(self) -> ModelError:
+    def too_late(self) -> ModelTimeoutError:
+        return ModelTimeoutError(f"{self.where} did not answer in time; raise the turn's timeout")
+
+    def cut_off(self, exc: BaseException | None = None) -> ModelError:
+        """The reply stopped coming: the turn's time ran out, or the stream broke."""
+        if isinstance(exc, TIMEOUTS):
+            return self.too_late()
         return ModelError(
             f"the stream from {self.where} ended before the "
             "reply was complete; the turn was not saved: try again"

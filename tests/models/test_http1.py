@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import pytest
 
-from foliko_cli.errors import ModelError
+from foliko_cli.errors import ModelError, ModelTimeoutError
 from foliko_cli.models import http1
 from foliko_cli.models.http import HttpModelClient
 
@@ -197,8 +197,9 @@ def test_no_usable_answer_is_retried_then_named(monkeypatch, reply, detail):
     assert "sekrit" not in message
 
 
-def test_a_server_that_never_answers_runs_into_the_deadline(monkeypatch):
-    monkeypatch.setattr("foliko_cli.models.http.backoff", lambda attempt: 0.0)
+def test_a_server_that_never_answers_runs_into_the_deadline():
+    """A wait bounded by what is left of the turn is the turn's timeout (504 when
+    served), never a failure to reach the server, whichever timer fires first."""
 
     async def scenario():
         async def serve(reader, writer):
@@ -208,13 +209,37 @@ def test_a_server_that_never_answers_runs_into_the_deadline(monkeypatch):
         never = asyncio.Event()
         server = await asyncio.start_server(serve, "127.0.0.1", 0)
         http = client(server.sockets[0].getsockname()[1])
-        with pytest.raises(ModelError) as failure:
+        with pytest.raises(ModelTimeoutError) as failure:
             await http.post_json("/x", {}, deadline(0.3))
         server.close()
         return str(failure.value)
 
-    message = run(scenario())
-    assert "ReadTimeout" in message or "did not answer in time" in message
+    assert "did not answer in time; raise the turn's timeout" in run(scenario())
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b'HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\ndata: {"n": 0}\n\n\r\n',
+        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{",
+    ],
+    ids=["stream", "body"],
+)
+def test_a_reply_that_stops_coming_runs_into_the_deadline(reply):
+    """Headers came, then nothing: the turn's time ran out (not a broken stream)."""
+
+    async def scenario():
+        async with RawServer(lambda n, _: reply) as server:
+            http = client(server.port)
+            with pytest.raises(ModelTimeoutError) as failure:
+                if b"chunked" in reply:
+                    async for _ in http.events("/x", {}, deadline(0.3)):
+                        pass
+                else:
+                    await http.post_json("/x", {}, deadline(0.3))
+            return str(failure.value)
+
+    assert "did not answer in time" in run(scenario())
 
 
 def test_a_stream_is_read_as_it_arrives_and_closing_early_drops_the_connection():
