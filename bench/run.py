@@ -1,5 +1,5 @@
-"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL: foliko serve; PAGE its web app;
-VS: beside llm),
+"""Run every benchmark (SPEC §7, P1–P5; P6–P8, STALL, ITEMS: foliko serve; PAGE its web
+app; VS: beside llm),
 print one table, save the raw results.
 
     .venv/bin/python bench/run.py            # full sizes (make bench)
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import audit_cost
+import items
 import p1_startup
 import p2_history
 import p3_list
@@ -48,6 +49,7 @@ BENCHMARKS = {
     "STALL": stall.run,
     "VS": vs_llm.run,
     "AUDIT": audit_cost.run,
+    "ITEMS": items.run,
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
@@ -65,7 +67,7 @@ def main() -> None:
     unknown = [name for name in chosen if name not in BENCHMARKS]
     if unknown:
         parser.error(
-            f"unknown benchmark(s) {', '.join(unknown)}; choose from P1-P8, PAGE, SEARCH, STALL"
+            f"unknown benchmark(s) {', '.join(unknown)}; choose from {', '.join(BENCHMARKS)}"
         )
     workspace = Workspace(args.keep)
     log(f"data in {workspace.root}")

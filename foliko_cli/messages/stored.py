@@ -26,13 +26,14 @@ def record_from_parts(
     where: str,
     *,
     first_seq: int = 0,
+    count: int | None = None,
 ) -> SessionRecord:
     """``columns`` are variables, metadata and compression_state (JSON text), then
     updated_at and revision; ``bodies`` the messages' JSON in order, from position
     ``first_seq`` on; ``where`` names the store in a CorruptSessionError.
 
-    ``message_count`` is what the history holds (``first_seq`` plus the bodies
-    read), never the copy in the stored metadata.
+    ``message_count`` is what the history holds (``count``, or else ``first_seq``
+    plus the bodies read: a read to the end), never the copy in the stored metadata.
     """
     variables, metadata, compression_state, updated_at, revision = columns
     try:
@@ -45,7 +46,10 @@ def record_from_parts(
                 session_id=session_id,
                 messages=messages,
                 variables=loads(variables),
-                metadata={**metadata, "message_count": first_seq + len(messages)},
+                metadata={
+                    **metadata,
+                    "message_count": first_seq + len(messages) if count is None else count,
+                },
                 compression_state=loads(compression_state),
                 saved_at=updated_at,
                 revision=revision,

@@ -7,6 +7,7 @@ metadata under ``conversation_metadata``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -29,10 +30,13 @@ from foliko_cli.serve.openai_types import (
     Page,
     page,
     page_of,
+    start_after,
 )
 from foliko_cli.serve.schema import Api
 
 METADATA_KEY = "conversation_metadata"
+RECENT = 200
+"""How many of the last messages adding a function's output reads to find its call."""
 
 api = Api("Conversations")
 
@@ -100,13 +104,74 @@ async def delete_conversation(request: Request) -> Any:
 
 
 def _items(record: SessionRecord) -> list[Item]:
+    """The items of the messages ``record`` holds (a whole history or a window)."""
     scope = ids.scope_of(record.session_id)
-    return it.history_items(record.messages, 0, scope, offset_of(record.metadata))
+    return it.history_items(record.messages, record.first_seq, scope, offset_of(record.metadata))
+
+
+Span = Callable[[int], tuple[int, int | None]]
+"""The messages to read, as a slice, around the message at a position."""
+
+
+def _ref(request: Request, wanted: str) -> ids.ItemRef | None:
+    """What the id of an item of this conversation says; None for any other id."""
+    ref = ids.parse_item_id(wanted)
+    return ref if ref is not None and ref.session_id == _id(request) else None
+
+
+async def _window_with(
+    request: Request, ref: ids.ItemRef, wanted: str, span: Span
+) -> tuple[SessionRecord, list[Item]] | None:
+    """The window ``span(position)`` around the message of the item ``wanted``, and
+    its items: read where the item's number says (again where a rewrite moved the
+    item offset); None where the item is not there (a rewrite pinned it elsewhere)."""
+    svc = service(request)
+    record = await svc.session_window(_id(request), *span(ref.number))
+    offset = offset_of(record.metadata)
+    if offset and ref.number >= offset:
+        record = await svc.session_window(_id(request), *span(ref.number - offset))
+    items = _items(record)
+    return (record, items) if any(item.id == wanted for item in items) else None
+
+
+async def _page(request: Request, query: ItemsQuery, ref: ids.ItemRef | None) -> Page[Item] | None:
+    """The page, read from a window of the messages (every message is at least one
+    item), never from the whole history; None where the window does not hold it
+    (``after`` is not where its number says)."""
+    reach = query.limit + 1
+    ascending = query.order == "asc"
+    if ref is None or query.after is None:
+        span = (0, reach) if ascending else (-reach, None)
+        record = await service(request).session_window(_id(request), *span)
+        items = _items(record)
+    else:
+        after: Span = (
+            (lambda p: (p, p + reach + 1)) if ascending else (lambda p: (max(0, p - reach), p + 1))
+        )
+        found = await _window_with(request, ref, query.after, after)
+        if found is None:
+            return None
+        record, items = found
+    ordered = items if ascending else items[::-1]
+    rest = ordered[start_after([item.id for item in ordered], query.after, "item") :]
+    if ascending:
+        beyond = record.first_seq + len(record.messages) < record.metadata["message_count"]
+    else:
+        beyond = record.first_seq > 0
+    if len(rest) <= query.limit and beyond:
+        return None  # the window ended before the page (``after`` was not where it was looked for)
+    return page(rest[: query.limit], len(rest) > query.limit)
 
 
 @api.get(_ONE + "/items", query=ItemsQuery, answer=Page[Item])
 async def list_items(request: Request, query: ItemsQuery) -> Any:
     """A conversation's items."""
+    ref = None if query.after is None else _ref(request, query.after)
+    if query.after is not None and ref is None:
+        start_after([], query.after, "item")  # a 400: not an item of this conversation
+    found = await _page(request, query, ref)
+    if found is not None:
+        return found
     record = await service(request).get_session(_id(request))
     return page_of(_items(record), query, "item")
 
@@ -120,8 +185,12 @@ def _item_at(record: SessionRecord, wanted: str) -> tuple[ids.ItemRef, int, Item
         position = position_of(record.messages, ref.number, offset)
         if item is not None and position is not None:
             return ref, position, item
+    raise _no_item(wanted)
+
+
+def _no_item(wanted: str) -> ApiError:
     shown = wanted if len(wanted) <= 200 else "(this id)"
-    raise ApiError(404, f"no item {shown!r} in this conversation", code="not_found")
+    return ApiError(404, f"no item {shown!r} in this conversation", code="not_found")
 
 
 _ITEM = _ONE + "/items/{item_id:id}"
@@ -130,8 +199,16 @@ _ITEM = _ONE + "/items/{item_id:id}"
 @api.get(_ITEM, answer=Item)
 async def get_item(request: Request) -> Any:
     """One item of a conversation."""
+    wanted = request.path_params["item_id"]
+    ref = _ref(request, wanted)
+    if ref is None:
+        await service(request).session_window(_id(request), 0, 0)  # a missing conversation's 404
+        raise _no_item(wanted)
+    found = await _window_with(request, ref, wanted, lambda p: (p, p + 1))
+    if found is not None:
+        return next(item for item in found[1] if item.id == wanted)
     record = await service(request).get_session(_id(request))
-    return _item_at(record, request.path_params["item_id"])[2]
+    return _item_at(record, wanted)[2]
 
 
 @api.delete(_ITEM, answer=Conversation)
@@ -173,8 +250,17 @@ async def add_items(request: Request, body: ItemsAdd) -> Any:
         raise ApiError(400, "items must hold at least one item", param="items")
     svc = service(request)
     conversation = _id(request)
-    record = await svc.get_session(conversation)
-    it.name_tool_outputs(messages, record.messages, "items")
+    answers = any(m["role"] == "tool" for m in messages)
+    # the calls a function output may answer are looked for near the end first
+    record = await svc.session_window(
+        conversation, -RECENT if answers else 0, None if answers else 0
+    )
+    try:
+        it.name_tool_outputs(messages, record.messages, "items")
+    except ApiError:
+        if not record.first_seq:
+            raise
+        it.name_tool_outputs(messages, (await svc.get_session(conversation)).messages, "items")
     messages = stamped(request, messages)
     first = await svc.append_messages(conversation, messages)
     return page(it.history_items(messages, first, ids.scope_of(conversation)), False)

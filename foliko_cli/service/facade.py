@@ -58,6 +58,7 @@ INTERRUPTED_TURN = ("interrupted; the turn was not saved", "interrupted after th
 READS = frozenset(
     {
         "get_session",
+        "session_window",
         "export_record",
         "saved_fragments",
         "fragment",
@@ -397,6 +398,7 @@ class Foliko:
     count_tokens = _blocking(AsyncFoliko.count_tokens)
     call_tool = _blocking(AsyncFoliko.call_tool)
     get_session = _blocking(AsyncFoliko.get_session)
+    session_window = _blocking(AsyncFoliko.session_window)
     export_record = _blocking(AsyncFoliko.export_record)
     list_sessions = _blocking(AsyncFoliko.list_sessions)
     session_ids = _blocking(AsyncFoliko.session_ids)

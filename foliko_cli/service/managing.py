@@ -52,6 +52,18 @@ class SessionsMixin(ServiceBase):
             raise SessionNotFoundError(session_id)
         return record
 
+    async def session_window(
+        self, session_id: str, start: int, stop: int | None = None
+    ) -> SessionRecord:
+        """The session with only ``messages[start:stop]`` (a slice's rules);
+        ``first_seq`` says where they start, ``metadata["message_count"]`` how
+        many there are: a page of a long history reads the page."""
+        check_session_id(session_id)
+        record = await capabilities.load_window(self.storage, session_id, start, stop)
+        if record is None:
+            raise SessionNotFoundError(session_id)
+        return record
+
     async def list_sessions(
         self, *, sort: str = "updated", limit: int | None = None, since: int | None = None
     ) -> list[SessionSummary]:

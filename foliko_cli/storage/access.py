@@ -181,6 +181,13 @@ class ScopedStorage(StorageView):
             return None
         return await capabilities.load_state(self.inner, session_id)
 
+    async def load_window(
+        self, session_id: str, start: int, stop: int | None
+    ) -> SessionRecord | None:
+        if not await self.visible(session_id):
+            return None
+        return await capabilities.load_window(self.inner, session_id, start, stop)
+
     async def load_many(self, session_ids: list[str]) -> dict[str, SessionRecord]:
         return await capabilities.load_many(self.inner, await self._seen(session_ids))
 

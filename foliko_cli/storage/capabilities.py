@@ -96,9 +96,17 @@ class StateLoad(Protocol):
     async def load_state(self, session_id: str) -> SessionRecord | None: ...
 
 
+@runtime_checkable
+class WindowLoad(Protocol):
+    async def load_window(
+        self, session_id: str, start: int, stop: int | None
+    ) -> SessionRecord | None: ...
+
+
 _Load = Callable[[str], Awaitable[SessionRecord | None]]
 """``load_recent`` or ``load_state``: a turn asks for one, so it is looked up, not
 checked with ``isinstance`` (a protocol's check walks its members every time)."""
+_Window = Callable[[str, int, int | None], Awaitable[SessionRecord | None]]
 
 
 @runtime_checkable
@@ -234,6 +242,26 @@ async def load_recent(storage: SessionStorageAdapter, session_id: str) -> Sessio
         start = covered_messages(record, len(record.messages))
         record.messages = record.messages[start:]
         record.first_seq = start
+    return record
+
+
+async def load_window(
+    storage: SessionStorageAdapter, session_id: str, start: int, stop: int | None
+) -> SessionRecord | None:
+    """The session with only ``messages[start:stop]`` (a slice's rules, negative
+    positions counting from the end); ``first_seq`` says where they start and
+    ``metadata["message_count"]`` how many the whole history holds. Read natively,
+    a page of a long conversation reads the page."""
+    native: _Window | None = getattr(storage, "load_window", None)  # isinstance(WindowLoad)
+    if native is not None:
+        return await native(session_id, start, stop)
+    record = await storage.load(session_id)
+    if record is not None:
+        count = len(record.messages)
+        start, stop, _ = slice(start, stop).indices(count)
+        record.messages = record.messages[start:stop]
+        record.first_seq = start
+        record.metadata["message_count"] = count
     return record
 
 

@@ -464,18 +464,35 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
             row = await self._fetch_read(db, session_id, "recent", bodies=False)
         return None if row is None else turn.state_of(session_id, row, self.location)
 
-    async def _read(self, session_id: str, start: str, at: int = 0) -> SessionRecord | None:
+    async def load_window(
+        self, session_id: str, start: int, stop: int | None
+    ) -> SessionRecord | None:
+        """Only ``messages[start:stop]``, in one statement."""
+        return await self._read(session_id, "window", (start, stop))
+
+    async def _read(
+        self, session_id: str, start: str, at: int | tuple[int | None, ...] = 0
+    ) -> SessionRecord | None:
         """The session with its messages from ``start`` (postgres_turn.STARTS; ``at``
-        for a position) on, in one statement."""
+        the parameters of a position or a window) on, in one statement."""
         self._check_id(session_id)
         async with self._connection(session_id) as db:
             row = await self._fetch_read(db, session_id, start, at=at)
         return None if row is None else turn.record_of(session_id, row, self.location)
 
     async def _fetch_read(
-        self, db: PostgresExecutor, session_id: str, start: str, *, at: int = 0, bodies: bool = True
+        self,
+        db: PostgresExecutor,
+        session_id: str,
+        start: str,
+        *,
+        at: int | tuple[int | None, ...] = 0,
+        bodies: bool = True,
     ) -> tuple[Any, ...] | None:
-        params = (at, session_id) if start == "at" else (session_id,)
+        if start == "at" or start == "window":
+            params = (*(at if isinstance(at, tuple) else (at,)), session_id)
+        else:
+            params = (session_id,)
         try:
             return await db.fetchone(turn.read_sql(self._dialect, start, bodies=bodies), params)
         except self._pg.errors.DataError:

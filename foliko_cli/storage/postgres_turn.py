@@ -41,13 +41,28 @@ _COVERED = """CASE WHEN jsonb_typeof(s.compression_state::jsonb -> 'covered') = 
 """Where the messages after the compression summary start, as ``covered_by``
 reads it (a whole number within the count, else 0); CASE keeps the order."""
 
-STARTS = {"recent": _COVERED, "state": "s.message_count", "at": "%s"}
 
-_READ = """SELECT {columns}, s.message_count, r.start, {picked}
-    FROM {{sessions}} s
-    CROSS JOIN LATERAL (SELECT {start} AS start) r
+def _within(position: str) -> str:
+    """``position`` as a slice reads it (negative: from the end), within the count."""
+    return f"""(CASE WHEN {position} < 0 THEN GREATEST(s.message_count + {position}, 0)
+    ELSE LEAST({position}, s.message_count) END)"""
+
+
+_TO_END = str(BIGINT_MAX)
+"""The stop of a read to the end: past the count, so a row there is read and reported."""
+_WINDOW = "CROSS JOIN (SELECT %s::bigint AS start, %s::bigint AS stop) w"
+"""A window's parameters: its start and stop as a slice has them (None: the end)."""
+
+STARTS = {"recent": _COVERED, "state": "s.message_count", "at": "%s", "window": _within("w.start")}
+_WINDOW_STOP = f"""GREATEST({_within("w.start")}, CASE WHEN w.stop IS NULL
+    OR {_within("w.stop")} >= s.message_count THEN {_TO_END} ELSE {_within("w.stop")} END)"""
+
+_READ = """SELECT {columns}, s.message_count, r.start, r.stop, {picked}
+    FROM {{sessions}} s {window}
+    CROSS JOIN LATERAL (SELECT {start} AS start, {stop} AS stop) r
     LEFT JOIN LATERAL (SELECT {aggregates} FROM {{messages}} m
-                       WHERE m.session_id = s.session_id AND m.seq >= r.start) m ON true
+                       WHERE m.session_id = s.session_id AND m.seq >= r.start
+                       AND m.seq < r.stop) m ON true
     WHERE s.session_id = %s{lock}"""
 _BODIES = "array_agg(m.seq ORDER BY m.seq) AS seqs, array_agg(m.body ORDER BY m.seq) AS bodies"
 _SPAN = "COUNT(m.seq) AS found, MIN(m.seq) AS low, MAX(m.seq) AS high"
@@ -55,13 +70,16 @@ _SPAN = "COUNT(m.seq) AS found, MIN(m.seq) AS low, MAX(m.seq) AS high"
 
 def read_sql(dialect: PostgresDialect, start: str, *, bodies: bool, lock: str = "") -> str:
     """The one-statement read of a session: its state columns, its count, where the
-    read starts (``STARTS``), then the messages' positions and bodies from there
-    (``bodies``) or only their count, lowest and highest position."""
+    read starts (``STARTS``) and stops (a window's stop, else the end), then the
+    messages' positions and bodies between (``bodies``) or only their count, lowest
+    and highest position. Its parameters: a window's start and stop, or a position, then the id."""
     return dialect.sql(
         _READ.format(
             columns=", ".join(f"s.{c}" for c in RECORD_COLUMNS.split(", ")),
             picked="m.seqs, m.bodies" if bodies else "m.found, m.low, m.high",
+            window=_WINDOW if start == "window" else "",
             start=STARTS[start],
+            stop=_WINDOW_STOP if start == "window" else _TO_END,
             aggregates=_BODIES if bodies else _SPAN,
             lock=lock,
         )
@@ -72,15 +90,17 @@ def record_of(session_id: str, row: tuple[Any, ...], where: str) -> SessionRecor
     """The record a ``read_sql(bodies=True)`` row holds, its positions checked."""
     from foliko_cli.storage.integrity import check_sequence
 
-    *columns, count, start, seqs, bodies = row
-    check_sequence(session_id, where, seqs or (), count=count, start=start)
-    return record_from_row(session_id, tuple(columns), bodies or (), where, first_seq=start)
+    *columns, count, start, stop, seqs, bodies = row
+    check_sequence(session_id, where, seqs or (), count=min(stop, count), start=start)
+    return record_from_row(
+        session_id, tuple(columns), bodies or (), where, first_seq=start, count=count
+    )
 
 
 def state_of(session_id: str, row: tuple[Any, ...], where: str) -> SessionRecord:
     """The messageless record a ``read_sql(bodies=False)`` row holds, its positions
     checked from the aggregate."""
-    *columns, count, start, found, low, high = row
+    *columns, count, start, _, found, low, high = row
     check_span(session_id, where, count=count, found=found, first=low, last=high, start=start)
     return record_from_row(session_id, tuple(columns), (), where, first_seq=count)
 

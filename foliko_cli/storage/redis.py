@@ -137,9 +137,10 @@ end
 
 # KEYS: meta, msgs. ARGV[1]: where the messages read start: 'recent' (after the
 # compression summary: compression_state.covered when it is a whole number within the
-# list), 'state' (none: the list's end) or a position. Returns {0, length} (no meta
-# hash), {-1, key} (a key holds the wrong kind of value) or {1, start, length,
-# HGETALL meta, LRANGE msgs start -1}: one atomic read, whatever the start.
+# list), 'state' (none: the list's end), 'window' (ARGV[2] and ARGV[3] its start and
+# stop as a slice has them, '' for the end) or a position. Returns {0, length} (no
+# meta hash), {-1, key} (a key holds the wrong kind of value) or {1, start, length,
+# HGETALL meta, the messages from start}: one atomic read, whatever the start.
 _READ = """
 local meta, msgs = KEYS[1], KEYS[2]
 local kind = redis.call('TYPE', meta).ok
@@ -157,6 +158,16 @@ elseif ARGV[1] == 'recent' then
   if type(covered) == 'number' and covered % 1 == 0 and covered >= 0 and covered <= length then
     start = covered
   end
+elseif ARGV[1] == 'window' then
+  local function within(at)
+    if at < 0 then return math.max(length + at, 0) end
+    return math.min(at, length)
+  end
+  start = within(tonumber(ARGV[2]))
+  local stop = ARGV[3] == '' and length or math.max(start, within(tonumber(ARGV[3])))
+  local window = {}
+  if stop > start then window = redis.call('LRANGE', msgs, start, stop - 1) end
+  return {1, start, length, redis.call('HGETALL', meta), window}
 else
   start = tonumber(ARGV[1])
 end
@@ -504,12 +515,21 @@ class RedisStorage(SessionStorageAdapter):
         """The meta hash alone, its count checked against the list's length."""
         return await self._read(session_id, "state")
 
-    async def _read(self, session_id: str, start: int | str) -> SessionRecord | None:
-        """The session with its messages from ``start`` (a position, ``recent`` or
-        ``state``: see ``_READ``) on; its count checked against the list's length."""
+    async def load_window(
+        self, session_id: str, start: int, stop: int | None
+    ) -> SessionRecord | None:
+        """Only ``messages[start:stop]``, in one script call."""
+        return await self._read(session_id, "window", start, "" if stop is None else stop)
+
+    async def _read(self, session_id: str, *start: int | str) -> SessionRecord | None:
+        """The session with its messages from ``start`` (a position, ``recent``,
+        ``state`` or a ``window``'s start and stop: see ``_READ``) on; its count
+        checked against the list's length."""
         meta_key, msgs_key, _ = self._session_keys(session_id)
         with self._guard():
-            reply = await self._read_script([meta_key, msgs_key], [start], client=self._client())
+            reply = await self._read_script(
+                [meta_key, msgs_key], list(start), client=self._client()
+            )
         status = int(reply[0])
         if status == -1:
             raise CorruptSessionError(
@@ -536,7 +556,9 @@ class RedisStorage(SessionStorageAdapter):
         except (ValueError, TypeError) as exc:
             reason = str(exc)
         else:
-            return record_from_parts(session_id, columns, bodies, self.location, first_seq=first)
+            return record_from_parts(
+                session_id, columns, bodies, self.location, first_seq=first, count=length
+            )
         raise CorruptSessionError(session_id, self.location, reason)
 
     def _save_args(self, record: SessionRecord, expected: int | None) -> list[Any]:

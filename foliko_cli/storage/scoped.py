@@ -90,6 +90,13 @@ class UserScopedStorage(StorageView):
         with self._own_name():
             return self._seen(await capabilities.load_state(self.inner, self._stored(session_id)))
 
+    async def load_window(
+        self, session_id: str, start: int, stop: int | None
+    ) -> SessionRecord | None:
+        stored = self._stored(session_id)
+        with self._own_name():
+            return self._seen(await capabilities.load_window(self.inner, stored, start, stop))
+
     async def exists(self) -> bool:
         return await self.inner.exists()
 

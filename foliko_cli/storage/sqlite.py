@@ -93,6 +93,7 @@ if TYPE_CHECKING:
 BUSY_TIMEOUT_MS = 30_000
 UNREADABLE_SEED = "a row of the original foliko's table that is not valid session JSON"
 SEED_WHERE = " (seed_sessions)"
+SQLITE_INT_MAX = 2**63 - 1
 
 
 def _columns(db: sqlite3.Connection, table: str) -> set[str]:
@@ -365,11 +366,22 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
     # contract
 
     async def load(self, session_id: str) -> SessionRecord | None:
-        return self._load_from(session_id, lambda session_id, columns, count: 0)
+        return self._load_from(session_id, lambda session_id, columns, count: (0, count))
 
     async def load_recent(self, session_id: str) -> SessionRecord | None:
         """Only the messages after the compression summary: one range read by seq."""
-        return self._load_from(session_id, self._covered)
+        return self._load_from(
+            session_id,
+            lambda session_id, columns, count: (self._covered(session_id, columns, count), count),
+        )
+
+    async def load_window(
+        self, session_id: str, start: int, stop: int | None
+    ) -> SessionRecord | None:
+        """Only ``messages[start:stop]``: one range read by seq."""
+        return self._load_from(
+            session_id, lambda session_id, columns, count: slice(start, stop).indices(count)[:2]
+        )
 
     async def load_state(self, session_id: str) -> SessionRecord | None:
         """The session row alone: the positions of the messages a turn would read
@@ -403,22 +415,29 @@ class SQLiteStorage(SavesInBatches, SessionStorageAdapter):
         return row
 
     def _load_from(
-        self, session_id: str, start_of: Callable[[str, list[Any], int], int]
+        self, session_id: str, span_of: Callable[[str, list[Any], int], tuple[int, int]]
     ) -> SessionRecord | None:
-        """The session with its messages from ``start_of(id, columns, count)`` on,
-        their positions checked from there to the count."""
+        """The session with its messages from ``start`` up to ``stop``
+        (``span_of(id, columns, count)``), their positions checked."""
         with self._guard():
             row = self._session_row(session_id)
             if row is None:
                 return None
             *columns, count = row
-            start = start_of(session_id, columns, count)
+            start, stop = span_of(session_id, columns, count)
+            stop = max(start, stop)
+            # to the end, a row past the count is read too: the check sees it
             rows = self.db.execute(
-                "SELECT seq, body FROM messages WHERE session_id = ? AND seq >= ? ORDER BY seq",
-                (session_id, start),
+                "SELECT seq, body FROM messages WHERE session_id = ? AND seq >= ? AND seq < ? "
+                "ORDER BY seq",
+                (session_id, start, stop if stop < count else SQLITE_INT_MAX),
             ).fetchall()
-        check_sequence(session_id, self.path, [seq for seq, _ in rows], count=count, start=start)
-        return self._record(session_id, columns, [body for _, body in rows], first_seq=start)
+        seqs = [seq for seq, _ in rows]
+        check_sequence(session_id, self.path, seqs, count=stop, start=start)
+        bodies = [body for _, body in rows]
+        return record_from_row(
+            session_id, tuple(columns), bodies, self.path, first_seq=start, count=count
+        )
 
     def _covered(self, session_id: str, columns: list[Any], count: int) -> int:
         """Where the messages after the compression summary start."""

@@ -1115,6 +1115,52 @@ def test_a_turn_reads_no_message_the_summary_covers(storage, run, backend):
     assert (recent.first_seq, recent.messages) == (6, messages[6:])
 
 
+WINDOWS = [
+    (0, 0),
+    (0, 3),
+    (2, 5),
+    (-3, None),
+    (-100, None),
+    (10, 100),
+    (5, 2),
+    (0, None),
+    (12, None),
+]
+
+
+@pytest.mark.parametrize(("start", "stop"), WINDOWS, ids=str)
+def test_a_window_is_the_slice_of_the_history_it_names(storage, run, start, stop):
+    """``load_window`` means a slice of the whole history, with the whole session's
+    state and count (a page of a long conversation reads the page)."""
+    messages = [m for i in range(6) for m in turn(f"q{i}")]
+    run(storage.save(make_record("s", messages=messages, variables={"v": 1})))
+    whole = run(storage.load("s"))
+    window = run(capabilities.load_window(storage, "s", start, stop))
+    first = slice(start, stop).indices(len(messages))[0]
+    assert (window.first_seq, window.messages) == (first, messages[start:stop])
+    assert window.metadata == whole.metadata
+    assert window.metadata["message_count"] == len(messages)
+    assert (window.variables, window.compression_state) == (
+        whole.variables,
+        whole.compression_state,
+    )
+    assert (window.revision, window.saved_at) == (whole.revision, whole.saved_at)
+    assert run(capabilities.load_window(storage, "missing", start, stop)) is None
+
+
+def test_a_window_reads_no_message_outside_it(storage, run, backend):
+    """Where a message body can be damaged alone, a window away from it reads
+    cleanly and one over it says the session is damaged."""
+    if "no-content" not in backend.holes:
+        pytest.skip(f"{backend.name} cannot hold a damaged message body")
+    messages = [m for i in range(4) for m in turn(f"q{i}")]
+    run(storage.save(make_record("s", messages=messages)))
+    damage.damage(storage, "s", "no-content")  # the first message
+    assert run(capabilities.load_window(storage, "s", -3, None)).messages == messages[-3:]
+    with pytest.raises(CorruptSessionError):
+        run(capabilities.load_window(storage, "s", 0, 2))
+
+
 # the meaning every backend shares (issue: one contract, one meaning)
 
 

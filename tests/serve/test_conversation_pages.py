@@ -1,0 +1,122 @@
+"""A conversation's items, paged: every page read from a window of the history
+means what the page of the whole list means, whatever the order, limit and
+``after``, also after a rewrite moved the item numbers."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+
+def _items(n: int) -> list[dict]:
+    """Messages, and function calls with their outputs (one message holding two
+    calls: three items)."""
+    out: list[dict] = []
+    for i in range(n):
+        out.append({"type": "message", "role": "user", "content": f"q{i}"})
+        if i % 3 == 1:
+            for c in ("a", "b"):
+                call = {"call_id": f"c{i}{c}", "name": "f", "arguments": "{}"}
+                out.append({"type": "function_call", **call})
+            for c in ("a", "b"):
+                out.append({"type": "function_call_output", "call_id": f"c{i}{c}", "output": "r"})
+        out.append({"type": "message", "role": "assistant", "content": f"a{i}"})
+    return out
+
+
+def _all(http, conversation: str) -> list[str]:
+    answer = http.get(f"/v1/conversations/{conversation}/items?order=asc&limit=100")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert not body["has_more"]
+    return [item["id"] for item in body["data"]]
+
+
+def _check_every_page(http, conversation: str, everything: list[str]) -> None:
+    for order, limit in itertools.product(("asc", "desc"), (1, 2, 3, 7)):
+        ordered = everything if order == "asc" else everything[::-1]
+        for after in (None, *ordered):
+            rest = ordered[ordered.index(after) + 1 :] if after else ordered
+            query = {"order": order, "limit": limit, **({"after": after} if after else {})}
+            answer = http.get(f"/v1/conversations/{conversation}/items", params=query)
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            got = ([item["id"] for item in body["data"]], body["has_more"])
+            assert got == (rest[:limit], len(rest) > limit), query
+
+
+@pytest.fixture
+def conversation(http) -> str:
+    answer = http.post("/v1/conversations", json={"items": _items(6)})
+    assert answer.status_code == 200, answer.text
+    return answer.json()["id"]
+
+
+def test_every_page_of_a_conversation_is_the_page_of_the_whole_list(
+    http, conversation, monkeypatch
+):
+    """... and is read from a window: the whole history is never loaded."""
+    everything = _all(http, conversation)
+
+    def whole(*args):
+        raise AssertionError("a page read the whole history")
+
+    monkeypatch.setattr("foliko_cli.service.managing.SessionsMixin.get_session", whole)
+    assert len(everything) == len(set(everything)) == len(_items(6))
+    _check_every_page(http, conversation, everything)
+    for wanted in everything:
+        answer = http.get(f"/v1/conversations/{conversation}/items/{wanted}")
+        assert (answer.status_code, answer.json()["id"]) == (200, wanted)
+
+
+def test_pages_keep_their_meaning_after_items_are_deleted(http, conversation):
+    """Deleting pins each message's number and moves the item offset: a page then
+    finds ``after`` by another path, with the same answer."""
+    everything = _all(http, conversation)
+    for gone in (everything[1], everything[3], everything[2]):
+        answer = http.delete(f"/v1/conversations/{conversation}/items/{gone}")
+        assert answer.status_code == 200, answer.text
+        everything.remove(gone)
+    added = http.post(
+        f"/v1/conversations/{conversation}/items",
+        json={"items": [{"type": "message", "role": "user", "content": "later"}]},
+    )
+    assert added.status_code == 200, added.text
+    everything.append(added.json()["data"][0]["id"])
+    assert _all(http, conversation) == everything
+    _check_every_page(http, conversation, everything)
+    gone = http.get(f"/v1/conversations/{conversation}/items/{everything[0][:-1]}x")
+    assert gone.status_code == 404
+
+
+def test_a_function_output_answers_a_call_made_long_before(http):
+    """Adding an output looks for its call near the end first, then in the whole
+    history: a call further back than that is still found."""
+    from foliko_cli.serve.conversations import RECENT
+
+    call = {"type": "function_call", "call_id": "early", "name": "f", "arguments": "{}"}
+    made = http.post("/v1/conversations", json={"items": [call]})
+    assert made.status_code == 200, made.text
+    conversation = made.json()["id"]
+    filler = {"items": [{"type": "message", "role": "user", "content": "x"}] * 20}
+    for _ in range(RECENT // 20 + 1):
+        added = http.post(f"/v1/conversations/{conversation}/items", json=filler)
+        assert added.status_code == 200, added.text
+    output = {"type": "function_call_output", "call_id": "early", "output": "done"}
+    added = http.post(f"/v1/conversations/{conversation}/items", json={"items": [output]})
+    assert added.status_code == 200, added.text
+    unknown = {**output, "call_id": "nobody"}
+    refused = http.post(f"/v1/conversations/{conversation}/items", json={"items": [unknown]})
+    assert refused.status_code == 400
+    assert "no function call 'nobody' is waiting for output" in refused.text
+
+
+def test_paging_a_missing_conversation_or_after_a_foreign_item_says_so(http, conversation):
+    missing = http.get("/v1/conversations/conv_missing/items")
+    assert missing.status_code == 404
+    other = http.post("/v1/conversations", json={"items": _items(1)}).json()["id"]
+    foreign = _all(http, other)[0]
+    answer = http.get(f"/v1/conversations/{conversation}/items", params={"after": foreign})
+    assert answer.status_code == 400
+    assert answer.json()["error"]["param"] == "after"
