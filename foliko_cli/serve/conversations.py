@@ -7,7 +7,6 @@ metadata under ``conversation_metadata``.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, cast
 
 from starlette.requests import Request
@@ -33,6 +32,7 @@ from foliko_cli.serve.openai_types import (
     start_after,
 )
 from foliko_cli.serve.schema import Api
+from foliko_cli.serve.stored import Span, window_at
 
 METADATA_KEY = "conversation_metadata"
 RECENT = 200
@@ -109,10 +109,6 @@ def _items(record: SessionRecord) -> list[Item]:
     return it.history_items(record.messages, record.first_seq, scope, offset_of(record.metadata))
 
 
-Span = Callable[[int], tuple[int, int | None]]
-"""The messages to read, as a slice, around the message at a position."""
-
-
 def _ref(request: Request, wanted: str) -> ids.ItemRef | None:
     """What the id of an item of this conversation says; None for any other id."""
     ref = ids.parse_item_id(wanted)
@@ -123,13 +119,8 @@ async def _window_with(
     request: Request, ref: ids.ItemRef, wanted: str, span: Span
 ) -> tuple[SessionRecord, list[Item]] | None:
     """The window ``span(position)`` around the message of the item ``wanted``, and
-    its items: read where the item's number says (again where a rewrite moved the
-    item offset); None where the item is not there (a rewrite pinned it elsewhere)."""
-    svc = service(request)
-    record = await svc.session_window(_id(request), *span(ref.number))
-    offset = offset_of(record.metadata)
-    if offset and ref.number >= offset:
-        record = await svc.session_window(_id(request), *span(ref.number - offset))
+    its items; None where the item is not there (a rewrite pinned it elsewhere)."""
+    record = await window_at(service(request), _id(request), ref.number, span)
     items = _items(record)
     return (record, items) if any(item.id == wanted for item in items) else None
 

@@ -49,6 +49,7 @@ from foliko_cli.serve.stored import (
     DELETED_KEY,
     exists,
     history_of,
+    latest_response,
     load_session,
     stored_response,
 )
@@ -190,6 +191,12 @@ async def _place(
                 param="store",
             )
         return _Place("", remembered)
+    if store and not any(m["role"] == "tool" for m in extra):
+        latest = await latest_response(svc, previous)  # the turn itself reads the history
+        if latest is not None:
+            source = latest.record.session_id
+            fork = {"fork_from": source, "upto": latest.end}
+            return _Place(source, [], {"expected_revision": latest.record.revision}, fork)
     found = await stored_response(svc, previous)
     history = found.record.messages[: found.end]
     source = found.record.session_id

@@ -8,6 +8,7 @@ its session's metadata (that number): its messages stay, its conversation's item
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from foliko_cli.messages.item_numbers import number_of, offset_of, position_of
@@ -18,6 +19,9 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.service import AsyncFoliko
 
 DELETED_KEY = "deleted_responses"
+
+Span = Callable[[int], tuple[int, int | None]]
+"""The messages to read, as a slice, around the message at a position."""
 
 
 def turn_span(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
@@ -89,6 +93,39 @@ async def stored_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse:
     if not found.outputs or number in (record.metadata.get(DELETED_KEY) or ()):
         raise missing
     return found
+
+
+async def window_at(svc: AsyncFoliko, session_id: str, number: int, span: Span) -> SessionRecord:
+    """The messages ``span(position)`` around where the message numbered ``number``
+    is unless a rewrite pinned it elsewhere (item_numbers.py): read again where a
+    rewrite moved the item offset. The caller checks what it finds there."""
+    record = await svc.session_window(session_id, *span(number))
+    offset = offset_of(record.metadata)
+    if offset and number >= offset:
+        record = await svc.session_window(session_id, *span(number - offset))
+    return record
+
+
+async def latest_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse | None:
+    """The response ``response_id`` when it is the latest turn of its session, read
+    from its first message to the end: what continuing it needs, however long the
+    history before it. None in every other case (``stored_response`` says which)."""
+    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
+
+    if not isinstance(response_id, str) or ids.parse_background_id(response_id) is not None:
+        return None
+    try:
+        session_id, number = ids.parse_response_id(response_id)
+        record = await window_at(svc, session_id, number, lambda p: (p, None))
+    except (ApiError, SessionNotFoundError, InvalidSessionIdError):
+        return None
+    offset = offset_of(record.metadata)
+    if not record.messages or number_of(record.messages[0], record.first_seq, offset) != number:
+        return None
+    found = StoredResponse(record, record.first_seq, turn_span(record.messages, 0))
+    if found.end != record.metadata["message_count"] or not found.outputs:
+        return None
+    return None if number in (record.metadata.get(DELETED_KEY) or ()) else found
 
 
 async def history_of(svc: AsyncFoliko, session_id: str) -> tuple[list[dict[str, Any]], int] | None:

@@ -1,6 +1,7 @@
-"""A conversation's items, paged: every page read from a window of the history
-means what the page of the whole list means, whatever the order, limit and
-``after``, also after a rewrite moved the item numbers."""
+"""What reads a window of a long history instead of all of it: a conversation's
+items, paged (every page means what the page of the whole list means, whatever
+the order, limit and ``after``, also after a rewrite moved the item numbers),
+one item, adding items, and continuing the latest response."""
 
 from __future__ import annotations
 
@@ -120,3 +121,39 @@ def test_paging_a_missing_conversation_or_after_a_foreign_item_says_so(http, con
     answer = http.get(f"/v1/conversations/{conversation}/items", params={"after": foreign})
     assert answer.status_code == 400
     assert answer.json()["error"]["param"] == "after"
+
+
+def test_continuing_the_latest_response_reads_its_turn_not_the_history(http, monkeypatch):
+    """``previous_response_id`` naming a session's latest turn reads from that turn
+    on (the turn itself reads what it sends); an earlier one still forks."""
+
+    def respond(previous: str | None, text: str) -> dict:
+        body = {"model": "echo", "input": text}
+        answer = http.post("/v1/responses", json={**body, "previous_response_id": previous})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    first = respond(None, "one")
+    with monkeypatch.context() as patched:
+
+        def whole(*args):
+            raise AssertionError("continuing the latest response read the whole history")
+
+        patched.setattr("foliko_cli.service.managing.SessionsMixin.get_session", whole)
+        second = respond(first["id"], "two")
+        third = respond(second["id"], "three")
+    conversation = first["conversation"]["id"]
+    assert second["conversation"]["id"] == third["conversation"]["id"] == conversation
+    items = http.get(f"/v1/conversations/{conversation}/items", params={"order": "asc"}).json()
+    texts = [item["content"][0]["text"] for item in items["data"]]
+    assert texts == ["one", "one", "two", "two", "three", "three"]
+    forked = respond(first["id"], "other")
+    assert forked["conversation"]["id"] != conversation
+    branch = forked["conversation"]["id"]
+    items = http.get(f"/v1/conversations/{branch}/items", params={"order": "asc"}).json()
+    assert [item["content"][0]["text"] for item in items["data"]] == [
+        "one",
+        "one",
+        "other",
+        "other",
+    ]
