@@ -80,8 +80,8 @@ _ONE = "/v1/conversations/{conversation_id:id}"
 
 @api.get(_ONE, answer=Conversation)
 async def get_conversation(request: Request) -> Any:
-    """A conversation."""
-    return conversation_object(await service(request).get_session(_id(request)))
+    """A conversation (its history is not read)."""
+    return conversation_object(await service(request).session_window(_id(request), 0, 0))
 
 
 @api.post(_ONE, body=ConversationUpdate, answer=Conversation)

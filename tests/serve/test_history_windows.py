@@ -1,7 +1,8 @@
 """What reads a window of a long history instead of all of it: a conversation's
 items, paged (every page means what the page of the whole list means, whatever
 the order, limit and ``after``, also after a rewrite moved the item numbers),
-one item, adding items, and continuing the latest response."""
+one item, the conversation itself, adding items, and continuing the latest
+response."""
 
 from __future__ import annotations
 
@@ -69,6 +70,8 @@ def test_every_page_of_a_conversation_is_the_page_of_the_whole_list(
     for wanted in everything:
         answer = http.get(f"/v1/conversations/{conversation}/items/{wanted}")
         assert (answer.status_code, answer.json()["id"]) == (200, wanted)
+    shown = http.get(f"/v1/conversations/{conversation}")
+    assert (shown.status_code, shown.json()["id"]) == (200, conversation)
 
 
 def test_pages_keep_their_meaning_after_items_are_deleted(http, conversation):
