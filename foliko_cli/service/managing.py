@@ -533,7 +533,8 @@ class SessionsMixin(ServiceBase):
     # variables
 
     async def get_variables(self, session_id: str) -> dict[str, Any]:
-        return (await self.get_session(session_id)).variables
+        """The session's variables (its history is not read)."""
+        return (await self.session_window(session_id, 0, 0)).variables
 
     async def update_variables(
         self,

@@ -1157,3 +1157,17 @@ def test_migrate_names_a_corrupt_session_once(invoke, corrupt):
     [line] = [line for line in result.stderr.splitlines() if "'bad'" in line]
     assert line.count("'bad'") == 1, line
     assert line.startswith("foliko: error: session 'bad' is damaged")
+
+
+def test_reading_variables_reads_no_message(invoke, chat, monkeypatch):
+    """``vars`` reads the session's row: its cost does not grow with the history."""
+    chat("v", "hi")
+    assert invoke("sessions", "vars", "v", "set", "k", "x").exit_code == 0
+
+    def whole(*args):
+        raise AssertionError("reading variables loaded the history")
+
+    monkeypatch.setattr("foliko_cli.storage.sqlite.SQLiteStorage.load", whole)
+    assert invoke("sessions", "vars", "v", "get", "k").stdout == "x\n"
+    assert invoke("sessions", "vars", "v").stdout == "key\tvalue\nk\tx\n"
+    assert_usage_error(invoke("sessions", "vars", "nobody", "get", "k"), "'nobody' not found")
