@@ -309,8 +309,8 @@ def print_reply(
         raise UsageError("-x/--xl print a code block, --json the whole reply; give one")
     facade = open_facade(ctx)
     session_id = session_ids[0] if session_ids else facade.latest_session_id()
-    record = facade.get_session(session_id)
-    replies = [m for m in record.messages if m["role"] == "assistant" and m.get("content")]
+    record = facade.session_tail(session_id, lambda messages: any(map(_reply, messages)))
+    replies = [m for m in record.messages if _reply(m)]
     if not replies:
         raise UsageError(f"session {session_id!r} has no reply yet", fix="run a turn in it first")
     if fmt == "json":
@@ -319,6 +319,10 @@ def print_reply(
     from foliko_cli.messages.fences import extracted
 
     click.echo(extracted(replies[-1]["content"], extract))
+
+
+def _reply(message: dict[str, Any]) -> bool:
+    return message["role"] == "assistant" and bool(message.get("content"))
 
 
 @sessions.command()

@@ -59,6 +59,7 @@ READS = frozenset(
     {
         "get_session",
         "session_window",
+        "session_tail",
         "export_record",
         "saved_fragments",
         "fragment",
@@ -399,6 +400,7 @@ class Foliko:
     call_tool = _blocking(AsyncFoliko.call_tool)
     get_session = _blocking(AsyncFoliko.get_session)
     session_window = _blocking(AsyncFoliko.session_window)
+    session_tail = _blocking(AsyncFoliko.session_tail)
     export_record = _blocking(AsyncFoliko.export_record)
     list_sessions = _blocking(AsyncFoliko.list_sessions)
     session_ids = _blocking(AsyncFoliko.session_ids)

@@ -38,6 +38,9 @@ from foliko_cli.service.common import (
 )
 from foliko_cli.storage import capabilities
 
+TAIL_WINDOW = 64
+"""How many of the last messages ``session_tail`` reads first."""
+
 
 class SessionsMixin(ServiceBase):
     """Managing sessions: read, list, delete, rename, fork, rewind, clear, import,
@@ -460,7 +463,10 @@ class SessionsMixin(ServiceBase):
         from foliko_cli.formats import transcript
         from foliko_cli.messages.turns import turn_starts
 
-        record = await self.get_session(session_id)
+        if not turns:
+            record = await self.get_session(session_id)
+        else:  # a window may begin inside a turn: one start more than asked is read
+            record = await self.session_tail(session_id, lambda m: len(turn_starts(m)) > turns)
         first = 0
         if turns is not None:
             starts = turn_starts(record.messages)
@@ -531,6 +537,19 @@ class SessionsMixin(ServiceBase):
         return position
 
     # variables
+
+    async def session_tail(
+        self, session_id: str, enough: Callable[[list[dict[str, Any]]], bool]
+    ) -> SessionRecord:
+        """The session with its last messages, as few as make ``enough(messages)``
+        true (windows growing from the end), else all of them: what needs only the
+        end of a long history reads the end."""
+        size = TAIL_WINDOW
+        while True:
+            record = await self.session_window(session_id, -size, None)
+            if record.first_seq == 0 or enough(record.messages):
+                return record
+            size *= 8
 
     async def get_variables(self, session_id: str) -> dict[str, Any]:
         """The session's variables (its history is not read)."""

@@ -126,6 +126,17 @@ def test_show_response_prints_the_last_reply_of_a_session_or_the_latest(invoke):
     assert invoke("sessions", "show", "older", "-x").stdout == "latest reply\n"
 
 
+def test_show_response_reads_the_end_of_the_history(invoke, monkeypatch):
+    invoke("chat", "-s", "s", "first")
+    invoke("chat", "-s", "s", "last")
+
+    def whole(*args):
+        raise AssertionError("show -r loaded the whole history")
+
+    monkeypatch.setattr("foliko_cli.storage.sqlite.SQLiteStorage.load", whole)
+    assert invoke("sessions", "show", "s", "-r").stdout == "last\n"
+
+
 def test_show_response_as_json_is_the_stored_message(invoke, show):
     invoke("chat", "-s", "s", "hi")
     reply = orjson.loads(invoke("sessions", "show", "s", "-r", "--json").stdout)
