@@ -67,6 +67,19 @@ class SessionsMixin(ServiceBase):
             raise SessionNotFoundError(session_id)
         return record
 
+    async def session_tail(
+        self, session_id: str, enough: Callable[[list[dict[str, Any]]], bool]
+    ) -> SessionRecord:
+        """The session with its last messages, as few as make ``enough(messages)``
+        true (windows growing from the end), else all of them: what needs only the
+        end of a long history reads the end."""
+        size = TAIL_WINDOW
+        while True:
+            record = await self.session_window(session_id, -size, None)
+            if record.first_seq == 0 or enough(record.messages):
+                return record
+            size *= 8
+
     async def list_sessions(
         self, *, sort: str = "updated", limit: int | None = None, since: int | None = None
     ) -> list[SessionSummary]:
@@ -537,19 +550,6 @@ class SessionsMixin(ServiceBase):
         return position
 
     # variables
-
-    async def session_tail(
-        self, session_id: str, enough: Callable[[list[dict[str, Any]]], bool]
-    ) -> SessionRecord:
-        """The session with its last messages, as few as make ``enough(messages)``
-        true (windows growing from the end), else all of them: what needs only the
-        end of a long history reads the end."""
-        size = TAIL_WINDOW
-        while True:
-            record = await self.session_window(session_id, -size, None)
-            if record.first_seq == 0 or enough(record.messages):
-                return record
-            size *= 8
 
     async def get_variables(self, session_id: str) -> dict[str, Any]:
         """The session's variables (its history is not read)."""

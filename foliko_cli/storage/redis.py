@@ -521,14 +521,14 @@ class RedisStorage(SessionStorageAdapter):
         """Only ``messages[start:stop]``, in one script call."""
         return await self._read(session_id, "window", start, "" if stop is None else stop)
 
-    async def _read(self, session_id: str, *start: int | str) -> SessionRecord | None:
-        """The session with its messages from ``start`` (a position, ``recent``,
-        ``state`` or a ``window``'s start and stop: see ``_READ``) on; its count
+    async def _read(self, session_id: str, *where: int | str) -> SessionRecord | None:
+        """The session with the messages ``where`` says (from a position, ``recent``,
+        ``state``, or ``window`` and its start and stop: see ``_READ``); its count
         checked against the list's length."""
         meta_key, msgs_key, _ = self._session_keys(session_id)
         with self._guard():
             reply = await self._read_script(
-                [meta_key, msgs_key], list(start), client=self._client()
+                [meta_key, msgs_key], list(where), client=self._client()
             )
         status = int(reply[0])
         if status == -1:
