@@ -171,10 +171,14 @@ class LiveTurn:
         from foliko_cli.errors import SessionNotFoundError
 
         try:
-            record = await turn.service.get_session(turn.session_id)  # type: ignore[arg-type]
+            record = await turn.service.session_window(
+                turn.session_id,  # type: ignore[arg-type]
+                turn.start,
+                turn.start + 1,
+            )
         except SessionNotFoundError:  # the turn was to create it
             return False
-        stored = record.messages[turn.start : turn.start + 1]
+        stored = record.messages
         return bool(stored) and stored[0].get("request_id") == turn.context.request_id
 
     async def stop(self) -> None:
