@@ -32,11 +32,9 @@ from foliko_cli.serve.openai_types import (
     start_after,
 )
 from foliko_cli.serve.schema import Api
-from foliko_cli.serve.stored import Span, window_at
+from foliko_cli.serve.stored import RECENT_CALLS, Span, answered, window_at
 
 METADATA_KEY = "conversation_metadata"
-RECENT = 200
-"""How many of the last messages adding a function's output reads to find its call."""
 
 api = Api("Conversations")
 
@@ -244,14 +242,11 @@ async def add_items(request: Request, body: ItemsAdd) -> Any:
     answers = any(m["role"] == "tool" for m in messages)
     # the calls a function output may answer are looked for near the end first
     record = await svc.session_window(
-        conversation, -RECENT if answers else 0, None if answers else 0
+        conversation, -RECENT_CALLS if answers else 0, None if answers else 0
     )
-    try:
-        it.name_tool_outputs(messages, record.messages, "items")
-    except ApiError:
-        if not record.first_seq:
-            raise
-        it.name_tool_outputs(messages, (await svc.get_session(conversation)).messages, "items")
+    if record.first_seq and not answered(messages, record.messages):
+        record = await svc.get_session(conversation)
+    it.name_tool_outputs(messages, record.messages, "items")
     messages = stamped(request, messages)
     first = await svc.append_messages(conversation, messages)
     return page(it.history_items(messages, first, ids.scope_of(conversation)), False)

@@ -47,6 +47,8 @@ from foliko_cli.serve.response_stream import response_stream
 from foliko_cli.serve.schema import JSON, Api
 from foliko_cli.serve.stored import (
     DELETED_KEY,
+    RECENT_CALLS,
+    answered,
     exists,
     history_of,
     latest_response,
@@ -174,11 +176,17 @@ async def _place(
     store: bool,
     extra: list[dict[str, Any]],
 ) -> _Place:
+    # Stored, the turn reads the history itself: here, only the calls the input's
+    # function outputs answer are looked for, near the end first.
     if conversation is not None:
         missing = ApiError(404, f"no conversation {conversation[:200]!r}", code="not_found")
         if store and not any(m["role"] == "tool" for m in extra):
-            await exists(svc, conversation, missing)  # the turn itself reads the history
+            await exists(svc, conversation, missing)
             return _Place(conversation)
+        if store:
+            recent = await load_session(svc, conversation, missing, (-RECENT_CALLS, None))
+            if not recent.first_seq or answered(extra, recent.messages):
+                return _Place(conversation, recent.messages)
         return _Place(conversation, (await load_session(svc, conversation, missing)).messages)
     if previous is None:
         return _Place(ids.new_conversation_id())
@@ -191,12 +199,11 @@ async def _place(
                 param="store",
             )
         return _Place("", remembered)
-    if store and not any(m["role"] == "tool" for m in extra):
-        latest = await latest_response(svc, previous)  # the turn itself reads the history
-        if latest is not None:
-            source = latest.record.session_id
-            fork = {"fork_from": source, "upto": latest.end}
-            return _Place(source, [], {"expected_revision": latest.record.revision}, fork)
+    latest = await latest_response(svc, previous) if store else None
+    if latest is not None and answered(extra, latest.span):
+        source = latest.record.session_id
+        fork = {"fork_from": source, "upto": latest.end}
+        return _Place(source, latest.span, {"expected_revision": latest.record.revision}, fork)
     found = await stored_response(svc, previous)
     history = found.record.messages[: found.end]
     source = found.record.session_id

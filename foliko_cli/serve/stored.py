@@ -19,6 +19,8 @@ from foliko_cli.serve.errors import ApiError
 from foliko_cli.service import AsyncFoliko
 
 DELETED_KEY = "deleted_responses"
+RECENT_CALLS = 200
+"""How many of the last messages are read first for the calls a function output answers."""
 
 Span = Callable[[int], tuple[int, int | None]]
 """The messages to read, as a slice, around the message at a position."""
@@ -35,13 +37,32 @@ def turn_span(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]
     return messages[start:end]
 
 
-async def load_session(svc: AsyncFoliko, session_id: str, missing: ApiError) -> SessionRecord:
+async def load_session(
+    svc: AsyncFoliko,
+    session_id: str,
+    missing: ApiError,
+    window: tuple[int, int | None] | None = None,
+) -> SessionRecord:
+    """The session (only ``messages[start:stop]`` with a ``window``), else ``missing``."""
     from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
 
     try:
-        return await svc.get_session(session_id)
+        if window is None:
+            return await svc.get_session(session_id)
+        return await svc.session_window(session_id, *window)
     except (SessionNotFoundError, InvalidSessionIdError):
         raise missing from None
+
+
+def answered(messages: list[dict[str, Any]], history: list[dict[str, Any]]) -> bool:
+    """Whether each function output among ``messages`` answers a call in ``history``
+    (or earlier in ``messages``): what a read of the end of a history must hold
+    before the whole is not needed."""
+    try:
+        it.name_tool_outputs([dict(m) for m in messages], history)
+    except ApiError:
+        return False
+    return True
 
 
 async def exists(svc: AsyncFoliko, session_id: str, missing: ApiError) -> None:

@@ -97,14 +97,14 @@ def test_pages_keep_their_meaning_after_items_are_deleted(http, conversation):
 def test_a_function_output_answers_a_call_made_long_before(http):
     """Adding an output looks for its call near the end first, then in the whole
     history: a call further back than that is still found."""
-    from foliko_cli.serve.conversations import RECENT
+    from foliko_cli.serve.stored import RECENT_CALLS
 
     call = {"type": "function_call", "call_id": "early", "name": "f", "arguments": "{}"}
     made = http.post("/v1/conversations", json={"items": [call]})
     assert made.status_code == 200, made.text
     conversation = made.json()["id"]
     filler = {"items": [{"type": "message", "role": "user", "content": "x"}] * 20}
-    for _ in range(RECENT // 20 + 1):
+    for _ in range(RECENT_CALLS // 20 + 1):
         added = http.post(f"/v1/conversations/{conversation}/items", json=filler)
         assert added.status_code == 200, added.text
     output = {"type": "function_call_output", "call_id": "early", "output": "done"}
@@ -160,3 +160,48 @@ def test_continuing_the_latest_response_reads_its_turn_not_the_history(http, mon
         "other",
         "other",
     ]
+
+
+WEATHER = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+@pytest.mark.parametrize("chained_by", ["conversation", "previous_response_id"])
+def test_a_function_output_continues_the_turn_without_the_whole_history(
+    http, monkeypatch, chained_by
+):
+    """The client's tool loop: the output's call is found near the end; an output
+    that answers no call is still refused after the whole history is read."""
+    conversation = http.post("/v1/conversations", json={"items": _items(6)}).json()["id"]
+
+    def respond(**body) -> dict:
+        answer = http.post("/v1/responses", json={"model": "echo", "tools": WEATHER, **body})
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    asked = respond(input='/tool get_weather {"city": "Paris"}', conversation=conversation)
+    [call] = asked["output"]
+    output = {"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}
+    place = {"conversation": conversation} if chained_by == "conversation" else {}
+    if chained_by == "previous_response_id":
+        place = {"previous_response_id": asked["id"]}
+    with monkeypatch.context() as patched:
+
+        def whole(*args):
+            raise AssertionError("a function output read the whole history")
+
+        patched.setattr("foliko_cli.service.managing.SessionsMixin.get_session", whole)
+        answered = respond(input=[output], **place)
+    assert answered["output"][0]["content"][0]["text"] == "get_weather returned: sunny"
+    assert answered["conversation"]["id"] == conversation
+    stray = http.post(
+        "/v1/responses",
+        json={"model": "echo", "input": [{**output, "call_id": "call_nope"}], **place},
+    )
+    assert stray.status_code == 400
+    assert "no function call 'call_nope' is waiting for output" in stray.text
