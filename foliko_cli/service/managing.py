@@ -511,7 +511,7 @@ class SessionsMixin(ServiceBase):
         check_session_id(session_id)
 
         async def work() -> SessionRecord:
-            record = await capabilities.load_state(self.storage, session_id)
+            record = await self._row(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
             merged = changes(record.metadata) if callable(changes) else changes
@@ -532,10 +532,10 @@ class SessionsMixin(ServiceBase):
         check_session_id(session_id)
 
         async def work() -> int:
-            record = await capabilities.load_state(self.storage, session_id)
+            record = await self._row(session_id)
             if record is None:
                 raise SessionNotFoundError(session_id)
-            position = record.first_seq + offset_of(record.metadata)
+            position = int(record.metadata["message_count"]) + offset_of(record.metadata)
             metadata = {**record.metadata, "last_active": now_ms()}
             await self.storage.append(
                 session_id,
@@ -548,6 +548,11 @@ class SessionsMixin(ServiceBase):
         position = await self._held(session_id, work)
         self.framework.destroy_session_context(session_id)
         return position
+
+    async def _row(self, session_id: str) -> SessionRecord | None:
+        """The session without its messages, none of them read: what a write that
+        checks the stored messages itself (``append``, storage/base.py) starts from."""
+        return await capabilities.load_window(self.storage, session_id, 0, 0)
 
     # variables
 
@@ -572,7 +577,7 @@ class SessionsMixin(ServiceBase):
         check_session_id(session_id)
 
         async def work() -> dict[str, Any]:
-            record = await capabilities.load_state(self.storage, session_id)
+            record = await self._row(session_id)
             if record is None:
                 if not create:
                     raise SessionNotFoundError(session_id)
