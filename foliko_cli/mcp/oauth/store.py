@@ -55,9 +55,6 @@ class TokenFile:
         value = self.read().get("expires_at")
         return float(value) if isinstance(value, int | float) else None
 
-    def has_tokens(self) -> bool:
-        return bool(self.read().get("tokens"))
-
     async def get_tokens(self) -> Any:
         from mcp.shared.auth import OAuthToken
 
