@@ -89,7 +89,7 @@ async def compact(request: Request, body: CompactRequest) -> Any:
     history: list[dict[str, Any]] = []
     summary, covered = None, 0
     if body.previous_response_id is not None:
-        found = await stored_response(svc, body.previous_response_id)
+        found = await stored_response(svc, body.previous_response_id, whole=True)
         history = [dict(m) for m in found.record.messages[: found.end]]
         state = found.record.compression_state
         if state.get("summary") and 0 < (state.get("covered") or 0) <= found.end:

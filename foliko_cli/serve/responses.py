@@ -204,7 +204,7 @@ async def _place(
         source = latest.record.session_id
         fork = {"fork_from": source, "upto": latest.end}
         return _Place(source, latest.span, {"expected_revision": latest.record.revision}, fork)
-    found = await stored_response(svc, previous)
+    found = await stored_response(svc, previous, whole=True)
     history = found.record.messages[: found.end]
     source = found.record.session_id
     fork = {"fork_from": source, "upto": found.end}
@@ -265,6 +265,8 @@ async def create_response(request: Request, body: ResponseCreate) -> Any:
 
 async def stored_object(svc: AsyncFoliko, response_id: str) -> Response:
     found = await stored_response(svc, response_id)
+    if any(m.get("compactions") for m in found.outputs):  # it shows what the summary kept
+        found = await stored_response(svc, response_id, whole=True)
     first = found.start + found.split
     scope = ids.scope_of(found.record.session_id)
     model = next((m.get("model") for m in reversed(found.outputs) if m.get("model")), None)
@@ -277,7 +279,7 @@ async def stored_object(svc: AsyncFoliko, response_id: str) -> Response:
             first,
             scope,
             asked.get("namespaces"),
-            (found.record.messages, 0),
+            (found.record.messages, found.record.first_seq),
             found.offset,
         ),
         outputs=found.outputs,

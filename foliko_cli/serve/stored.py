@@ -20,6 +20,8 @@ from foliko_cli.service import AsyncFoliko
 
 DELETED_KEY = "deleted_responses"
 RECENT_CALLS = 200
+RESPONSE_WINDOW = 64
+"""How many messages from a response's first are read first to find its end."""
 """How many of the last messages are read first for the calls a function output answers."""
 
 Span = Callable[[int], tuple[int, int | None]]
@@ -101,19 +103,52 @@ class StoredResponse:
         return self.span[self.split :]
 
 
-async def stored_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse:
+async def stored_response(
+    svc: AsyncFoliko, response_id: Any, *, whole: bool = False
+) -> StoredResponse:
+    """The response ``response_id`` names (else a 404 ApiError), read from windows
+    from its first message on; ``whole``: from the whole history, which
+    ``record.messages`` then are (what a fork or a compaction of it starts from)."""
     missing = ids.response_not_found(response_id)
     if ids.parse_background_id(response_id) is not None:
         response_id = await background.stored_id(svc, response_id)
     session_id, number = ids.parse_response_id(response_id)
-    record = await load_session(svc, session_id, missing)
-    start = position_of(record.messages, number, offset_of(record.metadata))
-    if start is None:
-        raise missing
-    found = StoredResponse(record, start, turn_span(record.messages, start))
-    if not found.outputs or number in (record.metadata.get(DELETED_KEY) or ()):
+    found = None if whole else await _windowed(svc, session_id, number, missing)
+    if found is None:
+        record = await load_session(svc, session_id, missing)
+        start = position_of(record.messages, number, offset_of(record.metadata))
+        if start is None:
+            raise missing
+        found = StoredResponse(record, start, turn_span(record.messages, start))
+    if not found.outputs or number in (found.record.metadata.get(DELETED_KEY) or ()):
         raise missing
     return found
+
+
+async def _windowed(
+    svc: AsyncFoliko, session_id: str, number: int, missing: ApiError
+) -> StoredResponse | None:
+    """The turn whose first message is numbered ``number``, read in windows growing
+    from where that number says it is; None where it is not there."""
+    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
+
+    def from_start(size: int) -> Span:
+        return lambda position: (position, position + size)
+
+    size = RESPONSE_WINDOW
+    while True:
+        try:
+            record = await window_at(svc, session_id, number, from_start(size))
+        except (SessionNotFoundError, InvalidSessionIdError):
+            raise missing from None
+        offset = offset_of(record.metadata)
+        if not record.messages or number_of(record.messages[0], record.first_seq, offset) != number:
+            return None
+        span = turn_span(record.messages, 0)
+        reached = record.first_seq + len(record.messages) >= record.metadata["message_count"]
+        if len(span) < len(record.messages) or reached:
+            return StoredResponse(record, record.first_seq, span)
+        size *= 8
 
 
 async def window_at(svc: AsyncFoliko, session_id: str, number: int, span: Span) -> SessionRecord:
@@ -128,25 +163,14 @@ async def window_at(svc: AsyncFoliko, session_id: str, number: int, span: Span) 
 
 
 async def latest_response(svc: AsyncFoliko, response_id: Any) -> StoredResponse | None:
-    """The response ``response_id`` when it is the latest turn of its session, read
-    from its first message to the end: what continuing it needs, however long the
-    history before it. None in every other case (``stored_response`` says which)."""
-    from foliko_cli.errors import InvalidSessionIdError, SessionNotFoundError
-
-    if not isinstance(response_id, str) or ids.parse_background_id(response_id) is not None:
-        return None
+    """The response ``response_id`` when it is the latest turn of its session (read
+    from its first message on: what continuing it needs, however long the history
+    before it); None in every other case (``stored_response`` says which)."""
     try:
-        session_id, number = ids.parse_response_id(response_id)
-        record = await window_at(svc, session_id, number, lambda p: (p, None))
-    except (ApiError, SessionNotFoundError, InvalidSessionIdError):
+        found = await stored_response(svc, response_id)
+    except ApiError:
         return None
-    offset = offset_of(record.metadata)
-    if not record.messages or number_of(record.messages[0], record.first_seq, offset) != number:
-        return None
-    found = StoredResponse(record, record.first_seq, turn_span(record.messages, 0))
-    if found.end != record.metadata["message_count"] or not found.outputs:
-        return None
-    return None if number in (record.metadata.get(DELETED_KEY) or ()) else found
+    return found if found.end == found.record.metadata["message_count"] else None
 
 
 async def history_of(svc: AsyncFoliko, session_id: str) -> tuple[list[dict[str, Any]], int] | None:

@@ -205,3 +205,47 @@ def test_a_function_output_continues_the_turn_without_the_whole_history(
     )
     assert stray.status_code == 400
     assert "no function call 'call_nope' is waiting for output" in stray.text
+
+
+def test_a_stored_response_is_read_from_its_first_message_on(http, monkeypatch):
+    """GET a response, its input items, cancel and delete it: read in windows from
+    its first message (growing where its turn is longer), the same answers as
+    from the whole history."""
+    conversation = http.post("/v1/conversations", json={"items": _items(6)}).json()["id"]
+    made = []
+    for text in ('/tool get_weather {"city": "Paris"}', "after the call", "last"):
+        answer = http.post(
+            "/v1/responses",
+            json={"model": "echo", "input": text, "tools": WEATHER, "conversation": conversation},
+        )
+        assert answer.status_code == 200, answer.text
+        made.append(answer.json()["id"])
+
+    def read_all() -> list:
+        return [
+            (
+                http.get(f"/v1/responses/{rid}").json(),
+                http.get(f"/v1/responses/{rid}/input_items").json(),
+                http.post(f"/v1/responses/{rid}/cancel").json(),
+            )
+            for rid in made
+        ]
+
+    with monkeypatch.context() as whole_only:
+        whole_only.setattr("foliko_cli.serve.stored._windowed", _none)
+        expected = read_all()
+    with monkeypatch.context() as windowed:
+        windowed.setattr("foliko_cli.serve.stored.RESPONSE_WINDOW", 1)
+        windowed.setattr("foliko_cli.service.managing.SessionsMixin.get_session", _whole)
+        assert read_all() == expected
+        assert http.delete(f"/v1/responses/{made[0]}").status_code == 200
+        assert http.get(f"/v1/responses/{made[0]}").status_code == 404
+    assert [e[0]["id"] for e in expected] == made
+
+
+async def _none(*args):
+    return None
+
+
+def _whole(*args):
+    raise AssertionError("the whole history was read")
