@@ -8,7 +8,8 @@ what the Agents SDK's session memory asks for), a page after an item in the
 middle (``order=asc&after=…``, what a client paging through asks for), one
 item (``GET …/items/{id}``), adding one item (``POST …/items``), and a turn
 continuing the latest response (``previous_response_id``, on a conversation of
-the same length compacted but for its last 10 messages). The figure
+the same length compacted but for its last 10 messages), and getting that
+chain's latest response (``GET /v1/responses/{id}``). The figure
 is each request's median at the long conversation, and its ratio to the same
 request at the short one: a read or a turn ≤ 1.5×. Adding an item
 reads the session's state, whose integrity check counts the positions of every
@@ -78,6 +79,7 @@ def _requests(conversation: str, messages: int) -> dict[str, Request]:
         "one item": lambda http: http.get(f"{items}/{middle}"),
         "add an item": lambda http: http.post(items, json=added),
         "a turn continuing the latest response": continued,
+        "a stored response": lambda http: http.get(f"/v1/responses/{latest[-1]}"),
     }
 
 
