@@ -9,6 +9,7 @@ import graph has no cycle at all.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -80,7 +81,14 @@ def imports(name: str) -> set[str]:
     return found - {name, "foliko_cli"}
 
 
-GRAPH = {name: imports(name) for name in MODULES if name != "foliko_cli"}
+NAMES = sorted(name for name in MODULES if name != "foliko_cli")
+
+
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Every module's dependencies; parsed when a test first asks (each test
+    worker collects this file, only one runs it)."""
+    return {name: imports(name) for name in NAMES}
 
 
 def rank(name: str) -> int:
@@ -90,9 +98,9 @@ def rank(name: str) -> int:
     raise AssertionError(f"{name} is in no layer: add it to LAYERS in {__file__}")
 
 
-@pytest.mark.parametrize("name", sorted(GRAPH))
+@pytest.mark.parametrize("name", NAMES)
 def test_module_imports_only_its_layer_or_below(name):
-    wrong = sorted(dep for dep in GRAPH[name] if rank(dep) > rank(name))
+    wrong = sorted(dep for dep in graph()[name] if rank(dep) > rank(name))
     assert not wrong, f"{name} imports higher layers: {wrong}"
 
 
@@ -108,11 +116,11 @@ def reaches_past_the_service(name: str, deps: set[str]) -> list[str]:
     return sorted(d for d in deps if rank(d) < service and not d.startswith(SHARED))
 
 
-@pytest.mark.parametrize("name", sorted(n for n in GRAPH if n.startswith(DOORS)))
+@pytest.mark.parametrize("name", [n for n in NAMES if n.startswith(DOORS)])
 def test_the_doors_speak_only_to_the_service(name):
     """The CLI, foliko serve and the MCP server use the layers under the service
     through it (``foliko_cli.service.library`` names what it offers of them)."""
-    assert reaches_past_the_service(name, GRAPH[name]) == []
+    assert reaches_past_the_service(name, graph()[name]) == []
 
 
 def test_the_door_check_finds_a_door_reaching_past_the_service():
@@ -163,7 +171,7 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_import_graph_has_no_cycle():
-    assert cycles(GRAPH) == []
+    assert cycles(graph()) == []
 
 
 def test_the_package_root_is_no_way_around_the_layers(tmp_path):
@@ -212,7 +220,7 @@ def cli_speech(name: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("name", sorted(n for n in GRAPH if rank(n) < len(LAYERS)))
+@pytest.mark.parametrize("name", [n for n in NAMES if rank(n) < len(LAYERS)])
 def test_the_core_never_speaks_in_cli_flags(name):
     """Only cli/ (and serve/) turn an error's hint into a flag or a command name."""
     assert cli_speech(name) == []
