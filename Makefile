@@ -46,7 +46,7 @@ test: $(VENV)/.installed-dev
 # no real servers).
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
-	FOLIKO_TEST_SERVICES=0 $(PYTEST) -q -m "not slow" -n 2
+	FOLIKO_TEST_SERVICES=0 $(PYTEST) -q -m "not slow" -n $(TEST_WORKERS)
 
 # Minutes of random writers killed at random on every persistent backend.
 soak: $(VENV)/.installed-dev
