@@ -210,25 +210,31 @@ def show(
         entries = open_facade(ctx).compactions(session_id)
         print_compactions(session_id, entries, fmt == "json")
         return
-    record = open_facade(ctx).get_session(session_id)
-    view_start = covered_messages(record, len(record.messages))
+    fmt = fmt or ("markdown" if sys.stdout.isatty() else "text")
+    facade = open_facade(ctx)
+    if tail is None or fmt == "json":  # the JSON form's usage totals are the whole history's
+        record = facade.get_session(session_id)
+        total = len(record.messages)
+    else:  # a long history's last messages are read alone
+        record = facade.session_window(session_id, -tail if tail else 0, None if tail else 0)
+        total = record.metadata["message_count"]
+    view_start = covered_messages(record, total)
     data = record_to_dict(record)
+    data["metadata"]["message_count"] = total
     if tail is not None:
         data["messages"] = data["messages"][len(data["messages"]) - tail :] if tail else []
-    fmt = fmt or ("markdown" if sys.stdout.isatty() else "text")
     if fmt == "json":
         emit_json(with_usage(data, record))
         return
+    first = total - len(data["messages"])
     if fmt == "markdown":
         from foliko_cli.service.library import markdown_transcript
 
-        first = len(record.messages) - len(data["messages"])
         record.messages = data["messages"]
         rendered = markdown_transcript(record, first_seq=first, view_start=view_start)
         shown = (paint(line, "cyan") if line.startswith("#") else line for line in rendered)
         page("\n".join(shown) + "\n", enabled=pager)
         return
-    first = len(record.messages) - len(data["messages"])
     page("\n".join(text_view(data, first, view_start)) + "\n", enabled=pager)
 
 

@@ -254,6 +254,22 @@ def test_show_text_tail_prints_only_the_last_messages(invoke, four):
     assert result.stdout.count("[assistant]") == 1
 
 
+@pytest.mark.parametrize(("fmt", "blocks"), [("text", 1), ("markdown", 2)])
+def test_show_tail_reads_only_the_end_of_the_history(invoke, four, monkeypatch, fmt, blocks):
+    """The header (with the whole count) and the last messages, numbered as in
+    the whole view; ``blocks``: paragraphs a message (and the header) takes."""
+    whole = invoke("sessions", "show", "s", "--format", fmt).stdout.split("\n\n")
+
+    def load(*args):
+        raise AssertionError("show --tail loaded the whole history")
+
+    monkeypatch.setattr("foliko_cli.storage.sqlite.SQLiteStorage.load", load)
+    tail = invoke("sessions", "show", "s", "--format", fmt, "--tail", "3").stdout
+    assert tail.split("\n\n") == whole[:blocks] + whole[2 * blocks :]
+    none = invoke("sessions", "show", "s", "--format", fmt, "--tail", "0").stdout
+    assert none == "\n\n".join(whole[:blocks]) + "\n"
+
+
 def test_show_text_lists_variables_and_system_prompt(invoke, chat):
     chat("s", "hi", "--var-json", "n=3", "--var", "city=Paris", "--system", "Be brief.")
     out = invoke("sessions", "show", "s").stdout
