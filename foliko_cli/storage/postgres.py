@@ -468,7 +468,7 @@ class PostgresStorage(SavesInBatches, SessionStorageAdapter):
         self, session_id: str, start: int, stop: int | None
     ) -> SessionRecord | None:
         """Only ``messages[start:stop]``, in one statement."""
-        return await self._read(session_id, "window", (start, stop))
+        return await self._read(session_id, "window", turn.window(start, stop))
 
     async def _read(
         self, session_id: str, start: str, at: int | tuple[int | None, ...] = 0

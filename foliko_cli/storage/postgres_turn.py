@@ -53,6 +53,17 @@ _TO_END = str(BIGINT_MAX)
 _WINDOW = "CROSS JOIN (SELECT %s::bigint AS start, %s::bigint AS stop) w"
 """A window's parameters: its start and stop as a slice has them (None: the end)."""
 
+_FAR = 2**62
+"""Past any count, and sums of two such positions stay within a bigint."""
+
+
+def window(start: int, stop: int | None) -> tuple[int, int | None]:
+    """A window's parameters: positions further out than ``_FAR`` are taken as
+    ``_FAR``, which a slice reads alike (a Python int has no bound; a bigint has)."""
+    start = max(-_FAR, min(start, _FAR))
+    return start, None if stop is None else max(-_FAR, min(stop, _FAR))
+
+
 STARTS = {"recent": _COVERED, "state": "s.message_count", "at": "%s", "window": _within("w.start")}
 _WINDOW_STOP = f"""GREATEST({_within("w.start")}, CASE WHEN w.stop IS NULL
     OR {_within("w.stop")} >= s.message_count THEN {_TO_END} ELSE {_within("w.stop")} END)"""

@@ -1125,6 +1125,9 @@ WINDOWS = [
     (5, 2),
     (0, None),
     (12, None),
+    (-(10**30), None),  # beyond any store's integers: a slice's meaning all the same
+    (-(10**30), 10**30),
+    (10**30, None),
 ]
 
 
