@@ -30,6 +30,7 @@ from foliko_cli.storage.search import (
     Term,
     snippet_for,
 )
+from foliko_cli.storage.sql.dialect import bounded
 from foliko_cli.storage.sql.executor import Executor
 
 _CONTENT = "(body::jsonb) ->> 'content'"
@@ -115,7 +116,7 @@ async def search(db: Executor, schema: str, query: SearchQuery) -> list[SearchHi
         params.append(query.role)
     if query.since is not None:
         filters.append("m.created_at >= %s")
-        params.append(query.since)
+        params.append(bounded(query.since))
     where = "".join(f" AND {f}" for f in filters)
     rows = await db.fetchall(
         f"""WITH q AS (SELECT to_tsquery('simple', %s) AS q),
@@ -129,7 +130,7 @@ async def search(db: Executor, schema: str, query: SearchQuery) -> list[SearchHi
             FROM top JOIN {schema}.messages m
                 ON m.session_id = top.session_id AND m.seq = top.seq
             ORDER BY top.score DESC, top.created_at DESC, top.session_id, top.seq""",
-        [*params, query.limit],
+        [*params, bounded(query.limit)],
     )
     hits = []
     for session_id, seq, role, created_at, score, text in rows:

@@ -26,7 +26,7 @@ from foliko_cli.errors import ConflictError
 from foliko_cli.messages.record import SessionRecord, SessionState, covered_by, preview_of
 from foliko_cli.messages.stored import encode_message
 from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
-from foliko_cli.storage.sql.dialect import PostgresDialect
+from foliko_cli.storage.sql.dialect import PostgresDialect, bounded
 from foliko_cli.storage.sql.executor import PostgresExecutor
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 
@@ -53,15 +53,10 @@ _TO_END = str(BIGINT_MAX)
 _WINDOW = "CROSS JOIN (SELECT %s::bigint AS start, %s::bigint AS stop) w"
 """A window's parameters: its start and stop as a slice has them (None: the end)."""
 
-_FAR = 2**62
-"""Past any count, and sums of two such positions stay within a bigint."""
-
 
 def window(start: int, stop: int | None) -> tuple[int, int | None]:
-    """A window's parameters: positions further out than ``_FAR`` are taken as
-    ``_FAR``, which a slice reads alike (a Python int has no bound; a bigint has)."""
-    start = max(-_FAR, min(start, _FAR))
-    return start, None if stop is None else max(-_FAR, min(stop, _FAR))
+    """A window's parameters (``bounded``: a slice reads them alike)."""
+    return bounded(start), None if stop is None else bounded(stop)
 
 
 STARTS = {"recent": _COVERED, "state": "s.message_count", "at": "%s", "window": _within("w.start")}

@@ -28,6 +28,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import CorruptSessionError, UsageError
+from foliko_cli.storage.sql.dialect import bounded
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery, Term
@@ -319,7 +320,7 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
         params.append(query.role)
     if query.since is not None:
         filters.append("s.created_at >= ?")
-        params.append(query.since)
+        params.append(bounded(query.since))
     where = "".join(f" AND {f}" for f in filters)
     try:
         rows = db.execute(
@@ -334,7 +335,7 @@ def search(db: sqlite3.Connection, query: SearchQuery, where: str) -> list[Searc
                     THEN s.text END
                 FROM top JOIN message_search s ON s.id = top.id
                 ORDER BY top.score, s.created_at DESC, s.session_id, s.seq""",
-            [*params, query.limit],
+            [*params, bounded(query.limit)],
         ).fetchall()
     except sqlite3.OperationalError as exc:
         if "fts5" in str(exc) or "syntax" in str(exc):

@@ -103,6 +103,10 @@ def test_search_filters_and_limit(invoke, searchable):
     assert len(result.stdout.splitlines()) == 1
     result = invoke("sessions", "search", "refused", "--since", "1d", "--json")
     assert orjson.loads(result.stdout) == []  # written in 2023
+    every = invoke("sessions", "search", "refused", "--json").stdout
+    far = "1" + "0" * 30  # past what the store's integers hold
+    assert invoke("sessions", "search", "refused", "--limit", far, "--json").stdout == every
+    assert invoke("sessions", "search", "refused", "--since", far + "d", "--json").stdout == every
 
 
 @pytest.mark.parametrize(

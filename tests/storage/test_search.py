@@ -122,6 +122,13 @@ def test_the_limit_keeps_the_best(stored, run):
     assert all(a.score >= b.score for a, b in itertools.pairwise(all_hits))
 
 
+def test_a_limit_or_time_beyond_any_stores_integers_means_what_it_says(stored, run):
+    all_hits = where(find(run, stored, "deplo*"))
+    assert where(find(run, stored, "deplo*", limit=10**30)) == all_hits
+    assert where(find(run, stored, "deplo*", since=-(10**30))) == all_hits
+    assert find(run, stored, "deplo*", since=10**30) == []
+
+
 def test_appends_replacements_renames_and_deletes_keep_the_index_in_step(stored, run):
     record = run(capabilities.load_state(stored, "ops"))
     state = SessionState(record.variables, record.metadata, record.compression_state)
