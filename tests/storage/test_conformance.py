@@ -1552,3 +1552,14 @@ def test_audit_prune_drops_the_oldest_before_a_time_or_beyond_a_count(storage, r
     assert run(capabilities.audit_read(log))[-1] == _entry(T0 + 20)
     assert run(capabilities.audit_prune(log, keep=0)) == 5
     assert run(capabilities.audit_read(log)) == []
+
+
+def test_audit_times_and_counts_past_any_stores_integers_mean_what_they_say(storage, run):
+    log = _audit_log(storage)
+    entries = [_entry(T0 + n, f"key:{n}") for n in range(3)]
+    run(capabilities.audit_append(log, entries))
+    far = 10**30
+    assert run(capabilities.audit_read(log, -far)) == entries
+    assert run(capabilities.audit_read(log, far)) == []
+    assert run(capabilities.audit_prune(log, before=-far, keep=far)) == 0
+    assert run(capabilities.audit_prune(log, before=far)) == 3

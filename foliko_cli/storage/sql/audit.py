@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from foliko_cli.storage.base import AuditEntry
-from foliko_cli.storage.sql.dialect import Dialect
+from foliko_cli.storage.sql.dialect import Dialect, bounded
 from foliko_cli.storage.sql.executor import Executor, one_row
 
 _COLUMNS = "at, client, call, session_ids, result_sha256, outcome"
@@ -24,7 +24,7 @@ async def append(db: Executor, dialect: Dialect, entries: list[AuditEntry]) -> N
 
 
 async def read(db: Executor, dialect: Dialect, since: int | None) -> list[AuditEntry]:
-    rows = await db.fetchall(dialect.sql(_READ), (since or 0,))
+    rows = await db.fetchall(dialect.sql(_READ), (bounded(since or 0),))
     return [
         AuditEntry(at, client, call, tuple(orjson.loads(ids)), digest, outcome)
         for at, client, call, ids, digest, outcome in rows
@@ -35,14 +35,14 @@ async def prune(db: Executor, dialect: Dialect, before: int | None, keep: int | 
     """Inside the caller's transaction."""
     (count,) = await one_row(db, dialect.sql("SELECT count(*) FROM {audit}"))
     if before is not None:
-        await db.execute(dialect.sql("DELETE FROM {audit} WHERE at < ?"), (before,))
+        await db.execute(dialect.sql("DELETE FROM {audit} WHERE at < ?"), (bounded(before),))
     if keep is not None:
         await db.execute(
             dialect.sql(
                 "DELETE FROM {audit} WHERE id NOT IN "
                 "(SELECT id FROM {audit} ORDER BY id DESC LIMIT ?)"
             ),
-            (keep,),
+            (bounded(keep),),
         )
     (left,) = await one_row(db, dialect.sql("SELECT count(*) FROM {audit}"))
     return int(count) - int(left)
