@@ -199,7 +199,7 @@ def start(
     """Check the options, then serve until SIGTERM/SIGINT (exit 0). ``mcp_only``:
     only ``/mcp`` (and ``/healthz``), behind the same guard and keys."""
     require_serve_extra(what)
-    settings_for(ctx)  # an unknown key in the config's tables exits 2 here
+    settings = settings_for(ctx)  # an unknown key in the config's tables exits 2 here
     root = ctx.find_root().obj or {}
     if root.get("user") is not None:
         raise UsageError(
@@ -239,6 +239,9 @@ def start(
     from foliko_cli.serve.user_services import limits_from_env
 
     limits_from_env()  # a bad FOLIKO_SERVE_USER_CACHE / _IDLE exits 2 here, before any worker
+    from foliko_cli.service.library import open_storage
+
+    open_storage(settings.storage, settings.home)  # so does a bad --storage (nothing is opened)
     try:
         started = run(
             options,

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from foliko_cli.models.listing import model_rows as model_rows
     from foliko_cli.models.listing import served_models as served_models
     from foliko_cli.storage import init_place as init_place
+    from foliko_cli.storage import open_storage as open_storage
     from foliko_cli.storage.base import ProblemKind as ProblemKind
 
     # what the service calls by another name
@@ -105,6 +106,7 @@ _LAZY = {
     "model_rows": ("foliko_cli.models.listing", "model_rows"),
     "served_models": ("foliko_cli.models.listing", "served_models"),
     "init_place": ("foliko_cli.storage", "init_place"),
+    "open_storage": ("foliko_cli.storage", "open_storage"),
     "ProblemKind": ("foliko_cli.storage.base", "ProblemKind"),
 }
 

@@ -106,6 +106,23 @@ def test_usage_after_the_command_counts_that_store(invoke, other_store):
     assert totals["replies"] == 2
 
 
+@pytest.mark.parametrize("door", [["serve"], ["mcp", "serve", "--http"]])
+@pytest.mark.parametrize(
+    ("storage", "fragment"),
+    [
+        ("bogus://x", "unknown storage 'bogus://x'"),
+        ("sqlite:////nowhere/at/all/s.db", "the directory /nowhere/at/all of the SQLite"),
+        ("postgresql://127.0.0.1/db?schema=bad-name", "invalid PostgreSQL schema name"),
+    ],
+)
+def test_serve_refuses_a_bad_storage_in_one_line_before_it_starts(invoke, door, storage, fragment):
+    result = invoke("--storage", storage, *door, "--port", "0")
+    assert result.exit_code == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("foliko: error: ") and fragment in line
+    assert "listening" not in result.stderr
+
+
 def test_serve_refuses_a_user_in_one_line(invoke):
     result = invoke("serve", "--user", "bob", "--port", "0")
     assert result.exit_code == 2
