@@ -89,7 +89,7 @@ The rules, each next to the method it constrains:
 14. **Any Python int**: a window's positions, a search's limit and time, an
     audit time or count may lie beyond what the backend's integers hold; they
     mean what they say (a SQL backend binds them through
-    ``sql.dialect.bounded``).
+    ``sql.executor.bounded``).
 
 All methods are coroutines. Backends whose driver is synchronous and local
 (SQLite, files) run their short I/O inline; none holds a write transaction

@@ -30,8 +30,7 @@ from foliko_cli.storage.search import (
     Term,
     snippet_for,
 )
-from foliko_cli.storage.sql.dialect import bounded
-from foliko_cli.storage.sql.executor import Executor
+from foliko_cli.storage.sql.executor import Executor, bounded
 
 _CONTENT = "(body::jsonb) ->> 'content'"
 _CONTENT_WITHOUT_NUL = "(replace(body, '\\u0000', '')::jsonb) ->> 'content'"

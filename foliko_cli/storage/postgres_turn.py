@@ -26,8 +26,8 @@ from foliko_cli.errors import ConflictError
 from foliko_cli.messages.record import SessionRecord, SessionState, covered_by, preview_of
 from foliko_cli.messages.stored import encode_message
 from foliko_cli.storage.integrity import SESSION_ROW, check_span, orphaned
-from foliko_cli.storage.sql.dialect import PostgresDialect, bounded
-from foliko_cli.storage.sql.executor import PostgresExecutor
+from foliko_cli.storage.sql.dialect import PostgresDialect
+from foliko_cli.storage.sql.executor import PostgresExecutor, bounded
 from foliko_cli.storage.sql.rows import RECORD_COLUMNS, record_from_row
 
 BIGINT_MAX = 2**63 - 1

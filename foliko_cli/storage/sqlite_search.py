@@ -28,7 +28,7 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from foliko_cli.errors import CorruptSessionError, UsageError
-from foliko_cli.storage.sql.dialect import bounded
+from foliko_cli.storage.sql.executor import bounded
 
 if TYPE_CHECKING:
     from foliko_cli.storage.search import SearchHit, SearchQuery, Term

@@ -7,8 +7,8 @@ from __future__ import annotations
 import orjson
 
 from foliko_cli.storage.base import AuditEntry
-from foliko_cli.storage.sql.dialect import Dialect, bounded
-from foliko_cli.storage.sql.executor import Executor, one_row
+from foliko_cli.storage.sql.dialect import Dialect
+from foliko_cli.storage.sql.executor import Executor, bounded, one_row
 
 _COLUMNS = "at, client, call, session_ids, result_sha256, outcome"
 _INSERT = f"INSERT INTO {{audit}} ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?)"

@@ -20,18 +20,6 @@ from typing import Any, cast
 
 TABLES = ("sessions", "messages", "quarantine", "schema_migrations", "fragments", "audit")
 
-FAR = 2**62
-"""Past any position, count or time a store holds; a sum of two stays within
-both engines' 64-bit integers."""
-
-
-def bounded(value: int) -> int:
-    """``value`` as a parameter of a statement: a Python int has no bound and a
-    64-bit one has, so a position, limit or time further out than ``FAR`` is
-    taken as ``FAR``, which changes no answer."""
-    return max(-FAR, min(value, FAR))
-
-
 _INSERT_MESSAGES = (
     "INSERT INTO {messages} (session_id, seq, role, created_at, body) VALUES (?, ?, ?, ?, ?)"
 )

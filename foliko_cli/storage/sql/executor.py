@@ -18,6 +18,18 @@ from typing import Any, Protocol, TypeVar, cast
 T = TypeVar("T")
 
 
+FAR = 2**62
+"""Past any position, count or time a store holds; a sum of two stays within
+both engines' 64-bit integers."""
+
+
+def bounded(value: int) -> int:
+    """``value`` as a parameter of a statement: a Python int has no bound and a
+    64-bit one has, so a position, limit or time further out than ``FAR`` is
+    taken as ``FAR``, which changes no answer."""
+    return max(-FAR, min(value, FAR))
+
+
 async def one_row(db: Executor, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
     """The row of a statement that always yields one (an aggregate, ``SHOW``)."""
     row = await db.fetchone(sql, params)
