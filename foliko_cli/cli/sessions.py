@@ -216,7 +216,8 @@ def show(
         record = facade.get_session(session_id)
         total = len(record.messages)
     else:  # a long history's last messages are read alone
-        record = facade.session_window(session_id, -tail if tail else 0, None if tail else 0)
+        start, stop = (-tail, None) if tail else (0, 0)  # --tail 0: none of them
+        record = facade.session_window(session_id, start, stop)
         total = record.metadata["message_count"]
     view_start = covered_messages(record, total)
     data = record_to_dict(record)
