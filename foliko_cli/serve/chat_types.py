@@ -12,9 +12,9 @@ from foliko_cli.serve.openai_types import (
     JSON_SCHEMA,
     Answer,
     Body,
+    MaxTokens,
     Metadata,
     Temperature,
-    Tokens,
     Tool,
     ToolChoice,
     TopP,
@@ -89,8 +89,8 @@ class ChatCompletionCreate(Body, kw_only=True):
     stream_options: StreamOptions | None = None
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    max_tokens: Tokens | None = None
-    max_completion_tokens: Tokens | None = None
+    max_tokens: MaxTokens | None = None
+    max_completion_tokens: MaxTokens | None = None
     seed: Annotated[int, Meta(ge=-INT64 - 1, le=INT64)] | None = None
     stop: str | list[str] | None = None
     n: Annotated[int, Meta(ge=1, le=1, description="1: a turn has one answer")] = 1

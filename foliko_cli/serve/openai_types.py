@@ -16,12 +16,14 @@ from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from foliko_cli.serve.errors import ApiError
+from foliko_cli.service.library import TOKENS_LIMIT
 
 T = TypeVar("T")
 
 INT64 = 2**63 - 1
 Count = Annotated[int, Meta(ge=0, le=INT64)]
 Tokens = Annotated[int, Meta(ge=1, le=INT64)]
+MaxTokens = Annotated[int, Meta(ge=1, le=TOKENS_LIMIT)]  # what a model option takes
 Temperature = Annotated[float, Meta(ge=0, le=2)]
 TopP = Annotated[float, Meta(ge=0, le=1)]
 Key = Annotated[str, Meta(max_length=64)]
@@ -169,7 +171,7 @@ class ResponseCreate(Body, kw_only=True):
     background: bool = False
     temperature: Temperature | None = None
     top_p: TopP | None = None
-    max_output_tokens: Tokens | None = None
+    max_output_tokens: MaxTokens | None = None
     max_tool_calls: Count | None = None
     tools: list[Tool] | None = None
     tool_choice: str | ToolChoice | None = None

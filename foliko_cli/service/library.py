@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from foliko_cli.mcp.server_config import ServerConfig as ServerConfig
     from foliko_cli.mcp.server_config import server_config as server_config
     from foliko_cli.models import model_spec as model_spec
+    from foliko_cli.models.base import TOKENS_LIMIT as TOKENS_LIMIT
     from foliko_cli.models.base import check_options as check_options
     from foliko_cli.models.listing import model_rows as model_rows
     from foliko_cli.models.listing import served_models as served_models
@@ -103,6 +104,7 @@ _LAZY = {
     "server_config": ("foliko_cli.mcp.server_config", "server_config"),
     "model_spec": ("foliko_cli.models", "model_spec"),
     "check_options": ("foliko_cli.models.base", "check_options"),
+    "TOKENS_LIMIT": ("foliko_cli.models.base", "TOKENS_LIMIT"),
     "model_rows": ("foliko_cli.models.listing", "model_rows"),
     "served_models": ("foliko_cli.models.listing", "served_models"),
     "init_place": ("foliko_cli.storage", "init_place"),

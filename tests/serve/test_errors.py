@@ -53,6 +53,27 @@ def test_bad_response_requests_are_400(http, body, fragment):
     assert fragment in assert_error(response, 400)["message"]
 
 
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/responses", {"input": "x", "max_output_tokens": 2**31}, "max_output_tokens"),
+        ("/v1/chat/completions", {"messages": HI, "max_tokens": 2**31}, "max_tokens"),
+        (
+            "/v1/chat/completions",
+            {"messages": HI, "max_completion_tokens": 2**63 - 1},
+            "max_completion_tokens",
+        ),
+    ],
+)
+def test_a_token_limit_past_what_a_model_takes_names_the_parameter_sent(http, path, body, param):
+    error = assert_error(http.post(path, json={"model": "echo", **body}), 400)
+    assert error["param"] == param
+    assert error["message"] == f"{param} must be at most 2147483647"
+
+
 def test_an_unknown_model_is_404_model_not_found(http):
     response = http.post("/v1/responses", json={"model": "nosuch:model", "input": "x"})
     assert_error(response, 404, "model_not_found")
